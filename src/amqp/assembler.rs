@@ -1,0 +1,289 @@
+//! Publish assembly: `basic.publish` -> content header -> body frames, the
+//! state machine of RabbitMQ's `rabbit_command_assembler`. A body that comes
+//! in one frame is kept as that frame's buffer (no copy); one that comes in
+//! several is gathered into one buffer.
+
+use bytes::{Bytes, BytesMut};
+
+use super::codec::FieldReader;
+use super::error::ProtocolError;
+use crate::message::{read_meta, Message, PropertiesError};
+
+/// The fields of `basic.publish` the broker needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publish {
+    pub exchange: Bytes,
+    pub routing_key: Bytes,
+    pub mandatory: bool,
+    pub immediate: bool,
+}
+
+/// Parses a `basic.publish` payload (class and method ids included) without
+/// allocating: exchange and routing key stay slices of the frame.
+pub fn parse_publish(payload: &Bytes) -> Option<Publish> {
+    let mut r = FieldReader::new(payload);
+    r.take(4)?; // class, method
+    r.u16()?; // reserved-1 (ticket)
+    let ex = r.short_str()?.len();
+    let rk = r.short_str()?.len();
+    let bits = r.u8()?;
+    if r.remaining() != 0 {
+        return None;
+    }
+    let ex_at = 4 + 2 + 1;
+    let rk_at = ex_at + ex + 1;
+    Some(Publish {
+        exchange: payload.slice(ex_at..ex_at + ex),
+        routing_key: payload.slice(rk_at..rk_at + rk),
+        mandatory: bits & 1 != 0,
+        immediate: bits & 2 != 0,
+    })
+}
+
+/// Where a channel is in receiving a message.
+#[derive(Debug, Default)]
+pub enum Assembler {
+    /// Expecting a method.
+    #[default]
+    Idle,
+    /// Got basic.publish, expecting the content header.
+    Header(Publish),
+    /// Got the header, expecting `remaining` more body bytes.
+    Body {
+        publish: Publish,
+        properties: Bytes,
+        meta: crate::message::Meta,
+        size: usize,
+        parts: Body,
+    },
+}
+
+/// The body gathered so far.
+#[derive(Debug, Default)]
+pub enum Body {
+    #[default]
+    Empty,
+    One(Bytes),
+    Many(BytesMut),
+}
+
+/// What feeding a frame produced.
+#[derive(Debug)]
+pub enum Step {
+    /// More frames are needed.
+    More,
+    /// A whole message.
+    Done(Publish, Message),
+}
+
+/// Errors of assembly that close only the channel (soft) carry their code;
+/// the others are the hard 505/501 cases.
+impl Assembler {
+    /// Whether a publish is in progress (a method now is an error).
+    pub fn is_busy(&self) -> bool {
+        !matches!(self, Assembler::Idle)
+    }
+
+    /// Starts a publish.
+    pub fn start(&mut self, publish: Publish) {
+        *self = Assembler::Header(publish);
+    }
+
+    /// Feeds a content header frame.
+    pub fn header(&mut self, payload: &Bytes, max_size: u64) -> Result<Step, ProtocolError> {
+        let Assembler::Header(publish) = std::mem::take(self) else {
+            return Err(ProtocolError::unexpected_frame(
+                "content header without a preceding basic.publish",
+            ));
+        };
+        let mut r = FieldReader::new(payload);
+        let (class, _weight, size) = match (r.u16(), r.u16(), r.u64()) {
+            (Some(c), Some(w), Some(s)) => (c, w, s),
+            _ => return Err(ProtocolError::frame_error("malformed content header").on(60, 40)),
+        };
+        if class != 60 {
+            return Err(ProtocolError::unexpected_frame(format!(
+                "content header for class {class}, expected 60"
+            )));
+        }
+        let properties = payload.slice(12..);
+        let meta = match read_meta(&properties) {
+            Ok(m) => m,
+            Err(PropertiesError::Malformed) => {
+                return Err(
+                    ProtocolError::frame_error("malformed content header properties").on(60, 40),
+                )
+            }
+            Err(PropertiesError::BadExpiration(v)) => {
+                return Err(
+                    ProtocolError::precondition_failed(format!("invalid expiration '{v}'"))
+                        .on(60, 40),
+                )
+            }
+        };
+        if size > max_size {
+            return Err(ProtocolError::precondition_failed(format!(
+                "message size {size} is larger than configured max size {max_size}"
+            ))
+            .on(60, 40));
+        }
+        let size = size as usize;
+        let body = Assembler::Body {
+            publish,
+            properties,
+            meta,
+            size,
+            parts: Body::Empty,
+        };
+        if size == 0 {
+            *self = body;
+            return Ok(self.finish());
+        }
+        *self = body;
+        Ok(Step::More)
+    }
+
+    /// Feeds a body frame.
+    pub fn body(&mut self, payload: Bytes) -> Result<Step, ProtocolError> {
+        let len = payload.len();
+        let Assembler::Body { size, parts, .. } = self else {
+            return Err(ProtocolError::unexpected_frame(
+                "content body without a content header",
+            ));
+        };
+        let have = match parts {
+            Body::Empty => 0,
+            Body::One(b) => b.len(),
+            Body::Many(b) => b.len(),
+        };
+        if have + len > *size {
+            return Err(ProtocolError::frame_error(format!(
+                "content body of {} bytes exceeds the {size} declared in the header",
+                have + len
+            )));
+        }
+        *parts = match std::mem::take(parts) {
+            Body::Empty if len == *size => Body::One(payload),
+            Body::Empty => {
+                let mut b = BytesMut::with_capacity(*size);
+                b.extend_from_slice(&payload);
+                Body::Many(b)
+            }
+            Body::One(first) => {
+                let mut b = BytesMut::with_capacity(*size);
+                b.extend_from_slice(&first);
+                b.extend_from_slice(&payload);
+                Body::Many(b)
+            }
+            Body::Many(mut b) => {
+                b.extend_from_slice(&payload);
+                Body::Many(b)
+            }
+        };
+        if have + len == *size {
+            return Ok(self.finish());
+        }
+        Ok(Step::More)
+    }
+
+    fn finish(&mut self) -> Step {
+        let Assembler::Body {
+            publish,
+            properties,
+            meta,
+            parts,
+            ..
+        } = std::mem::take(self)
+        else {
+            return Step::More;
+        };
+        let body = match parts {
+            Body::Empty => Bytes::new(),
+            Body::One(b) => b,
+            Body::Many(b) => b.freeze(),
+        };
+        let msg = Message {
+            exchange: publish.exchange.clone(),
+            routing_key: publish.routing_key.clone(),
+            properties,
+            body,
+            meta,
+        };
+        Step::Done(publish, msg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BufMut;
+
+    fn publish_payload(ex: &str, rk: &str, bits: u8) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_u16(60);
+        b.put_u16(40);
+        b.put_u16(0);
+        b.put_u8(ex.len() as u8);
+        b.extend_from_slice(ex.as_bytes());
+        b.put_u8(rk.len() as u8);
+        b.extend_from_slice(rk.as_bytes());
+        b.put_u8(bits);
+        b.freeze()
+    }
+
+    fn header(size: u64) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_u16(60);
+        b.put_u16(0);
+        b.put_u64(size);
+        b.put_u16(0);
+        b.freeze()
+    }
+
+    #[test]
+    fn parses_publish() {
+        let p = parse_publish(&publish_payload("amq.topic", "a.b", 1)).unwrap();
+        assert_eq!(&p.exchange[..], b"amq.topic");
+        assert_eq!(&p.routing_key[..], b"a.b");
+        assert!(p.mandatory && !p.immediate);
+        assert!(parse_publish(&Bytes::from_static(&[0, 60, 0, 40, 0])).is_none());
+    }
+
+    #[test]
+    fn assembles_multi_frame_body() {
+        let mut a = Assembler::default();
+        a.start(parse_publish(&publish_payload("", "q", 0)).unwrap());
+        assert!(matches!(a.header(&header(6), 1 << 20), Ok(Step::More)));
+        assert!(matches!(a.body(Bytes::from_static(b"abc")), Ok(Step::More)));
+        match a.body(Bytes::from_static(b"def")) {
+            Ok(Step::Done(_, m)) => assert_eq!(&m.body[..], b"abcdef"),
+            other => panic!("{other:?}"),
+        }
+        assert!(!a.is_busy());
+    }
+
+    #[test]
+    fn empty_body_completes_at_header() {
+        let mut a = Assembler::default();
+        a.start(parse_publish(&publish_payload("", "q", 0)).unwrap());
+        assert!(matches!(a.header(&header(0), 10), Ok(Step::Done(..))));
+    }
+
+    #[test]
+    fn out_of_order_frames_are_unexpected() {
+        let mut a = Assembler::default();
+        assert_eq!(a.header(&header(1), 10).unwrap_err().code, 505);
+        assert_eq!(a.body(Bytes::from_static(b"x")).unwrap_err().code, 505);
+    }
+
+    #[test]
+    fn body_longer_than_declared_and_oversized() {
+        let mut a = Assembler::default();
+        a.start(parse_publish(&publish_payload("", "q", 0)).unwrap());
+        a.header(&header(2), 10).unwrap();
+        assert_eq!(a.body(Bytes::from_static(b"abc")).unwrap_err().code, 501);
+        let mut a = Assembler::default();
+        a.start(parse_publish(&publish_payload("", "q", 0)).unwrap());
+        assert_eq!(a.header(&header(11), 10).unwrap_err().code, 406);
+    }
+}

@@ -1,0 +1,224 @@
+//! basic.*: publish (after assembly), consume / cancel, get, ack / nack /
+//! reject, qos and recover.
+
+use std::sync::Arc;
+
+use amq_protocol::protocol::{basic as b, AMQPClass};
+use amq_protocol::types::ShortString;
+use bytes::BufMut;
+
+use super::Channel;
+use crate::amqp::assembler::Publish;
+use crate::amqp::codec::{self, FRAME_METHOD};
+use crate::amqp::connection::ConnCtx;
+use crate::amqp::delivery::Consumer;
+use crate::amqp::error::{code, ProtocolError, Result};
+use crate::message::Message;
+use crate::queue::{ConsumeError, Queue};
+
+impl Channel {
+    /// A whole message arrived: route it, enqueue it, return it if it was
+    /// mandatory and unroutable, and track its confirm.
+    pub(super) fn publish(
+        &mut self,
+        publish: Publish,
+        msg: Message,
+        ctx: &mut ConnCtx,
+    ) -> Result<()> {
+        if let Some(tx) = self.tx.as_mut() {
+            // Routed at commit; an unknown exchange still fails now, as in RabbitMQ.
+            tx.publishes.push((publish, msg));
+            return Ok(());
+        }
+        self.route_and_push(&publish, Arc::new(msg), ctx)
+            .map(|_| ())
+            .map_err(|e| e.on(60, 40))
+    }
+
+    /// Routes and enqueues one message; used directly and by tx.commit.
+    /// Returns whether it was written to the store.
+    pub(super) fn route_and_push(
+        &mut self,
+        publish: &Publish,
+        msg: Arc<Message>,
+        ctx: &mut ConnCtx,
+    ) -> Result<bool> {
+        let seq = self.confirms.as_mut().map(|c| c.next_seq());
+        ctx.vhost.route(&msg, &mut self.scratch, &mut self.routes)?;
+        if self.routes.is_empty() && publish.mandatory {
+            self.send_return(&msg, ctx);
+        }
+        let mut stored = false;
+        let mut failed = false;
+        for q in self.routes.drain(..) {
+            match q.push(&msg) {
+                Ok(p) => stored |= p.stored,
+                Err(e) => {
+                    tracing::error!(queue = q.name(), "cannot store message: {e}");
+                    failed = true;
+                }
+            }
+        }
+        if let (Some(c), Some(seq)) = (self.confirms.as_mut(), seq) {
+            let ticket = if stored { ctx.broker.store.ticket() } else { 0 };
+            c.push(seq, ticket, failed);
+        }
+        Ok(stored)
+    }
+
+    fn send_return(&self, msg: &Message, ctx: &ConnCtx) {
+        let frame_max = ctx.frame_max;
+        ctx.outbox.send(|out| {
+            let at = codec::begin_frame(out, FRAME_METHOD, self.id);
+            out.put_u16(60);
+            out.put_u16(50);
+            out.put_u16(code::NO_ROUTE);
+            codec::put_short_str(out, b"NO_ROUTE");
+            codec::put_short_str(out, &msg.exchange);
+            codec::put_short_str(out, &msg.routing_key);
+            codec::end_frame(out, at);
+            codec::put_content(out, self.id, &msg.properties, &msg.body, frame_max);
+        });
+    }
+
+    pub(super) fn basic_qos(&mut self, m: b::Qos, ctx: &mut ConnCtx) -> Result<()> {
+        if m.global {
+            self.delivery.set_global_prefetch(m.prefetch_count as u32);
+            // More credit may let queues deliver.
+            for (_, q) in self.consumers.values() {
+                q.dispatch();
+            }
+        } else {
+            self.prefetch = m.prefetch_count as u32;
+        }
+        ctx.send(self.id, AMQPClass::Basic(b::AMQPMethod::QosOk(b::QosOk {})));
+        Ok(())
+    }
+
+    pub(super) fn basic_consume(&mut self, m: b::Consume, ctx: &mut ConnCtx) -> Result<()> {
+        let name = self.queue_name(m.queue.as_str())?;
+        let queue = ctx.vhost.queue_for(&name, ctx.id)?;
+        let tag = if m.consumer_tag.as_str().is_empty() {
+            format!("amq.ctag-{}", crate::util::random_name())
+        } else {
+            m.consumer_tag.as_str().to_string()
+        };
+        if self.consumers.contains_key(&tag) {
+            return Err(ProtocolError::not_allowed(format!(
+                "attempt to reuse consumer tag '{tag}'"
+            )));
+        }
+        let priority = match m.arguments.inner().get("x-priority") {
+            None => 0,
+            Some(v) => crate::queue::args::int_arg(v)
+                .and_then(|n| i32::try_from(n).ok())
+                .ok_or_else(|| ProtocolError::precondition_failed("invalid x-priority argument"))?,
+        };
+        let consumer = Arc::new(Consumer::new(
+            tag.clone(),
+            Arc::clone(&self.delivery),
+            m.no_ack,
+            m.exclusive,
+            self.prefetch,
+            priority,
+        ));
+        queue
+            .add_consumer(Arc::clone(&consumer))
+            .map_err(|e| match e {
+                ConsumeError::ExclusiveHeld | ConsumeError::InUse => {
+                    ProtocolError::access_refused(format!(
+                        "queue '{name}' in vhost '{}' in exclusive use",
+                        ctx.vhost.name
+                    ))
+                }
+            })?;
+        self.consumers
+            .insert(tag.clone(), (consumer, Arc::clone(&queue)));
+        if !m.nowait {
+            ctx.send(
+                self.id,
+                AMQPClass::Basic(b::AMQPMethod::ConsumeOk(b::ConsumeOk {
+                    consumer_tag: ShortString::from(tag),
+                })),
+            );
+        }
+        // Deliveries start after consume-ok.
+        queue.dispatch();
+        Ok(())
+    }
+
+    pub(super) fn basic_cancel(&mut self, m: b::Cancel, ctx: &mut ConnCtx) -> Result<()> {
+        let tag = m.consumer_tag.as_str();
+        if let Some((_, queue)) = self.consumers.remove(tag) {
+            let left = queue.remove_consumer(&self.delivery, tag);
+            if left == 0 && queue.config.auto_delete && !queue.is_deleted() {
+                ctx.vhost.remove_queue(&queue)?;
+            }
+        }
+        if !m.nowait {
+            ctx.send(
+                self.id,
+                AMQPClass::Basic(b::AMQPMethod::CancelOk(b::CancelOk {
+                    consumer_tag: m.consumer_tag,
+                })),
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn basic_get(&mut self, m: b::Get, ctx: &mut ConnCtx) -> Result<()> {
+        let name = self.queue_name(m.queue.as_str())?;
+        let queue = ctx.vhost.queue_for(&name, ctx.id)?;
+        if !queue.get(&self.delivery, m.no_ack) {
+            ctx.send(
+                self.id,
+                AMQPClass::Basic(b::AMQPMethod::GetEmpty(b::GetEmpty {})),
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn basic_ack(&mut self, tag: u64, multiple: bool) -> Result<()> {
+        self.delivery.take(tag, multiple, &mut self.settle)?;
+        if let Some(tx) = self.tx.as_mut() {
+            tx.acks.append(&mut self.settle);
+            return Ok(());
+        }
+        Queue::settle_all(&mut self.settle, false);
+        Ok(())
+    }
+
+    pub(super) fn basic_nack(&mut self, tag: u64, multiple: bool, requeue: bool) -> Result<()> {
+        self.delivery.take(tag, multiple, &mut self.settle)?;
+        if let Some(tx) = self.tx.as_mut() {
+            if requeue {
+                tx.requeues.append(&mut self.settle);
+            } else {
+                tx.acks.append(&mut self.settle);
+            }
+            return Ok(());
+        }
+        Queue::settle_all(&mut self.settle, requeue);
+        Ok(())
+    }
+
+    pub(super) fn basic_recover(
+        &mut self,
+        requeue: bool,
+        reply: bool,
+        ctx: &mut ConnCtx,
+    ) -> Result<()> {
+        if !requeue {
+            return Err(ProtocolError::not_implemented("requeue=false"));
+        }
+        self.delivery.take_all(&mut self.settle);
+        Queue::settle_all(&mut self.settle, true);
+        if reply {
+            ctx.send(
+                self.id,
+                AMQPClass::Basic(b::AMQPMethod::RecoverOk(b::RecoverOk {})),
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,89 @@
+//! exchange.*: declare, delete, bind, unbind (exchange-to-exchange).
+
+use amq_protocol::protocol::{exchange as x, AMQPClass};
+
+use super::Channel;
+use crate::amqp::connection::ConnCtx;
+use crate::amqp::error::Result;
+use crate::vhost::ExchangeSpec;
+
+impl Channel {
+    pub(super) async fn exchange_declare(
+        &mut self,
+        m: x::Declare,
+        ctx: &mut ConnCtx,
+    ) -> Result<()> {
+        let spec = ExchangeSpec {
+            name: m.exchange.as_str().to_string(),
+            kind: m.kind.as_str().to_string(),
+            durable: m.durable,
+            auto_delete: m.auto_delete,
+            internal: m.internal,
+            arguments: m.arguments,
+        };
+        let exchange = ctx.vhost.declare_exchange(&spec, m.passive)?;
+        if exchange.durable && !m.passive {
+            ctx.broker.store.sync().await?;
+        }
+        if !m.nowait {
+            ctx.send(
+                self.id,
+                AMQPClass::Exchange(x::AMQPMethod::DeclareOk(x::DeclareOk {})),
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) async fn exchange_delete(&mut self, m: x::Delete, ctx: &mut ConnCtx) -> Result<()> {
+        ctx.vhost
+            .delete_exchange(m.exchange.as_str(), m.if_unused)?;
+        ctx.broker.store.sync().await?;
+        if !m.nowait {
+            ctx.send(
+                self.id,
+                AMQPClass::Exchange(x::AMQPMethod::DeleteOk(x::DeleteOk {})),
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) async fn exchange_bind(&mut self, m: x::Bind, ctx: &mut ConnCtx) -> Result<()> {
+        let dest = ctx
+            .vhost
+            .destination(m.destination.as_str(), true, ctx.id)?;
+        ctx.vhost.bind(
+            m.source.as_str(),
+            dest,
+            m.routing_key.as_str(),
+            &m.arguments,
+        )?;
+        ctx.broker.store.sync().await?;
+        if !m.nowait {
+            ctx.send(
+                self.id,
+                AMQPClass::Exchange(x::AMQPMethod::BindOk(x::BindOk {})),
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) async fn exchange_unbind(&mut self, m: x::Unbind, ctx: &mut ConnCtx) -> Result<()> {
+        let dest = ctx
+            .vhost
+            .destination(m.destination.as_str(), true, ctx.id)?;
+        ctx.vhost.unbind(
+            m.source.as_str(),
+            dest,
+            m.routing_key.as_str(),
+            &m.arguments,
+        )?;
+        ctx.broker.store.sync().await?;
+        if !m.nowait {
+            ctx.send(
+                self.id,
+                AMQPClass::Exchange(x::AMQPMethod::UnbindOk(x::UnbindOk {})),
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,116 @@
+//! queue.*: declare, bind, unbind, purge, delete.
+
+use std::sync::Arc;
+
+use amq_protocol::protocol::{queue as q, AMQPClass};
+use amq_protocol::types::ShortString;
+
+use super::Channel;
+use crate::amqp::connection::ConnCtx;
+use crate::amqp::error::Result;
+use crate::vhost::QueueSpec;
+
+impl Channel {
+    pub(super) async fn queue_declare(&mut self, m: q::Declare, ctx: &mut ConnCtx) -> Result<()> {
+        let name = if m.queue.as_str().is_empty() && !m.passive {
+            format!("amq.gen-{}", crate::util::random_name())
+        } else {
+            self.queue_name(m.queue.as_str())?
+        };
+        let spec = QueueSpec {
+            name: name.clone(),
+            durable: m.durable,
+            exclusive: m.exclusive,
+            auto_delete: m.auto_delete,
+            arguments: m.arguments,
+        };
+        let queue = ctx.vhost.declare_queue(&spec, m.passive, ctx.id)?;
+        if queue.config.exclusive_owner == Some(ctx.id)
+            && !ctx.exclusive_queues.iter().any(|e| Arc::ptr_eq(e, &queue))
+        {
+            ctx.exclusive_queues.push(Arc::clone(&queue));
+        }
+        if queue.config.store_id != 0 && !m.passive {
+            ctx.broker.store.sync().await?;
+        }
+        self.last_queue = Some(name.clone());
+        if !m.nowait {
+            ctx.send(
+                self.id,
+                AMQPClass::Queue(q::AMQPMethod::DeclareOk(q::DeclareOk {
+                    queue: ShortString::from(name),
+                    message_count: queue.message_count(),
+                    consumer_count: queue.consumer_count(),
+                })),
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) async fn queue_bind(&mut self, m: q::Bind, ctx: &mut ConnCtx) -> Result<()> {
+        let name = self.queue_name(m.queue.as_str())?;
+        // Empty queue and key: the key is the queue's name (AMQP 0-9-1).
+        let key = if m.queue.as_str().is_empty() && m.routing_key.as_str().is_empty() {
+            name.clone()
+        } else {
+            m.routing_key.as_str().to_string()
+        };
+        let dest = ctx.vhost.destination(&name, false, ctx.id)?;
+        ctx.vhost
+            .bind(m.exchange.as_str(), dest, &key, &m.arguments)?;
+        ctx.broker.store.sync().await?;
+        if !m.nowait {
+            ctx.send(
+                self.id,
+                AMQPClass::Queue(q::AMQPMethod::BindOk(q::BindOk {})),
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) async fn queue_unbind(&mut self, m: q::Unbind, ctx: &mut ConnCtx) -> Result<()> {
+        let name = self.queue_name(m.queue.as_str())?;
+        let dest = ctx.vhost.destination(&name, false, ctx.id)?;
+        ctx.vhost.unbind(
+            m.exchange.as_str(),
+            dest,
+            m.routing_key.as_str(),
+            &m.arguments,
+        )?;
+        ctx.broker.store.sync().await?;
+        ctx.send(
+            self.id,
+            AMQPClass::Queue(q::AMQPMethod::UnbindOk(q::UnbindOk {})),
+        );
+        Ok(())
+    }
+
+    pub(super) fn queue_purge(&mut self, m: q::Purge, ctx: &mut ConnCtx) -> Result<()> {
+        let name = self.queue_name(m.queue.as_str())?;
+        let queue = ctx.vhost.queue_for(&name, ctx.id)?;
+        let n = queue.purge()?;
+        if !m.nowait {
+            ctx.send(
+                self.id,
+                AMQPClass::Queue(q::AMQPMethod::PurgeOk(q::PurgeOk { message_count: n })),
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) async fn queue_delete(&mut self, m: q::Delete, ctx: &mut ConnCtx) -> Result<()> {
+        let name = self.queue_name(m.queue.as_str())?;
+        let n = ctx
+            .vhost
+            .delete_queue(&name, m.if_unused, m.if_empty, ctx.id)?;
+        ctx.exclusive_queues.retain(|q| q.name() != name);
+        ctx.broker.store.sync().await?;
+        if !m.nowait {
+            ctx.send(
+                self.id,
+                AMQPClass::Queue(q::AMQPMethod::DeleteOk(q::DeleteOk { message_count: n })),
+            );
+        }
+        Ok(())
+    }
+}

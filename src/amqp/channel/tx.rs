@@ -1,0 +1,179 @@
+//! Publisher confirms (confirm.select, the ordered list of outstanding
+//! confirms, coalesced basic.ack with `multiple`) and transactions
+//! (tx.select / commit / rollback over publishes, acks, nacks, rejects).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use amq_protocol::protocol::{confirm, tx as t, AMQPClass};
+
+use super::Channel;
+use crate::amqp::assembler::Publish;
+use crate::amqp::codec;
+use crate::amqp::connection::ConnCtx;
+use crate::amqp::delivery::Unacked;
+use crate::amqp::error::{ProtocolError, Result};
+use crate::message::Message;
+use crate::queue::Queue;
+
+/// Confirm-mode state: publishes not yet confirmed, in order.
+#[derive(Debug, Default)]
+pub struct Confirms {
+    next: u64,
+    /// (publish seq, flush ticket it waits for (0 = none), nack).
+    pending: VecDeque<(u64, u64, bool)>,
+}
+
+impl Confirms {
+    /// The sequence number of the next publish.
+    pub fn next_seq(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// Tracks a publish until its flush (if any) completes.
+    pub fn push(&mut self, seq: u64, ticket: u64, nack: bool) {
+        self.pending.push_back((seq, ticket, nack));
+    }
+}
+
+/// A transaction's buffered work.
+#[derive(Default)]
+pub struct Tx {
+    pub publishes: Vec<(Publish, Message)>,
+    /// Deliveries acked (or rejected without requeue) in this transaction.
+    pub acks: Vec<Unacked>,
+    /// Deliveries nacked / rejected with requeue.
+    pub requeues: Vec<Unacked>,
+}
+
+impl Tx {
+    /// Everything taken from the unacked list and not yet settled.
+    pub fn acks_pending(&mut self) -> Vec<Unacked> {
+        let mut all = std::mem::take(&mut self.acks);
+        all.append(&mut self.requeues);
+        all
+    }
+}
+
+impl Channel {
+    /// Whether confirms wait for a store flush.
+    pub fn awaits_flush(&self) -> bool {
+        self.confirms
+            .as_ref()
+            .is_some_and(|c| !c.pending.is_empty())
+    }
+
+    /// Sends the confirms that are ready, given the last completed flush:
+    /// runs of acks become one basic.ack with `multiple`.
+    pub fn send_confirms(&mut self, flushed: u64, ctx: &ConnCtx) {
+        let Some(c) = self.confirms.as_mut() else {
+            return;
+        };
+        if c.pending.is_empty() {
+            return;
+        }
+        let id = self.id;
+        ctx.outbox.send(|out| {
+            let mut run: Option<(u64, usize)> = None;
+            while let Some(&(seq, ticket, nack)) = c.pending.front() {
+                if ticket > flushed {
+                    break;
+                }
+                c.pending.pop_front();
+                if nack {
+                    if let Some((last, n)) = run.take() {
+                        codec::put_basic_ack(out, id, last, n > 1);
+                    }
+                    codec::put_basic_nack(out, id, seq, false);
+                } else {
+                    run = Some(match run {
+                        Some((_, n)) => (seq, n + 1),
+                        None => (seq, 1),
+                    });
+                }
+            }
+            if let Some((last, n)) = run {
+                codec::put_basic_ack(out, id, last, n > 1);
+            }
+        });
+    }
+
+    pub(super) fn confirm_select(&mut self, nowait: bool, ctx: &mut ConnCtx) -> Result<()> {
+        if self.tx.is_some() {
+            return Err(ProtocolError::precondition_failed(
+                "cannot switch from tx to confirm mode",
+            ));
+        }
+        if self.confirms.is_none() {
+            self.confirms = Some(Confirms::default());
+        }
+        if !nowait {
+            ctx.send(
+                self.id,
+                AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(confirm::SelectOk {})),
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn tx_select(&mut self, ctx: &mut ConnCtx) -> Result<()> {
+        if self.confirms.is_some() {
+            return Err(ProtocolError::precondition_failed(
+                "cannot switch from confirm to tx mode",
+            ));
+        }
+        if self.tx.is_none() {
+            self.tx = Some(Tx::default());
+        }
+        ctx.send(
+            self.id,
+            AMQPClass::Tx(t::AMQPMethod::SelectOk(t::SelectOk {})),
+        );
+        Ok(())
+    }
+
+    /// Applies the transaction: acks and requeues, then publishes; answers
+    /// commit-ok once stored publishes are on disk.
+    pub(super) async fn tx_commit(&mut self, ctx: &mut ConnCtx) -> Result<()> {
+        let Some(tx) = self.tx.as_mut() else {
+            return Err(ProtocolError::precondition_failed(
+                "channel is not transactional",
+            ));
+        };
+        let mut acks = std::mem::take(&mut tx.acks);
+        let mut requeues = std::mem::take(&mut tx.requeues);
+        let publishes = std::mem::take(&mut tx.publishes);
+        Queue::settle_all(&mut acks, false);
+        Queue::settle_all(&mut requeues, true);
+        let mut stored = false;
+        for (publish, msg) in publishes {
+            stored |= self.route_and_push(&publish, Arc::new(msg), ctx)?;
+        }
+        if stored {
+            ctx.broker.store.sync().await?;
+        }
+        ctx.send(
+            self.id,
+            AMQPClass::Tx(t::AMQPMethod::CommitOk(t::CommitOk {})),
+        );
+        Ok(())
+    }
+
+    /// Discards buffered publishes; buffered acks return to the unacked list.
+    pub(super) fn tx_rollback(&mut self, ctx: &mut ConnCtx) -> Result<()> {
+        let Some(tx) = self.tx.as_mut() else {
+            return Err(ProtocolError::precondition_failed(
+                "channel is not transactional",
+            ));
+        };
+        tx.publishes.clear();
+        let pending = tx.acks_pending();
+        self.delivery.restore(pending);
+        ctx.send(
+            self.id,
+            AMQPClass::Tx(t::AMQPMethod::RollbackOk(t::RollbackOk {})),
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,354 @@
+//! The wire format: cutting frames out of the read buffer (checking type,
+//! size against frame_max and the frame-end octet) and writing frames into an
+//! output buffer. Method payloads are parsed with amq-protocol, except for the
+//! hot ones (basic.publish in, basic.deliver / ack out), which are done by
+//! hand so that a message costs no allocation beyond its body.
+
+use amq_protocol::frame::{gen_frame, AMQPFrame, WriteContext};
+use amq_protocol::protocol::AMQPClass;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use super::error::ProtocolError;
+
+pub const FRAME_METHOD: u8 = 1;
+pub const FRAME_HEADER: u8 = 2;
+pub const FRAME_BODY: u8 = 3;
+pub const FRAME_HEARTBEAT: u8 = 8;
+pub const FRAME_END: u8 = 0xCE;
+/// Bytes of framing around a payload: type, channel, size, frame-end.
+pub const FRAME_OVERHEAD: usize = 8;
+/// The smallest frame_max a peer may negotiate (AMQP 0-9-1 section 4.2.3).
+pub const FRAME_MIN_SIZE: u32 = 4096;
+
+/// One frame, its payload still raw (a slice of the read buffer, no copy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    Method { channel: u16, payload: Bytes },
+    Header { channel: u16, payload: Bytes },
+    Body { channel: u16, payload: Bytes },
+    Heartbeat { channel: u16 },
+}
+
+impl Frame {
+    /// The channel the frame was sent on.
+    pub fn channel(&self) -> u16 {
+        match self {
+            Frame::Method { channel, .. }
+            | Frame::Header { channel, .. }
+            | Frame::Body { channel, .. }
+            | Frame::Heartbeat { channel } => *channel,
+        }
+    }
+}
+
+/// Cuts the next whole frame off `buf`. `Ok(None)`: more bytes are needed.
+/// Errors are the connection-level 501 FRAME_ERROR cases.
+pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, ProtocolError> {
+    if buf.len() < 7 {
+        return Ok(None);
+    }
+    let kind = buf[0];
+    let channel = u16::from_be_bytes([buf[1], buf[2]]);
+    let size = u32::from_be_bytes([buf[3], buf[4], buf[5], buf[6]]);
+    if !matches!(
+        kind,
+        FRAME_METHOD | FRAME_HEADER | FRAME_BODY | FRAME_HEARTBEAT
+    ) {
+        return Err(ProtocolError::frame_error(format!(
+            "type {kind}, first 7 octets = {:?}",
+            &buf[..7]
+        )));
+    }
+    // frame_max counts the whole frame, header and end octet included.
+    if frame_max != 0 && size as u64 + FRAME_OVERHEAD as u64 > frame_max as u64 {
+        return Err(ProtocolError::frame_error(format!(
+            "frame size {} > negotiated frame_max {frame_max}",
+            size as u64 + FRAME_OVERHEAD as u64
+        )));
+    }
+    let total = size as usize + FRAME_OVERHEAD;
+    if buf.len() < total {
+        buf.reserve(total - buf.len());
+        return Ok(None);
+    }
+    if buf[total - 1] != FRAME_END {
+        return Err(ProtocolError::frame_error(format!(
+            "bad frame end marker {:#04x}",
+            buf[total - 1]
+        )));
+    }
+    let mut frame = buf.split_to(total);
+    frame.advance(7);
+    frame.truncate(size as usize);
+    let payload = frame.freeze();
+    Ok(Some(match kind {
+        FRAME_METHOD => Frame::Method { channel, payload },
+        FRAME_HEADER => Frame::Header { channel, payload },
+        FRAME_BODY => Frame::Body { channel, payload },
+        _ => Frame::Heartbeat { channel },
+    }))
+}
+
+/// Class and method ids of a method payload.
+pub fn method_ids(payload: &[u8]) -> Option<(u16, u16)> {
+    if payload.len() < 4 {
+        return None;
+    }
+    Some((
+        u16::from_be_bytes([payload[0], payload[1]]),
+        u16::from_be_bytes([payload[2], payload[3]]),
+    ))
+}
+
+/// Parses a method payload with amq-protocol.
+pub fn parse_method(payload: &[u8]) -> Result<AMQPClass, ProtocolError> {
+    match amq_protocol::protocol::parse_class(payload) {
+        Ok((rest, class)) if rest.is_empty() => Ok(class),
+        _ => {
+            let (c, m) = method_ids(payload).unwrap_or((0, 0));
+            if is_known_method(c, m) {
+                Err(ProtocolError::syntax_error(format!("malformed method frame {c}.{m}")).on(c, m))
+            } else {
+                Err(ProtocolError::command_invalid(format!("unknown method {c}.{m}")).on(c, m))
+            }
+        }
+    }
+}
+
+fn is_known_method(class: u16, method: u16) -> bool {
+    match class {
+        10 => matches!(
+            method,
+            10 | 11 | 20 | 21 | 30 | 31 | 40 | 41 | 50 | 51 | 60 | 61
+        ),
+        20 => matches!(method, 10 | 11 | 20 | 21 | 40 | 41),
+        30 => matches!(method, 10 | 11),
+        40 => matches!(method, 10 | 11 | 20 | 21 | 30 | 31 | 40 | 51),
+        50 => matches!(method, 10 | 11 | 20 | 21 | 30 | 31 | 40 | 41 | 50 | 51),
+        60 => matches!(
+            method,
+            10 | 11
+                | 20
+                | 21
+                | 30
+                | 31
+                | 40
+                | 50
+                | 60
+                | 70
+                | 71
+                | 72
+                | 80
+                | 90
+                | 100
+                | 110
+                | 111
+                | 120
+        ),
+        85 => matches!(method, 10 | 11),
+        90 => matches!(method, 10 | 11 | 20 | 21 | 30 | 31),
+        _ => false,
+    }
+}
+
+/// A reader over a method payload for the hand-parsed methods.
+pub struct FieldReader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> FieldReader<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        FieldReader { buf }
+    }
+    pub fn u8(&mut self) -> Option<u8> {
+        let (&b, rest) = self.buf.split_first()?;
+        self.buf = rest;
+        Some(b)
+    }
+    pub fn u16(&mut self) -> Option<u16> {
+        let b = self.take(2)?;
+        Some(u16::from_be_bytes([b[0], b[1]]))
+    }
+    pub fn u32(&mut self) -> Option<u32> {
+        let b = self.take(4)?;
+        Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    pub fn u64(&mut self) -> Option<u64> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Some(u64::from_be_bytes(a))
+    }
+    /// A short string, as its byte range in the original buffer.
+    pub fn short_str(&mut self) -> Option<&'a [u8]> {
+        let n = self.u8()? as usize;
+        self.take(n)
+    }
+    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.buf.len() < n {
+            return None;
+        }
+        let (a, b) = self.buf.split_at(n);
+        self.buf = b;
+        Some(a)
+    }
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// Appends a method frame built by amq-protocol (control methods only).
+pub fn put_method(out: &mut BytesMut, channel: u16, method: AMQPClass) {
+    let frame = AMQPFrame::Method(channel, method);
+    // Generation into a growable Vec cannot fail for well-formed values; a
+    // failure would mean a string over 255 bytes built by us, so drop it.
+    let generated = gen_frame(&frame)(WriteContext::from(Vec::with_capacity(64)));
+    match generated {
+        Ok(ctx) => out.extend_from_slice(&ctx.write),
+        Err(_) => tracing::error!(?frame, "could not encode method frame"),
+    }
+}
+
+/// Appends a heartbeat frame.
+pub fn put_heartbeat(out: &mut BytesMut) {
+    out.extend_from_slice(&[FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END]);
+}
+
+/// Appends a short string, truncated to 255 bytes.
+pub fn put_short_str(out: &mut BytesMut, s: &[u8]) {
+    let s = &s[..s.len().min(255)];
+    out.put_u8(s.len() as u8);
+    out.extend_from_slice(s);
+}
+
+/// Starts a frame; returns the offset of its size field for `end_frame`.
+pub fn begin_frame(out: &mut BytesMut, kind: u8, channel: u16) -> usize {
+    out.put_u8(kind);
+    out.put_u16(channel);
+    let at = out.len();
+    out.put_u32(0);
+    at
+}
+
+/// Closes a frame begun with `begin_frame`: fills in its size, adds frame-end.
+pub fn end_frame(out: &mut BytesMut, size_at: usize) {
+    let size = (out.len() - size_at - 4) as u32;
+    out[size_at..size_at + 4].copy_from_slice(&size.to_be_bytes());
+    out.put_u8(FRAME_END);
+}
+
+/// Appends the content header and body frames of a message.
+pub fn put_content(
+    out: &mut BytesMut,
+    channel: u16,
+    properties: &[u8],
+    body: &Bytes,
+    frame_max: u32,
+) {
+    let at = begin_frame(out, FRAME_HEADER, channel);
+    out.put_u16(60);
+    out.put_u16(0);
+    out.put_u64(body.len() as u64);
+    out.extend_from_slice(properties);
+    end_frame(out, at);
+    let chunk = (frame_max.max(FRAME_MIN_SIZE) as usize) - FRAME_OVERHEAD;
+    for part in body.chunks(chunk) {
+        out.put_u8(FRAME_BODY);
+        out.put_u16(channel);
+        out.put_u32(part.len() as u32);
+        out.extend_from_slice(part);
+        out.put_u8(FRAME_END);
+    }
+}
+
+/// Appends basic.ack (publisher confirms).
+pub fn put_basic_ack(out: &mut BytesMut, channel: u16, tag: u64, multiple: bool) {
+    let at = begin_frame(out, FRAME_METHOD, channel);
+    out.put_u16(60);
+    out.put_u16(80);
+    out.put_u64(tag);
+    out.put_u8(multiple as u8);
+    end_frame(out, at);
+}
+
+/// Appends basic.nack (publisher confirms).
+pub fn put_basic_nack(out: &mut BytesMut, channel: u16, tag: u64, multiple: bool) {
+    let at = begin_frame(out, FRAME_METHOD, channel);
+    out.put_u16(60);
+    out.put_u16(120);
+    out.put_u64(tag);
+    out.put_u8(multiple as u8);
+    end_frame(out, at);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: u8, channel: u16, payload: &[u8]) -> BytesMut {
+        let mut b = BytesMut::new();
+        b.put_u8(kind);
+        b.put_u16(channel);
+        b.put_u32(payload.len() as u32);
+        b.extend_from_slice(payload);
+        b.put_u8(FRAME_END);
+        b
+    }
+
+    #[test]
+    fn decodes_whole_frames_and_waits_for_partial_ones() {
+        let mut all = frame(FRAME_BODY, 3, b"hello");
+        all.extend_from_slice(&frame(FRAME_HEARTBEAT, 0, b""));
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&all[..6]);
+        assert_eq!(decode(&mut buf, 4096), Ok(None));
+        buf.extend_from_slice(&all[6..]);
+        assert_eq!(
+            decode(&mut buf, 4096),
+            Ok(Some(Frame::Body {
+                channel: 3,
+                payload: Bytes::from_static(b"hello")
+            }))
+        );
+        assert_eq!(
+            decode(&mut buf, 4096),
+            Ok(Some(Frame::Heartbeat { channel: 0 }))
+        );
+        assert_eq!(decode(&mut buf, 4096), Ok(None));
+    }
+
+    #[test]
+    fn rejects_bad_type_size_and_end() {
+        let mut b = frame(7, 0, b"x");
+        assert_eq!(decode(&mut b, 4096).unwrap_err().code, 501);
+        let mut b = frame(FRAME_BODY, 1, &[0u8; 5000]);
+        assert_eq!(decode(&mut b, 4096).unwrap_err().code, 501);
+        let mut b = frame(FRAME_BODY, 1, b"abc");
+        let n = b.len();
+        b[n - 1] = 0;
+        assert_eq!(decode(&mut b, 4096).unwrap_err().code, 501);
+    }
+
+    #[test]
+    fn content_is_split_at_frame_max() {
+        let mut out = BytesMut::new();
+        let body = Bytes::from(vec![7u8; 10_000]);
+        put_content(&mut out, 1, &[0, 0], &body, 4096);
+        let mut n = 0;
+        let mut body_len = 0;
+        while let Some(f) = decode(&mut out, 4096).unwrap() {
+            if let Frame::Body { payload, .. } = f {
+                body_len += payload.len();
+            }
+            n += 1;
+        }
+        assert_eq!(n, 1 + 3);
+        assert_eq!(body_len, 10_000);
+    }
+
+    #[test]
+    fn unknown_and_malformed_methods() {
+        assert_eq!(parse_method(&[0, 99, 0, 1]).unwrap_err().code, 503);
+        assert_eq!(parse_method(&[0, 50, 0, 10, 0]).unwrap_err().code, 502);
+    }
+}

@@ -1,0 +1,593 @@
+//! One client connection: protocol header, the start / tune / open
+//! handshake, the read loop that feeds channels, heartbeats, and orderly or
+//! forced close. The reader task runs channel logic inline; the outbox's
+//! writer task sends everything.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use amq_protocol::protocol::{connection, AMQPClass};
+use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
+use bytes::BytesMut;
+use tokio::io::AsyncReadExt;
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::auth;
+use super::channel::Channel;
+use super::codec::{self, Frame, FRAME_MIN_SIZE};
+use super::error::{code, ProtocolError};
+use super::outbox::Outbox;
+use crate::broker::Broker;
+use crate::queue::Queue;
+use crate::vhost::VHost;
+
+/// How long a client may take from TCP accept to connection.open.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait for close-ok after sending connection.close.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What the client said it can do (client-properties capabilities).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ClientCaps {
+    pub consumer_cancel_notify: bool,
+    pub authentication_failure_close: bool,
+}
+
+/// Connection state every channel handler may use.
+pub struct ConnCtx {
+    pub id: u64,
+    pub broker: Arc<Broker>,
+    pub vhost: Arc<VHost>,
+    pub outbox: Arc<Outbox>,
+    pub frame_max: u32,
+    pub caps: ClientCaps,
+    pub user: String,
+    /// Exclusive queues this connection declared (deleted when it closes).
+    pub exclusive_queues: Vec<Arc<Queue>>,
+    /// The store's completed-flush epoch, for confirms.
+    pub flushed: watch::Receiver<u64>,
+}
+
+impl ConnCtx {
+    /// Sends a method frame on `channel`.
+    pub fn send(&self, channel: u16, method: AMQPClass) {
+        self.outbox
+            .send(|out| codec::put_method(out, channel, method));
+    }
+}
+
+/// Serves one TCP connection until it closes.
+pub async fn serve(
+    socket: TcpStream,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let _ = socket.set_nodelay(true);
+    let (mut rd, wr) = socket.into_split();
+    let outbox = Arc::new(Outbox::new());
+    let writer = tokio::spawn(Arc::clone(&outbox).run_writer(wr));
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let opened = tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        handshake(&mut rd, &mut buf, &outbox, peer, &broker),
+    )
+    .await;
+    let (ctx, heartbeat, channel_max) = match opened {
+        Ok(Some(hs)) => hs,
+        Ok(None) => {
+            outbox.finish();
+            let _ = writer.await;
+            return;
+        }
+        Err(_) => {
+            debug!(%peer, "handshake timed out");
+            outbox.finish();
+            let _ = writer.await;
+            return;
+        }
+    };
+    info!(%peer, user = %ctx.user, vhost = %ctx.vhost.name, "connection opened");
+    let mut conn = Connection {
+        ctx,
+        channels: HashMap::new(),
+        channel_max,
+        heartbeat,
+        finished: None,
+    };
+    let reason = conn.run(&mut rd, &mut buf, &mut shutdown).await;
+    conn.cleanup();
+    info!(%peer, reason = %reason, "connection closed");
+    conn.ctx.outbox.finish();
+    let _ = writer.await;
+}
+
+/// Reads the protocol header and runs start / tune / open. Returns the
+/// connection context, heartbeat and channel_max, or None when the
+/// connection ended during the handshake.
+async fn handshake(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    outbox: &Arc<Outbox>,
+    peer: SocketAddr,
+    broker: &Arc<Broker>,
+) -> Option<(ConnCtx, u16, u16)> {
+    while buf.len() < 8 {
+        if rd.read_buf(buf).await.ok()? == 0 {
+            return None;
+        }
+    }
+    let header = buf.split_to(8);
+    // 0-9-1, and the 0-9 header Qpid-derived clients send (RabbitMQ takes both).
+    if &header[..] != b"AMQP\x00\x00\x09\x01" && &header[..] != b"AMQP\x01\x01\x00\x09" {
+        debug!(%peer, header = ?&header[..], "unsupported protocol header");
+        outbox.send(|out| out.extend_from_slice(b"AMQP\x00\x00\x09\x01"));
+        return None;
+    }
+    let config = &broker.config;
+    let send = |m: AMQPClass| outbox.send(|out| codec::put_method(out, 0, m));
+    send(AMQPClass::Connection(connection::AMQPMethod::Start(
+        connection::Start {
+            version_major: 0,
+            version_minor: 9,
+            server_properties: server_properties(),
+            mechanisms: LongString::from(auth::MECHANISMS),
+            locales: LongString::from("en_US"),
+        },
+    )));
+    let mut caps = ClientCaps::default();
+    let mut user = String::new();
+    let mut frame_max = config.frame_max;
+    let mut heartbeat = 0;
+    let mut channel_max = config.channel_max;
+    let hard_close = |e: ProtocolError| {
+        warn!(%peer, code = e.code, "handshake failed: {}", e.text);
+        outbox.send(|out| codec::put_method(out, 0, close_method(&e)));
+    };
+    loop {
+        let frame = loop {
+            match codec::decode(buf, frame_max) {
+                Ok(Some(f)) => break f,
+                Ok(None) => {
+                    if rd.read_buf(buf).await.ok()? == 0 {
+                        return None;
+                    }
+                }
+                Err(e) => {
+                    hard_close(e);
+                    return None;
+                }
+            }
+        };
+        let payload = match frame {
+            Frame::Heartbeat { channel: 0 } => continue,
+            Frame::Method {
+                channel: 0,
+                payload,
+            } => payload,
+            _ => {
+                hard_close(ProtocolError::command_invalid(
+                    "expected a connection method during the handshake",
+                ));
+                return None;
+            }
+        };
+        let method = match codec::parse_method(&payload) {
+            Ok(m) => m,
+            Err(e) => {
+                hard_close(e);
+                return None;
+            }
+        };
+        match method {
+            AMQPClass::Connection(connection::AMQPMethod::StartOk(ok)) => {
+                caps = client_caps(&ok.client_properties);
+                let creds = match auth::decode(ok.mechanism.as_str(), ok.response.as_bytes()) {
+                    Ok(c) => c,
+                    Err(auth::AuthError::UnknownMechanism(m)) => {
+                        hard_close(
+                            ProtocolError::command_invalid(format!(
+                                "unknown authentication mechanism '{m}'"
+                            ))
+                            .on(10, 11),
+                        );
+                        return None;
+                    }
+                    Err(auth::AuthError::Malformed) => {
+                        hard_close(
+                            ProtocolError::syntax_error("malformed SASL response").on(10, 11),
+                        );
+                        return None;
+                    }
+                };
+                if !broker.authenticate(&creds.user, &creds.password, peer.ip()) {
+                    warn!(%peer, user = %creds.user, "login refused");
+                    if caps.authentication_failure_close {
+                        let e = ProtocolError::access_refused(format!(
+                            "Login was refused using authentication mechanism {}. For details see the broker logfile.",
+                            ok.mechanism.as_str()
+                        ))
+                        .on(10, 11)
+                        .hard();
+                        outbox.send(|out| codec::put_method(out, 0, close_method(&e)));
+                    }
+                    return None;
+                }
+                user = creds.user;
+                send(AMQPClass::Connection(connection::AMQPMethod::Tune(
+                    connection::Tune {
+                        channel_max: config.channel_max,
+                        frame_max: config.frame_max,
+                        heartbeat: config.heartbeat,
+                    },
+                )));
+            }
+            AMQPClass::Connection(connection::AMQPMethod::TuneOk(ok)) => {
+                let fm = if ok.frame_max == 0 {
+                    config.frame_max
+                } else {
+                    ok.frame_max
+                };
+                if fm < FRAME_MIN_SIZE {
+                    hard_close(
+                        ProtocolError::not_allowed(format!(
+                            "frame_max={fm} < {FRAME_MIN_SIZE} min size"
+                        ))
+                        .on(10, 31),
+                    );
+                    return None;
+                }
+                if fm > config.frame_max {
+                    hard_close(
+                        ProtocolError::not_allowed(format!(
+                            "frame_max={fm} > {} max size",
+                            config.frame_max
+                        ))
+                        .on(10, 31),
+                    );
+                    return None;
+                }
+                frame_max = fm;
+                outbox.set_heartbeat(ok.heartbeat);
+                heartbeat = ok.heartbeat;
+                if ok.channel_max != 0 {
+                    channel_max = ok.channel_max.min(config.channel_max);
+                }
+            }
+            AMQPClass::Connection(connection::AMQPMethod::Open(open)) => {
+                let name = open.virtual_host.as_str();
+                let Some(vhost) = broker.vhost(name) else {
+                    hard_close(
+                        ProtocolError::not_allowed(format!("vhost {name} not found")).on(10, 40),
+                    );
+                    return None;
+                };
+                send(AMQPClass::Connection(connection::AMQPMethod::OpenOk(
+                    connection::OpenOk {},
+                )));
+                let ctx = ConnCtx {
+                    id: broker.next_connection_id(),
+                    broker: Arc::clone(broker),
+                    vhost,
+                    outbox: Arc::clone(outbox),
+                    frame_max,
+                    caps,
+                    user,
+                    exclusive_queues: Vec::new(),
+                    flushed: broker.store.flushed(),
+                };
+                return Some((ctx, heartbeat, channel_max));
+            }
+            AMQPClass::Connection(connection::AMQPMethod::Close(_)) => {
+                send(AMQPClass::Connection(connection::AMQPMethod::CloseOk(
+                    connection::CloseOk {},
+                )));
+                return None;
+            }
+            _ => {
+                hard_close(ProtocolError::command_invalid(
+                    "unexpected method during the handshake",
+                ));
+                return None;
+            }
+        }
+    }
+}
+
+fn server_properties() -> FieldTable {
+    let mut caps = FieldTable::default();
+    for cap in [
+        "publisher_confirms",
+        "exchange_exchange_bindings",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "consumer_priorities",
+        "authentication_failure_close",
+        "per_consumer_qos",
+    ] {
+        caps.insert(ShortString::from(cap), AMQPValue::Boolean(true));
+    }
+    let mut p = FieldTable::default();
+    let s = |v: &str| AMQPValue::LongString(LongString::from(v));
+    p.insert("product".into(), s("Warren"));
+    p.insert("version".into(), s(env!("CARGO_PKG_VERSION")));
+    p.insert("platform".into(), s("Rust"));
+    p.insert("cluster_name".into(), s("warren"));
+    p.insert("copyright".into(), s("Copyright (c) the Warren authors"));
+    p.insert(
+        "information".into(),
+        s("Licensed under the MIT or Apache-2.0 licence"),
+    );
+    p.insert("capabilities".into(), AMQPValue::FieldTable(caps));
+    p
+}
+
+fn client_caps(props: &FieldTable) -> ClientCaps {
+    let mut caps = ClientCaps::default();
+    if let Some(AMQPValue::FieldTable(t)) = props.inner().get("capabilities") {
+        let on = |k: &str| matches!(t.inner().get(k), Some(AMQPValue::Boolean(true)));
+        caps.consumer_cancel_notify = on("consumer_cancel_notify");
+        caps.authentication_failure_close = on("authentication_failure_close");
+    }
+    caps
+}
+
+/// The connection.close method for a hard error.
+pub fn close_method(e: &ProtocolError) -> AMQPClass {
+    AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+        reply_code: e.code,
+        reply_text: ShortString::from(truncate(&e.text)),
+        class_id: e.class_id,
+        method_id: e.method_id,
+    }))
+}
+
+/// Reply texts are short strings: at most 255 bytes, cut at a char boundary.
+pub fn truncate(s: &str) -> String {
+    if s.len() <= 255 {
+        return s.to_string();
+    }
+    let mut end = 255;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+struct Connection {
+    ctx: ConnCtx,
+    channels: HashMap<u16, Channel>,
+    channel_max: u16,
+    heartbeat: u16,
+    /// Set when a close handshake completed.
+    finished: Option<Closed>,
+}
+
+/// How the read loop ended.
+enum Closed {
+    /// The peer closed (or close/close-ok completed).
+    Orderly,
+    /// We closed with an error.
+    Error(ProtocolError),
+    /// The socket failed or went silent.
+    Lost(&'static str),
+}
+
+impl std::fmt::Display for Closed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Closed::Orderly => f.write_str("closed by client"),
+            Closed::Error(e) => write!(f, "{e}"),
+            Closed::Lost(why) => f.write_str(why),
+        }
+    }
+}
+
+impl Connection {
+    async fn run(
+        &mut self,
+        rd: &mut OwnedReadHalf,
+        buf: &mut BytesMut,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Closed {
+        let timeout = if self.heartbeat == 0 {
+            Duration::from_secs(u64::MAX / 4)
+        } else {
+            Duration::from_secs(self.heartbeat as u64 * 2)
+        };
+        let mut last_read = Instant::now();
+        loop {
+            // Everything already buffered first: many frames per read.
+            loop {
+                match codec::decode(buf, self.ctx.frame_max) {
+                    Ok(Some(frame)) => {
+                        if let Err(e) = self.handle_frame(frame).await {
+                            return self.close_with(e, rd, buf).await;
+                        }
+                        if let Some(done) = self.finished.take() {
+                            return done;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => return self.close_with(e, rd, buf).await,
+                }
+            }
+            self.flush_confirms();
+            let waiting_flush = self.channels.values().any(|c| c.awaits_flush());
+            let flushed = &mut self.ctx.flushed;
+            tokio::select! {
+                read = rd.read_buf(buf) => match read {
+                    Ok(0) | Err(_) => return Closed::Lost("connection lost"),
+                    Ok(_) => last_read = Instant::now(),
+                },
+                changed = flushed.changed(), if waiting_flush => {
+                    if changed.is_err() {
+                        return Closed::Lost("store closed");
+                    }
+                }
+                _ = tokio::time::sleep_until((last_read + timeout).into()) => {
+                    warn!(heartbeat = self.heartbeat, "missed heartbeats from client, closing");
+                    return Closed::Lost("missed heartbeats");
+                }
+                _ = shutdown.changed() => {
+                    let e = ProtocolError::new(code::CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'");
+                    return self.close_with(e, rd, buf).await;
+                }
+            }
+        }
+    }
+
+    /// Sends connection.close and waits (briefly) for close-ok, ignoring
+    /// everything else, as the spec says.
+    async fn close_with(
+        &mut self,
+        e: ProtocolError,
+        rd: &mut OwnedReadHalf,
+        buf: &mut BytesMut,
+    ) -> Closed {
+        warn!(
+            code = e.code,
+            class = e.class_id,
+            method = e.method_id,
+            "closing connection: {}",
+            e.text
+        );
+        self.ctx.send(0, close_method(&e));
+        self.cleanup();
+        let wait = async {
+            loop {
+                while let Ok(Some(frame)) = codec::decode(buf, 0) {
+                    if let Frame::Method {
+                        channel: 0,
+                        payload,
+                    } = frame
+                    {
+                        if codec::method_ids(&payload) == Some((10, 51))
+                            || codec::method_ids(&payload) == Some((10, 50))
+                        {
+                            return;
+                        }
+                    }
+                }
+                buf.clear();
+                match rd.read_buf(buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        };
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, wait).await;
+        Closed::Error(e)
+    }
+
+    async fn handle_frame(&mut self, frame: Frame) -> Result<(), ProtocolError> {
+        let id = frame.channel();
+        if id == 0 {
+            return match frame {
+                Frame::Heartbeat { .. } => Ok(()),
+                Frame::Method { payload, .. } => self.connection_method(&payload),
+                _ => Err(ProtocolError::unexpected_frame(
+                    "content frame on channel 0",
+                )),
+            };
+        }
+        if id > self.channel_max {
+            return Err(ProtocolError::channel_error(format!(
+                "channel {id} exceeds the negotiated channel_max {}",
+                self.channel_max
+            )));
+        }
+        if let Frame::Heartbeat { .. } = frame {
+            return Err(ProtocolError::unexpected_frame(format!(
+                "heartbeat frame on channel {id}"
+            )));
+        }
+        match self.channels.get_mut(&id) {
+            Some(ch) => {
+                let r = ch.handle(frame, &mut self.ctx).await;
+                if ch.is_closed() {
+                    self.channels.remove(&id);
+                }
+                r
+            }
+            None => match frame {
+                Frame::Method { payload, .. } if codec::method_ids(&payload) == Some((20, 10)) => {
+                    let ch = Channel::open(id, &self.ctx);
+                    self.channels.insert(id, ch);
+                    Ok(())
+                }
+                Frame::Method { payload, .. } => {
+                    let (c, m) = codec::method_ids(&payload).unwrap_or((0, 0));
+                    Err(ProtocolError::channel_error(format!(
+                        "expected 'channel.open' on channel {id}"
+                    ))
+                    .on(c, m))
+                }
+                _ => Err(ProtocolError::unexpected_frame(format!(
+                    "content frame on closed channel {id}"
+                ))),
+            },
+        }
+    }
+
+    fn connection_method(&mut self, payload: &[u8]) -> Result<(), ProtocolError> {
+        match codec::parse_method(payload)? {
+            AMQPClass::Connection(connection::AMQPMethod::Close(close)) => {
+                debug!(code = close.reply_code, text = %close.reply_text.as_str(), "client closed the connection");
+                self.cleanup();
+                self.ctx.send(
+                    0,
+                    AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})),
+                );
+                self.finished = Some(Closed::Orderly);
+                Ok(())
+            }
+            AMQPClass::Connection(connection::AMQPMethod::CloseOk(_)) => {
+                self.finished = Some(Closed::Orderly);
+                Ok(())
+            }
+            AMQPClass::Connection(connection::AMQPMethod::UpdateSecret(_)) => {
+                self.ctx.send(
+                    0,
+                    AMQPClass::Connection(connection::AMQPMethod::UpdateSecretOk(
+                        connection::UpdateSecretOk {},
+                    )),
+                );
+                Ok(())
+            }
+            AMQPClass::Connection(
+                connection::AMQPMethod::Blocked(_) | connection::AMQPMethod::Unblocked(_),
+            ) => Ok(()),
+            other => {
+                let (c, m) = (other.get_amqp_class_id(), other.get_amqp_method_id());
+                Err(ProtocolError::command_invalid("connection method not allowed now").on(c, m))
+            }
+        }
+    }
+
+    fn flush_confirms(&mut self) {
+        let done = *self.ctx.flushed.borrow();
+        for ch in self.channels.values_mut() {
+            ch.send_confirms(done, &self.ctx);
+        }
+    }
+
+    /// Releases everything: channels (requeueing their unacked messages),
+    /// exclusive queues.
+    fn cleanup(&mut self) {
+        for (_, mut ch) in self.channels.drain() {
+            ch.release(&mut self.ctx);
+        }
+        for q in std::mem::take(&mut self.ctx.exclusive_queues) {
+            if let Err(e) = self.ctx.vhost.remove_queue(&q) {
+                warn!(queue = q.name(), "cannot delete exclusive queue: {e}");
+            }
+        }
+    }
+}

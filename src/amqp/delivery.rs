@@ -1,0 +1,298 @@
+//! The delivery side of a channel, shared with the queues its consumers read
+//! from: delivery tags, the unacked list, prefetch credit (per consumer and
+//! per channel, as RabbitMQ's `basic.qos` defines them), and encoding
+//! `basic.deliver` / `basic.get-ok` into the connection's outbox.
+//!
+//! Lock order: a queue's lock, then a channel's delivery lock, then the
+//! outbox. Nothing here calls back into a queue while holding its lock.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use bytes::{BufMut, BytesMut};
+use parking_lot::Mutex;
+
+use super::codec::{self, FRAME_METHOD};
+use super::error::ProtocolError;
+use super::outbox::Outbox;
+use crate::queue::{Entry, Queue};
+
+/// One consumer (`basic.consume`) on a channel.
+pub struct Consumer {
+    /// The consumer tag.
+    pub tag: String,
+    /// The channel that delivers to it.
+    pub channel: Arc<ChannelDelivery>,
+    /// Deliveries need no ack.
+    pub no_ack: bool,
+    /// Asked for exclusive access to the queue.
+    pub exclusive: bool,
+    /// Per-consumer prefetch (0 = unlimited), fixed when it was created.
+    pub prefetch: u32,
+    /// `x-priority` consumer argument.
+    pub priority: i32,
+    /// Deliveries not yet acked.
+    unacked: AtomicU32,
+}
+
+impl Consumer {
+    /// A consumer of `channel`.
+    pub fn new(
+        tag: String,
+        channel: Arc<ChannelDelivery>,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: u32,
+        priority: i32,
+    ) -> Self {
+        Consumer {
+            tag,
+            channel,
+            no_ack,
+            exclusive,
+            prefetch,
+            priority,
+            unacked: AtomicU32::new(0),
+        }
+    }
+}
+
+/// A delivery waiting for its ack.
+pub struct Unacked {
+    pub tag: u64,
+    pub queue: Arc<Queue>,
+    pub entry: Entry,
+    /// None for `basic.get`.
+    pub consumer: Option<Arc<Consumer>>,
+}
+
+struct State {
+    next_tag: u64,
+    unacked: VecDeque<Unacked>,
+    /// Per-channel prefetch (`basic.qos global=true`), 0 = unlimited.
+    global_prefetch: u32,
+    open: bool,
+}
+
+/// Delivery state of one channel.
+pub struct ChannelDelivery {
+    /// The channel number.
+    pub id: u16,
+    /// The connection's outbox.
+    pub outbox: Arc<Outbox>,
+    frame_max: u32,
+    /// Whether the client takes server-sent basic.cancel.
+    pub cancel_notify: bool,
+    state: Mutex<State>,
+}
+
+impl ChannelDelivery {
+    /// Delivery state for channel `id`.
+    pub fn new(id: u16, outbox: Arc<Outbox>, frame_max: u32, cancel_notify: bool) -> Self {
+        ChannelDelivery {
+            id,
+            outbox,
+            frame_max,
+            cancel_notify,
+            state: Mutex::new(State {
+                next_tag: 1,
+                unacked: VecDeque::new(),
+                global_prefetch: 0,
+                open: true,
+            }),
+        }
+    }
+
+    /// Sets the per-channel prefetch.
+    pub fn set_global_prefetch(&self, n: u32) {
+        self.state.lock().global_prefetch = n;
+    }
+
+    /// Delivers `entry` to `consumer` if it has credit; otherwise hands the
+    /// entry back. Called by `queue` with the queue's lock held.
+    pub fn try_deliver(
+        &self,
+        consumer: &Arc<Consumer>,
+        queue: &Arc<Queue>,
+        entry: Entry,
+    ) -> Result<(), Entry> {
+        let mut st = self.state.lock();
+        if !st.open || self.outbox.is_closed() {
+            return Err(entry);
+        }
+        if !consumer.no_ack {
+            if consumer.prefetch != 0
+                && consumer.unacked.load(Ordering::Relaxed) >= consumer.prefetch
+            {
+                return Err(entry);
+            }
+            if st.global_prefetch != 0 && st.unacked.len() >= st.global_prefetch as usize {
+                return Err(entry);
+            }
+        }
+        if self.outbox.is_full(queue) {
+            return Err(entry);
+        }
+        let tag = st.next_tag;
+        st.next_tag += 1;
+        let msg = &entry.msg;
+        self.outbox.send(|out| {
+            let at = codec::begin_frame(out, FRAME_METHOD, self.id);
+            out.put_u16(60);
+            out.put_u16(60);
+            codec::put_short_str(out, consumer.tag.as_bytes());
+            out.put_u64(tag);
+            out.put_u8(entry.redelivered as u8);
+            codec::put_short_str(out, &msg.exchange);
+            codec::put_short_str(out, &msg.routing_key);
+            codec::end_frame(out, at);
+            codec::put_content(out, self.id, &msg.properties, &msg.body, self.frame_max);
+        });
+        if consumer.no_ack {
+            queue.settle_delivered(entry);
+        } else {
+            consumer.unacked.fetch_add(1, Ordering::Relaxed);
+            st.unacked.push_back(Unacked {
+                tag,
+                queue: Arc::clone(queue),
+                entry,
+                consumer: Some(Arc::clone(consumer)),
+            });
+        }
+        Ok(())
+    }
+
+    /// Sends `basic.get-ok` for `entry`; records it as unacked unless no_ack.
+    /// Returns the entry back when it needs no ack, for the queue to settle.
+    pub fn deliver_get(
+        &self,
+        queue: &Arc<Queue>,
+        entry: Entry,
+        message_count: u32,
+        no_ack: bool,
+    ) -> Option<Entry> {
+        let mut st = self.state.lock();
+        let tag = st.next_tag;
+        st.next_tag += 1;
+        let msg = &entry.msg;
+        self.outbox.send(|out| {
+            let at = codec::begin_frame(out, FRAME_METHOD, self.id);
+            out.put_u16(60);
+            out.put_u16(71);
+            out.put_u64(tag);
+            out.put_u8(entry.redelivered as u8);
+            codec::put_short_str(out, &msg.exchange);
+            codec::put_short_str(out, &msg.routing_key);
+            out.put_u32(message_count);
+            codec::end_frame(out, at);
+            codec::put_content(out, self.id, &msg.properties, &msg.body, self.frame_max);
+        });
+        if no_ack {
+            return Some(entry);
+        }
+        st.unacked.push_back(Unacked {
+            tag,
+            queue: Arc::clone(queue),
+            entry,
+            consumer: None,
+        });
+        None
+    }
+
+    /// Moves the deliveries an ack/nack/reject names into `out`, in tag
+    /// order. `tag` 0 with `multiple` means every outstanding delivery.
+    /// An unknown tag is 406 PRECONDITION_FAILED, as in RabbitMQ.
+    pub fn take(
+        &self,
+        tag: u64,
+        multiple: bool,
+        out: &mut Vec<Unacked>,
+    ) -> Result<(), ProtocolError> {
+        let mut st = self.state.lock();
+        if multiple {
+            if tag == 0 {
+                out.extend(st.unacked.drain(..));
+            } else {
+                let n = st.unacked.partition_point(|u| u.tag <= tag);
+                if n == 0 && !st.unacked.iter().any(|u| u.tag == tag) {
+                    return Err(ProtocolError::precondition_failed(format!(
+                        "unknown delivery tag {tag}"
+                    )));
+                }
+                out.extend(st.unacked.drain(..n));
+            }
+        } else {
+            let i = st.unacked.partition_point(|u| u.tag < tag);
+            match st.unacked.get(i) {
+                Some(u) if u.tag == tag => {
+                    if let Some(u) = st.unacked.remove(i) {
+                        out.push(u);
+                    }
+                }
+                _ => {
+                    return Err(ProtocolError::precondition_failed(format!(
+                        "unknown delivery tag {tag}"
+                    )))
+                }
+            }
+        }
+        for u in out.iter() {
+            if let Some(c) = &u.consumer {
+                c.unacked.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes every outstanding delivery (basic.recover, channel close).
+    pub fn take_all(&self, out: &mut Vec<Unacked>) {
+        let mut st = self.state.lock();
+        out.extend(st.unacked.drain(..));
+        for u in out.iter() {
+            if let Some(c) = &u.consumer {
+                c.unacked.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Stops all further deliveries on this channel.
+    pub fn close(&self) {
+        self.state.lock().open = false;
+    }
+
+    /// Number of deliveries waiting for an ack.
+    pub fn unacked_count(&self) -> usize {
+        self.state.lock().unacked.len()
+    }
+
+    /// Sends a server-initiated `basic.cancel` (the queue went away).
+    pub fn send_cancel(&self, tag: &str) {
+        if !self.cancel_notify || !self.state.lock().open {
+            return;
+        }
+        self.outbox.send(|out: &mut BytesMut| {
+            let at = codec::begin_frame(out, FRAME_METHOD, self.id);
+            out.put_u16(60);
+            out.put_u16(30);
+            codec::put_short_str(out, tag.as_bytes());
+            out.put_u8(1); // nowait: the client answers nothing
+            codec::end_frame(out, at);
+        });
+    }
+}
+
+impl ChannelDelivery {
+    /// Puts deliveries back into the unacked list (tx.rollback), in tag order.
+    pub fn restore(&self, mut back: Vec<Unacked>) {
+        let mut st = self.state.lock();
+        for u in &back {
+            if let Some(c) = &u.consumer {
+                c.unacked.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        back.extend(st.unacked.drain(..));
+        back.sort_by_key(|u| u.tag);
+        st.unacked = back.into();
+    }
+}

@@ -1,0 +1,13 @@
+//! The wire: everything that knows AMQP frames exist. Bytes come in through
+//! `codec`, connections and channels turn methods into calls on `vhost` and
+//! `queue`, and everything going out is encoded into a connection's
+//! `outbox`.
+
+pub mod assembler;
+pub mod auth;
+pub mod channel;
+pub mod codec;
+pub mod connection;
+pub mod delivery;
+pub mod error;
+pub mod outbox;

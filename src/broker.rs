@@ -1,0 +1,103 @@
+//! `Broker`: the state every connection shares: configuration, the store,
+//! the vhosts, users. Opening it recovers durable state from the store.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::config::Config;
+use crate::store::{self, Store};
+use crate::vhost::VHost;
+
+/// Shared broker state.
+pub struct Broker {
+    pub config: Config,
+    pub store: Arc<Store>,
+    vhosts: RwLock<HashMap<String, Arc<VHost>>>,
+    next_connection: AtomicU64,
+}
+
+impl Broker {
+    /// Opens the store in the configured data dir and recovers from it.
+    pub fn open(config: Config) -> Result<Arc<Broker>, String> {
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
+        let store = Store::open(&config.data_dir, config.store_cache_mb << 20)
+            .map_err(|e| format!("cannot open store in {}: {e}", config.data_dir.display()))?;
+        let broker = Arc::new(Broker {
+            config,
+            store,
+            vhosts: RwLock::new(HashMap::new()),
+            next_connection: AtomicU64::new(1),
+        });
+        broker
+            .recover()
+            .map_err(|e| format!("recovery failed: {e}"))?;
+        Ok(broker)
+    }
+
+    fn recover(&self) -> Result<(), crate::amqp::error::ProtocolError> {
+        let started = std::time::Instant::now();
+        let mut names = self.store.vhosts()?;
+        if names.is_empty() {
+            self.store.put_vhost("/")?;
+            names.push("/".into());
+        }
+        for name in &names {
+            self.vhosts
+                .write()
+                .insert(name.clone(), VHost::new(name, Arc::clone(&self.store)));
+        }
+        for def in self.store.exchanges()? {
+            if let Some(vh) = self.vhost(&def.vhost) {
+                vh.restore_exchange(&def)?;
+            }
+        }
+        let mut messages = 0;
+        for def in self.store.queues()? {
+            if let Some(vh) = self.vhost(&def.vhost) {
+                messages += vh.restore_queue(&def)?;
+            }
+        }
+        for def in self.store.bindings()? {
+            if let Some(vh) = self.vhost(&def.vhost) {
+                if let Err(e) = vh.restore_binding(&def) {
+                    tracing::warn!(?def, "binding not restored: {e}");
+                }
+            }
+        }
+        tracing::info!(
+            vhosts = names.len(),
+            messages,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "recovered durable state"
+        );
+        Ok(())
+    }
+
+    /// The vhost called `name`.
+    pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
+        self.vhosts.read().get(name).cloned()
+    }
+
+    /// A fresh connection id.
+    pub fn next_connection_id(&self) -> u64 {
+        self.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Checks a login. Loopback-only users are refused from other addresses.
+    pub fn authenticate(&self, user: &str, password: &str, peer: IpAddr) -> bool {
+        let c = &self.config;
+        let known = user == c.default_user && password == c.default_pass;
+        let loopback_ok = !c.loopback_users.iter().any(|u| u == user) || peer.is_loopback();
+        known && loopback_ok
+    }
+
+    /// Flushes the store (shutdown).
+    pub fn flush(&self) -> store::Result<()> {
+        self.store.flush_now()
+    }
+}

@@ -1,0 +1,180 @@
+//! Configuration: defaults that work with no file, a TOML file
+//! (`--config FILE`), and command-line flags, later ones winning.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+use serde::Deserialize;
+
+/// Everything that can be set.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address the AMQP listener binds.
+    pub bind: IpAddr,
+    /// AMQP port (0 = any free port).
+    pub port: u16,
+    /// Where the store lives.
+    pub data_dir: PathBuf,
+    /// Largest frame the broker proposes at tune, bytes.
+    pub frame_max: u32,
+    /// Most channels per connection the broker proposes at tune.
+    pub channel_max: u16,
+    /// Heartbeat interval the broker proposes at tune, seconds (0 = off).
+    pub heartbeat: u16,
+    /// Largest message body accepted, bytes (RabbitMQ 3.10: 128 MiB).
+    pub max_message_size: u64,
+    /// Log filter when RUST_LOG is not set.
+    pub log_level: String,
+    /// The user created on first start.
+    pub default_user: String,
+    /// Its password.
+    pub default_pass: String,
+    /// Users that may only connect from loopback (RabbitMQ's loopback_users).
+    pub loopback_users: Vec<String>,
+    /// sled's page cache, MiB.
+    pub store_cache_mb: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: IpAddr::from([0, 0, 0, 0]),
+            port: 5672,
+            data_dir: PathBuf::from("warren-data"),
+            frame_max: 131_072,
+            channel_max: 2047,
+            heartbeat: 60,
+            max_message_size: 128 << 20,
+            log_level: "info".into(),
+            default_user: "guest".into(),
+            default_pass: "guest".into(),
+            loopback_users: vec!["guest".into()],
+            store_cache_mb: 64,
+        }
+    }
+}
+
+/// Command-line flags; each overrides the file.
+#[derive(Debug, Parser)]
+#[command(
+    name = "warren",
+    version,
+    about = "Warren: an AMQP 0-9-1 message broker, a drop-in replacement for RabbitMQ"
+)]
+pub struct Cli {
+    /// TOML configuration file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on for AMQP [default: 0.0.0.0].
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Option<IpAddr>,
+    /// AMQP port [default: 5672].
+    #[arg(long, value_name = "N")]
+    pub port: Option<u16>,
+    /// Data directory [default: ./warren-data].
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// frame_max proposed to clients, bytes [default: 131072].
+    #[arg(long, value_name = "BYTES")]
+    pub frame_max: Option<u32>,
+    /// channel_max proposed to clients [default: 2047].
+    #[arg(long, value_name = "N")]
+    pub channel_max: Option<u16>,
+    /// Heartbeat interval proposed to clients, seconds; 0 disables [default: 60].
+    #[arg(long, value_name = "SECS")]
+    pub heartbeat: Option<u16>,
+    /// Largest accepted message body, bytes [default: 134217728].
+    #[arg(long, value_name = "BYTES")]
+    pub max_message_size: Option<u64>,
+    /// Log level or filter (RUST_LOG wins) [default: info].
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// sled page cache size, MiB [default: 64].
+    #[arg(long, value_name = "MIB")]
+    pub store_cache_mb: Option<u64>,
+}
+
+impl Cli {
+    /// Defaults, then the file, then the flags.
+    pub fn into_config(self) -> Result<Config, String> {
+        let mut c = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?
+            }
+            None => Config::default(),
+        };
+        if let Some(v) = self.bind {
+            c.bind = v;
+        }
+        if let Some(v) = self.port {
+            c.port = v;
+        }
+        if let Some(v) = self.data_dir {
+            c.data_dir = v;
+        }
+        if let Some(v) = self.frame_max {
+            c.frame_max = v;
+        }
+        if let Some(v) = self.channel_max {
+            c.channel_max = v;
+        }
+        if let Some(v) = self.heartbeat {
+            c.heartbeat = v;
+        }
+        if let Some(v) = self.max_message_size {
+            c.max_message_size = v;
+        }
+        if let Some(v) = self.log_level {
+            c.log_level = v;
+        }
+        if let Some(v) = self.store_cache_mb {
+            c.store_cache_mb = v;
+        }
+        if c.frame_max < crate::amqp::codec::FRAME_MIN_SIZE {
+            return Err(format!(
+                "frame_max must be at least {}",
+                crate::amqp::codec::FRAME_MIN_SIZE
+            ));
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_then_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.toml");
+        std::fs::write(&path, "port = 6000\nheartbeat = 5\n").unwrap();
+        let cli = Cli::parse_from([
+            "warren",
+            "--config",
+            path.to_str().unwrap(),
+            "--port",
+            "7000",
+        ]);
+        let c = cli.into_config().unwrap();
+        assert_eq!(c.port, 7000);
+        assert_eq!(c.heartbeat, 5);
+        assert_eq!(c.frame_max, 131_072);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.toml");
+        std::fs::write(&path, "prot = 1\n").unwrap();
+        assert!(
+            Cli::parse_from(["warren", "--config", path.to_str().unwrap()])
+                .into_config()
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,112 @@
+//! Queue arguments (`x-...` on queue.declare): validation with RabbitMQ's
+//! wording, and the typed view the queue works from.
+
+use amq_protocol::types::{AMQPValue, FieldTable};
+
+/// An integer argument, accepting every integer width clients send.
+pub fn int_arg(v: &AMQPValue) -> Option<i64> {
+    Some(match v {
+        AMQPValue::ShortShortInt(n) => *n as i64,
+        AMQPValue::ShortShortUInt(n) => *n as i64,
+        AMQPValue::ShortInt(n) => *n as i64,
+        AMQPValue::ShortUInt(n) => *n as i64,
+        AMQPValue::LongInt(n) => *n as i64,
+        AMQPValue::LongUInt(n) => *n as i64,
+        AMQPValue::LongLongInt(n) => *n,
+        _ => return None,
+    })
+}
+
+/// A string argument.
+pub fn str_arg(v: &AMQPValue) -> Option<String> {
+    match v {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
+        _ => None,
+    }
+}
+
+fn type_name(v: &AMQPValue) -> &'static str {
+    match v {
+        AMQPValue::Boolean(_) => "bool",
+        AMQPValue::LongString(_) | AMQPValue::ShortString(_) => "longstr",
+        AMQPValue::FieldTable(_) => "table",
+        AMQPValue::FieldArray(_) => "array",
+        AMQPValue::Float(_) | AMQPValue::Double(_) => "double",
+        _ => "signedint",
+    }
+}
+
+/// Checks the x-arguments a queue.declare carries. On error returns the
+/// argument's name and what is wrong with it; the caller words the reply as
+/// RabbitMQ does ("invalid arg 'x-message-ttl' for queue 'q' in vhost '/': ...").
+pub fn validate(args: &FieldTable) -> Result<(), (String, String)> {
+    for (key, value) in args.inner() {
+        let key = key.as_str();
+        let bad = |why: String| Err((key.to_string(), why));
+        match key {
+            "x-message-ttl" | "x-expires" | "x-max-length" | "x-max-length-bytes"
+            | "x-delivery-limit" => match int_arg(value) {
+                None => return bad(format!("unacceptable type '{}'", type_name(value))),
+                Some(n) if n < 0 || (key == "x-expires" && n == 0) => {
+                    return bad(format!("value {n} is not acceptable"))
+                }
+                Some(_) => {}
+            },
+            "x-max-priority" => match int_arg(value) {
+                None => return bad(format!("unacceptable type '{}'", type_name(value))),
+                Some(n) if !(0..=255).contains(&n) => {
+                    return bad(format!("value {n} is not acceptable"))
+                }
+                Some(_) => {}
+            },
+            "x-dead-letter-exchange"
+            | "x-dead-letter-routing-key"
+            | "x-queue-mode"
+            | "x-queue-type" => {
+                if str_arg(value).is_none() {
+                    return bad(format!("unacceptable type '{}'", type_name(value)));
+                }
+            }
+            "x-overflow" => match str_arg(value).as_deref() {
+                Some("drop-head" | "reject-publish" | "reject-publish-dlx") => {}
+                Some(other) => return bad(format!("value '{other}' is not acceptable")),
+                None => return bad(format!("unacceptable type '{}'", type_name(value))),
+            },
+            "x-single-active-consumer" => {
+                if !matches!(value, AMQPValue::Boolean(_)) {
+                    return bad(format!("unacceptable type '{}'", type_name(value)));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use amq_protocol::types::ShortString;
+
+    fn table(k: &str, v: AMQPValue) -> FieldTable {
+        let mut t = FieldTable::default();
+        t.insert(ShortString::from(k), v);
+        t
+    }
+
+    #[test]
+    fn accepts_good_and_refuses_bad_args() {
+        assert!(validate(&table("x-message-ttl", AMQPValue::LongInt(1000))).is_ok());
+        assert!(validate(&table("x-message-ttl", AMQPValue::LongInt(-1))).is_err());
+        assert!(validate(&table("x-message-ttl", AMQPValue::LongString("a".into()))).is_err());
+        assert!(validate(&table("x-expires", AMQPValue::LongInt(0))).is_err());
+        assert!(validate(&table("x-max-priority", AMQPValue::LongInt(256))).is_err());
+        assert!(validate(&table(
+            "x-overflow",
+            AMQPValue::LongString("drop-tail".into())
+        ))
+        .is_err());
+        assert!(validate(&table("x-custom", AMQPValue::Boolean(true))).is_ok());
+    }
+}

@@ -1,0 +1,342 @@
+//! A queue: its ready messages (FIFO by sequence number), its consumers
+//! (round-robin), and what it has handed out. One mutex guards the state and
+//! is held only for the O(1) work of one push, delivery or ack; delivery runs
+//! on whichever task makes progress possible (a publisher's connection, an
+//! ack, a writer that drained), so there is no hop through a queue task.
+//!
+//! Persistent messages of a durable queue are written to the store on the
+//! way in and removed on ack; the store's group commit makes them durable.
+
+pub mod args;
+mod entry;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use amq_protocol::types::FieldTable;
+use parking_lot::Mutex;
+
+pub use entry::Entry;
+
+use crate::amqp::delivery::{ChannelDelivery, Consumer, Unacked};
+use crate::message::Message;
+use crate::store::{self, Store};
+
+/// A queue's identity and settings, fixed at declare.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    pub name: String,
+    pub vhost: String,
+    pub durable: bool,
+    /// Owning connection id for exclusive queues.
+    pub exclusive_owner: Option<u64>,
+    pub auto_delete: bool,
+    pub arguments: FieldTable,
+    /// Key prefix of its messages in the store (0 for transient queues).
+    pub store_id: u64,
+}
+
+/// A queue.
+pub struct Queue {
+    pub config: QueueConfig,
+    store: Arc<Store>,
+    deleted: AtomicBool,
+    state: Mutex<State>,
+}
+
+struct State {
+    ready: VecDeque<Entry>,
+    next_seq: u64,
+    consumers: VecDeque<Arc<Consumer>>,
+    /// Deliveries handed out and not yet settled.
+    unacked: usize,
+    /// Highest delivered sequence recorded in the store.
+    delivered_mark: u64,
+}
+
+/// What a push did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pushed {
+    /// The message was written to the store (the confirm waits for a flush).
+    pub stored: bool,
+}
+
+impl Queue {
+    /// A new, empty queue.
+    pub fn new(config: QueueConfig, store: Arc<Store>) -> Arc<Queue> {
+        Arc::new(Queue {
+            config,
+            store,
+            deleted: AtomicBool::new(false),
+            state: Mutex::new(State {
+                ready: VecDeque::new(),
+                next_seq: 1,
+                consumers: VecDeque::new(),
+                unacked: 0,
+                delivered_mark: 0,
+            }),
+        })
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Whether messages of this queue are kept in the store.
+    fn keeps(&self, msg: &Message) -> bool {
+        self.config.store_id != 0 && msg.persistent()
+    }
+
+    /// Loads the messages a durable queue had at the last stop.
+    pub fn recover(&self) -> store::Result<usize> {
+        let delivered = self.store.delivered(self.config.store_id)?;
+        let mut st = self.state.lock();
+        for item in self.store.messages(self.config.store_id) {
+            let m = item?;
+            st.next_seq = st.next_seq.max(m.seq + 1);
+            st.ready.push_back(Entry {
+                msg: m.message,
+                seq: m.seq,
+                redelivered: m.seq <= delivered,
+                stored: true,
+            });
+        }
+        st.delivered_mark = delivered;
+        Ok(st.ready.len())
+    }
+
+    /// Enqueues a message and delivers what it can.
+    pub fn push(self: &Arc<Self>, msg: &Arc<Message>) -> store::Result<Pushed> {
+        let mut st = self.state.lock();
+        if self.deleted.load(Ordering::Relaxed) {
+            return Ok(Pushed { stored: false });
+        }
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        let stored = self.keeps(msg);
+        if stored {
+            self.store.put_message(self.config.store_id, seq, msg)?;
+        }
+        st.ready.push_back(Entry {
+            msg: Arc::clone(msg),
+            seq,
+            redelivered: false,
+            stored,
+        });
+        self.dispatch_locked(&mut st);
+        Ok(Pushed { stored })
+    }
+
+    /// Delivers ready messages to consumers with credit.
+    pub fn dispatch(self: &Arc<Self>) {
+        let mut st = self.state.lock();
+        self.dispatch_locked(&mut st);
+    }
+
+    fn dispatch_locked(self: &Arc<Self>, st: &mut State) {
+        while !st.ready.is_empty() && !st.consumers.is_empty() {
+            let mut delivered = false;
+            for _ in 0..st.consumers.len() {
+                let Some(entry) = st.ready.pop_front() else {
+                    break;
+                };
+                let Some(consumer) = st.consumers.front() else {
+                    break;
+                };
+                let (seq, stored, no_ack) = (entry.seq, entry.stored, consumer.no_ack);
+                match consumer.channel.try_deliver(consumer, self, entry) {
+                    Ok(()) => {
+                        if !no_ack {
+                            st.unacked += 1;
+                        }
+                        if stored && seq > st.delivered_mark {
+                            st.delivered_mark = seq;
+                            self.note_delivered(seq);
+                        }
+                        st.consumers.rotate_left(1);
+                        delivered = true;
+                        break;
+                    }
+                    Err(entry) => {
+                        st.ready.push_front(entry);
+                        st.consumers.rotate_left(1);
+                    }
+                }
+            }
+            if !delivered {
+                break;
+            }
+        }
+    }
+
+    fn note_delivered(&self, seq: u64) {
+        if let Err(e) = self.store.set_delivered(self.config.store_id, seq) {
+            tracing::warn!(queue = %self.config.name, "cannot record delivery: {e}");
+        }
+    }
+
+    /// `basic.get`: hands the head message to `channel`. Returns false when
+    /// the queue is empty.
+    pub fn get(self: &Arc<Self>, channel: &ChannelDelivery, no_ack: bool) -> bool {
+        let mut st = self.state.lock();
+        let Some(entry) = st.ready.pop_front() else {
+            return false;
+        };
+        let (seq, stored) = (entry.seq, entry.stored);
+        if stored && seq > st.delivered_mark {
+            st.delivered_mark = seq;
+            self.note_delivered(seq);
+        }
+        let remaining = st.ready.len() as u32;
+        match channel.deliver_get(self, entry, remaining, no_ack) {
+            Some(entry) => self.forget(entry),
+            None => st.unacked += 1,
+        }
+        true
+    }
+
+    /// Settles a delivery that needed no ack (called with the lock held by
+    /// the dispatcher, so it must not lock).
+    pub fn settle_delivered(&self, entry: Entry) {
+        self.forget(entry);
+    }
+
+    fn forget(&self, entry: Entry) {
+        if entry.stored && !self.deleted.load(Ordering::Relaxed) {
+            if let Err(e) = self.store.remove_message(self.config.store_id, entry.seq) {
+                tracing::warn!(queue = %self.config.name, "cannot remove acked message: {e}");
+            }
+        }
+    }
+
+    /// Settles acked deliveries (their entries leave the queue for good) and
+    /// delivers into the credit they freed.
+    pub fn ack(self: &Arc<Self>, acked: impl Iterator<Item = Entry>) {
+        let mut st = self.state.lock();
+        for entry in acked {
+            st.unacked = st.unacked.saturating_sub(1);
+            self.forget(entry);
+        }
+        self.dispatch_locked(&mut st);
+    }
+
+    /// Puts deliveries back at their original place, marked redelivered.
+    pub fn requeue(self: &Arc<Self>, entries: impl Iterator<Item = Entry>) {
+        let mut st = self.state.lock();
+        if self.deleted.load(Ordering::Relaxed) {
+            return;
+        }
+        for mut entry in entries {
+            st.unacked = st.unacked.saturating_sub(1);
+            entry.redelivered = true;
+            let at = st.ready.partition_point(|e| e.seq < entry.seq);
+            st.ready.insert(at, entry);
+        }
+        self.dispatch_locked(&mut st);
+    }
+
+    /// Adds a consumer. Fails if an exclusive consumer holds the queue, or
+    /// if an exclusive one is asked for while others exist.
+    pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> Result<(), ConsumeError> {
+        let mut st = self.state.lock();
+        if st.consumers.iter().any(|c| c.exclusive) {
+            return Err(ConsumeError::ExclusiveHeld);
+        }
+        if consumer.exclusive && !st.consumers.is_empty() {
+            return Err(ConsumeError::InUse);
+        }
+        // Consumer priorities: higher first; equal priorities round-robin.
+        let at = st
+            .consumers
+            .iter()
+            .position(|c| c.priority < consumer.priority);
+        match at {
+            Some(i) => st.consumers.insert(i, consumer),
+            None => st.consumers.push_back(consumer),
+        }
+        self.dispatch_locked(&mut st);
+        Ok(())
+    }
+
+    /// Removes a consumer; returns how many remain.
+    pub fn remove_consumer(&self, channel: &ChannelDelivery, tag: &str) -> usize {
+        let mut st = self.state.lock();
+        st.consumers
+            .retain(|c| !(std::ptr::eq(Arc::as_ptr(&c.channel), channel) && c.tag == tag));
+        st.consumers.len()
+    }
+
+    /// Ready messages.
+    pub fn message_count(&self) -> u32 {
+        self.state.lock().ready.len() as u32
+    }
+
+    /// Active consumers.
+    pub fn consumer_count(&self) -> u32 {
+        self.state.lock().consumers.len() as u32
+    }
+
+    /// Drops every ready message; returns how many.
+    pub fn purge(&self) -> store::Result<u32> {
+        let mut st = self.state.lock();
+        let n = st.ready.len() as u32;
+        for entry in st.ready.drain(..) {
+            if entry.stored {
+                self.store.remove_message(self.config.store_id, entry.seq)?;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Marks the queue deleted, cancels its consumers (telling clients that
+    /// asked to be told) and drops its messages. Returns the ready count.
+    pub fn delete(&self) -> u32 {
+        let (consumers, n) = {
+            let mut st = self.state.lock();
+            self.deleted.store(true, Ordering::Relaxed);
+            let n = st.ready.len() as u32;
+            st.ready.clear();
+            (std::mem::take(&mut st.consumers), n)
+        };
+        for c in consumers {
+            c.channel.send_cancel(&c.tag);
+        }
+        n
+    }
+
+    /// Whether the queue was deleted.
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.load(Ordering::Relaxed)
+    }
+
+    /// Settles deliveries taken from one channel, grouped by queue: acked
+    /// ones leave, the others are requeued.
+    pub fn settle_all(unacked: &mut Vec<Unacked>, requeue: bool) {
+        let mut drain = unacked.drain(..).peekable();
+        while let Some(first) = drain.next() {
+            let q = first.queue;
+            let rest = std::iter::from_fn(|| {
+                drain
+                    .next_if(|u| Arc::ptr_eq(&u.queue, &q))
+                    .map(|u| u.entry)
+            });
+            let run = std::iter::once(first.entry).chain(rest);
+            if requeue {
+                q.requeue(run);
+            } else {
+                q.ack(run);
+            }
+        }
+    }
+}
+
+/// Why a consumer could not be added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumeError {
+    /// Another consumer has exclusive access.
+    ExclusiveHeld,
+    /// Exclusive access asked while other consumers exist.
+    InUse,
+}

@@ -1,0 +1,103 @@
+//! Durability on sled, behind a small interface: definitions (vhosts,
+//! exchanges, queues, bindings) and persistent messages. Nothing outside this
+//! module knows sled exists. Writes are applied at once (in memory, in sled's
+//! log); `Store::ticket` + the flusher (`sync.rs`) make them durable in
+//! groups: one fsync covers every write made before it started.
+
+mod definitions;
+mod messages;
+mod sync;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use definitions::{BindingDef, ExchangeDef, QueueDef};
+pub use messages::{decode_message, encode_message, StoredMessage};
+pub use sync::Flusher;
+
+/// Store failures.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// sled reported an I/O or corruption error.
+    #[error("sled: {0}")]
+    Sled(#[from] sled::Error),
+    /// A stored record could not be decoded.
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+}
+
+/// Result of a store operation.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The broker's durable state.
+pub struct Store {
+    db: sled::Db,
+    defs: sled::Tree,
+    msgs: sled::Tree,
+    flusher: Arc<Flusher>,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`. `cache_bytes` bounds sled's
+    /// page cache.
+    pub fn open(dir: &Path, cache_bytes: u64) -> Result<Arc<Store>> {
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(cache_bytes)
+            .flush_every_ms(Some(500))
+            .mode(sled::Mode::HighThroughput)
+            .open()?;
+        Self::from_db(db)
+    }
+
+    /// A store that lives in a temp dir and vanishes on drop (unit tests).
+    pub fn temporary() -> Result<Arc<Store>> {
+        Self::from_db(sled::Config::new().temporary(true).open()?)
+    }
+
+    fn from_db(db: sled::Db) -> Result<Arc<Store>> {
+        let defs = db.open_tree("definitions")?;
+        let msgs = db.open_tree("messages")?;
+        let flusher = Flusher::start(db.clone());
+        Ok(Arc::new(Store {
+            db,
+            defs,
+            msgs,
+            flusher,
+        }))
+    }
+
+    /// Asks for a flush covering every write made so far; returns the flush
+    /// epoch to wait for (see `Flusher`).
+    pub fn ticket(&self) -> u64 {
+        self.flusher.ticket()
+    }
+
+    /// Watches the last completed flush epoch.
+    pub fn flushed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.flusher.subscribe()
+    }
+
+    /// Waits until everything written so far is on disk.
+    pub async fn sync(&self) -> Result<()> {
+        let ticket = self.ticket();
+        let mut rx = self.flushed();
+        // The flusher never stops while the store lives; a closed channel
+        // means shutdown, and then a direct flush does the job.
+        if rx.wait_for(|&done| done >= ticket).await.is_err() {
+            self.db.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Flushes everything now, synchronously (shutdown).
+    pub fn flush_now(&self) -> Result<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Bytes sled uses on disk.
+    pub fn size_on_disk(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
+    }
+}

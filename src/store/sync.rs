@@ -1,0 +1,89 @@
+//! Group commit. Writers put records into sled (no fsync) and take a
+//! *ticket*: the number of the flush that will cover their write. One
+//! flusher thread runs flushes back to back while there is demand, so every
+//! writer that came in during a flush shares the next one.
+//!
+//! Correctness: a writer reads the epoch counter after its write. The flusher
+//! bumps the counter before it starts a flush. So a writer that read epoch
+//! `g` wrote before flush `g + 1` began, and that flush covers it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::watch;
+
+/// The group-commit flusher of one sled database.
+pub struct Flusher {
+    epoch: AtomicU64,
+    wanted: AtomicBool,
+    lock: Mutex<bool>,
+    wake: Condvar,
+    done: watch::Sender<u64>,
+}
+
+impl Flusher {
+    /// Starts the flusher thread for `db`.
+    pub fn start(db: sled::Db) -> Arc<Flusher> {
+        let (done, _) = watch::channel(0);
+        let f = Arc::new(Flusher {
+            epoch: AtomicU64::new(0),
+            wanted: AtomicBool::new(false),
+            lock: Mutex::new(false),
+            wake: Condvar::new(),
+            done,
+        });
+        let weak = Arc::downgrade(&f);
+        let spawned = std::thread::Builder::new()
+            .name("warren-flusher".into())
+            .spawn(move || Self::run(weak, db));
+        if let Err(e) = spawned {
+            tracing::error!("cannot start the flusher thread: {e}");
+        }
+        f
+    }
+
+    /// The flush epoch that will cover every write made before this call.
+    pub fn ticket(&self) -> u64 {
+        let ticket = self.epoch.load(Ordering::SeqCst) + 1;
+        if !self.wanted.swap(true, Ordering::SeqCst) {
+            let mut pending = self.lock.lock();
+            *pending = true;
+            self.wake.notify_one();
+        }
+        ticket
+    }
+
+    /// Watches the last completed epoch.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.done.subscribe()
+    }
+
+    fn run(this: std::sync::Weak<Flusher>, db: sled::Db) {
+        loop {
+            let Some(f) = this.upgrade() else { return };
+            {
+                let mut pending = f.lock.lock();
+                while !*pending {
+                    // Wake now and then to notice that the store was dropped.
+                    if f.wake
+                        .wait_for(&mut pending, std::time::Duration::from_millis(200))
+                        .timed_out()
+                        && std::sync::Arc::strong_count(&f) == 1
+                    {
+                        return;
+                    }
+                }
+                *pending = false;
+            }
+            f.wanted.store(false, Ordering::SeqCst);
+            let epoch = f.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+            if let Err(e) = db.flush() {
+                // Confirms stay pending rather than lie; sled will retry.
+                tracing::error!("store flush failed: {e}");
+                continue;
+            }
+            f.done.send_replace(epoch);
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! Small helpers with no better home.
+
+use rand::Rng;
+
+/// 22 random URL-safe characters, as in RabbitMQ's `amq.gen-...` names.
+pub fn random_name() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut rng = rand::thread_rng();
+    (0..22)
+        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
+        .collect()
+}

@@ -1,0 +1,643 @@
+//! Declaring, binding and deleting exchanges and queues, with RabbitMQ's
+//! checks (reserved names, equivalence, exclusivity) and reply texts, and
+//! keeping the store's definitions in step for durable entities.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use amq_protocol::types::{AMQPValue, FieldTable};
+use parking_lot::RwLock;
+
+use super::{Destination, Exchange, VHost};
+use crate::amqp::error::{ProtocolError, Result};
+use crate::exchange::{Bindings, ExchangeKind};
+use crate::queue::{Queue, QueueConfig};
+use crate::store::{BindingDef, ExchangeDef, QueueDef};
+
+/// What `exchange.declare` asks for.
+#[derive(Debug, Clone)]
+pub struct ExchangeSpec {
+    pub name: String,
+    pub kind: String,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub internal: bool,
+    pub arguments: FieldTable,
+}
+
+/// What `queue.declare` asks for.
+#[derive(Debug, Clone)]
+pub struct QueueSpec {
+    pub name: String,
+    pub durable: bool,
+    pub exclusive: bool,
+    pub auto_delete: bool,
+    pub arguments: FieldTable,
+}
+
+/// Queue arguments RabbitMQ compares on redeclare.
+const QUEUE_ARGS_COMPARED: &[&str] = &[
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+    "x-delivery-limit",
+];
+
+fn bool_str(b: bool) -> &'static str {
+    if b {
+        "true"
+    } else {
+        "false"
+    }
+}
+
+/// RabbitMQ's type names for field values in equivalence errors.
+fn value_type(v: &AMQPValue) -> &'static str {
+    match v {
+        AMQPValue::Boolean(_) => "bool",
+        AMQPValue::ShortShortInt(_) | AMQPValue::ShortShortUInt(_) => "byte",
+        AMQPValue::ShortInt(_) | AMQPValue::ShortUInt(_) => "short",
+        AMQPValue::LongInt(_) | AMQPValue::LongUInt(_) => "signedint",
+        AMQPValue::LongLongInt(_) => "long",
+        AMQPValue::Float(_) => "float",
+        AMQPValue::Double(_) => "double",
+        AMQPValue::DecimalValue(_) => "decimal",
+        AMQPValue::ShortString(_) | AMQPValue::LongString(_) => "longstr",
+        AMQPValue::FieldArray(_) => "array",
+        AMQPValue::Timestamp(_) => "timestamp",
+        AMQPValue::FieldTable(_) => "table",
+        AMQPValue::ByteArray(_) => "binary",
+        AMQPValue::Void => "void",
+    }
+}
+
+fn value_text(v: &AMQPValue) -> String {
+    match v {
+        AMQPValue::Boolean(b) => bool_str(*b).to_string(),
+        AMQPValue::ShortShortInt(n) => n.to_string(),
+        AMQPValue::ShortShortUInt(n) => n.to_string(),
+        AMQPValue::ShortInt(n) => n.to_string(),
+        AMQPValue::ShortUInt(n) => n.to_string(),
+        AMQPValue::LongInt(n) => n.to_string(),
+        AMQPValue::LongUInt(n) => n.to_string(),
+        AMQPValue::LongLongInt(n) => n.to_string(),
+        AMQPValue::ShortString(s) => s.as_str().to_string(),
+        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Numeric values compare by value across integer widths (clients differ
+/// in which width they send), everything else exactly.
+fn same_value(a: &AMQPValue, b: &AMQPValue) -> bool {
+    fn int(v: &AMQPValue) -> Option<i128> {
+        Some(match v {
+            AMQPValue::ShortShortInt(n) => *n as i128,
+            AMQPValue::ShortShortUInt(n) => *n as i128,
+            AMQPValue::ShortInt(n) => *n as i128,
+            AMQPValue::ShortUInt(n) => *n as i128,
+            AMQPValue::LongInt(n) => *n as i128,
+            AMQPValue::LongUInt(n) => *n as i128,
+            AMQPValue::LongLongInt(n) => *n as i128,
+            _ => return None,
+        })
+    }
+    fn text(v: &AMQPValue) -> Option<&[u8]> {
+        match v {
+            AMQPValue::ShortString(s) => Some(s.as_str().as_bytes()),
+            AMQPValue::LongString(s) => Some(s.as_bytes()),
+            _ => None,
+        }
+    }
+    match (int(a), int(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => match (text(a), text(b)) {
+            (Some(x), Some(y)) => x == y,
+            _ => a == b,
+        },
+    }
+}
+
+impl VHost {
+    fn inequivalent(
+        &self,
+        field: &str,
+        what: &str,
+        name: &str,
+        got: &str,
+        have: &str,
+    ) -> ProtocolError {
+        ProtocolError::precondition_failed(format!(
+            "inequivalent arg '{field}' for {}: received '{got}' but current is '{have}'",
+            self.describe(what, name)
+        ))
+    }
+
+    fn check_args(
+        &self,
+        what: &str,
+        name: &str,
+        keys: &[&str],
+        got: &FieldTable,
+        have: &FieldTable,
+    ) -> Result<()> {
+        for key in keys {
+            let (g, h) = (got.inner().get(*key), have.inner().get(*key));
+            let same = match (g, h) {
+                (None, None) => true,
+                (Some(a), Some(b)) => same_value(a, b),
+                _ => false,
+            };
+            if !same {
+                let describe = |v: Option<&AMQPValue>| match v {
+                    Some(v) => format!("the value '{}' of type '{}'", value_text(v), value_type(v)),
+                    None => "none".to_string(),
+                };
+                return Err(ProtocolError::precondition_failed(format!(
+                    "inequivalent arg '{key}' for {}: received {} but current is {}",
+                    self.describe(what, name),
+                    describe(g),
+                    describe(h)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `exchange.declare`.
+    pub fn declare_exchange(&self, spec: &ExchangeSpec, passive: bool) -> Result<Arc<Exchange>> {
+        if spec.name.is_empty() {
+            return Err(ProtocolError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
+        }
+        if passive {
+            return self.exchange(&spec.name).ok_or_else(|| {
+                ProtocolError::not_found(format!("no {}", self.describe("exchange", &spec.name)))
+            });
+        }
+        let kind = ExchangeKind::parse(&spec.kind).ok_or_else(|| {
+            ProtocolError::command_invalid(format!("invalid exchange type '{}'", spec.kind))
+        })?;
+        if let Some(x) = self.exchange(&spec.name) {
+            let n = &spec.name;
+            if x.kind != kind {
+                return Err(self.inequivalent("type", "exchange", n, &spec.kind, x.kind.as_str()));
+            }
+            for (field, got, have) in [
+                ("durable", spec.durable, x.durable),
+                ("auto_delete", spec.auto_delete, x.auto_delete),
+                ("internal", spec.internal, x.internal),
+            ] {
+                if got != have {
+                    return Err(self.inequivalent(
+                        field,
+                        "exchange",
+                        n,
+                        bool_str(got),
+                        bool_str(have),
+                    ));
+                }
+            }
+            self.check_args(
+                "exchange",
+                n,
+                &["alternate-exchange"],
+                &spec.arguments,
+                &x.arguments,
+            )?;
+            return Ok(x);
+        }
+        if spec.name.starts_with("amq.") {
+            return Err(ProtocolError::access_refused(format!(
+                "exchange name '{}' contains reserved prefix 'amq.*'",
+                spec.name
+            )));
+        }
+        let alternate = match spec.arguments.inner().get("alternate-exchange") {
+            Some(AMQPValue::LongString(s)) => {
+                Some(String::from_utf8_lossy(s.as_bytes()).into_owned())
+            }
+            Some(AMQPValue::ShortString(s)) => Some(s.as_str().to_string()),
+            _ => None,
+        };
+        if spec.durable {
+            self.store.put_exchange(&ExchangeDef {
+                vhost: self.name.clone(),
+                name: spec.name.clone(),
+                kind: spec.kind.clone(),
+                durable: true,
+                auto_delete: spec.auto_delete,
+                internal: spec.internal,
+                arguments: spec.arguments.clone(),
+            })?;
+        }
+        let mut exchanges = self.exchanges.write();
+        // Lost a race with another declare: theirs stands.
+        if let Some(x) = exchanges.get(&spec.name) {
+            return Ok(Arc::clone(x));
+        }
+        let x = Arc::new(Exchange {
+            name: spec.name.clone(),
+            kind,
+            durable: spec.durable,
+            auto_delete: spec.auto_delete,
+            internal: spec.internal,
+            arguments: spec.arguments.clone(),
+            alternate,
+            bindings: RwLock::new(Bindings::new(kind)),
+            ever_bound: AtomicBool::new(false),
+        });
+        exchanges.insert(spec.name.clone(), Arc::clone(&x));
+        Ok(x)
+    }
+
+    /// `exchange.delete`. A missing exchange is not an error (RabbitMQ 3.x).
+    pub fn delete_exchange(&self, name: &str, if_unused: bool) -> Result<()> {
+        if name.is_empty() {
+            return Err(ProtocolError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
+        }
+        if name.starts_with("amq.") {
+            return Err(ProtocolError::access_refused(format!(
+                "deletion of system {} not allowed",
+                self.describe("exchange", name)
+            )));
+        }
+        let Some(x) = self.exchange(name) else {
+            return Ok(());
+        };
+        if if_unused && !x.bindings.read().is_empty() {
+            return Err(ProtocolError::precondition_failed(format!(
+                "{} in use",
+                self.describe("exchange", name)
+            )));
+        }
+        self.remove_exchange(&x)
+    }
+
+    fn remove_exchange(&self, x: &Arc<Exchange>) -> Result<()> {
+        {
+            let mut exchanges = self.exchanges.write();
+            match exchanges.get(&x.name) {
+                Some(cur) if Arc::ptr_eq(cur, x) => {
+                    exchanges.remove(&x.name);
+                }
+                _ => return Ok(()),
+            }
+        }
+        if x.durable {
+            self.store.delete_exchange(&self.name, &x.name)?;
+            for (key, args, dest) in x.bindings.read().iter() {
+                self.forget_binding(x, key, args, dest)?;
+            }
+        }
+        // Bindings that point at it from other exchanges go too.
+        let dest = Destination::Exchange(Arc::clone(x));
+        self.unbind_everywhere(&dest)?;
+        Ok(())
+    }
+
+    /// `queue.declare`. Returns the queue and whether it was created.
+    pub fn declare_queue(
+        &self,
+        spec: &QueueSpec,
+        passive: bool,
+        conn_id: u64,
+    ) -> Result<Arc<Queue>> {
+        if passive {
+            let q = self.queue(&spec.name).ok_or_else(|| {
+                ProtocolError::not_found(format!("no {}", self.describe("queue", &spec.name)))
+            })?;
+            self.check_exclusive(&q, conn_id)?;
+            return Ok(q);
+        }
+        if let Some(q) = self.queue(&spec.name) {
+            self.check_exclusive(&q, conn_id)?;
+            self.check_queue_equivalence(&q, spec)?;
+            return Ok(q);
+        }
+        if spec.name.starts_with("amq.") {
+            return Err(ProtocolError::access_refused(format!(
+                "queue name '{}' contains reserved prefix 'amq.*'",
+                spec.name
+            )));
+        }
+        crate::queue::args::validate(&spec.arguments).map_err(|(arg, why)| {
+            ProtocolError::precondition_failed(format!(
+                "invalid arg '{arg}' for {}: {why}",
+                self.describe("queue", &spec.name)
+            ))
+        })?;
+        // Exclusive queues die with their connection: never stored.
+        let stored = spec.durable && !spec.exclusive;
+        let store_id = if stored {
+            self.store.next_queue_id()?
+        } else {
+            0
+        };
+        let config = QueueConfig {
+            name: spec.name.clone(),
+            vhost: self.name.clone(),
+            durable: spec.durable,
+            exclusive_owner: spec.exclusive.then_some(conn_id),
+            auto_delete: spec.auto_delete,
+            arguments: spec.arguments.clone(),
+            store_id,
+        };
+        if stored {
+            self.store.put_queue(&QueueDef {
+                vhost: self.name.clone(),
+                name: spec.name.clone(),
+                id: store_id,
+                auto_delete: spec.auto_delete,
+                arguments: spec.arguments.clone(),
+            })?;
+        }
+        let mut queues = self.queues.write();
+        if let Some(q) = queues.get(&spec.name) {
+            return Ok(Arc::clone(q));
+        }
+        let q = Queue::new(config, Arc::clone(&self.store));
+        queues.insert(spec.name.clone(), Arc::clone(&q));
+        Ok(q)
+    }
+
+    fn check_queue_equivalence(&self, q: &Queue, spec: &QueueSpec) -> Result<()> {
+        let n = &spec.name;
+        for (field, got, have) in [
+            ("durable", spec.durable, q.config.durable),
+            (
+                "exclusive",
+                spec.exclusive,
+                q.config.exclusive_owner.is_some(),
+            ),
+            ("auto_delete", spec.auto_delete, q.config.auto_delete),
+        ] {
+            if got != have {
+                if field == "exclusive" {
+                    return Err(self.locked(n));
+                }
+                return Err(self.inequivalent(field, "queue", n, bool_str(got), bool_str(have)));
+            }
+        }
+        self.check_args(
+            "queue",
+            n,
+            QUEUE_ARGS_COMPARED,
+            &spec.arguments,
+            &q.config.arguments,
+        )
+    }
+
+    fn locked(&self, name: &str) -> ProtocolError {
+        ProtocolError::resource_locked(format!(
+            "cannot obtain exclusive access to locked {}. It could be originally declared on another \
+             connection or the exclusive property value does not match that of the original declaration.",
+            self.describe("queue", name)
+        ))
+    }
+
+    /// 405 unless the queue is non-exclusive or owned by `conn_id`.
+    pub fn check_exclusive(&self, q: &Queue, conn_id: u64) -> Result<()> {
+        match q.config.exclusive_owner {
+            Some(owner) if owner != conn_id => Err(self.locked(q.name())),
+            _ => Ok(()),
+        }
+    }
+
+    /// The queue `name`, usable by connection `conn_id`, or 404 / 405.
+    pub fn queue_for(&self, name: &str, conn_id: u64) -> Result<Arc<Queue>> {
+        let q = self.queue(name).ok_or_else(|| {
+            ProtocolError::not_found(format!("no {}", self.describe("queue", name)))
+        })?;
+        self.check_exclusive(&q, conn_id)?;
+        Ok(q)
+    }
+
+    /// `queue.delete`. Returns the number of messages deleted; a missing
+    /// queue deletes nothing and is not an error (RabbitMQ 3.x).
+    pub fn delete_queue(
+        &self,
+        name: &str,
+        if_unused: bool,
+        if_empty: bool,
+        conn_id: u64,
+    ) -> Result<u32> {
+        let Some(q) = self.queue(name) else {
+            return Ok(0);
+        };
+        self.check_exclusive(&q, conn_id)?;
+        if if_unused && q.consumer_count() > 0 {
+            return Err(ProtocolError::precondition_failed(format!(
+                "{} in use",
+                self.describe("queue", name)
+            )));
+        }
+        if if_empty && q.message_count() > 0 {
+            return Err(ProtocolError::precondition_failed(format!(
+                "{} not empty",
+                self.describe("queue", name)
+            )));
+        }
+        self.remove_queue(&q)
+    }
+
+    /// Removes a queue from the vhost, its bindings and its stored state.
+    pub fn remove_queue(&self, q: &Arc<Queue>) -> Result<u32> {
+        {
+            let mut queues = self.queues.write();
+            match queues.get(q.name()) {
+                Some(cur) if Arc::ptr_eq(cur, q) => {
+                    queues.remove(q.name());
+                }
+                _ => return Ok(0),
+            }
+        }
+        let n = q.delete();
+        self.unbind_everywhere(&Destination::Queue(Arc::clone(q)))?;
+        if q.config.store_id != 0 {
+            self.store
+                .delete_queue(&self.name, q.name(), q.config.store_id)?;
+        }
+        Ok(n)
+    }
+
+    fn unbind_everywhere(&self, dest: &Destination) -> Result<()> {
+        for x in self.exchanges() {
+            let removed: Vec<(String, FieldTable)> = {
+                let b = x.bindings.read();
+                b.iter()
+                    .filter(|(_, _, d)| *d == dest)
+                    .map(|(k, a, _)| (k.to_string(), a.clone()))
+                    .collect()
+            };
+            if removed.is_empty() {
+                continue;
+            }
+            x.bindings.write().unbind_all(dest);
+            for (key, args) in &removed {
+                self.forget_binding(&x, key, args, dest)?;
+            }
+            self.maybe_auto_delete(&x)?;
+        }
+        Ok(())
+    }
+
+    fn maybe_auto_delete(&self, x: &Arc<Exchange>) -> Result<()> {
+        if x.auto_delete && x.ever_bound.load(Ordering::Relaxed) && x.bindings.read().is_empty() {
+            self.remove_exchange(x)?;
+        }
+        Ok(())
+    }
+
+    fn binding_def(
+        &self,
+        x: &Exchange,
+        key: &str,
+        args: &FieldTable,
+        dest: &Destination,
+    ) -> Option<BindingDef> {
+        let durable_dest = match dest {
+            Destination::Queue(q) => q.config.store_id != 0,
+            Destination::Exchange(d) => d.durable,
+        };
+        (x.durable && durable_dest).then(|| BindingDef {
+            vhost: self.name.clone(),
+            source: x.name.clone(),
+            destination: dest.name().to_string(),
+            to_exchange: matches!(dest, Destination::Exchange(_)),
+            routing_key: key.to_string(),
+            arguments: args.clone(),
+        })
+    }
+
+    fn forget_binding(
+        &self,
+        x: &Exchange,
+        key: &str,
+        args: &FieldTable,
+        dest: &Destination,
+    ) -> Result<()> {
+        if let Some(def) = self.binding_def(x, key, args, dest) {
+            self.store.delete_binding(&def)?;
+        }
+        Ok(())
+    }
+
+    fn source_for_binding(&self, name: &str) -> Result<Arc<Exchange>> {
+        if name.is_empty() {
+            return Err(ProtocolError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
+        }
+        self.exchange(name).ok_or_else(|| {
+            ProtocolError::not_found(format!("no {}", self.describe("exchange", name)))
+        })
+    }
+
+    /// Resolves the destination of a bind/unbind.
+    pub fn destination(&self, name: &str, to_exchange: bool, conn_id: u64) -> Result<Destination> {
+        if to_exchange {
+            if name.is_empty() {
+                return Err(ProtocolError::access_refused(
+                    "operation not permitted on the default exchange",
+                ));
+            }
+            self.exchange(name)
+                .map(Destination::Exchange)
+                .ok_or_else(|| {
+                    ProtocolError::not_found(format!("no {}", self.describe("exchange", name)))
+                })
+        } else {
+            self.queue_for(name, conn_id).map(Destination::Queue)
+        }
+    }
+
+    /// `queue.bind` / `exchange.bind`.
+    pub fn bind(
+        &self,
+        source: &str,
+        dest: Destination,
+        key: &str,
+        args: &FieldTable,
+    ) -> Result<()> {
+        let x = self.source_for_binding(source)?;
+        let def = self.binding_def(&x, key, args, &dest);
+        if x.bindings.write().bind(key, args, dest) {
+            x.ever_bound.store(true, Ordering::Relaxed);
+            if let Some(def) = def {
+                self.store.put_binding(&def)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `queue.unbind` / `exchange.unbind`. A missing binding is not an error.
+    pub fn unbind(
+        &self,
+        source: &str,
+        dest: Destination,
+        key: &str,
+        args: &FieldTable,
+    ) -> Result<()> {
+        let x = self.source_for_binding(source)?;
+        if x.bindings.write().unbind(key, args, &dest) {
+            self.forget_binding(&x, key, args, &dest)?;
+            self.maybe_auto_delete(&x)?;
+        }
+        Ok(())
+    }
+
+    /// Recreates a durable exchange from the store (startup).
+    pub fn restore_exchange(&self, def: &ExchangeDef) -> Result<()> {
+        let spec = ExchangeSpec {
+            name: def.name.clone(),
+            kind: def.kind.clone(),
+            durable: true,
+            auto_delete: def.auto_delete,
+            internal: def.internal,
+            arguments: def.arguments.clone(),
+        };
+        if self.exchange(&def.name).is_none() {
+            self.declare_exchange(&spec, false)?;
+        }
+        Ok(())
+    }
+
+    /// Recreates a durable queue and its messages from the store (startup).
+    pub fn restore_queue(&self, def: &QueueDef) -> Result<usize> {
+        let q = Queue::new(
+            QueueConfig {
+                name: def.name.clone(),
+                vhost: self.name.clone(),
+                durable: true,
+                exclusive_owner: None,
+                auto_delete: def.auto_delete,
+                arguments: def.arguments.clone(),
+                store_id: def.id,
+            },
+            Arc::clone(&self.store),
+        );
+        let n = q.recover()?;
+        self.queues.write().insert(def.name.clone(), q);
+        Ok(n)
+    }
+
+    /// Recreates a durable binding (startup).
+    pub fn restore_binding(&self, def: &BindingDef) -> Result<()> {
+        let dest = self.destination(&def.destination, def.to_exchange, 0)?;
+        self.bind(&def.source, dest, &def.routing_key, &def.arguments)
+    }
+}

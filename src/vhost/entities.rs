@@ -1,0 +1,74 @@
+//! The exchange record a vhost keeps, and `Destination`, what a binding
+//! points at. Destinations compare by identity (the `Arc`), so two queues
+//! that once had the same name are never confused.
+
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use amq_protocol::types::FieldTable;
+use parking_lot::RwLock;
+
+use crate::exchange::{Bindings, ExchangeKind};
+use crate::queue::Queue;
+
+/// An exchange in a vhost.
+pub struct Exchange {
+    pub name: String,
+    pub kind: ExchangeKind,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub internal: bool,
+    pub arguments: FieldTable,
+    /// The `alternate-exchange` argument.
+    pub alternate: Option<String>,
+    /// Its bindings (read per publish, written on bind/unbind).
+    pub bindings: RwLock<Bindings<Destination>>,
+    /// Set once it had a binding (auto-delete applies only after that).
+    pub ever_bound: AtomicBool,
+}
+
+impl Exchange {
+    /// Whether this is one of the exchanges every vhost has.
+    pub fn is_builtin(&self) -> bool {
+        self.name.is_empty() || self.name.starts_with("amq.")
+    }
+}
+
+/// What a binding routes to.
+#[derive(Clone)]
+pub enum Destination {
+    Queue(Arc<Queue>),
+    Exchange(Arc<Exchange>),
+}
+
+impl Destination {
+    /// Name of the queue or exchange.
+    pub fn name(&self) -> &str {
+        match self {
+            Destination::Queue(q) => q.name(),
+            Destination::Exchange(x) => &x.name,
+        }
+    }
+
+    fn addr(&self) -> usize {
+        match self {
+            Destination::Queue(q) => Arc::as_ptr(q) as *const u8 as usize,
+            Destination::Exchange(x) => Arc::as_ptr(x) as *const u8 as usize,
+        }
+    }
+}
+
+impl PartialEq for Destination {
+    fn eq(&self, other: &Self) -> bool {
+        self.addr() == other.addr()
+    }
+}
+
+impl Eq for Destination {}
+
+impl Hash for Destination {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.addr().hash(state);
+    }
+}

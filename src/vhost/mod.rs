@@ -1,0 +1,95 @@
+//! A virtual host: the registries of its exchanges and queues, the
+//! declare / bind / delete operations on them (with RabbitMQ's checks and
+//! reply texts), and `route`, the entry point of every publish.
+
+mod declare;
+mod entities;
+pub mod routing;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use amq_protocol::types::FieldTable;
+use parking_lot::RwLock;
+
+pub use declare::{ExchangeSpec, QueueSpec};
+pub use entities::{Destination, Exchange};
+
+use crate::exchange::{Bindings, ExchangeKind};
+use crate::queue::Queue;
+use crate::store::Store;
+
+/// A virtual host.
+pub struct VHost {
+    pub name: String,
+    store: Arc<Store>,
+    exchanges: RwLock<HashMap<String, Arc<Exchange>>>,
+    queues: RwLock<HashMap<String, Arc<Queue>>>,
+}
+
+impl VHost {
+    /// A vhost with the default exchange and the `amq.*` exchanges.
+    pub fn new(name: &str, store: Arc<Store>) -> Arc<VHost> {
+        let vh = VHost {
+            name: name.to_string(),
+            store,
+            exchanges: RwLock::new(HashMap::new()),
+            queues: RwLock::new(HashMap::new()),
+        };
+        for (name, kind) in [
+            ("", ExchangeKind::Direct),
+            ("amq.direct", ExchangeKind::Direct),
+            ("amq.fanout", ExchangeKind::Fanout),
+            ("amq.topic", ExchangeKind::Topic),
+            ("amq.headers", ExchangeKind::Headers),
+            ("amq.match", ExchangeKind::Headers),
+        ] {
+            vh.insert_exchange(Exchange {
+                name: name.to_string(),
+                kind,
+                durable: true,
+                auto_delete: false,
+                internal: false,
+                arguments: FieldTable::default(),
+                alternate: None,
+                bindings: RwLock::new(Bindings::new(kind)),
+                ever_bound: AtomicBool::new(false),
+            });
+        }
+        Arc::new(vh)
+    }
+
+    fn insert_exchange(&self, x: Exchange) -> Arc<Exchange> {
+        let x = Arc::new(x);
+        self.exchanges
+            .write()
+            .insert(x.name.clone(), Arc::clone(&x));
+        x
+    }
+
+    /// The exchange called `name`.
+    pub fn exchange(&self, name: &str) -> Option<Arc<Exchange>> {
+        self.exchanges.read().get(name).cloned()
+    }
+
+    /// The queue called `name`.
+    pub fn queue(&self, name: &str) -> Option<Arc<Queue>> {
+        self.queues.read().get(name).cloned()
+    }
+
+    /// Every queue (for recovery and listing).
+    pub fn queues(&self) -> Vec<Arc<Queue>> {
+        self.queues.read().values().cloned().collect()
+    }
+
+    /// Every exchange.
+    pub fn exchanges(&self) -> Vec<Arc<Exchange>> {
+        self.exchanges.read().values().cloned().collect()
+    }
+
+    /// `"exchange 'x' in vhost '/'"`, RabbitMQ's way of naming a resource.
+    pub fn describe(&self, kind: &str, name: &str) -> String {
+        format!("{kind} '{name}' in vhost '{}'", self.name)
+    }
+}

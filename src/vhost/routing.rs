@@ -1,0 +1,119 @@
+//! `VHost::route`: from a published message to the set of queues it lands
+//! in, following exchange-to-exchange bindings and alternate exchanges, each
+//! exchange visited at most once (cycles are legal in AMQP and must end).
+
+use std::sync::Arc;
+
+use amq_protocol::types::FieldTable;
+
+use super::{Destination, Exchange, VHost};
+use crate::amqp::error::{ProtocolError, Result};
+use crate::exchange::ExchangeKind;
+use crate::message::Message;
+use crate::queue::Queue;
+
+/// Scratch space for routing, reused across publishes of one channel.
+#[derive(Default)]
+pub struct RouteScratch {
+    dests: Vec<Destination>,
+    visited: Vec<*const Exchange>,
+}
+
+// The raw pointers in `visited` are only compared, never dereferenced.
+unsafe impl Send for RouteScratch {}
+
+impl VHost {
+    /// Finds the queues `msg` goes to and appends them to `out` (each once).
+    pub fn route(
+        &self,
+        msg: &Message,
+        scratch: &mut RouteScratch,
+        out: &mut Vec<Arc<Queue>>,
+    ) -> Result<()> {
+        let name = std::str::from_utf8(&msg.exchange).map_err(|_| {
+            ProtocolError::not_found(format!("no {}", self.describe("exchange", "?")))
+        })?;
+        let key = String::from_utf8_lossy(&msg.routing_key);
+        if name.is_empty() {
+            // The default exchange: every queue is bound by its own name.
+            if let Some(q) = self.queue(&key) {
+                out.push(q);
+            }
+            return Ok(());
+        }
+        let x = self.exchange(name).ok_or_else(|| {
+            ProtocolError::not_found(format!("no {}", self.describe("exchange", name)))
+        })?;
+        if x.internal {
+            return Err(ProtocolError::access_refused(format!(
+                "cannot publish to internal {}",
+                self.describe("exchange", name)
+            )));
+        }
+        scratch.visited.clear();
+        let mut headers = None;
+        let nested = self.route_exchange(&x, msg, &key, &mut headers, scratch, out);
+        if nested {
+            dedup(out);
+        }
+        Ok(())
+    }
+
+    /// Routes through `x`; returns whether more than one exchange took part
+    /// (so duplicates are possible).
+    fn route_exchange(
+        &self,
+        x: &Arc<Exchange>,
+        msg: &Message,
+        key: &str,
+        headers: &mut Option<Option<FieldTable>>,
+        scratch: &mut RouteScratch,
+        out: &mut Vec<Arc<Queue>>,
+    ) -> bool {
+        scratch.visited.push(Arc::as_ptr(x));
+        let start = scratch.dests.len();
+        // Headers are decoded only if a headers exchange is on the path.
+        let table = if x.kind == ExchangeKind::Headers {
+            headers.get_or_insert_with(|| msg.headers()).as_ref()
+        } else {
+            None
+        };
+        x.bindings.read().route(key, table, &mut scratch.dests);
+        let before = out.len();
+        let mut nested = false;
+        let mut i = start;
+        while i < scratch.dests.len() {
+            match scratch.dests[i].clone() {
+                Destination::Queue(q) => out.push(q),
+                Destination::Exchange(next) => {
+                    if !scratch.visited.contains(&Arc::as_ptr(&next)) {
+                        nested = true;
+                        self.route_exchange(&next, msg, key, headers, scratch, out);
+                    }
+                }
+            }
+            i += 1;
+        }
+        scratch.dests.truncate(start);
+        if out.len() == before {
+            if let Some(ae) = x.alternate.as_deref().and_then(|n| self.exchange(n)) {
+                if !scratch.visited.contains(&Arc::as_ptr(&ae)) {
+                    nested = true;
+                    self.route_exchange(&ae, msg, key, headers, scratch, out);
+                }
+            }
+        }
+        nested
+    }
+}
+
+fn dedup(out: &mut Vec<Arc<Queue>>) {
+    let mut i = 0;
+    while i < out.len() {
+        if out[..i].iter().any(|q| Arc::ptr_eq(q, &out[i])) {
+            out.swap_remove(i);
+        } else {
+            i += 1;
+        }
+    }
+}

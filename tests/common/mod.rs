@@ -1,0 +1,163 @@
+//! Test support: a real broker on 127.0.0.1:0 with a temp data dir, and
+//! lapin helpers. Each test starts its own broker.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::StreamExt;
+use lapin::{
+    options::*, types::FieldTable, BasicProperties, Channel, Connection, ConnectionProperties,
+};
+use warren::{Config, Server};
+
+/// A broker running in this process.
+pub struct TestBroker {
+    pub server: Option<Server>,
+    pub addr: std::net::SocketAddr,
+    pub dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+/// A config for tests: loopback, any port, the given data dir.
+pub fn config(dir: &Path) -> Config {
+    Config {
+        bind: [127, 0, 0, 1].into(),
+        port: 0,
+        data_dir: dir.to_path_buf(),
+        store_cache_mb: 16,
+        ..Config::default()
+    }
+}
+
+/// Starts a broker with a fresh temp data dir.
+pub async fn start() -> TestBroker {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().to_path_buf();
+    let mut b = start_with(config(&dir)).await;
+    b._tmp = Some(tmp);
+    b
+}
+
+/// Starts a broker with `config`.
+pub async fn start_with(config: Config) -> TestBroker {
+    let dir = config.data_dir.clone();
+    let server = Server::start(config).await.expect("broker starts");
+    TestBroker {
+        addr: server.addr,
+        server: Some(server),
+        dir,
+        _tmp: None,
+    }
+}
+
+impl TestBroker {
+    /// amqp:// URI of this broker.
+    pub fn uri(&self) -> String {
+        format!("amqp://guest:guest@{}/%2f", self.addr)
+    }
+
+    /// A new client connection.
+    pub async fn connect(&self) -> Connection {
+        Connection::connect(&self.uri(), ConnectionProperties::default())
+            .await
+            .expect("connect")
+    }
+
+    /// A connection and a channel on it.
+    pub async fn channel(&self) -> (Connection, Channel) {
+        let c = self.connect().await;
+        let ch = c.create_channel().await.expect("channel");
+        (c, ch)
+    }
+
+    /// Stops the broker cleanly.
+    pub async fn stop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown().await;
+        }
+    }
+
+    /// Stops and starts again on the same data dir (a clean restart).
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let mut c = config(&self.dir);
+        c.port = 0;
+        let server = Server::start(c).await.expect("broker restarts");
+        self.addr = server.addr;
+        self.server = Some(server);
+    }
+}
+
+/// Declares a queue with default options.
+pub async fn declare(ch: &Channel, name: &str) -> lapin::Queue {
+    ch.queue_declare(
+        name.into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .expect("queue.declare")
+}
+
+/// Publishes `body` to `exchange` with `key`.
+pub async fn publish(ch: &Channel, exchange: &str, key: &str, body: &[u8]) {
+    ch.basic_publish(
+        exchange.into(),
+        key.into(),
+        BasicPublishOptions::default(),
+        body,
+        BasicProperties::default(),
+    )
+    .await
+    .expect("basic.publish");
+}
+
+/// basic.get with no-ack; returns the body.
+pub async fn get_body(ch: &Channel, queue: &str) -> Option<Vec<u8>> {
+    ch.basic_get(queue.into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("basic.get")
+        .map(|m| m.delivery.data.clone())
+}
+
+/// Polls basic.get until a message arrives or 5 s pass.
+pub async fn get_eventually(ch: &Channel, queue: &str) -> Option<Vec<u8>> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(b) = get_body(ch, queue).await {
+            return Some(b);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Next delivery from a consumer, or None after 5 s.
+pub async fn next(consumer: &mut lapin::Consumer) -> Option<lapin::message::Delivery> {
+    match tokio::time::timeout(Duration::from_secs(5), consumer.next()).await {
+        Ok(Some(Ok(d))) => Some(d),
+        _ => None,
+    }
+}
+
+/// Asserts that nothing is delivered within a short grace period.
+pub async fn assert_no_delivery(consumer: &mut lapin::Consumer) {
+    if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(300), consumer.next()).await
+    {
+        panic!(
+            "unexpected delivery: {:?}",
+            String::from_utf8_lossy(&d.data)
+        );
+    }
+}
+
+/// The AMQP reply code carried by a lapin error, if any.
+pub fn reply_code(e: &lapin::Error) -> Option<u16> {
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(p) => Some(p.get_id()),
+        _ => None,
+    }
+}
