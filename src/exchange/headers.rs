@@ -199,7 +199,12 @@ impl<D: Clone + Eq + Hash> HeadersTable<D> {
 /// `validate_binding` does. On error, returns the text RabbitMQ closes the
 /// channel with (after "PRECONDITION_FAILED - "). Erlang's term printing is
 /// reproduced for the usual values; exotic floats and non-ASCII bytes are
-/// approximated.
+/// approximated; the caller truncates the text to a short string.
+///
+/// # Errors
+///
+/// When `x-match` is present but is not a long string holding "all", "any",
+/// "all-with-x" or "any-with-x".
 pub fn validate_args(args: &FieldTable) -> Result<(), String> {
     let Some(v) = args.inner().get("x-match") else {
         return Ok(());
@@ -279,7 +284,9 @@ fn erl_term(v: &AMQPValue) -> String {
 
 /// An Erlang binary: `<<"text">>` when printable ASCII, else `<<1,2,3>>`.
 fn erl_binary(b: &[u8]) -> String {
-    if b.iter().all(|c| (0x20..0x7f).contains(c)) {
+    if b.is_empty() {
+        "<<>>".to_owned()
+    } else if b.iter().all(|c| (0x20..0x7f).contains(c)) {
         let mut s = String::from("<<\"");
         for &c in b {
             if c == b'"' || c == b'\\' {
@@ -609,6 +616,10 @@ mod tests {
         assert_eq!(
             bad(V::FieldTable(table(&[("k", V::DecimalValue(DecimalValue { scale: 2, value: 5 }))]))),
             "Invalid x-match field type table (value [{<<\"k\">>,decimal,{2,5}}]); expected longstr"
+        );
+        assert_eq!(
+            validate_args(&table(&[xm("")])).unwrap_err(),
+            "Invalid x-match field value <<>>; expected all, any, all-with-x, or any-with-x"
         );
         assert_eq!(erl_float(1e22), "1.0e22");
         assert_eq!(erl_float(0.25), "0.25");

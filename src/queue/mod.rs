@@ -9,6 +9,7 @@
 
 pub mod args;
 mod entry;
+mod ready;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +19,7 @@ use amq_protocol::types::FieldTable;
 use parking_lot::Mutex;
 
 pub use entry::Entry;
+use ready::{Pager, Ready};
 
 use crate::amqp::delivery::{ChannelDelivery, Consumer, Unacked};
 use crate::message::Message;
@@ -46,7 +48,7 @@ pub struct Queue {
 }
 
 struct State {
-    ready: VecDeque<Entry>,
+    ready: Ready,
     next_seq: u64,
     consumers: VecDeque<Arc<Consumer>>,
     /// Deliveries handed out and not yet settled.
@@ -70,7 +72,7 @@ impl Queue {
             store,
             deleted: AtomicBool::new(false),
             state: Mutex::new(State {
-                ready: VecDeque::new(),
+                ready: Ready::default(),
                 next_seq: 1,
                 consumers: VecDeque::new(),
                 unacked: 0,
@@ -89,6 +91,14 @@ impl Queue {
         self.config.store_id != 0 && msg.persistent()
     }
 
+    /// Where this queue pages messages out of memory (durable queues only).
+    fn pager(&self) -> Option<Pager<'_>> {
+        (self.config.store_id != 0).then(|| Pager {
+            store: &self.store,
+            queue_id: self.config.store_id,
+        })
+    }
+
     /// Loads the messages a durable queue had at the last stop.
     pub fn recover(&self) -> store::Result<usize> {
         let delivered = self.store.delivered(self.config.store_id)?;
@@ -96,7 +106,7 @@ impl Queue {
         for item in self.store.messages(self.config.store_id) {
             let m = item?;
             st.next_seq = st.next_seq.max(m.seq + 1);
-            st.ready.push_back(Entry {
+            st.ready.push_recovered(Entry {
                 msg: m.message,
                 seq: m.seq,
                 redelivered: m.seq <= delivered,
@@ -119,12 +129,13 @@ impl Queue {
         if stored {
             self.store.put_message(self.config.store_id, seq, msg)?;
         }
-        st.ready.push_back(Entry {
+        let entry = Entry {
             msg: Arc::clone(msg),
             seq,
             redelivered: false,
             stored,
-        });
+        };
+        st.ready.push_back(entry, self.pager().as_ref())?;
         self.dispatch_locked(&mut st);
         Ok(Pushed { stored })
     }
@@ -136,10 +147,11 @@ impl Queue {
     }
 
     fn dispatch_locked(self: &Arc<Self>, st: &mut State) {
+        let pager = self.pager();
         while !st.ready.is_empty() && !st.consumers.is_empty() {
             let mut delivered = false;
             for _ in 0..st.consumers.len() {
-                let Some(entry) = st.ready.pop_front() else {
+                let Some(entry) = st.ready.pop_front(pager.as_ref()) else {
                     break;
                 };
                 let Some(consumer) = st.consumers.front() else {
@@ -181,7 +193,7 @@ impl Queue {
     /// the queue is empty.
     pub fn get(self: &Arc<Self>, channel: &ChannelDelivery, no_ack: bool) -> bool {
         let mut st = self.state.lock();
-        let Some(entry) = st.ready.pop_front() else {
+        let Some(entry) = st.ready.pop_front(self.pager().as_ref()) else {
             return false;
         };
         let (seq, stored) = (entry.seq, entry.stored);
@@ -231,8 +243,7 @@ impl Queue {
         for mut entry in entries {
             st.unacked = st.unacked.saturating_sub(1);
             entry.redelivered = true;
-            let at = st.ready.partition_point(|e| e.seq < entry.seq);
-            st.ready.insert(at, entry);
+            st.ready.insert_sorted(entry);
         }
         self.dispatch_locked(&mut st);
     }
@@ -282,10 +293,14 @@ impl Queue {
     pub fn purge(&self) -> store::Result<u32> {
         let mut st = self.state.lock();
         let n = st.ready.len() as u32;
-        for entry in st.ready.drain(..) {
+        let (entries, tail) = st.ready.clear();
+        for entry in entries {
             if entry.stored {
                 self.store.remove_message(self.config.store_id, entry.seq)?;
             }
+        }
+        if let Some(from) = tail {
+            self.store.purge_from(self.config.store_id, from)?;
         }
         Ok(n)
     }

@@ -3,6 +3,10 @@
 //! the wire (exchange, routing key, encoded properties, body) with a version
 //! octet, so there is no second serialization format.
 //!
+//! The first octet says whether the record is a persistent message (kept
+//! across restarts) or a transient one paged out of memory (dropped at the
+//! next start, as RabbitMQ drops transient messages).
+//!
 //! Per queue, the highest sequence ever delivered is kept too, so that
 //! recovery can mark messages that were delivered before a crash as
 //! redelivered.
@@ -14,7 +18,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 use super::{Error, Result, Store};
 use crate::message::{read_meta, Message};
 
-const VERSION: u8 = 1;
+/// Record kinds (the first octet).
+const PERSISTENT: u8 = 1;
+const PAGED: u8 = 2;
 const DELIVERED: &[u8] = b"d";
 
 /// A message read back at recovery.
@@ -39,10 +45,10 @@ pub fn split_key(k: &[u8]) -> Option<(u64, u64)> {
 }
 
 /// Encodes a message record into `out`.
-pub fn encode_message(msg: &Message, out: &mut BytesMut) {
+pub fn encode_message(msg: &Message, transient: bool, out: &mut BytesMut) {
     out.clear();
     out.reserve(16 + msg.size());
-    out.put_u8(VERSION);
+    out.put_u8(if transient { PAGED } else { PERSISTENT });
     out.put_u8(msg.exchange.len() as u8);
     out.extend_from_slice(&msg.exchange);
     out.put_u8(msg.routing_key.len() as u8);
@@ -52,11 +58,16 @@ pub fn encode_message(msg: &Message, out: &mut BytesMut) {
     out.extend_from_slice(&msg.body);
 }
 
+/// Whether a record holds a transient (paged) message.
+fn is_paged(raw: &[u8]) -> bool {
+    raw.first() == Some(&PAGED)
+}
+
 /// Decodes a message record. `raw` is kept as the backing buffer: no copy.
 pub fn decode_message(raw: Bytes) -> Result<Message> {
     let bad = || Error::Corrupt("message record".into());
     let mut r = crate::amqp::codec::FieldReader::new(&raw);
-    if r.u8().ok_or_else(bad)? != VERSION {
+    if !matches!(r.u8().ok_or_else(bad)?, PERSISTENT | PAGED) {
         return Err(bad());
     }
     let ex = r.short_str().ok_or_else(bad)?.len();
@@ -85,9 +96,19 @@ thread_local! {
 impl Store {
     /// Writes a message of a durable queue (durable after the next flush).
     pub fn put_message(&self, queue_id: u64, seq: u64, msg: &Message) -> Result<()> {
+        self.put_record(queue_id, seq, msg, false)
+    }
+
+    /// Writes a transient message paged out of memory (never flushed for
+    /// its own sake; dropped at the next start).
+    pub fn put_paged(&self, queue_id: u64, seq: u64, msg: &Message) -> Result<()> {
+        self.put_record(queue_id, seq, msg, !msg.persistent())
+    }
+
+    fn put_record(&self, queue_id: u64, seq: u64, msg: &Message, transient: bool) -> Result<()> {
         SCRATCH.with(|s| {
             let mut buf = s.borrow_mut();
-            encode_message(msg, &mut buf);
+            encode_message(msg, transient, &mut buf);
             self.msgs.insert(message_key(queue_id, seq), &buf[..])?;
             Ok(())
         })
@@ -99,10 +120,16 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes every message of a queue (purge, delete).
+    /// Deletes every message of a queue (delete).
     pub fn purge_messages(&self, queue_id: u64) -> Result<()> {
+        self.purge_from(queue_id, 0)
+    }
+
+    /// Deletes the messages of a queue from sequence `from` on.
+    pub fn purge_from(&self, queue_id: u64, from: u64) -> Result<()> {
         let mut batch = sled::Batch::default();
-        for item in self.msgs.scan_prefix(queue_id.to_be_bytes()) {
+        let range = message_key(queue_id, from)..=message_key(queue_id, u64::MAX);
+        for item in self.msgs.range(range) {
             let (k, _) = item?;
             batch.remove(k);
         }
@@ -110,14 +137,42 @@ impl Store {
         Ok(())
     }
 
-    /// Every message of a queue, in order.
+    /// Every persistent message of a queue, in order (recovery). Paged
+    /// transient messages are deleted on the way: they do not survive.
     pub fn messages(&self, queue_id: u64) -> impl Iterator<Item = Result<StoredMessage>> + '_ {
-        self.msgs.scan_prefix(queue_id.to_be_bytes()).map(|item| {
+        self.msgs
+            .scan_prefix(queue_id.to_be_bytes())
+            .filter_map(move |item| {
+                let read = || -> Result<Option<StoredMessage>> {
+                    let (k, v) = item?;
+                    let (_, seq) =
+                        split_key(&k).ok_or_else(|| Error::Corrupt("message key".into()))?;
+                    if is_paged(&v) {
+                        self.msgs.remove(k)?;
+                        return Ok(None);
+                    }
+                    let message = Arc::new(decode_message(Bytes::copy_from_slice(&v))?);
+                    Ok(Some(StoredMessage { seq, message }))
+                };
+                read().transpose()
+            })
+    }
+
+    /// Up to `n` messages of a queue from sequence `from` on (paging in).
+    pub fn load_range(
+        &self,
+        queue_id: u64,
+        from: u64,
+        n: usize,
+    ) -> Result<Vec<(u64, Arc<Message>)>> {
+        let range = message_key(queue_id, from)..=message_key(queue_id, u64::MAX);
+        let mut out = Vec::with_capacity(n.min(4096));
+        for item in self.msgs.range(range).take(n) {
             let (k, v) = item?;
             let (_, seq) = split_key(&k).ok_or_else(|| Error::Corrupt("message key".into()))?;
-            let message = Arc::new(decode_message(Bytes::copy_from_slice(&v))?);
-            Ok(StoredMessage { seq, message })
-        })
+            out.push((seq, Arc::new(decode_message(Bytes::copy_from_slice(&v))?)));
+        }
+        Ok(out)
     }
 
     /// Reads one message back (bodies paged out of memory).
@@ -179,7 +234,7 @@ mod tests {
     fn record_round_trip() {
         let m = msg(b"hello");
         let mut buf = BytesMut::new();
-        encode_message(&m, &mut buf);
+        encode_message(&m, false, &mut buf);
         let back = decode_message(buf.freeze()).unwrap();
         assert_eq!(back.exchange, m.exchange);
         assert_eq!(back.routing_key, m.routing_key);

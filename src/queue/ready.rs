@@ -1,0 +1,225 @@
+//! `Ready`: a queue's ready messages, in sequence order, with a bound on
+//! what stays in memory. Past the bound, a queue that has a place in the
+//! store (a durable queue) keeps only a *tail* descriptor (first sequence,
+//! count, bytes) and leaves the messages in the store, whose keys are in
+//! queue order; they are read back in batches as the head drains. So a
+//! backlog of millions costs disk, not RAM, and memory stays flat.
+//!
+//! Invariant: every message in memory has a smaller sequence than every
+//! message in the tail, so order is the sequence order throughout.
+
+use std::collections::VecDeque;
+
+use super::Entry;
+use crate::store::{self, Store};
+
+/// Bodies kept in memory per queue before paging to the store.
+const MEM_BYTES: usize = 16 << 20;
+/// Messages kept in memory per queue before paging to the store.
+const MEM_COUNT: usize = 64 * 1024;
+/// Messages read back from the store at a time.
+const REFILL: usize = 2048;
+
+/// The part of the queue that lives only in the store.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tail {
+    first_seq: u64,
+    count: usize,
+    bytes: usize,
+}
+
+/// Where paged messages go: the store and the queue's key prefix.
+pub struct Pager<'a> {
+    pub store: &'a Store,
+    pub queue_id: u64,
+}
+
+/// Ready messages of one queue.
+#[derive(Default)]
+pub struct Ready {
+    mem: VecDeque<Entry>,
+    mem_bytes: usize,
+    tail: Tail,
+}
+
+impl Ready {
+    /// Messages ready, in memory and in the store.
+    pub fn len(&self) -> usize {
+        self.mem.len() + self.tail.count
+    }
+
+    /// Whether no message is ready.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn over_bound(&self) -> bool {
+        self.mem_bytes >= MEM_BYTES || self.mem.len() >= MEM_COUNT
+    }
+
+    /// Appends a new message. With a pager, past the memory bound the
+    /// message goes to the store only (written there now if it was not).
+    pub fn push_back(&mut self, entry: Entry, pager: Option<&Pager<'_>>) -> store::Result<()> {
+        if let Some(p) = pager {
+            if self.tail.count > 0 || self.over_bound() {
+                if !entry.stored {
+                    p.store.put_paged(p.queue_id, entry.seq, &entry.msg)?;
+                }
+                self.add_to_tail(entry.seq, entry.msg.body.len());
+                return Ok(());
+            }
+        }
+        self.mem_bytes += entry.msg.body.len();
+        self.mem.push_back(entry);
+        Ok(())
+    }
+
+    /// Accounts for a message that is already in the store (recovery):
+    /// kept in memory while under the bound, else left in the tail.
+    pub fn push_recovered(&mut self, entry: Entry) {
+        if self.tail.count > 0 || self.over_bound() {
+            self.add_to_tail(entry.seq, entry.msg.body.len());
+        } else {
+            self.mem_bytes += entry.msg.body.len();
+            self.mem.push_back(entry);
+        }
+    }
+
+    fn add_to_tail(&mut self, seq: u64, bytes: usize) {
+        if self.tail.count == 0 {
+            self.tail.first_seq = seq;
+        }
+        self.tail.count += 1;
+        self.tail.bytes += bytes;
+    }
+
+    /// Takes the head message, reading the next batch from the store when
+    /// memory has run dry.
+    pub fn pop_front(&mut self, pager: Option<&Pager<'_>>) -> Option<Entry> {
+        if self.mem.is_empty() && self.tail.count > 0 {
+            if let Some(p) = pager {
+                self.refill(p);
+            }
+        }
+        let e = self.mem.pop_front()?;
+        self.mem_bytes -= e.msg.body.len();
+        Some(e)
+    }
+
+    fn refill(&mut self, p: &Pager<'_>) {
+        match p.store.load_range(p.queue_id, self.tail.first_seq, REFILL) {
+            Ok(batch) => {
+                for (seq, msg) in batch {
+                    self.tail.count = self.tail.count.saturating_sub(1);
+                    self.tail.bytes = self.tail.bytes.saturating_sub(msg.body.len());
+                    self.tail.first_seq = seq + 1;
+                    self.mem_bytes += msg.body.len();
+                    self.mem.push_back(Entry {
+                        msg,
+                        seq,
+                        redelivered: false,
+                        stored: true,
+                    });
+                }
+                if self.mem.is_empty() {
+                    // The store has fewer than we counted: forget the rest.
+                    self.tail = Tail::default();
+                }
+            }
+            Err(e) => tracing::error!(queue_id = p.queue_id, "cannot read paged messages: {e}"),
+        }
+    }
+
+    /// Puts a message back at the head (a delivery that did not happen).
+    pub fn push_front(&mut self, entry: Entry) {
+        self.mem_bytes += entry.msg.body.len();
+        self.mem.push_front(entry);
+    }
+
+    /// Puts a requeued message back at its place by sequence. Requeued
+    /// messages were in memory before, so they sort before the tail.
+    pub fn insert_sorted(&mut self, entry: Entry) {
+        self.mem_bytes += entry.msg.body.len();
+        let at = self.mem.partition_point(|e| e.seq < entry.seq);
+        self.mem.insert(at, entry);
+    }
+
+    /// Removes every ready message: returns the in-memory ones and the
+    /// first sequence of the stored tail, if there is one.
+    pub fn clear(&mut self) -> (Vec<Entry>, Option<u64>) {
+        let tail = (self.tail.count > 0).then_some(self.tail.first_seq);
+        self.tail = Tail::default();
+        self.mem_bytes = 0;
+        (self.mem.drain(..).collect(), tail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{Message, Meta};
+    use bytes::Bytes;
+    use std::sync::Arc;
+
+    fn entry(seq: u64, persistent: bool) -> Entry {
+        let msg = Message {
+            exchange: Bytes::new(),
+            routing_key: Bytes::from_static(b"q"),
+            properties: if persistent {
+                Bytes::from_static(&[0x10, 0, 2])
+            } else {
+                Bytes::from_static(&[0, 0])
+            },
+            body: Bytes::from(seq.to_be_bytes().to_vec()),
+            meta: Meta {
+                delivery_mode: if persistent { 2 } else { 0 },
+                ..Meta::default()
+            },
+        };
+        Entry {
+            msg: Arc::new(msg),
+            seq,
+            redelivered: false,
+            stored: false,
+        }
+    }
+
+    #[test]
+    fn pages_past_the_bound_and_reads_back_in_order() {
+        let store = Store::temporary().unwrap();
+        let pager = Pager {
+            store: &store,
+            queue_id: 9,
+        };
+        let mut r = Ready::default();
+        let n = MEM_COUNT as u64 + 5000;
+        for seq in 1..=n {
+            r.push_back(entry(seq, seq % 2 == 0), Some(&pager)).unwrap();
+        }
+        assert_eq!(r.len() as u64, n);
+        assert_eq!(r.mem.len(), MEM_COUNT);
+        // A requeued head message goes back before everything else.
+        let first = r.pop_front(Some(&pager)).unwrap();
+        assert_eq!(first.seq, 1);
+        r.insert_sorted(first);
+        for seq in 1..=n {
+            let e = r.pop_front(Some(&pager)).unwrap();
+            assert_eq!(e.seq, seq);
+            assert_eq!(&e.msg.body[..], &seq.to_be_bytes());
+        }
+        assert!(r.pop_front(Some(&pager)).is_none());
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn without_a_pager_everything_stays_in_memory() {
+        let mut r = Ready::default();
+        for seq in 1..=(MEM_COUNT as u64 + 10) {
+            r.push_back(entry(seq, false), None).unwrap();
+        }
+        assert_eq!(r.mem.len(), MEM_COUNT + 10);
+        let (all, tail) = r.clear();
+        assert_eq!(all.len(), MEM_COUNT + 10);
+        assert_eq!(tail, None);
+    }
+}
