@@ -249,7 +249,8 @@ impl Queue {
     }
 
     /// Adds a consumer. Fails if an exclusive consumer holds the queue, or
-    /// if an exclusive one is asked for while others exist.
+    /// if an exclusive one is asked for while others exist. Delivers
+    /// nothing: the caller sends consume-ok first, then calls `dispatch`.
     pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> Result<(), ConsumeError> {
         let mut st = self.state.lock();
         if st.consumers.iter().any(|c| c.exclusive) {
@@ -267,7 +268,6 @@ impl Queue {
             Some(i) => st.consumers.insert(i, consumer),
             None => st.consumers.push_back(consumer),
         }
-        self.dispatch_locked(&mut st);
         Ok(())
     }
 

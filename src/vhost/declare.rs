@@ -574,6 +574,9 @@ impl VHost {
         args: &FieldTable,
     ) -> Result<()> {
         let x = self.source_for_binding(source)?;
+        if x.kind == ExchangeKind::Headers {
+            crate::exchange::headers::validate_args(args).map_err(ProtocolError::precondition_failed)?;
+        }
         let def = self.binding_def(&x, key, args, &dest);
         if x.bindings.write().bind(key, args, dest) {
             x.ever_bound.store(true, Ordering::Relaxed);
