@@ -140,7 +140,7 @@ impl Consumer {
                 target_reached_at = Some(Instant::now());
                 break;
             }
-            if n % 32 == 0 && (self.shared.stopping() || Instant::now() >= until) {
+            if n.is_multiple_of(32) && (self.shared.stopping() || Instant::now() >= until) {
                 break;
             }
         }

@@ -206,7 +206,7 @@ impl Producer {
                 by_count = true;
                 break;
             }
-            if sent % 32 == 0 && (self.shared.stopping() || Instant::now() >= until) {
+            if sent.is_multiple_of(32) && (self.shared.stopping() || Instant::now() >= until) {
                 break;
             }
             if let Some(iv) = interval {

@@ -69,7 +69,7 @@ impl Shared {
     /// Counts one published message and records a progress mark when one is due.
     pub fn count_published(&self) {
         let n = self.published.fetch_add(1, Ordering::Relaxed) + 1;
-        if self.progress_every > 0 && n % self.progress_every == 0 {
+        if self.progress_every > 0 && n.is_multiple_of(self.progress_every) {
             let start = self.start.lock().ok().and_then(|s| *s);
             if let Some(start) = start {
                 let secs = start.elapsed().as_secs_f64();

@@ -33,6 +33,8 @@ pub struct QueueSpec {
     pub exclusive: bool,
     pub auto_delete: bool,
     pub arguments: FieldTable,
+    /// The broker chose the name (`amq.gen-...`): the reserved prefix is ours.
+    pub server_named: bool,
 }
 
 /// Queue arguments RabbitMQ compares on redeclare.
@@ -323,16 +325,18 @@ impl VHost {
             self.check_exclusive(&q, conn_id)?;
             return Ok(q);
         }
-        if let Some(q) = self.queue(&spec.name) {
-            self.check_exclusive(&q, conn_id)?;
-            self.check_queue_equivalence(&q, spec)?;
-            return Ok(q);
-        }
-        if spec.name.starts_with("amq.") {
+        // RabbitMQ refuses the reserved prefix before looking the name up,
+        // so even an existing amq.gen- queue cannot be redeclared by name.
+        if spec.name.starts_with("amq.") && !spec.server_named {
             return Err(ProtocolError::access_refused(format!(
                 "queue name '{}' contains reserved prefix 'amq.*'",
                 spec.name
             )));
+        }
+        if let Some(q) = self.queue(&spec.name) {
+            self.check_exclusive(&q, conn_id)?;
+            self.check_queue_equivalence(&q, spec)?;
+            return Ok(q);
         }
         crate::queue::args::validate(&spec.arguments).map_err(|(arg, why)| {
             ProtocolError::precondition_failed(format!(

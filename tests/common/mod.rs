@@ -161,3 +161,35 @@ pub fn reply_code(e: &lapin::Error) -> Option<u16> {
         _ => None,
     }
 }
+
+/// A raw AMQP client for protocol-level tests.
+pub mod raw;
+
+/// Asserts that `conn` still serves requests: a new channel declares a
+/// fresh queue, publishes to it and gets the message back.
+pub async fn assert_connection_works(conn: &Connection) {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let ch = conn.create_channel().await.expect("channel on a live connection");
+    let q = ch
+        .queue_declare(
+            format!("still-alive-{n}").as_str().into(),
+            QueueDeclareOptions {
+                exclusive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("queue.declare on a live connection");
+    let name = q.name().as_str().to_string();
+    publish(&ch, "", &name, b"still-alive").await;
+    assert_eq!(
+        get_eventually(&ch, &name).await.as_deref(),
+        Some(&b"still-alive"[..])
+    );
+    let _ = ch.close(200, "OK".into()).await;
+}
+
+/// The `warren` binary as a child process.
+pub mod child;

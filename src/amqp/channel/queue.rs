@@ -12,7 +12,8 @@ use crate::vhost::QueueSpec;
 
 impl Channel {
     pub(super) async fn queue_declare(&mut self, m: q::Declare, ctx: &mut ConnCtx) -> Result<()> {
-        let name = if m.queue.as_str().is_empty() && !m.passive {
+        let server_named = m.queue.as_str().is_empty() && !m.passive;
+        let name = if server_named {
             format!("amq.gen-{}", crate::util::random_name())
         } else {
             self.queue_name(m.queue.as_str())?
@@ -23,6 +24,7 @@ impl Channel {
             exclusive: m.exclusive,
             auto_delete: m.auto_delete,
             arguments: m.arguments,
+            server_named,
         };
         let queue = ctx.vhost.declare_queue(&spec, m.passive, ctx.id)?;
         if queue.config.exclusive_owner == Some(ctx.id)
