@@ -54,6 +54,15 @@ pub struct ConnCtx {
 }
 
 impl ConnCtx {
+    /// Waits for a flush if definitions changed since `version` (durable
+    /// declare / bind / delete answer only once they are on disk).
+    pub async fn sync_definitions(&self, version: u64) -> crate::store::Result<()> {
+        if self.broker.store.defs_version() != version {
+            self.broker.store.sync().await?;
+        }
+        Ok(())
+    }
+
     /// Sends a method frame on `channel`.
     pub fn send(&self, channel: u16, method: AMQPClass) {
         self.outbox

@@ -77,6 +77,7 @@ impl Store {
     fn put_def<T: Serialize>(&self, k: Vec<u8>, v: &T) -> Result<()> {
         let bytes = serde_json::to_vec(v).map_err(|e| Error::Corrupt(e.to_string()))?;
         self.defs.insert(k, bytes)?;
+        self.defs_changed();
         Ok(())
     }
 
@@ -107,6 +108,7 @@ impl Store {
     /// Forgets an exchange.
     pub fn delete_exchange(&self, vhost: &str, name: &str) -> Result<()> {
         self.defs.remove(key(EXCHANGE, &[vhost, name]))?;
+        self.defs_changed();
         Ok(())
     }
     /// Every durable exchange.
@@ -121,6 +123,7 @@ impl Store {
     /// Forgets a queue and deletes its messages.
     pub fn delete_queue(&self, vhost: &str, name: &str, id: u64) -> Result<()> {
         self.defs.remove(key(QUEUE, &[vhost, name]))?;
+        self.defs_changed();
         self.purge_messages(id)?;
         Ok(())
     }
@@ -149,6 +152,7 @@ impl Store {
     /// Forgets a binding.
     pub fn delete_binding(&self, def: &BindingDef) -> Result<()> {
         self.defs.remove(def.key())?;
+        self.defs_changed();
         Ok(())
     }
     /// Every durable binding.

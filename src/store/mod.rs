@@ -35,6 +35,9 @@ pub struct Store {
     defs: sled::Tree,
     msgs: sled::Tree,
     flusher: Arc<Flusher>,
+    /// Bumped on every definitions write, so callers can tell whether an
+    /// operation touched durable state and must wait for a flush.
+    defs_version: std::sync::atomic::AtomicU64,
 }
 
 impl Store {
@@ -64,6 +67,7 @@ impl Store {
             defs,
             msgs,
             flusher,
+            defs_version: Default::default(),
         }))
     }
 
@@ -94,6 +98,17 @@ impl Store {
     pub fn flush_now(&self) -> Result<()> {
         self.db.flush()?;
         Ok(())
+    }
+
+    /// Counts definition writes: an operation that changed it touched
+    /// durable state and must wait for a flush before answering.
+    pub fn defs_version(&self) -> u64 {
+        self.defs_version.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn defs_changed(&self) {
+        self.defs_version
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Bytes sled uses on disk.

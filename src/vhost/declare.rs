@@ -579,7 +579,8 @@ impl VHost {
     ) -> Result<()> {
         let x = self.source_for_binding(source)?;
         if x.kind == ExchangeKind::Headers {
-            crate::exchange::headers::validate_args(args).map_err(ProtocolError::precondition_failed)?;
+            crate::exchange::headers::validate_args(args)
+                .map_err(ProtocolError::precondition_failed)?;
         }
         let def = self.binding_def(&x, key, args, &dest);
         if x.bindings.write().bind(key, args, dest) {

@@ -13,6 +13,7 @@ impl Channel {
         m: x::Declare,
         ctx: &mut ConnCtx,
     ) -> Result<()> {
+        let version = ctx.broker.store.defs_version();
         let spec = ExchangeSpec {
             name: m.exchange.as_str().to_string(),
             kind: m.kind.as_str().to_string(),
@@ -21,10 +22,8 @@ impl Channel {
             internal: m.internal,
             arguments: m.arguments,
         };
-        let exchange = ctx.vhost.declare_exchange(&spec, m.passive)?;
-        if exchange.durable && !m.passive {
-            ctx.broker.store.sync().await?;
-        }
+        ctx.vhost.declare_exchange(&spec, m.passive)?;
+        ctx.sync_definitions(version).await?;
         if !m.nowait {
             ctx.send(
                 self.id,
@@ -35,9 +34,10 @@ impl Channel {
     }
 
     pub(super) async fn exchange_delete(&mut self, m: x::Delete, ctx: &mut ConnCtx) -> Result<()> {
+        let version = ctx.broker.store.defs_version();
         ctx.vhost
             .delete_exchange(m.exchange.as_str(), m.if_unused)?;
-        ctx.broker.store.sync().await?;
+        ctx.sync_definitions(version).await?;
         if !m.nowait {
             ctx.send(
                 self.id,
@@ -48,6 +48,7 @@ impl Channel {
     }
 
     pub(super) async fn exchange_bind(&mut self, m: x::Bind, ctx: &mut ConnCtx) -> Result<()> {
+        let version = ctx.broker.store.defs_version();
         let dest = ctx
             .vhost
             .destination(m.destination.as_str(), true, ctx.id)?;
@@ -57,7 +58,7 @@ impl Channel {
             m.routing_key.as_str(),
             &m.arguments,
         )?;
-        ctx.broker.store.sync().await?;
+        ctx.sync_definitions(version).await?;
         if !m.nowait {
             ctx.send(
                 self.id,
@@ -68,6 +69,7 @@ impl Channel {
     }
 
     pub(super) async fn exchange_unbind(&mut self, m: x::Unbind, ctx: &mut ConnCtx) -> Result<()> {
+        let version = ctx.broker.store.defs_version();
         let dest = ctx
             .vhost
             .destination(m.destination.as_str(), true, ctx.id)?;
@@ -77,7 +79,7 @@ impl Channel {
             m.routing_key.as_str(),
             &m.arguments,
         )?;
-        ctx.broker.store.sync().await?;
+        ctx.sync_definitions(version).await?;
         if !m.nowait {
             ctx.send(
                 self.id,

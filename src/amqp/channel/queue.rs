@@ -12,6 +12,7 @@ use crate::vhost::QueueSpec;
 
 impl Channel {
     pub(super) async fn queue_declare(&mut self, m: q::Declare, ctx: &mut ConnCtx) -> Result<()> {
+        let version = ctx.broker.store.defs_version();
         let server_named = m.queue.as_str().is_empty() && !m.passive;
         let name = if server_named {
             format!("amq.gen-{}", crate::util::random_name())
@@ -32,9 +33,7 @@ impl Channel {
         {
             ctx.exclusive_queues.push(Arc::clone(&queue));
         }
-        if queue.config.store_id != 0 && !m.passive {
-            ctx.broker.store.sync().await?;
-        }
+        ctx.sync_definitions(version).await?;
         self.last_queue = Some(name.clone());
         if !m.nowait {
             ctx.send(
@@ -50,6 +49,7 @@ impl Channel {
     }
 
     pub(super) async fn queue_bind(&mut self, m: q::Bind, ctx: &mut ConnCtx) -> Result<()> {
+        let version = ctx.broker.store.defs_version();
         let name = self.queue_name(m.queue.as_str())?;
         // Empty queue and key: the key is the queue's name (AMQP 0-9-1).
         let key = if m.queue.as_str().is_empty() && m.routing_key.as_str().is_empty() {
@@ -60,7 +60,7 @@ impl Channel {
         let dest = ctx.vhost.destination(&name, false, ctx.id)?;
         ctx.vhost
             .bind(m.exchange.as_str(), dest, &key, &m.arguments)?;
-        ctx.broker.store.sync().await?;
+        ctx.sync_definitions(version).await?;
         if !m.nowait {
             ctx.send(
                 self.id,
@@ -71,6 +71,7 @@ impl Channel {
     }
 
     pub(super) async fn queue_unbind(&mut self, m: q::Unbind, ctx: &mut ConnCtx) -> Result<()> {
+        let version = ctx.broker.store.defs_version();
         let name = self.queue_name(m.queue.as_str())?;
         let dest = ctx.vhost.destination(&name, false, ctx.id)?;
         ctx.vhost.unbind(
@@ -79,7 +80,7 @@ impl Channel {
             m.routing_key.as_str(),
             &m.arguments,
         )?;
-        ctx.broker.store.sync().await?;
+        ctx.sync_definitions(version).await?;
         ctx.send(
             self.id,
             AMQPClass::Queue(q::AMQPMethod::UnbindOk(q::UnbindOk {})),
@@ -101,12 +102,13 @@ impl Channel {
     }
 
     pub(super) async fn queue_delete(&mut self, m: q::Delete, ctx: &mut ConnCtx) -> Result<()> {
+        let version = ctx.broker.store.defs_version();
         let name = self.queue_name(m.queue.as_str())?;
         let n = ctx
             .vhost
             .delete_queue(&name, m.if_unused, m.if_empty, ctx.id)?;
         ctx.exclusive_queues.retain(|q| q.name() != name);
-        ctx.broker.store.sync().await?;
+        ctx.sync_definitions(version).await?;
         if !m.nowait {
             ctx.send(
                 self.id,
