@@ -420,6 +420,20 @@ impl Connection {
                             return self.close_with(e, rd, buf).await;
                         }
                         if let Some(done) = self.finished.take() {
+                            // After close-ok the client closes the socket
+                            // (AMQP 0-9-1 1.4.2.5); frames it had already
+                            // queued may still arrive: read and drop them
+                            // rather than reset the connection under it.
+                            let drain = async {
+                                loop {
+                                    buf.clear();
+                                    match rd.read_buf(buf).await {
+                                        Ok(0) | Err(_) => break,
+                                        Ok(_) => {}
+                                    }
+                                }
+                            };
+                            let _ = tokio::time::timeout(CLOSE_TIMEOUT, drain).await;
                             return done;
                         }
                     }

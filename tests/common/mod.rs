@@ -170,7 +170,10 @@ pub mod raw;
 pub async fn assert_connection_works(conn: &Connection) {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let ch = conn.create_channel().await.expect("channel on a live connection");
+    let ch = conn
+        .create_channel()
+        .await
+        .expect("channel on a live connection");
     let q = ch
         .queue_declare(
             format!("still-alive-{n}").as_str().into(),
