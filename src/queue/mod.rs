@@ -307,18 +307,15 @@ impl Queue {
 
     /// Marks the queue deleted, cancels its consumers (telling clients that
     /// asked to be told) and drops its messages. Returns the ready count.
-    pub fn delete(&self) -> u32 {
-        let (consumers, n) = {
-            let mut st = self.state.lock();
-            self.deleted.store(true, Ordering::Relaxed);
-            let n = st.ready.len() as u32;
-            st.ready.clear();
-            (std::mem::take(&mut st.consumers), n)
-        };
-        for c in consumers {
-            c.channel.send_cancel(&c.tag);
+    pub fn delete(&self) -> Deleted {
+        let mut st = self.state.lock();
+        self.deleted.store(true, Ordering::Relaxed);
+        let count = st.ready.len() as u32;
+        st.ready.clear();
+        Deleted {
+            count,
+            consumers: std::mem::take(&mut st.consumers),
         }
-        n
     }
 
     /// Whether the queue was deleted.
@@ -343,6 +340,22 @@ impl Queue {
             } else {
                 q.ack(run);
             }
+        }
+    }
+}
+
+/// A deleted queue's message count, and its consumers, who are sent
+/// basic.cancel when this is dropped: a handler that deletes a queue keeps
+/// it until its own reply (delete-ok) is out, so that reply comes first.
+pub struct Deleted {
+    pub count: u32,
+    consumers: VecDeque<Arc<Consumer>>,
+}
+
+impl Drop for Deleted {
+    fn drop(&mut self) {
+        for c in self.consumers.drain(..) {
+            c.channel.send_cancel(&c.tag);
         }
     }
 }

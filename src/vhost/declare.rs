@@ -11,7 +11,7 @@ use parking_lot::RwLock;
 use super::{Destination, Exchange, VHost};
 use crate::amqp::error::{ProtocolError, Result};
 use crate::exchange::{Bindings, ExchangeKind};
-use crate::queue::{Queue, QueueConfig};
+use crate::queue::{Deleted, Queue, QueueConfig};
 use crate::store::{BindingDef, ExchangeDef, QueueDef};
 
 /// What `exchange.declare` asks for.
@@ -430,17 +430,17 @@ impl VHost {
         Ok(q)
     }
 
-    /// `queue.delete`. Returns the number of messages deleted; a missing
-    /// queue deletes nothing and is not an error (RabbitMQ 3.x).
+    /// `queue.delete`. A missing queue deletes nothing and is not an error
+    /// (RabbitMQ 3.x): then None.
     pub fn delete_queue(
         &self,
         name: &str,
         if_unused: bool,
         if_empty: bool,
         conn_id: u64,
-    ) -> Result<u32> {
+    ) -> Result<Option<Deleted>> {
         let Some(q) = self.queue(name) else {
-            return Ok(0);
+            return Ok(None);
         };
         self.check_exclusive(&q, conn_id)?;
         if if_unused && q.consumer_count() > 0 {
@@ -458,24 +458,25 @@ impl VHost {
         self.remove_queue(&q)
     }
 
-    /// Removes a queue from the vhost, its bindings and its stored state.
-    pub fn remove_queue(&self, q: &Arc<Queue>) -> Result<u32> {
+    /// Removes a queue from the vhost, its bindings and its stored state;
+    /// None if it was already gone.
+    pub fn remove_queue(&self, q: &Arc<Queue>) -> Result<Option<Deleted>> {
         {
             let mut queues = self.queues.write();
             match queues.get(q.name()) {
                 Some(cur) if Arc::ptr_eq(cur, q) => {
                     queues.remove(q.name());
                 }
-                _ => return Ok(0),
+                _ => return Ok(None),
             }
         }
-        let n = q.delete();
+        let deleted = q.delete();
         self.unbind_everywhere(&Destination::Queue(Arc::clone(q)))?;
         if q.config.store_id != 0 {
             self.store
                 .delete_queue(&self.name, q.name(), q.config.store_id)?;
         }
-        Ok(n)
+        Ok(Some(deleted))
     }
 
     fn unbind_everywhere(&self, dest: &Destination) -> Result<()> {

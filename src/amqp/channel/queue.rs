@@ -104,17 +104,20 @@ impl Channel {
     pub(super) async fn queue_delete(&mut self, m: q::Delete, ctx: &mut ConnCtx) -> Result<()> {
         let version = ctx.broker.store.defs_version();
         let name = self.queue_name(m.queue.as_str())?;
-        let n = ctx
+        let deleted = ctx
             .vhost
             .delete_queue(&name, m.if_unused, m.if_empty, ctx.id)?;
         ctx.exclusive_queues.retain(|q| q.name() != name);
         ctx.sync_definitions(version).await?;
         if !m.nowait {
+            let message_count = deleted.as_ref().map_or(0, |d| d.count);
             ctx.send(
                 self.id,
-                AMQPClass::Queue(q::AMQPMethod::DeleteOk(q::DeleteOk { message_count: n })),
+                AMQPClass::Queue(q::AMQPMethod::DeleteOk(q::DeleteOk { message_count })),
             );
         }
+        // Consumers hear basic.cancel after delete-ok, as the drop says.
+        drop(deleted);
         Ok(())
     }
 }
