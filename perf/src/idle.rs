@@ -116,10 +116,7 @@ async fn open_all(cfg: &IdleConfig, topo: &Topology, shared: &Arc<Shared>) -> Re
         let name = format!("warren-perf idle {i}");
         let conn = conn::connect(&cfg.uri, &name, shared, Duration::ZERO).await?;
         let ch = conn::channel(&conn, &name, shared, None).await?;
-        let one = Topology {
-            queues: vec![q.clone()],
-            ..topo.clone()
-        };
+        let one = Topology::new(None, ExchangeKind::Direct, q, 1, topo.durable);
         one.declare(&ch).await?;
         let args = BasicConsumeArguments::new(q, "").manual_ack(false).finish();
         let (_tag, rx) = with_timeout(ch.basic_consume_rx(args), || {

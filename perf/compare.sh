@@ -1,0 +1,523 @@
+#!/usr/bin/env bash
+# Runs the same AMQP scenarios against a private RabbitMQ node and a release build of Warren,
+# alternately (A B A B ...), and prints a table: throughput or latency per broker, the ratio
+# Warren/RabbitMQ (of the medians over the rounds), each broker's RSS and its CPU time per message.
+#
+# Everything listens on and talks to 127.0.0.1 only. See perf/README.md for the knobs; the main
+# ones are environment variables:
+#   ROUNDS=2  DURATION=10  SCENARIOS="10 1 2 3 4 5 6 7 8 9"  DRAIN_N=1000000  BACKLOG_N=5000000
+#   IDLE_N=1000  IDLE_HOLD=10  WARREN=1 (0: RabbitMQ only)  SKIP_BUILD=0  KEEP_WORK=0
+#   RMQ_PORT=5801 RMQ_DIST_PORT=5802 WARREN_PORT=5803  CARGO_TARGET_DIR  WARREN_ARGS=""
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(dirname "$HERE")
+
+ROUNDS=${ROUNDS:-2}
+DURATION=${DURATION:-10}
+SCENARIOS=${SCENARIOS:-"10 1 2 3 4 5 6 7 8 9"}
+DRAIN_N=${DRAIN_N:-1000000}
+BACKLOG_N=${BACKLOG_N:-5000000}
+IDLE_N=${IDLE_N:-1000}
+IDLE_HOLD=${IDLE_HOLD:-10}
+SETTLE=${SETTLE:-2}
+WARREN=${WARREN:-1}
+SKIP_BUILD=${SKIP_BUILD:-0}
+KEEP_WORK=${KEEP_WORK:-0}
+RMQ_PORT=${RMQ_PORT:-5801}
+RMQ_DIST_PORT=${RMQ_DIST_PORT:-5802}
+WARREN_PORT=${WARREN_PORT:-5803}
+WARREN_ARGS=${WARREN_ARGS:-}
+TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
+PERF_BIN=${PERF_BIN:-$TARGET_DIR/release/warren-perf}
+WARREN_BIN=${WARREN_BIN:-$TARGET_DIR/release/warren}
+RMQ_SERVER=/usr/lib/rabbitmq/bin/rabbitmq-server
+
+WORK=$(mktemp -d /tmp/warren-compare.XXXXXX)
+RES=$WORK/results
+mkdir -p "$RES"
+LOG=$WORK/runs.log
+CLK_TCK=$(getconf CLK_TCK)
+
+RMQ_OK=0
+RMQ_PID=
+RMQ_DIR=$WORK/rabbitmq
+WARREN_OK=0
+WARREN_PID=
+WARREN_DATA=$WORK/warren-data
+EPMD_WAS_RUNNING=0
+SAMPLER_PID=
+
+say() { printf '%s compare: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+listener_pid() { # PID of the process listening on 127.0.0.1/0.0.0.0 port $1
+    ss -ltnpH "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2
+}
+
+port_busy() { [ -n "$(ss -ltnH "sport = :$1" 2>/dev/null)" ]; }
+
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+cpu_ticks() { # utime + stime of a process, in clock ticks (fields 14 and 15 of /proc/PID/stat)
+    local s
+    s=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
+    s=${s##*) }
+    awk '{print $12 + $13}' <<<"$s"
+}
+
+stop_pid() { # stop one process by PID: TERM, wait up to $2 s, then KILL
+    local pid=$1 wait=${2:-15} i
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null
+    for ((i = 0; i < wait * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null
+}
+
+stop_sampler() {
+    if [ -n "$SAMPLER_PID" ]; then
+        kill "$SAMPLER_PID" 2>/dev/null
+        wait "$SAMPLER_PID" 2>/dev/null
+        SAMPLER_PID=
+    fi
+}
+
+# shellcheck disable=SC2317 # called from the EXIT trap
+cleanup() {
+    stop_sampler
+    if [ -n "$WARREN_PID" ]; then
+        say "stopping Warren (pid $WARREN_PID)"
+        stop_pid "$WARREN_PID" 10
+        WARREN_PID=
+    fi
+    if [ -n "$RMQ_PID" ]; then
+        say "stopping RabbitMQ (pid $RMQ_PID)"
+        stop_pid "$RMQ_PID" 30
+        RMQ_PID=
+    fi
+    # Our node started epmd if none was running before; stop that one too.
+    local epmd
+    epmd=$(listener_pid 4369)
+    if [ "$EPMD_WAS_RUNNING" = 0 ] && [ -n "$epmd" ]; then
+        stop_pid "$epmd" 5
+    fi
+    rm -rf "$RMQ_DIR/mnesia" "$WARREN_DATA"
+    if [ "$KEEP_WORK" = 1 ]; then
+        say "logs and results kept in $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+uri() { echo "amqp://guest:guest@127.0.0.1:$1/%2f"; }
+
+# ---------------------------------------------------------------------------------------------
+# Setup
+
+ensure_rabbitmq() {
+    if [ ! -x "$RMQ_SERVER" ]; then
+        say "installing rabbitmq-server (Debian package)"
+        apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q rabbitmq-server >&2
+    fi
+    [ -x "$RMQ_SERVER" ]
+}
+
+build() {
+    [ "$SKIP_BUILD" = 1 ] && return 0
+    say "building warren-perf (release)"
+    (cd "$REPO" && cargo build --release -p warren-perf --target-dir "$TARGET_DIR") >&2 || return 1
+    if [ "$WARREN" = 1 ]; then
+        say "building warren (release)"
+        if ! (cd "$REPO" && cargo build --release -p warren --target-dir "$TARGET_DIR") >&2; then
+            say "Warren did not build: its column will be n/a"
+            WARREN=0 # do not run a stale binary
+        fi
+    fi
+}
+
+start_rabbitmq() {
+    local port=$RMQ_PORT i
+    mkdir -p "$RMQ_DIR/home" "$RMQ_DIR/log" "$RMQ_DIR/mnesia"
+    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$RMQ_DIR/home/.erlang.cookie"
+    chmod 400 "$RMQ_DIR/home/.erlang.cookie"
+    printf 'listeners.tcp.1 = 127.0.0.1:%s\nloopback_users = none\n' "$port" >"$RMQ_DIR/rabbitmq.conf"
+    echo '[].' >"$RMQ_DIR/enabled_plugins"
+    [ -n "$(listener_pid 4369)" ] && EPMD_WAS_RUNNING=1
+    say "starting RabbitMQ on 127.0.0.1:$port (dist port $RMQ_DIST_PORT, data in $RMQ_DIR)"
+    (
+        cd "$RMQ_DIR" || exit 1
+        export HOME=$RMQ_DIR/home RABBITMQ_NODENAME=warrencmp$port@localhost \
+            RABBITMQ_NODE_PORT=$port RABBITMQ_DIST_PORT=$RMQ_DIST_PORT \
+            RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_MNESIA_BASE=$RMQ_DIR/mnesia \
+            RABBITMQ_LOG_BASE=$RMQ_DIR/log RABBITMQ_CONFIG_FILE=$RMQ_DIR/rabbitmq \
+            RABBITMQ_ENABLED_PLUGINS_FILE=$RMQ_DIR/enabled_plugins
+        exec setsid "$RMQ_SERVER" >"$RMQ_DIR/server.out" 2>&1 </dev/null
+    ) &
+    for ((i = 0; i < 120; i++)); do
+        RMQ_PID=$(listener_pid "$port")
+        [ -n "$RMQ_PID" ] && break
+        sleep 0.5
+    done
+    if [ -z "$RMQ_PID" ]; then
+        say "RabbitMQ did not open its port; last lines of its output:"
+        tail -20 "$RMQ_DIR/server.out" >&2
+        return 1
+    fi
+    if "$PERF_BIN" --uri "$(uri "$port")" --check --connect-timeout 60 >/dev/null 2>>"$LOG"; then
+        RMQ_OK=1
+        say "RabbitMQ is up (beam.smp pid $RMQ_PID, RSS $(($(rss_kb "$RMQ_PID") / 1024)) MiB)"
+    else
+        say "RabbitMQ does not accept connections"
+        return 1
+    fi
+}
+
+start_warren() {
+    local port=$WARREN_PORT i
+    if [ "$WARREN" != 1 ]; then
+        say "WARREN=0: RabbitMQ only"
+        return 1
+    fi
+    if [ ! -x "$WARREN_BIN" ]; then
+        say "no Warren binary at $WARREN_BIN: its column will be n/a"
+        return 1
+    fi
+    mkdir -p "$WARREN_DATA"
+    say "starting Warren on port $port (data in $WARREN_DATA)"
+    # shellcheck disable=SC2086 # WARREN_ARGS is a list of extra arguments
+    (
+        ulimit -n 65536 2>/dev/null
+        exec "$WARREN_BIN" --bind 127.0.0.1 --port "$port" --data-dir "$WARREN_DATA" $WARREN_ARGS
+    ) >"$WORK/warren.log" 2>&1 </dev/null &
+    WARREN_PID=$!
+    for ((i = 0; i < 60; i++)); do
+        kill -0 "$WARREN_PID" 2>/dev/null || break
+        [ "$(listener_pid "$port")" = "$WARREN_PID" ] && break
+        sleep 0.5
+    done
+    if kill -0 "$WARREN_PID" 2>/dev/null && [ "$(listener_pid "$port")" = "$WARREN_PID" ] &&
+        "$PERF_BIN" --uri "$(uri "$port")" --check --connect-timeout 20 >/dev/null 2>>"$LOG"; then
+        WARREN_OK=1
+        say "Warren is up (pid $WARREN_PID, RSS $(($(rss_kb "$WARREN_PID") / 1024)) MiB)"
+        return 0
+    fi
+    say "Warren did not start or does not accept connections: its column will be n/a"
+    tail -5 "$WORK/warren.log" >&2
+    stop_pid "$WARREN_PID" 5
+    WARREN_PID=
+    return 1
+}
+
+# ---------------------------------------------------------------------------------------------
+# Measuring
+
+broker_port() { [ "$1" = rmq ] && echo "$RMQ_PORT" || echo "$WARREN_PORT"; }
+broker_pid() { [ "$1" = rmq ] && echo "$RMQ_PID" || echo "$WARREN_PID"; }
+broker_up() {
+    local pid
+    pid=$(broker_pid "$1")
+    if [ "$1" = rmq ]; then [ "$RMQ_OK" = 1 ]; else [ "$WARREN_OK" = 1 ]; fi || return 1
+    if ! kill -0 "$pid" 2>/dev/null; then
+        say "$1 (pid $pid) has died"
+        if [ "$1" = rmq ]; then RMQ_OK=0; else WARREN_OK=0; fi
+        return 1
+    fi
+}
+data_dir() { [ "$1" = rmq ] && echo "$RMQ_DIR/mnesia" || echo "$WARREN_DATA"; }
+
+# Peak RSS of a PID, sampled every 0.5 s into a file, until stop_sampler.
+start_sampler() {
+    local pid=$1 out=$2
+    echo 0 >"$out"
+    (
+        peak=0
+        while kill -0 "$pid" 2>/dev/null; do
+            r=$(rss_kb "$pid")
+            if [ "${r:-0}" -gt "$peak" ]; then
+                peak=$r
+                echo "$peak" >"$out"
+            fi
+            sleep 0.5
+        done
+    ) &
+    SAMPLER_PID=$!
+}
+
+# jget KEY FILE: a number (or null) from warren-perf's one-line JSON output.
+jget() { grep -o "\"$1\":[^,}]*" "$2" 2>/dev/null | head -1 | cut -d: -f2; }
+
+# record METRIC BROKER VALUE: one round's value.
+record() { echo "$3" >>"$RES/$1.$2"; }
+
+# record_json METRIC BROKER JSONKEY FILE: a value from warren-perf's output, plus the client's CPU
+# use in that run (to flag results where the one-thread client, not the broker, was the limit).
+record_json() {
+    record "$1" "$2" "$(jget "$3" "$4")"
+    record "$1.client" "$2" "$(jget client_cpu_percent "$4")"
+}
+
+# run_perf BROKER OUT TIMEOUT ARGS...: run warren-perf against a broker, JSON to OUT.
+run_perf() {
+    local b=$1 out=$2 t=$3
+    shift 3
+    echo "== $b: warren-perf $*" >>"$LOG"
+    timeout -k 10 "$t" "$PERF_BIN" --uri "$(uri "$(broker_port "$b")")" --json --interval 0 "$@" \
+        >"$out" 2>>"$LOG"
+    local rc=$?
+    cat "$out" >>"$LOG"
+    [ $rc = 0 ] || say "$b: warren-perf exited with $rc ($*)"
+    return $rc
+}
+
+# Brackets a measured phase: CPU ticks and RSS sampling of the broker process.
+phase_begin() {
+    PHASE_PID=$(broker_pid "$1")
+    PHASE_T0=$(cpu_ticks "$PHASE_PID")
+    start_sampler "$PHASE_PID" "$WORK/peak"
+}
+
+# phase_end BROKER SCENARIO JSONFILE: records broker CPU us/msg and RSS peak/after for the scenario.
+phase_end() {
+    local b=$1 s=$2 f=$3 t1 pub con n
+    t1=$(cpu_ticks "$PHASE_PID")
+    stop_sampler
+    pub=$(jget published "$f")
+    con=$(jget consumed "$f")
+    n=$(awk -v a="${pub:-0}" -v b="${con:-0}" 'BEGIN {print (a > b ? a : b) + 0}')
+    if [ "$n" -gt 0 ] 2>/dev/null; then
+        record "s$s.cpu" "$b" "$(awk -v d=$((t1 - PHASE_T0)) -v hz="$CLK_TCK" -v n="$n" \
+            'BEGIN {printf "%.2f", d / hz * 1e6 / n}')"
+    fi
+    record "s$s.rsspeak" "$b" "$(($(cat "$WORK/peak") / 1024))"
+    record "s$s.rssafter" "$b" "$(($(rss_kb "$PHASE_PID") / 1024))"
+}
+
+# A plain load scenario: scenario number, metric name(s) to record as key=jsonkey, then args.
+load_scenario() {
+    local b=$1 s=$2 metrics=$3
+    shift 3
+    local f=$WORK/s$s.$b.json m
+    phase_begin "$b"
+    run_perf "$b" "$f" $((DURATION + 60)) --time "$DURATION" --queue "perf-s$s" "$@"
+    phase_end "$b" "$s" "$f"
+    for m in $metrics; do
+        record_json "${m%%=*}" "$b" "${m#*=}" "$f"
+    done
+}
+
+scenario() {
+    local s=$1 b=$2 f pe t
+    case $s in
+    1) load_scenario "$b" 1 "s1=consumed_rate" --producers 1 --consumers 1 --size 16 --autoack ;;
+    2) load_scenario "$b" 2 "s2=consumed_rate" --producers 1 --consumers 1 --size 1024 --autoack ;;
+    3) load_scenario "$b" 3 "s3=published_rate" --producer-only --producers 1 --size 16 ;;
+    4)
+        f=$WORK/s4fill.$b.json
+        t=$((DRAIN_N / 5000 + 120))
+        run_perf "$b" "$f" "$t" --producer-only --pmessages "$DRAIN_N" --confirm 1000 --size 16 \
+            --time 0 --keep --queue perf-s4
+        record_json s4fill "$b" confirmed_rate "$f"
+        record s4rss "$b" "$(($(rss_kb "$(broker_pid "$b")") / 1024))"
+        f=$WORK/s4.$b.json
+        phase_begin "$b"
+        run_perf "$b" "$f" "$t" --consumer-only --drain --autoack --time 0 --queue perf-s4
+        phase_end "$b" 4 "$f"
+        record_json s4 "$b" consumed_rate "$f"
+        ;;
+    5) load_scenario "$b" 5 "s5=confirmed_rate s5c=consumed_rate" --producers 1 --consumers 1 \
+        --size 1024 --persistent --durable-queues --confirm 1000 --multi-ack 100 --qos 1000 ;;
+    6) load_scenario "$b" 6 "s6=consumed_rate" --producers 1 --fanout 10 --size 256 --autoack ;;
+    7) load_scenario "$b" 7 "s7=consumed_rate" --producers 4 --consumers 4 --queues 4 --size 256 \
+        --autoack ;;
+    8) load_scenario "$b" 8 "s8=latency_p50_ms s8p99=latency_p99_ms" --producers 1 --consumers 1 \
+        --rate 1000 --size 1024 --autoack ;;
+    9)
+        pe=1000000
+        [ "$BACKLOG_N" -lt 2000000 ] && pe=$(((BACKLOG_N + 4) / 5))
+        t=$((BACKLOG_N / 500 + 300))
+        f=$WORK/s9fill.$b.json
+        phase_begin "$b"
+        run_perf "$b" "$f" "$t" --producer-only --pmessages "$BACKLOG_N" --persistent --durable-queues \
+            --confirm 1000 --size 1024 --time 0 --keep --progress-every "$pe" --queue perf-s9
+        phase_end "$b" 9 "$f"
+        record_json s9 "$b" confirmed_rate "$f"
+        record_json s9first "$b" publish_rate_first_interval "$f"
+        record_json s9last "$b" publish_rate_last_interval "$f"
+        record s9rss "$b" "$(($(rss_kb "$(broker_pid "$b")") / 1024))"
+        record s9disk "$b" "$(($(du -sk "$(data_dir "$b")" 2>/dev/null | cut -f1) / 1024))"
+        f=$WORK/s9drain.$b.json
+        phase_begin "$b"
+        run_perf "$b" "$f" "$t" --consumer-only --drain --durable-queues --multi-ack 100 --qos 1000 \
+            --time 0 --queue perf-s9
+        phase_end "$b" 9d "$f"
+        record_json s9d "$b" consumed_rate "$f"
+        ;;
+    10)
+        local pid err=$WORK/idle.$b.err base peak=0 r i
+        pid=$(broker_pid "$b")
+        base=$(rss_kb "$pid")
+        f=$WORK/s10.$b.json
+        : >"$err"
+        echo "== $b: warren-perf --idle-connections $IDLE_N --hold $IDLE_HOLD" >>"$LOG"
+        timeout -k 10 $((IDLE_N / 10 + IDLE_HOLD + 120)) "$PERF_BIN" --uri "$(uri "$(broker_port "$b")")" \
+            --json --idle-connections "$IDLE_N" --hold "$IDLE_HOLD" --queue perf-s10 >"$f" 2>"$err" &
+        local idle_pid=$!
+        while kill -0 "$idle_pid" 2>/dev/null && ! grep -q holding "$err"; do sleep 0.2; done
+        if grep -q holding "$err"; then
+            sleep 1
+            for ((i = 0; i < IDLE_HOLD - 2 && i < 5; i++)); do
+                r=$(rss_kb "$pid")
+                [ "${r:-0}" -gt "$peak" ] && peak=$r
+                sleep 0.5
+            done
+            [ "$peak" = 0 ] && peak=$(rss_kb "$pid")
+        fi
+        wait "$idle_pid"
+        cat "$err" "$f" >>"$LOG"
+        if [ "$peak" -gt 0 ]; then
+            record s10 "$b" "$(awk -v p="$peak" -v b0="$base" -v n="$IDLE_N" 'BEGIN {printf "%.1f", (p - b0) / n}')"
+            record s10.rsspeak "$b" $((peak / 1024))
+        fi
+        record_json s10open "$b" connections_per_sec "$f"
+        record s10.rssafter "$b" "$(($(rss_kb "$pid") / 1024))"
+        ;;
+    *) say "unknown scenario $s" ;;
+    esac
+}
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+median() { # median of the numeric lines of a file, or empty
+    [ -f "$1" ] || return 0
+    grep -E '^-?[0-9.]+(e[-+]?[0-9]+)?$' "$1" | sort -g |
+        awk '{v[NR] = $1} END {if (NR == 0) exit; if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+
+client_bound() { # true if the client used > 90% of its core in any round of metric $1 on broker $2
+    [ -f "$RES/$1.client.$2" ] && awk '$1 + 0 > 90 {hit = 1} END {exit !hit}' "$RES/$1.client.$2"
+}
+
+fmt() { # value -> compact string, "n/a" when empty
+    if [ -z "$1" ]; then
+        echo "n/a"
+    else
+        awk -v v="$1" 'BEGIN {if (v >= 1000) printf "%.0f", v; else if (v >= 10) printf "%.1f", v; else printf "%.3g", v}'
+    fi
+}
+
+rss_cell() { # "peak/after" MiB for a scenario and broker, or n/a
+    local p a
+    p=$(median "$RES/$1.rsspeak.$2")
+    a=$(median "$RES/$1.rssafter.$2")
+    if [ -z "$p" ] && [ -z "$a" ]; then echo "n/a"; else echo "$(fmt "$p")/$(fmt "$a")"; fi
+}
+
+row() { # metric label [scenario-for-rss-and-cpu]
+    local m=$1 label=$2 s=${3:-} a w ratio ra rw ca cw
+    a=$(median "$RES/$m.rmq")
+    w=$(median "$RES/$m.warren")
+    ratio=
+    if [ -n "$a" ] && [ -n "$w" ]; then
+        ratio=$(awk -v a="$a" -v w="$w" 'BEGIN {if (a != 0) printf "%.2f", w / a}')
+    fi
+    ra="-" rw="-" ca="-" cw="-"
+    if [ -n "$s" ]; then
+        ra=$(rss_cell "s$s" rmq)
+        rw=$(rss_cell "s$s" warren)
+        ca=$(fmt "$(median "$RES/s$s.cpu.rmq")")
+        cw=$(fmt "$(median "$RES/s$s.cpu.warren")")
+    fi
+    local va vw
+    va=$(fmt "$a")
+    vw=$(fmt "$w")
+    client_bound "$m" rmq && va="*$va"
+    client_bound "$m" warren && vw="*$vw"
+    printf '%-44s %11s %11s %7s %13s %13s %8s %8s\n' "$label" "$va" "$vw" \
+        "${ratio:-n/a}" "$ra" "$rw" "$ca" "$cw"
+}
+
+report() {
+    local s
+    echo
+    echo "Warren vs RabbitMQ: rounds=$ROUNDS duration=${DURATION}s, medians of rounds; ratio = Warren/RabbitMQ"
+    echo "load average at start: $LOAD_START; at end: $(cut -d' ' -f1-3 /proc/loadavg) (above ~1 means something else competed for the 2 cores)"
+    echo "RSS = peak/after the scenario, MiB; CPU = broker utime+stime per message (us), messages = max(published, delivered)"
+    printf '%-44s %11s %11s %7s %13s %13s %8s %8s\n' scenario RabbitMQ Warren ratio "RSS RMQ" "RSS Warren" \
+        "CPU RMQ" "CPU W"
+    row idle "0  idle RSS after start (MiB)"
+    for s in $SCENARIOS; do
+        case $s in
+        1) row s1 "1  1p/1c 16 B autoack (msg/s)" 1 ;;
+        2) row s2 "2  1p/1c 1 KiB autoack (msg/s)" 2 ;;
+        3) row s3 "3  publish only 16 B (msg/s)" 3 ;;
+        4)
+            row s4fill "4  fill $DRAIN_N x 16 B, confirms (msg/s)"
+            row s4rss "4  RSS with the backlog queued (MiB)"
+            row s4 "4  drain the backlog, autoack (msg/s)" 4
+            ;;
+        5)
+            row s5 "5  persistent 1 KiB confirm+ack (confirmed/s)" 5
+            row s5c "5    consumed (msg/s)"
+            ;;
+        6) row s6 "6  fanout x10 256 B (deliveries/s)" 6 ;;
+        7) row s7 "7  4p/4q/4c 256 B (msg/s)" 7 ;;
+        8)
+            row s8 "8  latency @1000 msg/s 1 KiB p50 (ms)" 8
+            row s8p99 "8    p99 (ms, lower is better)"
+            ;;
+        9)
+            row s9 "9  fill $BACKLOG_N persistent 1 KiB (msg/s)" 9
+            row s9first "9    first interval (msg/s)"
+            row s9last "9    last interval (msg/s)"
+            row s9rss "9    RSS when full (MiB)"
+            row s9disk "9    data dir when full (MiB)"
+            row s9d "9  drain it, manual ack (msg/s)" 9d
+            ;;
+        10)
+            row s10 "10 $IDLE_N idle consumers: RSS/conn (KiB)" 10
+            row s10open "10   connections opened per second"
+            ;;
+        esac
+    done
+    echo "* = the one-thread client used over 90% of its core in a round: the client, not the broker, was the limit"
+    [ "$WARREN_OK" = 1 ] || echo "(Warren: n/a — it did not build, start or stay up; see above)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Main
+
+for p in "$RMQ_PORT" "$RMQ_DIST_PORT" "$WARREN_PORT"; do
+    if port_busy "$p"; then
+        say "port $p is already in use; set RMQ_PORT / RMQ_DIST_PORT / WARREN_PORT"
+        exit 1
+    fi
+done
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+ensure_rabbitmq || { say "cannot install rabbitmq-server"; exit 1; }
+build || { say "warren-perf did not build"; exit 1; }
+[ -x "$PERF_BIN" ] || { say "no warren-perf at $PERF_BIN"; exit 1; }
+start_rabbitmq || say "RabbitMQ is not available: its column will be n/a"
+start_warren
+sleep "$SETTLE"
+[ "$RMQ_OK" = 1 ] && record idle rmq $(($(rss_kb "$RMQ_PID") / 1024))
+[ "$WARREN_OK" = 1 ] && record idle warren $(($(rss_kb "$WARREN_PID") / 1024))
+
+for s in $SCENARIOS; do
+    for ((r = 1; r <= ROUNDS; r++)); do
+        for b in rmq warren; do
+            broker_up "$b" || continue
+            say "scenario $s, round $r/$ROUNDS, $([ "$b" = rmq ] && echo RabbitMQ || echo Warren)"
+            scenario "$s" "$b"
+            sleep "$SETTLE"
+        done
+    done
+done
+
+report | tee "$WORK/report.txt"
+[ -n "${RESULTS_FILE:-}" ] && cp "$WORK/report.txt" "$RESULTS_FILE"
+exit 0
