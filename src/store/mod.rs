@@ -21,6 +21,9 @@ pub enum Error {
     /// sled reported an I/O or corruption error.
     #[error("sled: {0}")]
     Sled(#[from] sled::Error),
+    /// The data directory could not be opened.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
     /// A stored record could not be decoded.
     #[error("corrupt record: {0}")]
     Corrupt(String),
@@ -50,18 +53,19 @@ impl Store {
             .flush_every_ms(Some(500))
             .mode(sled::Mode::HighThroughput)
             .open()?;
-        Self::from_db(db)
+        let dir_handle = std::fs::File::open(dir)?;
+        Self::from_db(db, Some(dir_handle))
     }
 
     /// A store that lives in a temp dir and vanishes on drop (unit tests).
     pub fn temporary() -> Result<Arc<Store>> {
-        Self::from_db(sled::Config::new().temporary(true).open()?)
+        Self::from_db(sled::Config::new().temporary(true).open()?, None)
     }
 
-    fn from_db(db: sled::Db) -> Result<Arc<Store>> {
+    fn from_db(db: sled::Db, dir: Option<std::fs::File>) -> Result<Arc<Store>> {
         let defs = db.open_tree("definitions")?;
         let msgs = db.open_tree("messages")?;
-        let flusher = Flusher::start(db.clone());
+        let flusher = Flusher::start(db.clone(), dir);
         Ok(Arc::new(Store {
             db,
             defs,

@@ -3,10 +3,17 @@
 //! flusher thread runs flushes back to back while there is demand, so every
 //! writer that came in during a flush shares the next one.
 //!
+//! sled's own flush writes its log and calls sync_file_range(2), which
+//! waits for the data to reach the device but neither flushes the device's
+//! cache nor syncs metadata. So after it the flusher calls syncfs(2) on the
+//! data directory's filesystem: a confirm then means what RabbitMQ's does
+//! (fsync before confirm), and one such sync serves a whole group.
+//!
 //! Correctness: a writer reads the epoch counter after its write. The flusher
 //! bumps the counter before it starts a flush. So a writer that read epoch
 //! `g` wrote before flush `g + 1` began, and that flush covers it.
 
+use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -24,7 +31,7 @@ pub struct Flusher {
 
 impl Flusher {
     /// Starts the flusher thread for `db`.
-    pub fn start(db: sled::Db) -> Arc<Flusher> {
+    pub fn start(db: sled::Db, dir: Option<File>) -> Arc<Flusher> {
         let (done, _) = watch::channel(0);
         let f = Arc::new(Flusher {
             epoch: AtomicU64::new(0),
@@ -36,7 +43,7 @@ impl Flusher {
         let weak = Arc::downgrade(&f);
         let spawned = std::thread::Builder::new()
             .name("warren-flusher".into())
-            .spawn(move || Self::run(weak, db));
+            .spawn(move || Self::run(weak, db, dir));
         if let Err(e) = spawned {
             tracing::error!("cannot start the flusher thread: {e}");
         }
@@ -59,7 +66,7 @@ impl Flusher {
         self.done.subscribe()
     }
 
-    fn run(this: std::sync::Weak<Flusher>, db: sled::Db) {
+    fn run(this: std::sync::Weak<Flusher>, db: sled::Db, dir: Option<File>) {
         loop {
             let Some(f) = this.upgrade() else { return };
             {
@@ -83,7 +90,30 @@ impl Flusher {
                 tracing::error!("store flush failed: {e}");
                 continue;
             }
+            if let Some(dir) = &dir {
+                if let Err(e) = syncfs(dir) {
+                    tracing::error!("syncfs of the data directory failed: {e}");
+                    continue;
+                }
+            }
             f.done.send_replace(epoch);
         }
+    }
+}
+
+/// Syncs the filesystem that holds `dir` (Linux); elsewhere, fsyncs it.
+fn syncfs(dir: &File) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the fd is valid for the life of `dir`; syncfs only reads it.
+        if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        dir.sync_all()
     }
 }
