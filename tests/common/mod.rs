@@ -196,3 +196,28 @@ pub async fn assert_connection_works(conn: &Connection) {
 
 /// The `warren` binary as a child process.
 pub mod child;
+
+impl TestBroker {
+    /// Like `restart`, but retries opening the data dir for up to 5 s while
+    /// the previous instance still holds the store's lock, so durability
+    /// tests test durability rather than how fast shutdown lets go of it.
+    pub async fn restart_when_unlocked(&mut self) {
+        self.stop().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let mut c = config(&self.dir);
+            c.port = 0;
+            match Server::start(c).await {
+                Ok(server) => {
+                    self.addr = server.addr;
+                    self.server = Some(server);
+                    return;
+                }
+                Err(e) if e.contains("lock") && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("broker restarts: {e}"),
+            }
+        }
+    }
+}

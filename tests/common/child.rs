@@ -1,0 +1,153 @@
+//! The real `warren` binary as a child process, for tests that kill it or
+//! that might crash it: a free port, start on a data dir, wait until it
+//! accepts AMQP, SIGKILL. The child is killed when the handle is dropped,
+//! so a panicking test leaves no broker behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lapin::{Connection, ConnectionProperties};
+
+/// A port that was free a moment ago (bind 127.0.0.1:0, read, drop).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().unwrap().port()
+}
+
+/// A `warren` child process.
+pub struct ChildBroker {
+    child: Arc<Mutex<Option<Child>>>,
+    pub port: u16,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+}
+
+impl ChildBroker {
+    /// Starts `warren` on a free port with `data_dir`, logging to `log`
+    /// (appended), with `extra` flags.
+    pub fn spawn(data_dir: &Path, log: &Path, extra: &[&str]) -> ChildBroker {
+        let port = free_port();
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let err = out.try_clone().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_warren"))
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--port")
+            .arg(port.to_string())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--log-level")
+            .arg("warn")
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("spawn warren");
+        ChildBroker {
+            child: Arc::new(Mutex::new(Some(child))),
+            port,
+            data_dir: data_dir.to_path_buf(),
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// amqp:// URI of this broker.
+    pub fn uri(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
+    }
+
+    /// 127.0.0.1:port.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Retries connecting until the broker accepts (or 60 s pass, or the
+    /// process exits).
+    pub async fn connect(&self) -> Connection {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match Connection::connect(&self.uri(), ConnectionProperties::default()).await {
+                Ok(c) => return c,
+                Err(e) => {
+                    if let Some(status) = self.exited() {
+                        panic!(
+                            "warren exited with {status} before accepting: {}",
+                            self.log_tail()
+                        );
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        panic!(
+                            "warren did not accept connections: {e:?}; {}",
+                            self.log_tail()
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    /// The exit status if the process has ended.
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        let mut g = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&self) -> bool {
+        let mut g = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        match g.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// A handle another thread can use to SIGKILL the child.
+    pub fn kill_handle(&self) -> KillHandle {
+        KillHandle(Arc::clone(&self.child))
+    }
+
+    /// SIGKILLs the child and reaps it.
+    pub fn kill(&self) {
+        self.kill_handle().kill();
+    }
+
+    /// The last part of the log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let start = s.len().saturating_sub(4000);
+        let mut start = start;
+        while !s.is_char_boundary(start) {
+            start += 1;
+        }
+        format!("warren log tail:\n{}", &s[start..])
+    }
+}
+
+impl Drop for ChildBroker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Kills a child broker from anywhere.
+#[derive(Clone)]
+pub struct KillHandle(Arc<Mutex<Option<Child>>>);
+
+impl KillHandle {
+    /// SIGKILL (std's Child::kill) and wait; idempotent.
+    pub fn kill(&self) {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut c) = g.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
