@@ -7,6 +7,9 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde::Deserialize;
 
+/// The largest frame_max that may be configured.
+pub const MAX_FRAME_MAX: u32 = 256 * 1024;
+
 /// Everything that can be set.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -133,6 +136,11 @@ impl Cli {
         }
         if let Some(v) = self.store_cache_mb {
             c.store_cache_mb = v;
+        }
+        // Bounded so that a table nested as deep as one frame allows still
+        // decodes within a worker's stack (see main.rs).
+        if c.frame_max > MAX_FRAME_MAX {
+            return Err(format!("frame_max must be at most {MAX_FRAME_MAX}"));
         }
         if c.frame_max < crate::amqp::codec::FRAME_MIN_SIZE {
             return Err(format!(

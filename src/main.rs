@@ -6,6 +6,13 @@ use tracing_subscriber::EnvFilter;
 use warren::config::Cli;
 use warren::Server;
 
+/// Worker stack size. amq-protocol decodes nested field tables
+/// recursively, and a peer may nest a table as deep as a frame allows
+/// (about 18,000 levels in the default 128 KiB frame); RabbitMQ decodes
+/// those, so Warren must too. The stack is virtual memory: only what is
+/// touched is resident.
+const WORKER_STACK: usize = 256 << 20;
+
 fn main() {
     let config = match Cli::parse().into_config() {
         Ok(c) => c,
@@ -19,6 +26,7 @@ fn main() {
     tracing_subscriber::fmt().with_env_filter(filter).init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(WORKER_STACK)
         .build()
     {
         Ok(r) => r,

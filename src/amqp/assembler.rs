@@ -40,6 +40,12 @@ pub fn parse_publish(payload: &Bytes) -> Option<Publish> {
     })
 }
 
+/// RabbitMQ's texts for frames out of order (rabbit_command_assembler).
+pub const NOT_METHOD: &str = "expected method frame, got non method frame instead";
+pub const NOT_HEADER: &str =
+    "expected content header for class 60, got non content header frame instead";
+pub const NOT_BODY: &str = "expected content body, got non content body frame instead";
+
 /// Where a channel is in receiving a message.
 #[derive(Debug, Default)]
 pub enum Assembler {
@@ -84,6 +90,15 @@ impl Assembler {
         !matches!(self, Assembler::Idle)
     }
 
+    /// The error for a method frame that arrived mid-publish.
+    pub fn interrupted(&self) -> ProtocolError {
+        let text = match self {
+            Assembler::Body { .. } => NOT_BODY,
+            _ => NOT_HEADER,
+        };
+        ProtocolError::unexpected_frame(text).on(60, 40)
+    }
+
     /// Starts a publish.
     pub fn start(&mut self, publish: Publish) {
         *self = Assembler::Header(publish);
@@ -91,10 +106,13 @@ impl Assembler {
 
     /// Feeds a content header frame.
     pub fn header(&mut self, payload: &Bytes, max_size: u64) -> Result<Step, ProtocolError> {
-        let Assembler::Header(publish) = std::mem::take(self) else {
-            return Err(ProtocolError::unexpected_frame(
-                "content header without a preceding basic.publish",
-            ));
+        let publish = match std::mem::take(self) {
+            Assembler::Header(p) => p,
+            Assembler::Idle => return Err(ProtocolError::unexpected_frame(NOT_METHOD)),
+            body @ Assembler::Body { .. } => {
+                *self = body;
+                return Err(ProtocolError::unexpected_frame(NOT_BODY).on(60, 40));
+            }
         };
         let mut r = FieldReader::new(payload);
         let (class, _weight, size) = match (r.u16(), r.u16(), r.u64()) {
@@ -146,10 +164,12 @@ impl Assembler {
     /// Feeds a body frame.
     pub fn body(&mut self, payload: Bytes) -> Result<Step, ProtocolError> {
         let len = payload.len();
-        let Assembler::Body { size, parts, .. } = self else {
-            return Err(ProtocolError::unexpected_frame(
-                "content body without a content header",
-            ));
+        let (size, parts) = match self {
+            Assembler::Body { size, parts, .. } => (size, parts),
+            Assembler::Idle => return Err(ProtocolError::unexpected_frame(NOT_METHOD)),
+            Assembler::Header(_) => {
+                return Err(ProtocolError::unexpected_frame(NOT_HEADER).on(60, 40))
+            }
         };
         let have = match parts {
             Body::Empty => 0,

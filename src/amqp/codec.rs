@@ -54,16 +54,19 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
         kind,
         FRAME_METHOD | FRAME_HEADER | FRAME_BODY | FRAME_HEARTBEAT
     ) {
+        // RabbitMQ's wording: the frame's type and payload as an Erlang binary.
+        let payload = &buf[7..buf.len().min(7 + size as usize)];
         return Err(ProtocolError::frame_error(format!(
-            "type {kind}, first 7 octets = {:?}",
-            &buf[..7]
+            "type {kind}, all octets = {}: unknown_frame",
+            erlang_binary(payload)
         )));
     }
-    // frame_max counts the whole frame, header and end octet included.
-    if frame_max != 0 && size as u64 + FRAME_OVERHEAD as u64 > frame_max as u64 {
+    // RabbitMQ allows a payload of up to frame_max octets (FRAME_SIZE_FUDGE),
+    // although frame_max counts the framing too.
+    if frame_max != 0 && size > frame_max {
         return Err(ProtocolError::frame_error(format!(
-            "frame size {} > negotiated frame_max {frame_max}",
-            size as u64 + FRAME_OVERHEAD as u64
+            "type {kind}, all octets = <<>>: {{frame_too_large,{size},{}}}",
+            frame_max as usize - FRAME_OVERHEAD
         )));
     }
     let total = size as usize + FRAME_OVERHEAD;
@@ -73,7 +76,8 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
     }
     if buf[total - 1] != FRAME_END {
         return Err(ProtocolError::frame_error(format!(
-            "bad frame end marker {:#04x}",
+            "type {kind}, all octets = {}: {{invalid_frame_end_marker,{}}}",
+            erlang_binary(&buf[7..total - 1]),
             buf[total - 1]
         )));
     }
@@ -107,7 +111,12 @@ pub fn parse_method(payload: &[u8]) -> Result<AMQPClass, ProtocolError> {
         _ => {
             let (c, m) = method_ids(payload).unwrap_or((0, 0));
             if is_known_method(c, m) {
-                Err(ProtocolError::syntax_error(format!("malformed method frame {c}.{m}")).on(c, m))
+                // RabbitMQ: rabbit_misc:frame_error, "cannot decode ...".
+                Err(ProtocolError::frame_error(format!(
+                    "cannot decode {}",
+                    erlang_binary(payload.get(4..).unwrap_or_default())
+                ))
+                .on(c, m))
             } else {
                 Err(ProtocolError::command_invalid(format!("unknown method {c}.{m}")).on(c, m))
             }
@@ -148,6 +157,27 @@ fn is_known_method(class: u16, method: u16) -> bool {
         85 => matches!(method, 10 | 11),
         90 => matches!(method, 10 | 11 | 20 | 21 | 30 | 31),
         _ => false,
+    }
+}
+
+/// Bytes as Erlang prints a binary: `<<"text">>` when printable, else
+/// `<<1,2,3>>`; long ones are cut (reply texts are short strings).
+pub fn erlang_binary(bytes: &[u8]) -> String {
+    let shown = &bytes[..bytes.len().min(64)];
+    let more = if bytes.len() > shown.len() { "..." } else { "" };
+    if shown.iter().all(|b| (32..127).contains(b)) {
+        let text: String = shown
+            .iter()
+            .flat_map(|&b| match b {
+                b'"' => vec!['\\', '"'],
+                b'\\' => vec!['\\', '\\'],
+                b => vec![b as char],
+            })
+            .collect();
+        format!("<<\"{text}\"{more}>>")
+    } else {
+        let nums: Vec<String> = shown.iter().map(|b| b.to_string()).collect();
+        format!("<<{}{more}>>", nums.join(","))
     }
 }
 
@@ -349,6 +379,6 @@ mod tests {
     #[test]
     fn unknown_and_malformed_methods() {
         assert_eq!(parse_method(&[0, 99, 0, 1]).unwrap_err().code, 503);
-        assert_eq!(parse_method(&[0, 50, 0, 10, 0]).unwrap_err().code, 502);
+        assert_eq!(parse_method(&[0, 50, 0, 10, 0]).unwrap_err().code, 501);
     }
 }

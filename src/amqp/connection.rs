@@ -116,9 +116,22 @@ pub async fn serve(
     let _ = writer.await;
 }
 
+/// Where the handshake is, as in RabbitMQ's `rabbit_reader`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handshake {
+    /// connection.start sent; waiting for start-ok.
+    Starting,
+    /// connection.tune sent; waiting for tune-ok.
+    Tuning,
+    /// Tuned; waiting for connection.open.
+    Opening,
+}
+
 /// Reads the protocol header and runs start / tune / open. Returns the
 /// connection context, heartbeat and channel_max, or None when the
-/// connection ended during the handshake.
+/// connection ended during the handshake. Before tune-ok, errors close the
+/// socket without a close method (the peer has no frame_max yet), as
+/// RabbitMQ does; from then on they are sent as connection.close.
 async fn handshake(
     rd: &mut OwnedReadHalf,
     buf: &mut BytesMut,
@@ -149,14 +162,19 @@ async fn handshake(
             locales: LongString::from("en_US"),
         },
     )));
+    let mut state = Handshake::Starting;
     let mut caps = ClientCaps::default();
     let mut user = String::new();
     let mut frame_max = config.frame_max;
     let mut heartbeat = 0;
     let mut channel_max = config.channel_max;
+    // Errors once tuned are reported with connection.close.
     let hard_close = |e: ProtocolError| {
         warn!(%peer, code = e.code, "handshake failed: {}", e.text);
         outbox.send(|out| codec::put_method(out, 0, close_method(&e)));
+    };
+    let silent_close = |why: &str| {
+        warn!(%peer, "handshake failed: {why}");
     };
     loop {
         let frame = loop {
@@ -168,7 +186,10 @@ async fn handshake(
                     }
                 }
                 Err(e) => {
-                    hard_close(e);
+                    match state {
+                        Handshake::Opening => hard_close(e),
+                        _ => silent_close(&e.text),
+                    }
                     return None;
                 }
             }
@@ -180,37 +201,31 @@ async fn handshake(
                 payload,
             } => payload,
             _ => {
-                hard_close(ProtocolError::command_invalid(
-                    "expected a connection method during the handshake",
-                ));
+                silent_close("a frame other than a connection method during the handshake");
                 return None;
             }
         };
         let method = match codec::parse_method(&payload) {
             Ok(m) => m,
             Err(e) => {
-                hard_close(e);
+                match state {
+                    Handshake::Opening => hard_close(e),
+                    _ => silent_close(&e.text),
+                }
                 return None;
             }
         };
-        match method {
-            AMQPClass::Connection(connection::AMQPMethod::StartOk(ok)) => {
+        match (state, method) {
+            (Handshake::Starting, AMQPClass::Connection(connection::AMQPMethod::StartOk(ok))) => {
                 caps = client_caps(&ok.client_properties);
                 let creds = match auth::decode(ok.mechanism.as_str(), ok.response.as_bytes()) {
                     Ok(c) => c,
                     Err(auth::AuthError::UnknownMechanism(m)) => {
-                        hard_close(
-                            ProtocolError::command_invalid(format!(
-                                "unknown authentication mechanism '{m}'"
-                            ))
-                            .on(10, 11),
-                        );
+                        silent_close(&format!("unknown authentication mechanism '{m}'"));
                         return None;
                     }
                     Err(auth::AuthError::Malformed) => {
-                        hard_close(
-                            ProtocolError::syntax_error("malformed SASL response").on(10, 11),
-                        );
+                        silent_close("malformed SASL response");
                         return None;
                     }
                 };
@@ -218,10 +233,10 @@ async fn handshake(
                     warn!(%peer, user = %creds.user, "login refused");
                     if caps.authentication_failure_close {
                         let e = ProtocolError::access_refused(format!(
-                            "Login was refused using authentication mechanism {}. For details see the broker logfile.",
+                            "Login was refused using authentication mechanism {}. \
+                             For details see the broker logfile.",
                             ok.mechanism.as_str()
                         ))
-                        .on(10, 11)
                         .hard();
                         outbox.send(|out| codec::put_method(out, 0, close_method(&e)));
                     }
@@ -235,40 +250,50 @@ async fn handshake(
                         heartbeat: config.heartbeat,
                     },
                 )));
+                state = Handshake::Tuning;
             }
-            AMQPClass::Connection(connection::AMQPMethod::TuneOk(ok)) => {
-                let fm = if ok.frame_max == 0 {
-                    config.frame_max
-                } else {
-                    ok.frame_max
+            (Handshake::Tuning, AMQPClass::Connection(connection::AMQPMethod::TuneOk(ok))) => {
+                // RabbitMQ's validate_negotiated_integer_value: 0 means
+                // "no limit", which is above any maximum the server set.
+                let too_high = |what: &str, v: u64, max: u64| {
+                    ProtocolError::not_allowed(format!(
+                        "negotiated {what} = {v} is higher than the maximum allowed value ({max})"
+                    ))
+                    .on(10, 30)
                 };
-                if fm < FRAME_MIN_SIZE {
+                if ok.frame_max != 0 && ok.frame_max < FRAME_MIN_SIZE {
                     hard_close(
                         ProtocolError::not_allowed(format!(
-                            "frame_max={fm} < {FRAME_MIN_SIZE} min size"
+                            "negotiated frame_max = {} is lower than the minimum allowed value ({FRAME_MIN_SIZE})",
+                            ok.frame_max
                         ))
-                        .on(10, 31),
+                        .on(10, 30),
                     );
                     return None;
                 }
-                if fm > config.frame_max {
-                    hard_close(
-                        ProtocolError::not_allowed(format!(
-                            "frame_max={fm} > {} max size",
-                            config.frame_max
-                        ))
-                        .on(10, 31),
-                    );
+                if ok.frame_max == 0 || ok.frame_max > config.frame_max {
+                    hard_close(too_high(
+                        "frame_max",
+                        ok.frame_max as u64,
+                        config.frame_max as u64,
+                    ));
                     return None;
                 }
-                frame_max = fm;
-                outbox.set_heartbeat(ok.heartbeat);
+                if ok.channel_max == 0 || ok.channel_max > config.channel_max {
+                    hard_close(too_high(
+                        "channel_max",
+                        ok.channel_max as u64,
+                        config.channel_max as u64,
+                    ));
+                    return None;
+                }
+                frame_max = ok.frame_max;
+                channel_max = ok.channel_max;
                 heartbeat = ok.heartbeat;
-                if ok.channel_max != 0 {
-                    channel_max = ok.channel_max.min(config.channel_max);
-                }
+                outbox.set_heartbeat(ok.heartbeat);
+                state = Handshake::Opening;
             }
-            AMQPClass::Connection(connection::AMQPMethod::Open(open)) => {
+            (Handshake::Opening, AMQPClass::Connection(connection::AMQPMethod::Open(open))) => {
                 let name = open.virtual_host.as_str();
                 let Some(vhost) = broker.vhost(name) else {
                     hard_close(
@@ -292,16 +317,22 @@ async fn handshake(
                 };
                 return Some((ctx, heartbeat, channel_max));
             }
-            AMQPClass::Connection(connection::AMQPMethod::Close(_)) => {
+            (Handshake::Opening, AMQPClass::Connection(connection::AMQPMethod::Close(_))) => {
                 send(AMQPClass::Connection(connection::AMQPMethod::CloseOk(
                     connection::CloseOk {},
                 )));
                 return None;
             }
-            _ => {
-                hard_close(ProtocolError::command_invalid(
-                    "unexpected method during the handshake",
-                ));
+            (Handshake::Opening, other) => {
+                let (c, m) = (other.get_amqp_class_id(), other.get_amqp_method_id());
+                hard_close(
+                    ProtocolError::channel_error("unexpected method in connection state opening")
+                        .on(c, m),
+                );
+                return None;
+            }
+            (_, _) => {
+                silent_close("method out of order during the handshake");
                 return None;
             }
         }
@@ -483,22 +514,41 @@ impl Connection {
         );
         self.ctx.send(0, close_method(&e));
         self.cleanup();
+        let outbox = &self.ctx.outbox;
         let wait = async {
             loop {
-                while let Ok(Some(frame)) = codec::decode(buf, 0) {
-                    if let Frame::Method {
-                        channel: 0,
-                        payload,
-                    } = frame
-                    {
-                        if codec::method_ids(&payload) == Some((10, 51))
-                            || codec::method_ids(&payload) == Some((10, 50))
-                        {
-                            return;
+                loop {
+                    match codec::decode(buf, 0) {
+                        Ok(Some(Frame::Method {
+                            channel: 0,
+                            payload,
+                        })) => {
+                            match codec::method_ids(&payload) {
+                                Some((10, 51)) => return,
+                                // Both sides closed at once: answer theirs.
+                                Some((10, 50)) => {
+                                    outbox.send(|out| {
+                                        codec::put_method(
+                                            out,
+                                            0,
+                                            AMQPClass::Connection(connection::AMQPMethod::CloseOk(
+                                                connection::CloseOk {},
+                                            )),
+                                        )
+                                    });
+                                    return;
+                                }
+                                _ => {}
+                            }
+                        }
+                        Ok(Some(_)) => {}
+                        Ok(None) => break,
+                        Err(_) => {
+                            buf.clear();
+                            break;
                         }
                     }
                 }
-                buf.clear();
                 match rd.read_buf(buf).await {
                     Ok(0) | Err(_) => return,
                     Ok(_) => {}
@@ -520,16 +570,8 @@ impl Connection {
                 )),
             };
         }
-        if id > self.channel_max {
-            return Err(ProtocolError::channel_error(format!(
-                "channel {id} exceeds the negotiated channel_max {}",
-                self.channel_max
-            )));
-        }
         if let Frame::Heartbeat { .. } = frame {
-            return Err(ProtocolError::unexpected_frame(format!(
-                "heartbeat frame on channel {id}"
-            )));
+            return Err(ProtocolError::unexpected_frame("type 8, all octets = <<>>"));
         }
         match self.channels.get_mut(&id) {
             Some(ch) => {
@@ -541,20 +583,27 @@ impl Connection {
             }
             None => match frame {
                 Frame::Method { payload, .. } if codec::method_ids(&payload) == Some((20, 10)) => {
+                    // RabbitMQ limits how many channels are open, not
+                    // their numbers.
+                    if self.channels.len() >= self.channel_max as usize {
+                        return Err(ProtocolError::not_allowed(format!(
+                            "number of channels opened ({}) has reached the negotiated channel_max ({})",
+                            self.channels.len(),
+                            self.channel_max
+                        ))
+                        .on(20, 10));
+                    }
                     let ch = Channel::open(id, &self.ctx);
                     self.channels.insert(id, ch);
                     Ok(())
                 }
                 Frame::Method { payload, .. } => {
                     let (c, m) = codec::method_ids(&payload).unwrap_or((0, 0));
-                    Err(ProtocolError::channel_error(format!(
-                        "expected 'channel.open' on channel {id}"
-                    ))
-                    .on(c, m))
+                    Err(ProtocolError::channel_error("expected 'channel.open'").on(c, m))
                 }
-                _ => Err(ProtocolError::unexpected_frame(format!(
-                    "content frame on closed channel {id}"
-                ))),
+                _ => Err(ProtocolError::unexpected_frame(
+                    "expected method frame, got non method frame instead",
+                )),
             },
         }
     }
@@ -589,7 +638,10 @@ impl Connection {
             ) => Ok(()),
             other => {
                 let (c, m) = (other.get_amqp_class_id(), other.get_amqp_method_id());
-                Err(ProtocolError::command_invalid("connection method not allowed now").on(c, m))
+                Err(
+                    ProtocolError::channel_error("unexpected method in connection state running")
+                        .on(c, m),
+                )
             }
         }
     }

@@ -72,6 +72,9 @@ struct State {
     unacked: VecDeque<Unacked>,
     /// Per-channel prefetch (`basic.qos global=true`), 0 = unlimited.
     global_prefetch: u32,
+    /// Acked inside an uncommitted transaction: out of the unacked list
+    /// but still holding prefetch credit until commit or rollback.
+    held: usize,
     open: bool,
 }
 
@@ -99,6 +102,7 @@ impl ChannelDelivery {
                 next_tag: 1,
                 unacked: VecDeque::new(),
                 global_prefetch: 0,
+                held: 0,
                 open: true,
             }),
         }
@@ -127,7 +131,8 @@ impl ChannelDelivery {
             {
                 return Err(entry);
             }
-            if st.global_prefetch != 0 && st.unacked.len() >= st.global_prefetch as usize {
+            if st.global_prefetch != 0 && st.unacked.len() + st.held >= st.global_prefetch as usize
+            {
                 return Err(entry);
             }
         }
@@ -207,6 +212,7 @@ impl ChannelDelivery {
         &self,
         tag: u64,
         multiple: bool,
+        hold: bool,
         out: &mut Vec<Unacked>,
     ) -> Result<(), ProtocolError> {
         let mut st = self.state.lock();
@@ -214,8 +220,10 @@ impl ChannelDelivery {
             if tag == 0 {
                 out.extend(st.unacked.drain(..));
             } else {
+                // As RabbitMQ's collect_acks: the named tag itself must be
+                // outstanding; everything up to it goes with it.
                 let n = st.unacked.partition_point(|u| u.tag <= tag);
-                if n == 0 && !st.unacked.iter().any(|u| u.tag == tag) {
+                if n == 0 || st.unacked[n - 1].tag != tag {
                     return Err(ProtocolError::precondition_failed(format!(
                         "unknown delivery tag {tag}"
                     )));
@@ -237,23 +245,20 @@ impl ChannelDelivery {
                 }
             }
         }
-        for u in out.iter() {
-            if let Some(c) = &u.consumer {
-                c.unacked.fetch_sub(1, Ordering::Relaxed);
-            }
+        if hold {
+            st.held += out.len();
+        } else {
+            release_credit(out);
         }
         Ok(())
     }
 
     /// Takes every outstanding delivery (basic.recover, channel close).
     pub fn take_all(&self, out: &mut Vec<Unacked>) {
+        let start = out.len();
         let mut st = self.state.lock();
         out.extend(st.unacked.drain(..));
-        for u in out.iter() {
-            if let Some(c) = &u.consumer {
-                c.unacked.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
+        release_credit(&out[start..]);
     }
 
     /// Stops all further deliveries on this channel.
@@ -283,16 +288,30 @@ impl ChannelDelivery {
 }
 
 impl ChannelDelivery {
-    /// Puts deliveries back into the unacked list (tx.rollback), in tag order.
+    /// Ends a transaction's hold on `entries` (taken with `hold`): their
+    /// credit is free again (tx.commit, or a close that requeues them).
+    pub fn release_held(&self, entries: &[Unacked]) {
+        let mut st = self.state.lock();
+        st.held = st.held.saturating_sub(entries.len());
+        release_credit(entries);
+    }
+
+    /// Puts held deliveries back into the unacked list (tx.rollback), in
+    /// tag order; they keep the credit they held.
     pub fn restore(&self, mut back: Vec<Unacked>) {
         let mut st = self.state.lock();
-        for u in &back {
-            if let Some(c) = &u.consumer {
-                c.unacked.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        st.held = st.held.saturating_sub(back.len());
         back.extend(st.unacked.drain(..));
         back.sort_by_key(|u| u.tag);
         st.unacked = back.into();
+    }
+}
+
+/// Frees the per-consumer credit of settled deliveries.
+fn release_credit(entries: &[Unacked]) {
+    for u in entries {
+        if let Some(c) = &u.consumer {
+            c.unacked.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }

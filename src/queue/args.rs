@@ -60,10 +60,18 @@ pub fn validate(args: &FieldTable) -> Result<(), (String, String)> {
                 }
                 Some(_) => {}
             },
-            "x-dead-letter-exchange"
-            | "x-dead-letter-routing-key"
-            | "x-queue-mode"
-            | "x-queue-type" => {
+            "x-queue-mode" => match str_arg(value).as_deref() {
+                Some("default" | "lazy") => {}
+                Some(other) => return bad(format!("value '{other}' is not acceptable")),
+                None => return bad(format!("unacceptable type '{}'", type_name(value))),
+            },
+            "x-dead-letter-routing-key" if !args.contains_key("x-dead-letter-exchange") => {
+                return bad(
+                    "Key x-dead-letter-routing-key should be accompanied by x-dead-letter-exchange"
+                        .into(),
+                );
+            }
+            "x-dead-letter-exchange" | "x-dead-letter-routing-key" | "x-queue-type" => {
                 if str_arg(value).is_none() {
                     return bad(format!("unacceptable type '{}'", type_name(value)));
                 }

@@ -114,6 +114,9 @@ impl Queue {
             });
         }
         st.delivered_mark = delivered;
+        // New messages must sort after everything ever delivered, or the
+        // next recovery would take them for redeliveries.
+        st.next_seq = st.next_seq.max(delivered + 1);
         Ok(st.ready.len())
     }
 
@@ -146,17 +149,22 @@ impl Queue {
         self.dispatch_locked(&mut st);
     }
 
+    /// Delivers ready messages to consumers with credit. Consumers are
+    /// kept in priority order (highest first); the first one with credit
+    /// gets the message and moves to the back of its own priority group, so
+    /// equal priorities round-robin and lower ones get messages only when
+    /// every higher one is out of credit (RabbitMQ's consumer priorities).
     fn dispatch_locked(self: &Arc<Self>, st: &mut State) {
         let pager = self.pager();
-        while !st.ready.is_empty() && !st.consumers.is_empty() {
-            let mut delivered = false;
-            for _ in 0..st.consumers.len() {
-                let Some(entry) = st.ready.pop_front(pager.as_ref()) else {
-                    break;
-                };
-                let Some(consumer) = st.consumers.front() else {
-                    break;
-                };
+        while !st.consumers.is_empty() {
+            let Some(entry) = st.ready.pop_front(pager.as_ref()) else {
+                break;
+            };
+            let mut pending = Some(entry);
+            let mut taken_by = None;
+            for i in 0..st.consumers.len() {
+                let Some(entry) = pending.take() else { break };
+                let consumer = &st.consumers[i];
                 let (seq, stored, no_ack) = (entry.seq, entry.stored, consumer.no_ack);
                 match consumer.channel.try_deliver(consumer, self, entry) {
                     Ok(()) => {
@@ -167,18 +175,28 @@ impl Queue {
                             st.delivered_mark = seq;
                             self.note_delivered(seq);
                         }
-                        st.consumers.rotate_left(1);
-                        delivered = true;
+                        taken_by = Some(i);
                         break;
                     }
-                    Err(entry) => {
-                        st.ready.push_front(entry);
-                        st.consumers.rotate_left(1);
-                    }
+                    Err(back) => pending = Some(back),
                 }
             }
-            if !delivered {
+            let Some(i) = taken_by else {
+                if let Some(entry) = pending {
+                    st.ready.push_front(entry);
+                }
                 break;
+            };
+            let priority = st.consumers[i].priority;
+            let group_end = st
+                .consumers
+                .iter()
+                .rposition(|c| c.priority == priority)
+                .unwrap_or(i);
+            if group_end > i {
+                if let Some(c) = st.consumers.remove(i) {
+                    st.consumers.insert(group_end, c);
+                }
             }
         }
     }

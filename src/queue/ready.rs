@@ -48,11 +48,6 @@ impl Ready {
         self.mem.len() + self.tail.count
     }
 
-    /// Whether no message is ready.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn over_bound(&self) -> bool {
         self.mem_bytes >= MEM_BYTES || self.mem.len() >= MEM_COUNT
     }
@@ -208,7 +203,7 @@ mod tests {
             assert_eq!(&e.msg.body[..], &seq.to_be_bytes());
         }
         assert!(r.pop_front(Some(&pager)).is_none());
-        assert!(r.is_empty());
+        assert_eq!(r.len(), 0);
     }
 
     #[test]

@@ -98,9 +98,11 @@ impl Store {
         Ok(())
     }
 
-    /// Flushes everything now, synchronously (shutdown).
+    /// Flushes everything now, synchronously, and stops the flusher
+    /// (shutdown): once the store is dropped, the data dir can be reopened.
     pub fn flush_now(&self) -> Result<()> {
         self.db.flush()?;
+        self.flusher.stop();
         Ok(())
     }
 

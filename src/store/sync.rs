@@ -24,9 +24,17 @@ use tokio::sync::watch;
 pub struct Flusher {
     epoch: AtomicU64,
     wanted: AtomicBool,
-    lock: Mutex<bool>,
+    lock: Mutex<Signal>,
     wake: Condvar,
     done: watch::Sender<u64>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// What the flusher thread waits for.
+#[derive(Default)]
+struct Signal {
+    pending: bool,
+    stop: bool,
 }
 
 impl Flusher {
@@ -36,16 +44,18 @@ impl Flusher {
         let f = Arc::new(Flusher {
             epoch: AtomicU64::new(0),
             wanted: AtomicBool::new(false),
-            lock: Mutex::new(false),
+            lock: Mutex::new(Signal::default()),
             wake: Condvar::new(),
             done,
+            thread: Mutex::new(None),
         });
         let weak = Arc::downgrade(&f);
         let spawned = std::thread::Builder::new()
             .name("warren-flusher".into())
             .spawn(move || Self::run(weak, db, dir));
-        if let Err(e) = spawned {
-            tracing::error!("cannot start the flusher thread: {e}");
+        match spawned {
+            Ok(handle) => *f.thread.lock() = Some(handle),
+            Err(e) => tracing::error!("cannot start the flusher thread: {e}"),
         }
         f
     }
@@ -54,11 +64,21 @@ impl Flusher {
     pub fn ticket(&self) -> u64 {
         let ticket = self.epoch.load(Ordering::SeqCst) + 1;
         if !self.wanted.swap(true, Ordering::SeqCst) {
-            let mut pending = self.lock.lock();
-            *pending = true;
+            self.lock.lock().pending = true;
             self.wake.notify_one();
         }
         ticket
+    }
+
+    /// Stops the thread after a last flush and waits for it, so that its
+    /// handle on the database is gone (sled's directory lock goes with the
+    /// last handle).
+    pub fn stop(&self) {
+        self.lock.lock().stop = true;
+        self.wake.notify_one();
+        if let Some(handle) = self.thread.lock().take() {
+            let _ = handle.join();
+        }
     }
 
     /// Watches the last completed epoch.
@@ -70,18 +90,22 @@ impl Flusher {
         loop {
             let Some(f) = this.upgrade() else { return };
             {
-                let mut pending = f.lock.lock();
-                while !*pending {
+                let mut signal = f.lock.lock();
+                while !signal.pending && !signal.stop {
                     // Wake now and then to notice that the store was dropped.
                     if f.wake
-                        .wait_for(&mut pending, std::time::Duration::from_millis(200))
+                        .wait_for(&mut signal, std::time::Duration::from_millis(200))
                         .timed_out()
                         && std::sync::Arc::strong_count(&f) == 1
                     {
                         return;
                     }
                 }
-                *pending = false;
+                if signal.stop {
+                    let _ = db.flush();
+                    return;
+                }
+                signal.pending = false;
             }
             f.wanted.store(false, Ordering::SeqCst);
             let epoch = f.epoch.fetch_add(1, Ordering::SeqCst) + 1;

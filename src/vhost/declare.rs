@@ -344,7 +344,8 @@ impl VHost {
                 self.describe("queue", &spec.name)
             ))
         })?;
-        // Exclusive queues die with their connection: never stored.
+        // RabbitMQ makes exclusive queues transient whatever the flag says:
+        // they die with their connection, so they are never stored.
         let stored = spec.durable && !spec.exclusive;
         let store_id = if stored {
             self.store.next_queue_id()?
@@ -354,7 +355,7 @@ impl VHost {
         let config = QueueConfig {
             name: spec.name.clone(),
             vhost: self.name.clone(),
-            durable: spec.durable,
+            durable: stored,
             exclusive_owner: spec.exclusive.then_some(conn_id),
             auto_delete: spec.auto_delete,
             arguments: spec.arguments.clone(),
@@ -381,7 +382,7 @@ impl VHost {
     fn check_queue_equivalence(&self, q: &Queue, spec: &QueueSpec) -> Result<()> {
         let n = &spec.name;
         for (field, got, have) in [
-            ("durable", spec.durable, q.config.durable),
+            ("durable", spec.durable && !spec.exclusive, q.config.durable),
             (
                 "exclusive",
                 spec.exclusive,

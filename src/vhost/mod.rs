@@ -44,13 +44,15 @@ impl VHost {
             ("amq.topic", ExchangeKind::Topic),
             ("amq.headers", ExchangeKind::Headers),
             ("amq.match", ExchangeKind::Headers),
+            ("amq.rabbitmq.trace", ExchangeKind::Topic),
         ] {
             vh.insert_exchange(Exchange {
                 name: name.to_string(),
                 kind,
                 durable: true,
                 auto_delete: false,
-                internal: false,
+                // RabbitMQ's firehose exchange is internal.
+                internal: name == "amq.rabbitmq.trace",
                 arguments: FieldTable::default(),
                 alternate: None,
                 bindings: RwLock::new(Bindings::new(kind)),

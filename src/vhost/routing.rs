@@ -79,7 +79,7 @@ impl VHost {
             None
         };
         x.bindings.read().route(key, table, &mut scratch.dests);
-        let before = out.len();
+        let matched = scratch.dests.len() > start;
         let mut nested = false;
         let mut i = start;
         while i < scratch.dests.len() {
@@ -95,7 +95,9 @@ impl VHost {
             i += 1;
         }
         scratch.dests.truncate(start);
-        if out.len() == before {
+        // The alternate exchange takes what this exchange's own bindings
+        // did not match (RabbitMQ), not what found no queue downstream.
+        if !matched {
             if let Some(ae) = x.alternate.as_deref().and_then(|n| self.exchange(n)) {
                 if !scratch.visited.contains(&Arc::as_ptr(&ae)) {
                     nested = true;

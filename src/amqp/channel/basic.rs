@@ -17,41 +17,49 @@ use crate::message::Message;
 use crate::queue::{ConsumeError, Queue};
 
 impl Channel {
-    /// A whole message arrived: route it, enqueue it, return it if it was
-    /// mandatory and unroutable, and track its confirm.
+    /// A whole message arrived: route it (errors such as a missing
+    /// exchange surface now, in a transaction too), then enqueue it, or in
+    /// a transaction keep it with its routes until commit, as RabbitMQ does.
     pub(super) fn publish(
         &mut self,
         publish: Publish,
         msg: Message,
         ctx: &mut ConnCtx,
     ) -> Result<()> {
+        let msg = Arc::new(msg);
+        ctx.vhost
+            .route(&msg, &mut self.scratch, &mut self.routes)
+            .map_err(|e| e.on(60, 40))?;
         if let Some(tx) = self.tx.as_mut() {
-            // Routed at commit; an unknown exchange still fails now, as in RabbitMQ.
-            tx.publishes.push((publish, msg));
+            let routes = std::mem::take(&mut self.routes);
+            tx.publishes.push((publish, msg, routes));
             return Ok(());
         }
-        self.route_and_push(&publish, Arc::new(msg), ctx)
-            .map(|_| ())
-            .map_err(|e| e.on(60, 40))
+        let mut routes = std::mem::take(&mut self.routes);
+        self.deliver_routed(&publish, &msg, &mut routes, ctx);
+        // Hand the (now empty) buffer back for the next publish.
+        self.routes = routes;
+        Ok(())
     }
 
-    /// Routes and enqueues one message; used directly and by tx.commit.
-    /// Returns whether it was written to the store.
-    pub(super) fn route_and_push(
+    /// Enqueues a routed message on its queues (draining `routes`), sends
+    /// basic.return if it was mandatory and went nowhere, and tracks its
+    /// confirm. Returns whether it was written to the store.
+    pub(super) fn deliver_routed(
         &mut self,
         publish: &Publish,
-        msg: Arc<Message>,
-        ctx: &mut ConnCtx,
-    ) -> Result<bool> {
+        msg: &Arc<Message>,
+        routes: &mut Vec<Arc<Queue>>,
+        ctx: &ConnCtx,
+    ) -> bool {
         let seq = self.confirms.as_mut().map(|c| c.next_seq());
-        ctx.vhost.route(&msg, &mut self.scratch, &mut self.routes)?;
-        if self.routes.is_empty() && publish.mandatory {
-            self.send_return(&msg, ctx);
+        if routes.is_empty() && publish.mandatory {
+            self.send_return(msg, ctx);
         }
         let mut stored = false;
         let mut failed = false;
-        for q in self.routes.drain(..) {
-            match q.push(&msg) {
+        for q in routes.drain(..) {
+            match q.push(msg) {
                 Ok(p) => stored |= p.stored,
                 Err(e) => {
                     tracing::error!(queue = q.name(), "cannot store message: {e}");
@@ -63,7 +71,7 @@ impl Channel {
             let ticket = if stored { ctx.broker.store.ticket() } else { 0 };
             c.push(seq, ticket, failed);
         }
-        Ok(stored)
+        stored
     }
 
     fn send_return(&self, msg: &Message, ctx: &ConnCtx) {
@@ -96,18 +104,21 @@ impl Channel {
     }
 
     pub(super) fn basic_consume(&mut self, m: b::Consume, ctx: &mut ConnCtx) -> Result<()> {
-        let name = self.queue_name(m.queue.as_str())?;
-        let queue = ctx.vhost.queue_for(&name, ctx.id)?;
         let tag = if m.consumer_tag.as_str().is_empty() {
             format!("amq.ctag-{}", crate::util::random_name())
         } else {
             m.consumer_tag.as_str().to_string()
         };
+        // A consumer whose queue was deleted was cancelled by the server:
+        // its tag is free again.
+        self.consumers.retain(|_, (_, q)| !q.is_deleted());
         if self.consumers.contains_key(&tag) {
             return Err(ProtocolError::not_allowed(format!(
                 "attempt to reuse consumer tag '{tag}'"
             )));
         }
+        let name = self.queue_name(m.queue.as_str())?;
+        let queue = ctx.vhost.queue_for(&name, ctx.id)?;
         let priority = match m.arguments.inner().get("x-priority") {
             None => 0,
             Some(v) => crate::queue::args::int_arg(v)
@@ -179,7 +190,9 @@ impl Channel {
     }
 
     pub(super) fn basic_ack(&mut self, tag: u64, multiple: bool) -> Result<()> {
-        self.delivery.take(tag, multiple, &mut self.settle)?;
+        // In a transaction the credit the ack frees is held until commit.
+        let held = self.tx.is_some();
+        self.delivery.take(tag, multiple, held, &mut self.settle)?;
         if let Some(tx) = self.tx.as_mut() {
             tx.acks.append(&mut self.settle);
             return Ok(());
@@ -189,7 +202,8 @@ impl Channel {
     }
 
     pub(super) fn basic_nack(&mut self, tag: u64, multiple: bool, requeue: bool) -> Result<()> {
-        self.delivery.take(tag, multiple, &mut self.settle)?;
+        let held = self.tx.is_some();
+        self.delivery.take(tag, multiple, held, &mut self.settle)?;
         if let Some(tx) = self.tx.as_mut() {
             if requeue {
                 tx.requeues.append(&mut self.settle);
@@ -211,14 +225,15 @@ impl Channel {
         if !requeue {
             return Err(ProtocolError::not_implemented("requeue=false"));
         }
-        self.delivery.take_all(&mut self.settle);
-        Queue::settle_all(&mut self.settle, true);
+        // recover-ok first: clients drop deliveries that precede it.
         if reply {
             ctx.send(
                 self.id,
                 AMQPClass::Basic(b::AMQPMethod::RecoverOk(b::RecoverOk {})),
             );
         }
+        self.delivery.take_all(&mut self.settle);
+        Queue::settle_all(&mut self.settle, true);
         Ok(())
     }
 }

@@ -163,15 +163,17 @@ impl Channel {
     async fn method(&mut self, payload: bytes::Bytes, ctx: &mut ConnCtx) -> Result<()> {
         let (class_id, method_id) = codec::method_ids(&payload).unwrap_or((0, 0));
         if self.assembler.is_busy() {
-            return Err(ProtocolError::unexpected_frame(format!(
-                "expected content header for class 60, got method {class_id}.{method_id} instead"
-            ))
-            .on(class_id, method_id));
+            return Err(self.assembler.interrupted());
         }
         // The hot path: basic.publish, parsed by hand without allocating.
         if (class_id, method_id) == (60, 40) {
-            let p = assembler::parse_publish(&payload)
-                .ok_or_else(|| ProtocolError::syntax_error("malformed basic.publish").on(60, 40))?;
+            let p = assembler::parse_publish(&payload).ok_or_else(|| {
+                ProtocolError::frame_error(format!(
+                    "cannot decode {}",
+                    codec::erlang_binary(payload.get(4..).unwrap_or_default())
+                ))
+                .on(60, 40)
+            })?;
             if p.immediate {
                 return Err(ProtocolError::not_implemented("immediate=true").on(60, 40));
             }
@@ -305,7 +307,9 @@ impl Channel {
             }
         }
         if let Some(tx) = self.tx.as_mut() {
-            self.settle.append(&mut tx.acks_pending());
+            let mut pending = tx.acks_pending();
+            self.delivery.release_held(&pending);
+            self.settle.append(&mut pending);
         }
         self.delivery.take_all(&mut self.settle);
         self.settle.sort_by_key(|u| u.tag);

@@ -40,7 +40,8 @@ impl Confirms {
 /// A transaction's buffered work.
 #[derive(Default)]
 pub struct Tx {
-    pub publishes: Vec<(Publish, Message)>,
+    /// Publishes with the queues they were routed to when they arrived.
+    pub publishes: Vec<(Publish, Arc<Message>, Vec<Arc<Queue>>)>,
     /// Deliveries acked (or rejected without requeue) in this transaction.
     pub acks: Vec<Unacked>,
     /// Deliveries nacked / rejected with requeue.
@@ -144,11 +145,13 @@ impl Channel {
         let mut acks = std::mem::take(&mut tx.acks);
         let mut requeues = std::mem::take(&mut tx.requeues);
         let publishes = std::mem::take(&mut tx.publishes);
+        self.delivery.release_held(&acks);
+        self.delivery.release_held(&requeues);
         Queue::settle_all(&mut acks, false);
         Queue::settle_all(&mut requeues, true);
         let mut stored = false;
-        for (publish, msg) in publishes {
-            stored |= self.route_and_push(&publish, Arc::new(msg), ctx)?;
+        for (publish, msg, mut routes) in publishes {
+            stored |= self.deliver_routed(&publish, &msg, &mut routes, ctx);
         }
         if stored {
             ctx.broker.store.sync().await?;
