@@ -136,7 +136,7 @@ pub fn read_meta(props: &[u8]) -> Result<Meta, PropertiesError> {
         framed.extend_from_slice(&(n as u32).to_be_bytes());
         framed.extend_from_slice(table);
         match amq_protocol::types::parsing::parse_field_table(&framed[..]) {
-            Ok((rest, _)) if rest.is_empty() => {}
+            Ok((&[], _)) => {}
             _ => return Err(PropertiesError::Malformed),
         }
         meta.has_headers = true;

@@ -222,8 +222,7 @@ async fn wrong_password_is_refused_with_403() {
     let uri = format!("amqp://guest:wrong@{}/%2f", b.addr);
     let e = Connection::connect(&uri, ConnectionProperties::default())
         .await
-        .err()
-        .expect("a wrong password must be refused");
+        .expect_err("a wrong password must be refused");
     assert_eq!(reply_code(&e), Some(403), "{e:?}");
     // The broker still serves good logins.
     let c = b.connect().await;
@@ -277,8 +276,7 @@ async fn unknown_vhost_is_refused_with_530() {
     let uri = format!("amqp://guest:guest@{}/nope", b.addr);
     let e = Connection::connect(&uri, ConnectionProperties::default())
         .await
-        .err()
-        .expect("an unknown vhost must be refused");
+        .expect_err("an unknown vhost must be refused");
     assert_eq!(reply_code(&e), Some(530), "{e:?}");
 
     let mut r = Raw::connect(b.addr).await;

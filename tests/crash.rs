@@ -77,7 +77,7 @@ async fn confirmed_persistent_messages_survive_kill_9() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let log = tmp.path().join("warren.log");
-    let mut rng = StdRng::seed_from_u64(0x9_C4A5_4);
+    let mut rng = StdRng::seed_from_u64(0x009C_4A54);
     let mut confirmed: BTreeSet<u64> = BTreeSet::new();
     let mut next_id: u64 = 0;
     let mut broker = ChildBroker::spawn(&data, &log, &[]);
@@ -174,11 +174,10 @@ async fn confirmed_persistent_messages_survive_kill_9() {
         }
         // What is still outstanding resolves (mostly with errors) now that
         // the broker is gone; anything that never resolves is unconfirmed.
-        loop {
-            match tokio::time::timeout(Duration::from_secs(10), pending.next()).await {
-                Ok(Some((id, r))) => record(id, r),
-                _ => break,
-            }
+        while let Ok(Some((id, r))) =
+            tokio::time::timeout(Duration::from_secs(10), pending.next()).await
+        {
+            record(id, r);
         }
         kill.join().unwrap();
         assert!(!broker.is_running());
@@ -306,7 +305,7 @@ async fn unacked_messages_survive_kill_9_during_consumption() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let log = tmp.path().join("warren.log");
-    let mut rng = StdRng::seed_from_u64(0xAC_4_9);
+    let mut rng = StdRng::seed_from_u64(0xAC49);
     let broker = ChildBroker::spawn(&data, &log, &[]);
     let conn = broker.connect().await;
     let ch = conn.create_channel().await.unwrap();
@@ -352,17 +351,13 @@ async fn unacked_messages_survive_kill_9_during_consumption() {
         killer.kill();
     });
     let mut acked = BTreeSet::new();
-    loop {
-        match tokio::time::timeout(Duration::from_secs(10), consumer.next()).await {
-            Ok(Some(Ok(d))) => {
-                let id = u64::from_be_bytes(<[u8; 8]>::try_from(&d.data[..]).unwrap());
-                if d.ack(BasicAckOptions::default()).await.is_err() {
-                    break;
-                }
-                acked.insert(id);
-            }
-            _ => break,
+    while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await
+    {
+        let id = u64::from_be_bytes(<[u8; 8]>::try_from(&d.data[..]).unwrap());
+        if d.ack(BasicAckOptions::default()).await.is_err() {
+            break;
         }
+        acked.insert(id);
     }
     kill.join().unwrap();
     assert!(

@@ -248,7 +248,9 @@ async fn headers_exchange_all_and_any() {
         declare(&ch, q).await;
         bind(&ch, q, "h", "", args.clone()).await;
     }
-    let cases: &[(&[(&str, &str)], &[&str])] = &[
+    // (message headers, queues expected to receive it)
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
+    let cases: &[Case] = &[
         (
             &[("a", "1"), ("b", "2")],
             &["all", "any", "default", "empty", "xkeys"],

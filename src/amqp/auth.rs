@@ -44,7 +44,7 @@ pub fn decode(mechanism: &str, response: &[u8]) -> Result<Credentials, AuthError
             framed.extend_from_slice(response);
             let table: FieldTable =
                 match amq_protocol::types::parsing::parse_field_table(&framed[..]) {
-                    Ok((rest, t)) if rest.is_empty() => t,
+                    Ok((&[], t)) => t,
                     _ => return Err(AuthError::Malformed),
                 };
             let get = |k: &str| match table.inner().get(k) {

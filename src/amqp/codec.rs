@@ -107,7 +107,7 @@ pub fn method_ids(payload: &[u8]) -> Option<(u16, u16)> {
 /// Parses a method payload with amq-protocol.
 pub fn parse_method(payload: &[u8]) -> Result<AMQPClass, ProtocolError> {
     match amq_protocol::protocol::parse_class(payload) {
-        Ok((rest, class)) if rest.is_empty() => Ok(class),
+        Ok((&[], class)) => Ok(class),
         _ => {
             let (c, m) = method_ids(payload).unwrap_or((0, 0));
             if is_known_method(c, m) {

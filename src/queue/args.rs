@@ -71,20 +71,18 @@ pub fn validate(args: &FieldTable) -> Result<(), (String, String)> {
                         .into(),
                 );
             }
-            "x-dead-letter-exchange" | "x-dead-letter-routing-key" | "x-queue-type" => {
-                if str_arg(value).is_none() {
-                    return bad(format!("unacceptable type '{}'", type_name(value)));
-                }
+            "x-dead-letter-exchange" | "x-dead-letter-routing-key" | "x-queue-type"
+                if str_arg(value).is_none() =>
+            {
+                return bad(format!("unacceptable type '{}'", type_name(value)));
             }
             "x-overflow" => match str_arg(value).as_deref() {
                 Some("drop-head" | "reject-publish" | "reject-publish-dlx") => {}
                 Some(other) => return bad(format!("value '{other}' is not acceptable")),
                 None => return bad(format!("unacceptable type '{}'", type_name(value))),
             },
-            "x-single-active-consumer" => {
-                if !matches!(value, AMQPValue::Boolean(_)) {
-                    return bad(format!("unacceptable type '{}'", type_name(value)));
-                }
+            "x-single-active-consumer" if !matches!(value, AMQPValue::Boolean(_)) => {
+                return bad(format!("unacceptable type '{}'", type_name(value)));
             }
             _ => {}
         }
