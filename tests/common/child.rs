@@ -109,6 +109,15 @@ impl ChildBroker {
         }
     }
 
+    /// Sends a signal (e.g. libc::SIGTERM) to the child.
+    pub fn signal(&self, sig: i32) {
+        let g = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = g.as_ref() {
+            // SAFETY: plain kill(2) on our own child's pid.
+            unsafe { libc::kill(c.id() as i32, sig) };
+        }
+    }
+
     /// A handle another thread can use to SIGKILL the child.
     pub fn kill_handle(&self) -> KillHandle {
         KillHandle(Arc::clone(&self.child))
