@@ -12,7 +12,7 @@ mod entry;
 mod ready;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use amq_protocol::types::FieldTable;
@@ -43,6 +43,9 @@ pub struct QueueConfig {
 pub struct Queue {
     pub config: QueueConfig,
     store: Arc<Store>,
+    /// Durable queues: the highest delivered sequence, which the store
+    /// persists lazily (store/marks.rs).
+    mark: Option<Arc<AtomicU64>>,
     deleted: AtomicBool,
     state: Mutex<State>,
 }
@@ -53,7 +56,7 @@ struct State {
     consumers: VecDeque<Arc<Consumer>>,
     /// Deliveries handed out and not yet settled.
     unacked: usize,
-    /// Highest delivered sequence recorded in the store.
+    /// Highest delivered sequence (durable queues report it to the store).
     delivered_mark: u64,
 }
 
@@ -67,9 +70,17 @@ pub struct Pushed {
 impl Queue {
     /// A new, empty queue.
     pub fn new(config: QueueConfig, store: Arc<Store>) -> Arc<Queue> {
+        let mark = (config.store_id != 0).then(|| match store.delivery_mark(config.store_id) {
+            Ok((_, mark)) => mark,
+            Err(e) => {
+                tracing::warn!(queue = %config.name, "cannot read delivery mark: {e}");
+                Arc::new(AtomicU64::new(0))
+            }
+        });
         Arc::new(Queue {
             config,
             store,
+            mark,
             deleted: AtomicBool::new(false),
             state: Mutex::new(State {
                 ready: Ready::default(),
@@ -101,7 +112,7 @@ impl Queue {
 
     /// Loads the messages a durable queue had at the last stop.
     pub fn recover(&self) -> store::Result<usize> {
-        let delivered = self.store.delivered(self.config.store_id)?;
+        let delivered = self.mark.as_ref().map_or(0, |m| m.load(Ordering::Relaxed));
         let mut st = self.state.lock();
         for item in self.store.messages(self.config.store_id) {
             let m = item?;
@@ -202,8 +213,8 @@ impl Queue {
     }
 
     fn note_delivered(&self, seq: u64) {
-        if let Err(e) = self.store.set_delivered(self.config.store_id, seq) {
-            tracing::warn!(queue = %self.config.name, "cannot record delivery: {e}");
+        if let Some(mark) = &self.mark {
+            mark.fetch_max(seq, Ordering::Relaxed);
         }
     }
 

@@ -124,6 +124,7 @@ impl Store {
     pub fn delete_queue(&self, vhost: &str, name: &str, id: u64) -> Result<()> {
         self.defs.remove(key(QUEUE, &[vhost, name]))?;
         self.defs_changed();
+        self.marks.forget(&self.defs, id)?;
         self.purge_messages(id)?;
         Ok(())
     }

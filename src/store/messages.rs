@@ -7,9 +7,8 @@
 //! across restarts) or a transient one paged out of memory (dropped at the
 //! next start, as RabbitMQ drops transient messages).
 //!
-//! Per queue, the highest sequence ever delivered is kept too, so that
-//! recovery can mark messages that were delivered before a crash as
-//! redelivered.
+//! Per queue, the highest sequence ever delivered is kept too (marks.rs),
+//! so that recovery can flag messages delivered before a crash.
 
 use std::sync::Arc;
 
@@ -21,7 +20,6 @@ use crate::message::{read_meta, Message};
 /// Record kinds (the first octet).
 const PERSISTENT: u8 = 1;
 const PAGED: u8 = 2;
-const DELIVERED: &[u8] = b"d";
 
 /// A message read back at recovery.
 pub struct StoredMessage {
@@ -183,25 +181,6 @@ impl Store {
         }
     }
 
-    /// Records that queue `queue_id` delivered messages up to `seq`.
-    pub fn set_delivered(&self, queue_id: u64, seq: u64) -> Result<()> {
-        let mut k = DELIVERED.to_vec();
-        k.extend_from_slice(&queue_id.to_be_bytes());
-        self.defs.insert(k, &seq.to_be_bytes())?;
-        Ok(())
-    }
-
-    /// The highest sequence queue `queue_id` had delivered (0 = none).
-    pub fn delivered(&self, queue_id: u64) -> Result<u64> {
-        let mut k = DELIVERED.to_vec();
-        k.extend_from_slice(&queue_id.to_be_bytes());
-        Ok(self
-            .defs
-            .get(k)?
-            .and_then(|v| <[u8; 8]>::try_from(&v[..]).ok())
-            .map(u64::from_be_bytes)
-            .unwrap_or(0))
-    }
 }
 
 #[cfg(test)]
@@ -257,7 +236,10 @@ mod tests {
         s.purge_messages(5).unwrap();
         assert_eq!(s.messages(5).count(), 0);
         assert_eq!(s.messages(6).count(), 1);
-        s.set_delivered(5, 42).unwrap();
-        assert_eq!(s.delivered(5).unwrap(), 42);
+        let (stored, mark) = s.delivery_mark(5).unwrap();
+        assert_eq!(stored, 0);
+        mark.store(42, std::sync::atomic::Ordering::Relaxed);
+        s.write_marks().unwrap();
+        assert_eq!(s.delivery_mark(5).unwrap().0, 42);
     }
 }

@@ -5,6 +5,7 @@
 //! groups: one fsync covers every write made before it started.
 
 mod definitions;
+mod marks;
 mod messages;
 mod sync;
 
@@ -38,6 +39,8 @@ pub struct Store {
     defs: sled::Tree,
     msgs: sled::Tree,
     flusher: Arc<Flusher>,
+    /// Per-queue delivery marks, written lazily by the flusher.
+    marks: Arc<marks::Marks>,
     /// Bumped on every definitions write, so callers can tell whether an
     /// operation touched durable state and must wait for a flush.
     defs_version: std::sync::atomic::AtomicU64,
@@ -65,12 +68,22 @@ impl Store {
     fn from_db(db: sled::Db, dir: Option<std::fs::File>) -> Result<Arc<Store>> {
         let defs = db.open_tree("definitions")?;
         let msgs = db.open_tree("messages")?;
-        let flusher = Flusher::start(db.clone(), dir);
+        let marks = Arc::new(marks::Marks::default());
+        let before_flush: Box<dyn Fn() + Send> = {
+            let (marks, defs) = (Arc::clone(&marks), defs.clone());
+            Box::new(move || {
+                if let Err(e) = marks.write(&defs) {
+                    tracing::warn!("cannot write delivery marks: {e}");
+                }
+            })
+        };
+        let flusher = Flusher::start(db.clone(), dir, before_flush);
         Ok(Arc::new(Store {
             db,
             defs,
             msgs,
             flusher,
+            marks,
             defs_version: Default::default(),
         }))
     }
@@ -115,6 +128,18 @@ impl Store {
     pub(crate) fn defs_changed(&self) {
         self.defs_version
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Registers a durable queue's delivery mark: returns the stored value
+    /// and the atomic its deliveries raise (see marks.rs).
+    pub fn delivery_mark(&self, queue_id: u64) -> Result<(u64, Arc<std::sync::atomic::AtomicU64>)> {
+        let stored = marks::Marks::stored(&self.defs, queue_id)?;
+        Ok((stored, self.marks.register(queue_id, stored)))
+    }
+
+    /// Writes the delivery marks that moved (the flusher does this itself).
+    pub fn write_marks(&self) -> Result<()> {
+        self.marks.write(&self.defs)
     }
 
     /// Bytes sled uses on disk.

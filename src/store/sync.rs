@@ -39,7 +39,9 @@ struct Signal {
 
 impl Flusher {
     /// Starts the flusher thread for `db`.
-    pub fn start(db: sled::Db, dir: Option<File>) -> Arc<Flusher> {
+    /// `before_flush` runs before every flush and every 100 ms otherwise
+    /// (it writes the delivery marks).
+    pub fn start(db: sled::Db, dir: Option<File>, before_flush: Box<dyn Fn() + Send>) -> Arc<Flusher> {
         let (done, _) = watch::channel(0);
         let f = Arc::new(Flusher {
             epoch: AtomicU64::new(0),
@@ -52,7 +54,7 @@ impl Flusher {
         let weak = Arc::downgrade(&f);
         let spawned = std::thread::Builder::new()
             .name("warren-flusher".into())
-            .spawn(move || Self::run(weak, db, dir));
+            .spawn(move || Self::run(weak, db, dir, before_flush));
         match spawned {
             Ok(handle) => *f.thread.lock() = Some(handle),
             Err(e) => tracing::error!("cannot start the flusher thread: {e}"),
@@ -86,27 +88,32 @@ impl Flusher {
         self.done.subscribe()
     }
 
-    fn run(this: std::sync::Weak<Flusher>, db: sled::Db, dir: Option<File>) {
+    fn run(this: std::sync::Weak<Flusher>, db: sled::Db, dir: Option<File>, before_flush: Box<dyn Fn() + Send>) {
         loop {
             let Some(f) = this.upgrade() else { return };
             {
                 let mut signal = f.lock.lock();
                 while !signal.pending && !signal.stop {
-                    // Wake now and then to notice that the store was dropped.
+                    // Wake now and then: to write delivery marks, and to
+                    // notice that the store was dropped.
                     if f.wake
-                        .wait_for(&mut signal, std::time::Duration::from_millis(200))
+                        .wait_for(&mut signal, std::time::Duration::from_millis(100))
                         .timed_out()
-                        && std::sync::Arc::strong_count(&f) == 1
                     {
-                        return;
+                        if std::sync::Arc::strong_count(&f) == 1 {
+                            return;
+                        }
+                        parking_lot::MutexGuard::unlocked(&mut signal, &before_flush);
                     }
                 }
                 if signal.stop {
+                    before_flush();
                     let _ = db.flush();
                     return;
                 }
                 signal.pending = false;
             }
+            before_flush();
             f.wanted.store(false, Ordering::SeqCst);
             let epoch = f.epoch.fetch_add(1, Ordering::SeqCst) + 1;
             if let Err(e) = db.flush() {
