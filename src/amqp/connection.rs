@@ -28,6 +28,8 @@ use crate::vhost::VHost;
 
 /// How long a client may take from TCP accept to connection.open.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most bytes read from the socket at a time.
+const READ_CHUNK_MAX: usize = 64 * 1024;
 /// How long to wait for close-ok after sending connection.close.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -81,7 +83,8 @@ pub async fn serve(
     let (mut rd, wr) = socket.into_split();
     let outbox = Arc::new(Outbox::new());
     let writer = tokio::spawn(Arc::clone(&outbox).run_writer(wr));
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    // Small to start: an idle connection should cost little (see read_more).
+    let mut buf = BytesMut::with_capacity(1024);
     let opened = tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
         handshake(&mut rd, &mut buf, &outbox, peer, &broker),
@@ -442,6 +445,7 @@ impl Connection {
             Duration::from_secs(self.heartbeat as u64 * 2)
         };
         let mut last_read = Instant::now();
+        let mut read_chunk = 2 * 1024;
         loop {
             // Everything already buffered first: many frames per read.
             loop {
@@ -473,12 +477,24 @@ impl Connection {
                 }
             }
             self.flush_confirms();
+            // Room for the next read: small while the peer is quiet, larger
+            // while reads keep filling it (reserve reuses the buffer in
+            // place once the frames cut from it are gone).
+            if buf.capacity() - buf.len() < 1024 {
+                buf.reserve(read_chunk);
+            }
+            let spare = buf.capacity() - buf.len();
             let waiting_flush = self.channels.values().any(|c| c.awaits_flush());
             let flushed = &mut self.ctx.flushed;
             tokio::select! {
                 read = rd.read_buf(buf) => match read {
                     Ok(0) | Err(_) => return Closed::Lost("connection lost"),
-                    Ok(_) => last_read = Instant::now(),
+                    Ok(n) => {
+                        last_read = Instant::now();
+                        if n == spare {
+                            read_chunk = (read_chunk * 2).min(READ_CHUNK_MAX);
+                        }
+                    }
                 },
                 changed = flushed.changed(), if waiting_flush => {
                     if changed.is_err() {

@@ -22,6 +22,9 @@ use crate::queue::Queue;
 /// until the writer has drained it (consumer back-pressure).
 const HIGH_WATER: usize = 4 << 20;
 
+/// Initial buffer size: enough for a handshake; buffers grow with traffic.
+const SMALL: usize = 512;
+
 /// Outgoing bytes of one connection.
 pub struct Outbox {
     inner: Mutex<Inner>,
@@ -50,7 +53,7 @@ impl Outbox {
     pub fn new() -> Self {
         Outbox {
             inner: Mutex::new(Inner {
-                buf: BytesMut::with_capacity(64 * 1024),
+                buf: BytesMut::with_capacity(SMALL),
                 waiting: Vec::new(),
                 finish: false,
             }),
@@ -100,7 +103,7 @@ impl Outbox {
 
     /// The writer task: runs until the socket fails or `finish` is called.
     pub async fn run_writer(self: Arc<Self>, mut socket: OwnedWriteHalf) {
-        let mut spare = BytesMut::with_capacity(64 * 1024);
+        let mut spare = BytesMut::with_capacity(SMALL);
         loop {
             let (mut out, finish, woken) = {
                 let mut inner = self.inner.lock();
@@ -143,7 +146,7 @@ impl Outbox {
             }
             // Keep the larger buffer for reuse, but not a huge one forever.
             if out.capacity() > 8 * HIGH_WATER {
-                out = BytesMut::with_capacity(64 * 1024);
+                out = BytesMut::with_capacity(SMALL);
             }
             spare = out;
         }

@@ -180,7 +180,6 @@ impl Store {
             None => Ok(None),
         }
     }
-
 }
 
 #[cfg(test)]

@@ -41,7 +41,11 @@ impl Flusher {
     /// Starts the flusher thread for `db`.
     /// `before_flush` runs before every flush and every 100 ms otherwise
     /// (it writes the delivery marks).
-    pub fn start(db: sled::Db, dir: Option<File>, before_flush: Box<dyn Fn() + Send>) -> Arc<Flusher> {
+    pub fn start(
+        db: sled::Db,
+        dir: Option<File>,
+        before_flush: Box<dyn Fn() + Send>,
+    ) -> Arc<Flusher> {
         let (done, _) = watch::channel(0);
         let f = Arc::new(Flusher {
             epoch: AtomicU64::new(0),
@@ -88,7 +92,12 @@ impl Flusher {
         self.done.subscribe()
     }
 
-    fn run(this: std::sync::Weak<Flusher>, db: sled::Db, dir: Option<File>, before_flush: Box<dyn Fn() + Send>) {
+    fn run(
+        this: std::sync::Weak<Flusher>,
+        db: sled::Db,
+        dir: Option<File>,
+        before_flush: Box<dyn Fn() + Send>,
+    ) {
         loop {
             let Some(f) = this.upgrade() else { return };
             {
