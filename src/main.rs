@@ -6,6 +6,9 @@ use tracing_subscriber::EnvFilter;
 use warren::config::Cli;
 use warren::Server;
 
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Worker stack size. amq-protocol decodes nested field tables
 /// recursively, and a peer may nest a table as deep as a frame allows
 /// (about 18,000 levels in the default 128 KiB frame); RabbitMQ decodes
