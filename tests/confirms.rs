@@ -298,7 +298,6 @@ async fn mandatory_persistent_unroutable_with_confirms() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 4: TTL, length limits and dead-lettering are not implemented yet"]
 async fn reject_publish_overflow_nacks() {
     // x-overflow=reject-publish: a publish to a full queue is nacked.
     let b = start().await;

@@ -749,7 +749,6 @@ async fn dead_letter_routing_key_without_exchange_is_406() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 4: TTL, length limits and dead-lettering are not implemented yet"]
 async fn message_ttl_expires_messages() {
     let b = start().await;
     let c = b.connect().await;
@@ -772,7 +771,6 @@ async fn message_ttl_expires_messages() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 4: TTL, length limits and dead-lettering are not implemented yet"]
 async fn max_length_drops_from_the_head() {
     let b = start().await;
     let c = b.connect().await;
@@ -792,7 +790,6 @@ async fn max_length_drops_from_the_head() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 4: TTL, length limits and dead-lettering are not implemented yet"]
 async fn rejected_messages_are_dead_lettered() {
     let b = start().await;
     let c = b.connect().await;

@@ -37,6 +37,58 @@ fn type_name(v: &AMQPValue) -> &'static str {
     }
 }
 
+/// What a queue does when it is full (`x-overflow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overflow {
+    /// Drop (dead-letter) the oldest message to make room.
+    #[default]
+    DropHead,
+    /// Refuse the new message (basic.nack to a confirming publisher).
+    RejectPublish,
+    /// Refuse it and dead-letter it.
+    RejectPublishDlx,
+}
+
+/// The queue arguments the broker acts on, read once at declare.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueArgs {
+    /// `x-message-ttl`, ms.
+    pub message_ttl: Option<u64>,
+    /// `x-expires`, ms.
+    pub expires: Option<u64>,
+    /// `x-max-length`, ready messages.
+    pub max_length: Option<u64>,
+    /// `x-max-length-bytes`, body bytes of ready messages.
+    pub max_length_bytes: Option<u64>,
+    /// `x-overflow`.
+    pub overflow: Overflow,
+    /// `x-dead-letter-exchange` ("" is the default exchange).
+    pub dead_letter_exchange: Option<String>,
+    /// `x-dead-letter-routing-key`.
+    pub dead_letter_routing_key: Option<String>,
+}
+
+impl QueueArgs {
+    /// Reads validated arguments (see `validate`); unknown keys are ignored.
+    pub fn from_table(args: &FieldTable) -> QueueArgs {
+        let get = |k: &str| args.inner().get(k);
+        let uint = |k: &str| get(k).and_then(int_arg).and_then(|n| u64::try_from(n).ok());
+        QueueArgs {
+            message_ttl: uint("x-message-ttl"),
+            expires: uint("x-expires"),
+            max_length: uint("x-max-length"),
+            max_length_bytes: uint("x-max-length-bytes"),
+            overflow: match get("x-overflow").and_then(str_arg).as_deref() {
+                Some("reject-publish") => Overflow::RejectPublish,
+                Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
+                _ => Overflow::DropHead,
+            },
+            dead_letter_exchange: get("x-dead-letter-exchange").and_then(str_arg),
+            dead_letter_routing_key: get("x-dead-letter-routing-key").and_then(str_arg),
+        }
+    }
+}
+
 /// Checks the x-arguments a queue.declare carries. On error returns the
 /// argument's name and what is wrong with it; the caller words the reply as
 /// RabbitMQ does ("invalid arg 'x-message-ttl' for queue 'q' in vhost '/': ...").
@@ -99,6 +151,24 @@ mod tests {
         let mut t = FieldTable::default();
         t.insert(ShortString::from(k), v);
         t
+    }
+
+    #[test]
+    fn typed_view() {
+        let mut t = table("x-message-ttl", AMQPValue::ShortInt(500));
+        t.insert(
+            "x-overflow".into(),
+            AMQPValue::LongString("reject-publish".into()),
+        );
+        t.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString("dlx".into()),
+        );
+        let a = QueueArgs::from_table(&t);
+        assert_eq!(a.message_ttl, Some(500));
+        assert_eq!(a.overflow, Overflow::RejectPublish);
+        assert_eq!(a.dead_letter_exchange.as_deref(), Some("dlx"));
+        assert_eq!(a.max_length, None);
     }
 
     #[test]

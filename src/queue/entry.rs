@@ -14,4 +14,22 @@ pub struct Entry {
     pub redelivered: bool,
     /// Written to the store (remove it there when it leaves).
     pub stored: bool,
+    /// When it expires, ms since the epoch (0 = never).
+    pub deadline: u64,
+}
+
+impl Entry {
+    /// Whether its TTL has run out at `now` (ms since the epoch). A message
+    /// whose deadline is this very millisecond may still be delivered, as
+    /// RabbitMQ delivers TTL=0 messages to a waiting consumer.
+    pub fn expired(&self, now: u64) -> bool {
+        self.deadline != 0 && self.deadline < now
+    }
+}
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

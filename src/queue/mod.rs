@@ -6,24 +6,35 @@
 //!
 //! Persistent messages of a durable queue are written to the store on the
 //! way in and removed on ack; the store's group commit makes them durable.
+//!
+//! Messages that leave without being acked (rejected, expired, dropped by a
+//! length limit) are collected while the lock is held and dead-lettered
+//! after it is released (`dead_letter.rs` builds them, `expiry.rs` times
+//! TTLs and x-expires).
 
 pub mod args;
+pub mod dead_letter;
 mod entry;
+mod expiry;
 mod ready;
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use amq_protocol::types::FieldTable;
 use parking_lot::Mutex;
 
-pub use entry::Entry;
+use args::{Overflow, QueueArgs};
+use dead_letter::Reason;
+pub use entry::{now_ms, Entry};
 use ready::{Pager, Ready};
 
 use crate::amqp::delivery::{ChannelDelivery, Consumer, Unacked};
 use crate::message::Message;
 use crate::store::{self, Store};
+use crate::vhost::VHost;
 
 /// A queue's identity and settings, fixed at declare.
 #[derive(Debug, Clone)]
@@ -42,7 +53,15 @@ pub struct QueueConfig {
 /// A queue.
 pub struct Queue {
     pub config: QueueConfig,
+    /// The x-arguments it acts on.
+    pub args: QueueArgs,
     store: Arc<Store>,
+    /// Its vhost, for dead-lettering and x-expires.
+    vhost: Weak<VHost>,
+    /// Wakes the expiry timer when an earlier deadline arrives.
+    timer: tokio::sync::Notify,
+    /// Last time it was used (ms since the epoch), for x-expires.
+    last_used: AtomicU64,
     /// Durable queues: the highest delivered sequence, which the store
     /// persists lazily (store/marks.rs).
     mark: Option<Arc<AtomicU64>>,
@@ -58,6 +77,12 @@ struct State {
     unacked: usize,
     /// Highest delivered sequence (durable queues report it to the store).
     delivered_mark: u64,
+    /// Deadlines of messages with a TTL: (deadline ms, seq).
+    expiry: BinaryHeap<Reverse<(u64, u64)>>,
+    /// Whether the expiry timer task runs.
+    timer_running: bool,
+    /// Messages to dead-letter once the lock is released.
+    dead: Vec<(Entry, Reason)>,
 }
 
 /// What a push did.
@@ -65,11 +90,24 @@ struct State {
 pub struct Pushed {
     /// The message was written to the store (the confirm waits for a flush).
     pub stored: bool,
+    /// A length limit with x-overflow reject-publish refused it.
+    pub rejected: bool,
+}
+
+/// How deliveries taken back from a channel are settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// basic.ack: the message is done.
+    Ack,
+    /// nack/reject with requeue, recover, or a closed channel: back in line.
+    Requeue,
+    /// nack/reject without requeue: dead-lettered (or dropped).
+    Reject,
 }
 
 impl Queue {
-    /// A new, empty queue.
-    pub fn new(config: QueueConfig, store: Arc<Store>) -> Arc<Queue> {
+    /// A new, empty queue of `vhost`.
+    pub fn new(config: QueueConfig, store: Arc<Store>, vhost: Weak<VHost>) -> Arc<Queue> {
         let mark = (config.store_id != 0).then(|| match store.delivery_mark(config.store_id) {
             Ok((_, mark)) => mark,
             Err(e) => {
@@ -77,9 +115,14 @@ impl Queue {
                 Arc::new(AtomicU64::new(0))
             }
         });
-        Arc::new(Queue {
+        let args = QueueArgs::from_table(&config.arguments);
+        let q = Arc::new(Queue {
             config,
+            args,
             store,
+            vhost,
+            timer: tokio::sync::Notify::new(),
+            last_used: AtomicU64::new(now_ms()),
             mark,
             deleted: AtomicBool::new(false),
             state: Mutex::new(State {
@@ -88,8 +131,15 @@ impl Queue {
                 consumers: VecDeque::new(),
                 unacked: 0,
                 delivered_mark: 0,
+                expiry: BinaryHeap::new(),
+                timer_running: false,
+                dead: Vec::new(),
             }),
-        })
+        });
+        if let Some(ms) = q.args.expires {
+            expiry::watch_unused(&q, ms);
+        }
+        q
     }
 
     /// The queue's name.
@@ -122,6 +172,7 @@ impl Queue {
                 seq: m.seq,
                 redelivered: m.seq <= delivered,
                 stored: true,
+                deadline: 0,
             });
         }
         st.delivered_mark = delivered;
@@ -131,33 +182,189 @@ impl Queue {
         Ok(st.ready.len())
     }
 
-    /// Enqueues a message and delivers what it can.
+    /// Enqueues a message and delivers what it can; applies the length
+    /// limit (x-max-length / x-max-length-bytes with x-overflow).
     pub fn push(self: &Arc<Self>, msg: &Arc<Message>) -> store::Result<Pushed> {
         let mut st = self.state.lock();
         if self.deleted.load(Ordering::Relaxed) {
-            return Ok(Pushed { stored: false });
+            return Ok(Pushed {
+                stored: false,
+                rejected: false,
+            });
         }
         let seq = st.next_seq;
         st.next_seq += 1;
-        let stored = self.keeps(msg);
-        if stored {
-            self.store.put_message(self.config.store_id, seq, msg)?;
-        }
+        let deadline = self.deadline_for(msg);
         let entry = Entry {
             msg: Arc::clone(msg),
             seq,
             redelivered: false,
-            stored,
+            stored: false,
+            deadline,
         };
+        if self.args.overflow != Overflow::DropHead && self.full_for(&st, msg.body.len()) {
+            if self.args.overflow == Overflow::RejectPublishDlx {
+                st.dead.push((entry, Reason::MaxLen));
+                self.finish(st);
+            }
+            return Ok(Pushed {
+                stored: false,
+                rejected: true,
+            });
+        }
+        let stored = self.keeps(msg);
+        if stored {
+            self.store.put_message(self.config.store_id, seq, msg)?;
+        }
+        let entry = Entry { stored, ..entry };
         st.ready.push_back(entry, self.pager().as_ref())?;
+        if deadline != 0 {
+            self.schedule(&mut st, deadline, seq);
+        }
         self.dispatch_locked(&mut st);
-        Ok(Pushed { stored })
+        self.drop_over_limit(&mut st);
+        self.finish(st);
+        Ok(Pushed {
+            stored,
+            rejected: false,
+        })
+    }
+
+    /// When a message pushed now expires (0 = never): the smaller of the
+    /// queue's x-message-ttl and the message's expiration.
+    fn deadline_for(&self, msg: &Message) -> u64 {
+        let ttl = match (self.args.message_ttl, msg.meta.expiration_ms) {
+            (None, None) => return 0,
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) | (None, Some(a)) => a,
+        };
+        now_ms().saturating_add(ttl).max(1)
+    }
+
+    /// Whether one more message of `bytes` would break a length limit.
+    fn full_for(&self, st: &State, bytes: usize) -> bool {
+        self.args
+            .max_length
+            .is_some_and(|max| st.ready.len() as u64 >= max)
+            || self
+                .args
+                .max_length_bytes
+                .is_some_and(|max| (st.ready.bytes() + bytes) as u64 > max)
+    }
+
+    /// x-overflow drop-head: drops (dead-letters) the oldest ready messages
+    /// until the limits hold.
+    fn drop_over_limit(&self, st: &mut State) {
+        if self.args.max_length.is_none() && self.args.max_length_bytes.is_none() {
+            return;
+        }
+        let pager = self.pager();
+        while self
+            .args
+            .max_length
+            .is_some_and(|max| st.ready.len() as u64 > max)
+            || self
+                .args
+                .max_length_bytes
+                .is_some_and(|max| st.ready.bytes() as u64 > max)
+        {
+            let Some(head) = st.ready.pop_front(pager.as_ref()) else {
+                break;
+            };
+            st.dead.push((head, Reason::MaxLen));
+        }
+    }
+
+    /// Records a deadline and makes sure the expiry timer will see it.
+    fn schedule(self: &Arc<Self>, st: &mut State, deadline: u64, seq: u64) {
+        let earliest = st.expiry.peek().map(|Reverse((d, _))| *d);
+        st.expiry.push(Reverse((deadline, seq)));
+        if !st.timer_running {
+            st.timer_running = true;
+            expiry::start_timer(self);
+        } else if earliest.is_none_or(|e| deadline < e) {
+            self.timer.notify_one();
+        }
+    }
+
+    /// Removes the messages whose TTL ran out by `now`; returns the next
+    /// deadline (expiry timer).
+    fn expire_due(self: &Arc<Self>, now: u64) -> Option<u64> {
+        let mut st = self.state.lock();
+        while let Some(&Reverse((deadline, seq))) = st.expiry.peek() {
+            if deadline > now {
+                break;
+            }
+            st.expiry.pop();
+            if let Some(entry) = st.ready.remove(seq) {
+                st.dead.push((entry, Reason::Expired));
+            }
+        }
+        let next = st.expiry.peek().map(|Reverse((d, _))| *d);
+        if next.is_none() {
+            st.timer_running = false;
+        }
+        self.finish(st);
+        next
+    }
+
+    /// Releases the lock, then dead-letters what was collected under it.
+    fn finish(&self, mut st: parking_lot::MutexGuard<'_, State>) {
+        if st.dead.is_empty() {
+            return;
+        }
+        let dead = std::mem::take(&mut st.dead);
+        drop(st);
+        self.dead_letter_all(dead);
+    }
+
+    /// Sends messages to the dead-letter exchange (if there is one) and
+    /// removes them from this queue: the new copies are written first, so a
+    /// crash in between can duplicate a message, never lose it.
+    fn dead_letter_all(&self, dead: Vec<(Entry, Reason)>) {
+        let target = self
+            .args
+            .dead_letter_exchange
+            .as_deref()
+            .zip(self.vhost.upgrade());
+        let now_secs = now_ms() / 1000;
+        let mut scratch = crate::vhost::routing::RouteScratch::default();
+        let mut routes = Vec::new();
+        for (entry, reason) in dead {
+            if let Some((dlx, vhost)) = &target {
+                let dlrk = self.args.dead_letter_routing_key.as_deref();
+                let msg = Arc::new(dead_letter::dead_letter(
+                    &entry.msg,
+                    self.name(),
+                    reason,
+                    dlx,
+                    dlrk,
+                    now_secs,
+                ));
+                if vhost.route(&msg, &mut scratch, &mut routes).is_ok() {
+                    for q in routes.drain(..) {
+                        if dead_letter::is_cycle(&msg, q.name()) {
+                            continue;
+                        }
+                        if let Err(e) = q.push(&msg) {
+                            tracing::error!(
+                                queue = q.name(),
+                                "cannot store a dead-lettered message: {e}"
+                            );
+                        }
+                    }
+                }
+                routes.clear();
+            }
+            self.forget(entry);
+        }
     }
 
     /// Delivers ready messages to consumers with credit.
     pub fn dispatch(self: &Arc<Self>) {
         let mut st = self.state.lock();
         self.dispatch_locked(&mut st);
+        self.finish(st);
     }
 
     /// Delivers ready messages to consumers with credit. Consumers are
@@ -171,6 +378,11 @@ impl Queue {
             let Some(entry) = st.ready.pop_front(pager.as_ref()) else {
                 break;
             };
+            // A consumer never receives an expired message.
+            if entry.deadline != 0 && entry.expired(now_ms()) {
+                st.dead.push((entry, Reason::Expired));
+                continue;
+            }
             let mut pending = Some(entry);
             let mut taken_by = None;
             for i in 0..st.consumers.len() {
@@ -221,9 +433,20 @@ impl Queue {
     /// `basic.get`: hands the head message to `channel`. Returns false when
     /// the queue is empty.
     pub fn get(self: &Arc<Self>, channel: &ChannelDelivery, no_ack: bool) -> bool {
+        self.touch();
         let mut st = self.state.lock();
-        let Some(entry) = st.ready.pop_front(self.pager().as_ref()) else {
-            return false;
+        let pager = self.pager();
+        let entry = loop {
+            match st.ready.pop_front(pager.as_ref()) {
+                None => {
+                    self.finish(st);
+                    return false;
+                }
+                Some(e) if e.deadline != 0 && e.expired(now_ms()) => {
+                    st.dead.push((e, Reason::Expired))
+                }
+                Some(e) => break e,
+            }
         };
         let (seq, stored) = (entry.seq, entry.stored);
         if stored && seq > st.delivered_mark {
@@ -235,7 +458,13 @@ impl Queue {
             Some(entry) => self.forget(entry),
             None => st.unacked += 1,
         }
+        self.finish(st);
         true
+    }
+
+    /// Notes a use (basic.get, consume, redeclare) for x-expires.
+    pub fn touch(&self) {
+        self.last_used.store(now_ms(), Ordering::Relaxed);
     }
 
     /// Settles a delivery that needed no ack (called with the lock held by
@@ -252,35 +481,43 @@ impl Queue {
         }
     }
 
-    /// Settles acked deliveries (their entries leave the queue for good) and
-    /// delivers into the credit they freed.
-    pub fn ack(self: &Arc<Self>, acked: impl Iterator<Item = Entry>) {
+    /// Settles deliveries taken back from a channel, then delivers into the
+    /// credit they freed.
+    pub fn settle(self: &Arc<Self>, entries: impl Iterator<Item = Entry>, how: Settle) {
         let mut st = self.state.lock();
-        for entry in acked {
-            st.unacked = st.unacked.saturating_sub(1);
-            self.forget(entry);
+        match how {
+            Settle::Ack => {
+                for entry in entries {
+                    st.unacked = st.unacked.saturating_sub(1);
+                    self.forget(entry);
+                }
+            }
+            Settle::Reject => {
+                for entry in entries {
+                    st.unacked = st.unacked.saturating_sub(1);
+                    st.dead.push((entry, Reason::Rejected));
+                }
+            }
+            Settle::Requeue => {
+                if self.deleted.load(Ordering::Relaxed) {
+                    return;
+                }
+                for mut entry in entries {
+                    st.unacked = st.unacked.saturating_sub(1);
+                    entry.redelivered = true;
+                    st.ready.insert_sorted(entry);
+                }
+            }
         }
         self.dispatch_locked(&mut st);
-    }
-
-    /// Puts deliveries back at their original place, marked redelivered.
-    pub fn requeue(self: &Arc<Self>, entries: impl Iterator<Item = Entry>) {
-        let mut st = self.state.lock();
-        if self.deleted.load(Ordering::Relaxed) {
-            return;
-        }
-        for mut entry in entries {
-            st.unacked = st.unacked.saturating_sub(1);
-            entry.redelivered = true;
-            st.ready.insert_sorted(entry);
-        }
-        self.dispatch_locked(&mut st);
+        self.finish(st);
     }
 
     /// Adds a consumer. Fails if an exclusive consumer holds the queue, or
     /// if an exclusive one is asked for while others exist. Delivers
     /// nothing: the caller sends consume-ok first, then calls `dispatch`.
     pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> Result<(), ConsumeError> {
+        self.touch();
         let mut st = self.state.lock();
         if st.consumers.iter().any(|c| c.exclusive) {
             return Err(ConsumeError::ExclusiveHeld);
@@ -302,6 +539,7 @@ impl Queue {
 
     /// Removes a consumer; returns how many remain.
     pub fn remove_consumer(&self, channel: &ChannelDelivery, tag: &str) -> usize {
+        self.touch();
         let mut st = self.state.lock();
         st.consumers
             .retain(|c| !(std::ptr::eq(Arc::as_ptr(&c.channel), channel) && c.tag == tag));
@@ -341,6 +579,8 @@ impl Queue {
         self.deleted.store(true, Ordering::Relaxed);
         let count = st.ready.len() as u32;
         st.ready.clear();
+        st.expiry.clear();
+        self.timer.notify_one();
         Deleted {
             count,
             consumers: std::mem::take(&mut st.consumers),
@@ -352,9 +592,8 @@ impl Queue {
         self.deleted.load(Ordering::Relaxed)
     }
 
-    /// Settles deliveries taken from one channel, grouped by queue: acked
-    /// ones leave, the others are requeued.
-    pub fn settle_all(unacked: &mut Vec<Unacked>, requeue: bool) {
+    /// Settles deliveries taken from one channel, grouped by queue.
+    pub fn settle_all(unacked: &mut Vec<Unacked>, how: Settle) {
         let mut drain = unacked.drain(..).peekable();
         while let Some(first) = drain.next() {
             let q = first.queue;
@@ -364,11 +603,7 @@ impl Queue {
                     .map(|u| u.entry)
             });
             let run = std::iter::once(first.entry).chain(rest);
-            if requeue {
-                q.requeue(run);
-            } else {
-                q.ack(run);
-            }
+            q.settle(run, how);
         }
     }
 }

@@ -40,12 +40,28 @@ pub struct Ready {
     mem: VecDeque<Entry>,
     mem_bytes: usize,
     tail: Tail,
+    /// Deadlines (TTL) of messages in the stored tail, by sequence.
+    tail_deadlines: std::collections::HashMap<u64, u64>,
 }
 
 impl Ready {
     /// Messages ready, in memory and in the store.
     pub fn len(&self) -> usize {
         self.mem.len() + self.tail.count
+    }
+
+    /// Body bytes of ready messages, in memory and in the store.
+    pub fn bytes(&self) -> usize {
+        self.mem_bytes + self.tail.bytes
+    }
+
+    /// Removes the in-memory message with sequence `seq` (its TTL ran out).
+    /// Messages in the stored tail are checked when they are read back.
+    pub fn remove(&mut self, seq: u64) -> Option<Entry> {
+        let at = self.mem.binary_search_by_key(&seq, |e| e.seq).ok()?;
+        let e = self.mem.remove(at)?;
+        self.mem_bytes -= e.msg.body.len();
+        Some(e)
     }
 
     fn over_bound(&self) -> bool {
@@ -59,6 +75,9 @@ impl Ready {
             if self.tail.count > 0 || self.over_bound() {
                 if !entry.stored {
                     p.store.put_paged(p.queue_id, entry.seq, &entry.msg)?;
+                }
+                if entry.deadline != 0 {
+                    self.tail_deadlines.insert(entry.seq, entry.deadline);
                 }
                 self.add_to_tail(entry.seq, entry.msg.body.len());
                 return Ok(());
@@ -109,11 +128,13 @@ impl Ready {
                     self.tail.bytes = self.tail.bytes.saturating_sub(msg.body.len());
                     self.tail.first_seq = seq + 1;
                     self.mem_bytes += msg.body.len();
+                    let deadline = self.tail_deadlines.remove(&seq).unwrap_or(0);
                     self.mem.push_back(Entry {
                         msg,
                         seq,
                         redelivered: false,
                         stored: true,
+                        deadline,
                     });
                 }
                 if self.mem.is_empty() {
@@ -144,6 +165,7 @@ impl Ready {
     pub fn clear(&mut self) -> (Vec<Entry>, Option<u64>) {
         let tail = (self.tail.count > 0).then_some(self.tail.first_seq);
         self.tail = Tail::default();
+        self.tail_deadlines.clear();
         self.mem_bytes = 0;
         (self.mem.drain(..).collect(), tail)
     }
@@ -176,6 +198,7 @@ mod tests {
             seq,
             redelivered: false,
             stored: false,
+            deadline: 0,
         }
     }
 

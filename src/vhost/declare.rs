@@ -336,6 +336,7 @@ impl VHost {
         if let Some(q) = self.queue(&spec.name) {
             self.check_exclusive(&q, conn_id)?;
             self.check_queue_equivalence(&q, spec)?;
+            q.touch();
             return Ok(q);
         }
         crate::queue::args::validate(&spec.arguments).map_err(|(arg, why)| {
@@ -374,7 +375,7 @@ impl VHost {
         if let Some(q) = queues.get(&spec.name) {
             return Ok(Arc::clone(q));
         }
-        let q = Queue::new(config, Arc::clone(&self.store));
+        let q = Queue::new(config, Arc::clone(&self.store), self.me.clone());
         queues.insert(spec.name.clone(), Arc::clone(&q));
         Ok(q)
     }
@@ -639,6 +640,7 @@ impl VHost {
                 store_id: def.id,
             },
             Arc::clone(&self.store),
+            self.me.clone(),
         );
         let n = q.recover()?;
         self.queues.write().insert(def.name.clone(), q);

@@ -23,6 +23,8 @@ use crate::store::Store;
 /// A virtual host.
 pub struct VHost {
     pub name: String,
+    /// Itself, for the queues it creates (dead-lettering, x-expires).
+    me: std::sync::Weak<VHost>,
     store: Arc<Store>,
     exchanges: RwLock<HashMap<String, Arc<Exchange>>>,
     queues: RwLock<HashMap<String, Arc<Queue>>>,
@@ -31,8 +33,13 @@ pub struct VHost {
 impl VHost {
     /// A vhost with the default exchange and the `amq.*` exchanges.
     pub fn new(name: &str, store: Arc<Store>) -> Arc<VHost> {
+        Arc::new_cyclic(|me| Self::build(name, store, me.clone()))
+    }
+
+    fn build(name: &str, store: Arc<Store>, me: std::sync::Weak<VHost>) -> VHost {
         let vh = VHost {
             name: name.to_string(),
+            me,
             store,
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),
@@ -59,7 +66,7 @@ impl VHost {
                 ever_bound: AtomicBool::new(false),
             });
         }
-        Arc::new(vh)
+        vh
     }
 
     fn insert_exchange(&self, x: Exchange) -> Arc<Exchange> {

@@ -14,7 +14,7 @@ use crate::amqp::connection::ConnCtx;
 use crate::amqp::delivery::Consumer;
 use crate::amqp::error::{code, ProtocolError, Result};
 use crate::message::Message;
-use crate::queue::{ConsumeError, Queue};
+use crate::queue::{ConsumeError, Queue, Settle};
 
 impl Channel {
     /// A whole message arrived: route it (errors such as a missing
@@ -60,7 +60,11 @@ impl Channel {
         let mut failed = false;
         for q in routes.drain(..) {
             match q.push(msg) {
-                Ok(p) => stored |= p.stored,
+                Ok(p) => {
+                    stored |= p.stored;
+                    // x-overflow reject-publish: the publisher is told.
+                    failed |= p.rejected;
+                }
                 Err(e) => {
                     tracing::error!(queue = q.name(), "cannot store message: {e}");
                     failed = true;
@@ -197,7 +201,7 @@ impl Channel {
             tx.acks.append(&mut self.settle);
             return Ok(());
         }
-        Queue::settle_all(&mut self.settle, false);
+        Queue::settle_all(&mut self.settle, Settle::Ack);
         Ok(())
     }
 
@@ -208,11 +212,16 @@ impl Channel {
             if requeue {
                 tx.requeues.append(&mut self.settle);
             } else {
-                tx.acks.append(&mut self.settle);
+                tx.rejects.append(&mut self.settle);
             }
             return Ok(());
         }
-        Queue::settle_all(&mut self.settle, requeue);
+        let how = if requeue {
+            Settle::Requeue
+        } else {
+            Settle::Reject
+        };
+        Queue::settle_all(&mut self.settle, how);
         Ok(())
     }
 
@@ -233,7 +242,7 @@ impl Channel {
             );
         }
         self.delivery.take_all(&mut self.settle);
-        Queue::settle_all(&mut self.settle, true);
+        Queue::settle_all(&mut self.settle, Settle::Requeue);
         Ok(())
     }
 }

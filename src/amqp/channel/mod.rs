@@ -26,7 +26,7 @@ use super::codec::{self, Frame};
 use super::connection::{truncate, ConnCtx};
 use super::delivery::{ChannelDelivery, Consumer, Unacked};
 use super::error::{ProtocolError, Result};
-use crate::queue::Queue;
+use crate::queue::{Queue, Settle};
 use crate::vhost::routing::RouteScratch;
 
 pub use tx::{Confirms, Tx};
@@ -313,6 +313,6 @@ impl Channel {
         }
         self.delivery.take_all(&mut self.settle);
         self.settle.sort_by_key(|u| u.tag);
-        Queue::settle_all(&mut self.settle, true);
+        Queue::settle_all(&mut self.settle, Settle::Requeue);
     }
 }

@@ -14,7 +14,7 @@ use crate::amqp::connection::ConnCtx;
 use crate::amqp::delivery::Unacked;
 use crate::amqp::error::{ProtocolError, Result};
 use crate::message::Message;
-use crate::queue::Queue;
+use crate::queue::{Queue, Settle};
 
 /// Confirm-mode state: publishes not yet confirmed, in order.
 #[derive(Debug, Default)]
@@ -42,8 +42,10 @@ impl Confirms {
 pub struct Tx {
     /// Publishes with the queues they were routed to when they arrived.
     pub publishes: Vec<(Publish, Arc<Message>, Vec<Arc<Queue>>)>,
-    /// Deliveries acked (or rejected without requeue) in this transaction.
+    /// Deliveries acked in this transaction.
     pub acks: Vec<Unacked>,
+    /// Deliveries rejected / nacked without requeue (dead-lettered at commit).
+    pub rejects: Vec<Unacked>,
     /// Deliveries nacked / rejected with requeue.
     pub requeues: Vec<Unacked>,
 }
@@ -53,6 +55,7 @@ impl Tx {
     pub fn acks_pending(&mut self) -> Vec<Unacked> {
         let mut all = std::mem::take(&mut self.acks);
         all.append(&mut self.requeues);
+        all.append(&mut self.rejects);
         all
     }
 }
@@ -144,11 +147,14 @@ impl Channel {
         };
         let mut acks = std::mem::take(&mut tx.acks);
         let mut requeues = std::mem::take(&mut tx.requeues);
+        let mut rejects = std::mem::take(&mut tx.rejects);
         let publishes = std::mem::take(&mut tx.publishes);
         self.delivery.release_held(&acks);
         self.delivery.release_held(&requeues);
-        Queue::settle_all(&mut acks, false);
-        Queue::settle_all(&mut requeues, true);
+        self.delivery.release_held(&rejects);
+        Queue::settle_all(&mut acks, Settle::Ack);
+        Queue::settle_all(&mut requeues, Settle::Requeue);
+        Queue::settle_all(&mut rejects, Settle::Reject);
         let mut stored = false;
         for (publish, msg, mut routes) in publishes {
             stored |= self.deliver_routed(&publish, &msg, &mut routes, ctx);

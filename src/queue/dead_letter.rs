@@ -1,0 +1,298 @@
+//! Dead-lettering: the message a queue hands to its dead-letter exchange,
+//! with RabbitMQ's `x-death` header (an array of tables, newest first, one
+//! per {queue, reason} with a `count`), `x-first-death-*` and
+//! `x-last-death-*`, and the rule that breaks dead-letter cycles.
+
+use amq_protocol::protocol::basic::AMQPProperties;
+use amq_protocol::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use bytes::Bytes;
+
+use crate::message::{encode_properties, read_meta, Message};
+
+/// Why a message was dead-lettered (the `reason` in x-death).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// basic.reject / basic.nack with requeue=false.
+    Rejected,
+    /// Its TTL ran out.
+    Expired,
+    /// Dropped or refused by a length limit.
+    MaxLen,
+    /// Redelivered more often than x-delivery-limit allows.
+    DeliveryLimit,
+}
+
+impl Reason {
+    /// RabbitMQ's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Rejected => "rejected",
+            Reason::Expired => "expired",
+            Reason::MaxLen => "maxlen",
+            Reason::DeliveryLimit => "delivery_limit",
+        }
+    }
+}
+
+fn long_str(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s))
+}
+
+fn text(v: Option<&AMQPValue>) -> Option<String> {
+    match v? {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
+        _ => None,
+    }
+}
+
+/// Builds the message that goes to the dead-letter exchange `dlx` with
+/// routing key `dlrk` (None: the message's own routing key). `now` is the
+/// time in seconds since the epoch.
+pub fn dead_letter(
+    msg: &Message,
+    queue: &str,
+    reason: Reason,
+    dlx: &str,
+    dlrk: Option<&str>,
+    now: u64,
+) -> Message {
+    let props: AMQPProperties = msg.decoded_properties();
+    let mut headers = props.headers().clone().unwrap_or_default();
+    let mut deaths: Vec<AMQPValue> = match headers.inner().get("x-death") {
+        Some(AMQPValue::FieldArray(a)) => a.as_slice().to_vec(),
+        _ => Vec::new(),
+    };
+    let same = |t: &FieldTable| {
+        text(t.inner().get("queue")).as_deref() == Some(queue)
+            && text(t.inner().get("reason")).as_deref() == Some(reason.as_str())
+    };
+    let found = deaths
+        .iter()
+        .position(|d| matches!(d, AMQPValue::FieldTable(t) if same(t)));
+    let entry = match found.map(|i| deaths.remove(i)) {
+        Some(AMQPValue::FieldTable(mut t)) => {
+            let count = match t.inner().get("count") {
+                Some(v) => crate::queue::args::int_arg(v).unwrap_or(0),
+                None => 0,
+            };
+            t.insert("count".into(), AMQPValue::LongLongInt(count + 1));
+            t.insert("time".into(), AMQPValue::Timestamp(now));
+            t
+        }
+        _ => {
+            let mut t = FieldTable::default();
+            t.insert("count".into(), AMQPValue::LongLongInt(1));
+            t.insert("reason".into(), long_str(reason.as_str()));
+            t.insert("queue".into(), long_str(queue));
+            t.insert("time".into(), AMQPValue::Timestamp(now));
+            t.insert("exchange".into(), long_str(&msg.exchange_str()));
+            let mut keys = FieldArray::default();
+            keys.push(long_str(&msg.routing_key_str()));
+            t.insert("routing-keys".into(), AMQPValue::FieldArray(keys));
+            if let Some(exp) = props.expiration() {
+                t.insert("original-expiration".into(), long_str(exp.as_str()));
+            }
+            t
+        }
+    };
+    deaths.insert(0, AMQPValue::FieldTable(entry));
+    headers.insert("x-death".into(), AMQPValue::FieldArray(deaths.into()));
+    if !headers.contains_key("x-first-death-queue") {
+        headers.insert("x-first-death-queue".into(), long_str(queue));
+        headers.insert("x-first-death-reason".into(), long_str(reason.as_str()));
+        headers.insert(
+            "x-first-death-exchange".into(),
+            long_str(&msg.exchange_str()),
+        );
+    }
+    headers.insert("x-last-death-queue".into(), long_str(queue));
+    headers.insert("x-last-death-reason".into(), long_str(reason.as_str()));
+    headers.insert(
+        "x-last-death-exchange".into(),
+        long_str(&msg.exchange_str()),
+    );
+    // The per-message TTL does not follow the message (it is kept in
+    // original-expiration), or it would expire again at once.
+    let properties = encode_properties(&without_expiration(&props).with_headers(headers));
+    let meta = read_meta(&properties).unwrap_or_default();
+    let routing_key = match dlrk {
+        Some(k) => Bytes::copy_from_slice(k.as_bytes()),
+        None => msg.routing_key.clone(),
+    };
+    Message {
+        exchange: Bytes::copy_from_slice(dlx.as_bytes()),
+        routing_key,
+        properties,
+        body: msg.body.clone(),
+        meta,
+    }
+}
+
+/// RabbitMQ's cycle rule: a dead-lettered message does not go back to a
+/// queue it already died in unless a rejection is part of the cycle.
+pub fn is_cycle(msg: &Message, target_queue: &str) -> bool {
+    let Some(headers) = msg.headers() else {
+        return false;
+    };
+    let Some(AMQPValue::FieldArray(deaths)) = headers.inner().get("x-death") else {
+        return false;
+    };
+    let tables = deaths.as_slice().iter().filter_map(|d| match d {
+        AMQPValue::FieldTable(t) => Some(t),
+        _ => None,
+    });
+    let mut seen = false;
+    for t in tables {
+        if text(t.inner().get("reason")).as_deref() == Some("rejected") {
+            return false;
+        }
+        if text(t.inner().get("queue")).as_deref() == Some(target_queue) {
+            seen = true;
+        }
+    }
+    seen
+}
+
+/// A copy of `p` with every property but `expiration` (and `headers`,
+/// which the caller sets).
+fn without_expiration(p: &AMQPProperties) -> AMQPProperties {
+    let mut out = AMQPProperties::default();
+    let s = |v: &Option<ShortString>| v.clone();
+    if let Some(v) = s(p.content_type()) {
+        out = out.with_content_type(v);
+    }
+    if let Some(v) = s(p.content_encoding()) {
+        out = out.with_content_encoding(v);
+    }
+    if let Some(v) = *p.delivery_mode() {
+        out = out.with_delivery_mode(v);
+    }
+    if let Some(v) = *p.priority() {
+        out = out.with_priority(v);
+    }
+    if let Some(v) = s(p.correlation_id()) {
+        out = out.with_correlation_id(v);
+    }
+    if let Some(v) = s(p.reply_to()) {
+        out = out.with_reply_to(v);
+    }
+    if let Some(v) = s(p.message_id()) {
+        out = out.with_message_id(v);
+    }
+    if let Some(v) = *p.timestamp() {
+        out = out.with_timestamp(v);
+    }
+    if let Some(v) = s(p.kind()) {
+        out = out.with_type(v);
+    }
+    if let Some(v) = s(p.user_id()) {
+        out = out.with_user_id(v);
+    }
+    if let Some(v) = s(p.app_id()) {
+        out = out.with_app_id(v);
+    }
+    if let Some(v) = s(p.cluster_id()) {
+        out = out.with_cluster_id(v);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Meta;
+
+    fn message(props: AMQPProperties) -> Message {
+        let properties = encode_properties(&props);
+        Message {
+            exchange: Bytes::from_static(b"orders"),
+            routing_key: Bytes::from_static(b"new"),
+            meta: read_meta(&properties).unwrap_or(Meta::default()),
+            properties,
+            body: Bytes::from_static(b"body"),
+        }
+    }
+
+    fn deaths(m: &Message) -> Vec<FieldTable> {
+        match m.headers().and_then(|h| h.inner().get("x-death").cloned()) {
+            Some(AMQPValue::FieldArray(a)) => a
+                .as_slice()
+                .iter()
+                .filter_map(|v| match v {
+                    AMQPValue::FieldTable(t) => Some(t.clone()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn first_death_records_everything() {
+        let m = message(
+            AMQPProperties::default()
+                .with_expiration("500".into())
+                .with_app_id("a".into()),
+        );
+        let d = dead_letter(&m, "q1", Reason::Expired, "dlx", None, 1000);
+        assert_eq!(&d.exchange[..], b"dlx");
+        assert_eq!(&d.routing_key[..], b"new");
+        assert_eq!(d.meta.expiration_ms, None, "expiration does not follow");
+        assert_eq!(
+            d.decoded_properties().app_id().as_ref().map(|s| s.as_str()),
+            Some("a")
+        );
+        let x = deaths(&d);
+        assert_eq!(x.len(), 1);
+        let t = x[0].inner();
+        assert_eq!(t.get("count"), Some(&AMQPValue::LongLongInt(1)));
+        assert_eq!(text(t.get("reason")).as_deref(), Some("expired"));
+        assert_eq!(text(t.get("queue")).as_deref(), Some("q1"));
+        assert_eq!(text(t.get("exchange")).as_deref(), Some("orders"));
+        assert_eq!(text(t.get("original-expiration")).as_deref(), Some("500"));
+        assert_eq!(t.get("time"), Some(&AMQPValue::Timestamp(1000)));
+        let h = d.headers().unwrap_or_default();
+        assert_eq!(
+            text(h.inner().get("x-first-death-queue")).as_deref(),
+            Some("q1")
+        );
+        assert_eq!(
+            text(h.inner().get("x-last-death-reason")).as_deref(),
+            Some("expired")
+        );
+    }
+
+    #[test]
+    fn repeated_deaths_count_and_newest_first() {
+        let m = message(AMQPProperties::default());
+        let d1 = dead_letter(&m, "q1", Reason::Rejected, "dlx", Some("k"), 1);
+        assert_eq!(&d1.routing_key[..], b"k");
+        let d2 = dead_letter(&d1, "q2", Reason::Expired, "dlx", None, 2);
+        let d3 = dead_letter(&d2, "q1", Reason::Rejected, "dlx", None, 3);
+        let x = deaths(&d3);
+        assert_eq!(x.len(), 2);
+        assert_eq!(text(x[0].inner().get("queue")).as_deref(), Some("q1"));
+        assert_eq!(x[0].inner().get("count"), Some(&AMQPValue::LongLongInt(2)));
+        assert_eq!(text(x[1].inner().get("queue")).as_deref(), Some("q2"));
+        let h = d3.headers().unwrap_or_default();
+        assert_eq!(
+            text(h.inner().get("x-first-death-queue")).as_deref(),
+            Some("q1")
+        );
+        assert_eq!(
+            text(h.inner().get("x-last-death-queue")).as_deref(),
+            Some("q1")
+        );
+    }
+
+    #[test]
+    fn cycles_without_rejection_are_cut() {
+        let m = message(AMQPProperties::default());
+        let expired = dead_letter(&m, "q1", Reason::Expired, "dlx", None, 1);
+        assert!(is_cycle(&expired, "q1"));
+        assert!(!is_cycle(&expired, "q2"));
+        let rejected = dead_letter(&m, "q1", Reason::Rejected, "dlx", None, 1);
+        assert!(!is_cycle(&rejected, "q1"));
+    }
+}

@@ -1,0 +1,72 @@
+//! Timers of a queue: message TTL (every message is removed at its
+//! deadline wherever it sits in the queue, not only at the head as in
+//! RabbitMQ) and x-expires (the queue goes after it was unused that long).
+//! Each is one tokio task holding only a weak reference, so a deleted queue
+//! takes its timers with it.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::{now_ms, Queue};
+
+/// Starts the TTL timer: it sleeps until the earliest deadline (or until
+/// an earlier one arrives), removes what is due and dead-letters it.
+pub(super) fn start_timer(queue: &Arc<Queue>) {
+    let weak: Weak<Queue> = Arc::downgrade(queue);
+    tokio::spawn(async move {
+        loop {
+            let Some(q) = weak.upgrade() else { return };
+            if q.is_deleted() {
+                return;
+            }
+            let now = now_ms();
+            let Some(next) = q.expire_due(now) else {
+                return;
+            };
+            let wait = Duration::from_millis(next.saturating_sub(now_ms()).max(1));
+            // Woken early by an earlier deadline or by the queue's deletion.
+            let notified = async {
+                q.timer.notified().await;
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = notified => {}
+            }
+        }
+    });
+}
+
+/// x-expires: deletes the queue once it has had no consumer and no use
+/// (get, consume, redeclare) for `ms` milliseconds.
+pub(super) fn watch_unused(queue: &Arc<Queue>, ms: u64) {
+    let weak: Weak<Queue> = Arc::downgrade(queue);
+    tokio::spawn(async move {
+        let mut wait = ms;
+        loop {
+            tokio::time::sleep(Duration::from_millis(wait.max(1))).await;
+            let Some(q) = weak.upgrade() else { return };
+            if q.is_deleted() {
+                return;
+            }
+            let idle_since = q.last_used.load(std::sync::atomic::Ordering::Relaxed);
+            let now = now_ms();
+            if q.consumer_count() > 0 {
+                wait = ms;
+                continue;
+            }
+            if now.saturating_sub(idle_since) >= ms {
+                if let Some(vhost) = q.vhost.upgrade() {
+                    tracing::info!(
+                        queue = q.name(),
+                        "deleting queue unused for {ms} ms (x-expires)"
+                    );
+                    if let Err(e) = vhost.remove_queue(&q) {
+                        tracing::warn!(queue = q.name(), "x-expires delete failed: {e}");
+                    }
+                }
+                return;
+            }
+            wait = ms - now.saturating_sub(idle_since);
+        }
+    });
+}
