@@ -201,14 +201,13 @@ fn without_expiration(p: &AMQPProperties) -> AMQPProperties {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Meta;
 
     fn message(props: AMQPProperties) -> Message {
         let properties = encode_properties(&props);
         Message {
             exchange: Bytes::from_static(b"orders"),
             routing_key: Bytes::from_static(b"new"),
-            meta: read_meta(&properties).unwrap_or(Meta::default()),
+            meta: read_meta(&properties).unwrap_or_default(),
             properties,
             body: Bytes::from_static(b"body"),
         }
