@@ -67,6 +67,21 @@ impl Message {
         self.decoded_properties().headers().clone()
     }
 
+    /// A copy with header `key` set to `value` (re-encodes the properties:
+    /// not for the hot path).
+    pub fn with_header(&self, key: &str, value: amq_protocol::types::AMQPValue) -> Message {
+        let props = self.decoded_properties();
+        let mut headers = props.headers().clone().unwrap_or_default();
+        headers.insert(key.into(), value);
+        let properties = encode_properties(&props.with_headers(headers));
+        let meta = read_meta(&properties).unwrap_or(self.meta);
+        Message {
+            properties,
+            meta,
+            ..self.clone()
+        }
+    }
+
     /// Approximate memory this message holds.
     pub fn size(&self) -> usize {
         self.body.len() + self.properties.len() + self.exchange.len() + self.routing_key.len()

@@ -66,6 +66,12 @@ pub struct QueueArgs {
     pub dead_letter_exchange: Option<String>,
     /// `x-dead-letter-routing-key`.
     pub dead_letter_routing_key: Option<String>,
+    /// `x-max-priority` (1-255).
+    pub max_priority: Option<u8>,
+    /// `x-single-active-consumer`.
+    pub single_active_consumer: bool,
+    /// `x-delivery-limit`: redeliveries allowed before dead-lettering.
+    pub delivery_limit: Option<u64>,
 }
 
 impl QueueArgs {
@@ -85,6 +91,14 @@ impl QueueArgs {
             },
             dead_letter_exchange: get("x-dead-letter-exchange").and_then(str_arg),
             dead_letter_routing_key: get("x-dead-letter-routing-key").and_then(str_arg),
+            max_priority: uint("x-max-priority")
+                .and_then(|n| u8::try_from(n).ok())
+                .filter(|&n| n > 0),
+            single_active_consumer: matches!(
+                get("x-single-active-consumer"),
+                Some(AMQPValue::Boolean(true))
+            ),
+            delivery_limit: uint("x-delivery-limit"),
         }
     }
 }

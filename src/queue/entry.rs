@@ -16,6 +16,8 @@ pub struct Entry {
     pub stored: bool,
     /// When it expires, ms since the epoch (0 = never).
     pub deadline: u64,
+    /// Times it was delivered and came back (for x-delivery-limit).
+    pub returned: u32,
 }
 
 impl Entry {

@@ -116,6 +116,7 @@ impl Queue {
             }
         });
         let args = QueueArgs::from_table(&config.arguments);
+        let ready = Ready::with_max_priority(args.max_priority.unwrap_or(0));
         let q = Arc::new(Queue {
             config,
             args,
@@ -126,7 +127,7 @@ impl Queue {
             mark,
             deleted: AtomicBool::new(false),
             state: Mutex::new(State {
-                ready: Ready::default(),
+                ready,
                 next_seq: 1,
                 consumers: VecDeque::new(),
                 unacked: 0,
@@ -173,6 +174,7 @@ impl Queue {
                 redelivered: m.seq <= delivered,
                 stored: true,
                 deadline: 0,
+                returned: 0,
             });
         }
         st.delivered_mark = delivered;
@@ -201,6 +203,7 @@ impl Queue {
             redelivered: false,
             stored: false,
             deadline,
+            returned: 0,
         };
         if self.args.overflow != Overflow::DropHead && self.full_for(&st, msg.body.len()) {
             if self.args.overflow == Overflow::RejectPublishDlx {
@@ -385,7 +388,14 @@ impl Queue {
             }
             let mut pending = Some(entry);
             let mut taken_by = None;
-            for i in 0..st.consumers.len() {
+            // Single active consumer: only the first one registered gets
+            // messages; the next takes over when it goes.
+            let candidates = if self.args.single_active_consumer {
+                1
+            } else {
+                st.consumers.len()
+            };
+            for i in 0..candidates {
                 let Some(entry) = pending.take() else { break };
                 let consumer = &st.consumers[i];
                 let (seq, stored, no_ack) = (entry.seq, entry.stored, consumer.no_ack);
@@ -410,6 +420,9 @@ impl Queue {
                 }
                 break;
             };
+            if self.args.single_active_consumer {
+                continue;
+            }
             let priority = st.consumers[i].priority;
             let group_end = st
                 .consumers
@@ -505,6 +518,20 @@ impl Queue {
                 for mut entry in entries {
                     st.unacked = st.unacked.saturating_sub(1);
                     entry.redelivered = true;
+                    entry.returned += 1;
+                    if let Some(limit) = self.args.delivery_limit {
+                        // A poison message cannot loop forever: past the
+                        // limit it is dead-lettered (reason delivery_limit);
+                        // below it, it carries x-delivery-count.
+                        if entry.returned as u64 > limit {
+                            st.dead.push((entry, Reason::DeliveryLimit));
+                            continue;
+                        }
+                        entry.msg = Arc::new(entry.msg.with_header(
+                            "x-delivery-count",
+                            amq_protocol::types::AMQPValue::LongLongInt(entry.returned as i64),
+                        ));
+                    }
                     st.ready.insert_sorted(entry);
                 }
             }
@@ -526,10 +553,14 @@ impl Queue {
             return Err(ConsumeError::InUse);
         }
         // Consumer priorities: higher first; equal priorities round-robin.
-        let at = st
-            .consumers
-            .iter()
-            .position(|c| c.priority < consumer.priority);
+        // A single-active-consumer queue keeps arrival order instead.
+        let at = if self.args.single_active_consumer {
+            None
+        } else {
+            st.consumers
+                .iter()
+                .position(|c| c.priority < consumer.priority)
+        };
         match at {
             Some(i) => st.consumers.insert(i, consumer),
             None => st.consumers.push_back(consumer),

@@ -7,6 +7,9 @@
 //!
 //! Invariant: every message in memory has a smaller sequence than every
 //! message in the tail, so order is the sequence order throughout.
+//!
+//! A priority queue (x-max-priority) orders by priority, then sequence, and
+//! keeps everything in memory.
 
 use std::collections::VecDeque;
 
@@ -42,9 +45,27 @@ pub struct Ready {
     tail: Tail,
     /// Deadlines (TTL) of messages in the stored tail, by sequence.
     tail_deadlines: std::collections::HashMap<u64, u64>,
+    /// x-max-priority (0: a plain FIFO queue).
+    max_priority: u8,
 }
 
 impl Ready {
+    /// Ready messages of a queue with x-max-priority `max` (0 = none).
+    pub fn with_max_priority(max: u8) -> Ready {
+        Ready {
+            max_priority: max,
+            ..Ready::default()
+        }
+    }
+
+    /// Delivery order: higher priority first, then sequence.
+    fn rank(&self, e: &Entry) -> (u8, u64) {
+        if self.max_priority == 0 {
+            return (0, e.seq);
+        }
+        (u8::MAX - e.msg.meta.priority.min(self.max_priority), e.seq)
+    }
+
     /// Messages ready, in memory and in the store.
     pub fn len(&self) -> usize {
         self.mem.len() + self.tail.count
@@ -58,7 +79,11 @@ impl Ready {
     /// Removes the in-memory message with sequence `seq` (its TTL ran out).
     /// Messages in the stored tail are checked when they are read back.
     pub fn remove(&mut self, seq: u64) -> Option<Entry> {
-        let at = self.mem.binary_search_by_key(&seq, |e| e.seq).ok()?;
+        let at = if self.max_priority == 0 {
+            self.mem.binary_search_by_key(&seq, |e| e.seq).ok()?
+        } else {
+            self.mem.iter().position(|e| e.seq == seq)?
+        };
         let e = self.mem.remove(at)?;
         self.mem_bytes -= e.msg.body.len();
         Some(e)
@@ -71,6 +96,10 @@ impl Ready {
     /// Appends a new message. With a pager, past the memory bound the
     /// message goes to the store only (written there now if it was not).
     pub fn push_back(&mut self, entry: Entry, pager: Option<&Pager<'_>>) -> store::Result<()> {
+        if self.max_priority != 0 {
+            self.insert_sorted(entry);
+            return Ok(());
+        }
         if let Some(p) = pager {
             if self.tail.count > 0 || self.over_bound() {
                 if !entry.stored {
@@ -135,6 +164,7 @@ impl Ready {
                         redelivered: false,
                         stored: true,
                         deadline,
+                        returned: 0,
                     });
                 }
                 if self.mem.is_empty() {
@@ -156,7 +186,8 @@ impl Ready {
     /// messages were in memory before, so they sort before the tail.
     pub fn insert_sorted(&mut self, entry: Entry) {
         self.mem_bytes += entry.msg.body.len();
-        let at = self.mem.partition_point(|e| e.seq < entry.seq);
+        let rank = self.rank(&entry);
+        let at = self.mem.partition_point(|e| self.rank(e) < rank);
         self.mem.insert(at, entry);
     }
 
@@ -199,6 +230,7 @@ mod tests {
             redelivered: false,
             stored: false,
             deadline: 0,
+            returned: 0,
         }
     }
 
@@ -239,5 +271,47 @@ mod tests {
         let (all, tail) = r.clear();
         assert_eq!(all.len(), MEM_COUNT + 10);
         assert_eq!(tail, None);
+    }
+}
+
+#[cfg(test)]
+mod priority_tests {
+    use super::*;
+    use crate::message::{Message, Meta};
+    use bytes::Bytes;
+    use std::sync::Arc;
+
+    fn entry(seq: u64, priority: u8) -> Entry {
+        let msg = Message {
+            exchange: Bytes::new(),
+            routing_key: Bytes::new(),
+            properties: Bytes::from_static(&[0, 0]),
+            body: Bytes::new(),
+            meta: Meta {
+                priority,
+                ..Meta::default()
+            },
+        };
+        Entry {
+            msg: Arc::new(msg),
+            seq,
+            redelivered: false,
+            stored: false,
+            deadline: 0,
+            returned: 0,
+        }
+    }
+
+    #[test]
+    fn higher_priority_first_then_fifo() {
+        let mut r = Ready::with_max_priority(5);
+        for (seq, p) in [(1, 0), (2, 5), (3, 9), (4, 1), (5, 5)] {
+            r.push_back(entry(seq, p), None).unwrap();
+        }
+        let order: Vec<u64> = std::iter::from_fn(|| r.pop_front(None))
+            .map(|e| e.seq)
+            .collect();
+        // 9 is capped at 5, so it is a 5 that came third.
+        assert_eq!(order, vec![2, 3, 5, 4, 1]);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use amq_protocol::types::FieldTable;
+use amq_protocol::types::{AMQPValue, FieldTable};
 
 use super::{Destination, Exchange, VHost};
 use crate::amqp::error::{ProtocolError, Result};
@@ -34,10 +34,17 @@ impl VHost {
             ProtocolError::not_found(format!("no {}", self.describe("exchange", "?")))
         })?;
         let key = String::from_utf8_lossy(&msg.routing_key);
+        // Sender-selected distribution: CC and BCC headers add routing keys.
+        let extra = sender_selected_keys(msg);
         if name.is_empty() {
             // The default exchange: every queue is bound by its own name.
-            if let Some(q) = self.queue(&key) {
-                out.push(q);
+            for k in std::iter::once(key.as_ref()).chain(extra.iter().map(String::as_str)) {
+                if let Some(q) = self.queue(k) {
+                    out.push(q);
+                }
+            }
+            if !extra.is_empty() {
+                dedup(out);
             }
             return Ok(());
         }
@@ -52,7 +59,12 @@ impl VHost {
         }
         scratch.visited.clear();
         let mut headers = None;
-        let nested = self.route_exchange(&x, msg, &key, &mut headers, scratch, out);
+        let mut nested = self.route_exchange(&x, msg, &key, &mut headers, scratch, out);
+        for k in &extra {
+            scratch.visited.clear();
+            self.route_exchange(&x, msg, k, &mut headers, scratch, out);
+            nested = true;
+        }
         if nested {
             dedup(out);
         }
@@ -118,4 +130,66 @@ fn dedup(out: &mut Vec<Arc<Queue>>) {
             i += 1;
         }
     }
+}
+
+/// Whether the encoded properties may hold a header named `name` (a cheap
+/// test on the wire bytes before decoding the table).
+fn may_have_header(msg: &Message, name: &[u8]) -> bool {
+    msg.meta.has_headers
+        && msg
+            .properties
+            .windows(name.len() + 1)
+            .any(|w| w[0] as usize == name.len() && &w[1..] == name)
+}
+
+/// The routing keys of the CC and BCC headers (arrays of strings).
+fn sender_selected_keys(msg: &Message) -> Vec<String> {
+    if !may_have_header(msg, b"CC") && !may_have_header(msg, b"BCC") {
+        return Vec::new();
+    }
+    let Some(headers) = msg.headers() else {
+        return Vec::new();
+    };
+    let mut keys = Vec::new();
+    for name in ["CC", "BCC"] {
+        if let Some(AMQPValue::FieldArray(a)) = headers.inner().get(name) {
+            for v in a.as_slice() {
+                match v {
+                    AMQPValue::LongString(s) => {
+                        keys.push(String::from_utf8_lossy(s.as_bytes()).into_owned())
+                    }
+                    AMQPValue::ShortString(s) => keys.push(s.as_str().to_string()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    keys
+}
+
+/// The message without its BCC header, if it has one: BCC recipients are
+/// not shown to anyone (RabbitMQ's sender-selected distribution).
+pub fn strip_bcc(msg: &Message) -> Option<Message> {
+    if !may_have_header(msg, b"BCC") {
+        return None;
+    }
+    let props = msg.decoded_properties();
+    let mut headers = props.headers().clone()?;
+    if !headers.contains_key("BCC") {
+        return None;
+    }
+    let inner: std::collections::BTreeMap<_, _> = headers
+        .inner()
+        .iter()
+        .filter(|(k, _)| k.as_str() != "BCC")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    headers = inner.into();
+    let properties = crate::message::encode_properties(&props.with_headers(headers));
+    let meta = crate::message::read_meta(&properties).unwrap_or(msg.meta);
+    Some(Message {
+        properties,
+        meta,
+        ..msg.clone()
+    })
 }

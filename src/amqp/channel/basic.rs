@@ -30,6 +30,10 @@ impl Channel {
         ctx.vhost
             .route(&msg, &mut self.scratch, &mut self.routes)
             .map_err(|e| e.on(60, 40))?;
+        let msg = match crate::vhost::routing::strip_bcc(&msg) {
+            Some(stripped) => Arc::new(stripped),
+            None => msg,
+        };
         if let Some(tx) = self.tx.as_mut() {
             let routes = std::mem::take(&mut self.routes);
             tx.publishes.push((publish, msg, routes));
