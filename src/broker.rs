@@ -18,6 +18,7 @@ pub struct Broker {
     pub store: Arc<Store>,
     vhosts: RwLock<HashMap<String, Arc<VHost>>>,
     next_connection: AtomicU64,
+    plugins: Arc<crate::plugins::Plugins>,
 }
 
 impl Broker {
@@ -32,6 +33,7 @@ impl Broker {
             store,
             vhosts: RwLock::new(HashMap::new()),
             next_connection: AtomicU64::new(1),
+            plugins: Arc::new(crate::plugins::Plugins::enabled()),
         });
         broker
             .recover()
@@ -47,9 +49,10 @@ impl Broker {
             names.push("/".into());
         }
         for name in &names {
-            self.vhosts
-                .write()
-                .insert(name.clone(), VHost::new(name, Arc::clone(&self.store)));
+            self.vhosts.write().insert(
+                name.clone(),
+                VHost::new(name, Arc::clone(&self.store), Arc::clone(&self.plugins)),
+            );
         }
         for def in self.store.exchanges()? {
             if let Some(vh) = self.vhost(&def.vhost) {

@@ -17,6 +17,7 @@ pub mod broker;
 pub mod config;
 pub mod exchange;
 pub mod message;
+pub mod plugins;
 pub mod queue;
 pub mod server;
 pub mod store;

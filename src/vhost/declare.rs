@@ -8,6 +8,7 @@ use std::sync::Arc;
 use amq_protocol::types::{AMQPValue, FieldTable};
 use parking_lot::RwLock;
 
+use super::table::{PluginTable, Table};
 use super::{Destination, Exchange, VHost};
 use crate::amqp::error::{ProtocolError, Result};
 use crate::exchange::{Bindings, ExchangeKind};
@@ -188,13 +189,17 @@ impl VHost {
                 ProtocolError::not_found(format!("no {}", self.describe("exchange", &spec.name)))
             });
         }
-        let kind = ExchangeKind::parse(&spec.kind).ok_or_else(|| {
-            ProtocolError::command_invalid(format!("invalid exchange type '{}'", spec.kind))
-        })?;
+        let kind = ExchangeKind::parse(&spec.kind);
+        let plugin = match kind {
+            Some(_) => None,
+            None => Some(self.plugins.exchange_type(&spec.kind).ok_or_else(|| {
+                ProtocolError::command_invalid(format!("invalid exchange type '{}'", spec.kind))
+            })?),
+        };
         if let Some(x) = self.exchange(&spec.name) {
             let n = &spec.name;
-            if x.kind != kind {
-                return Err(self.inequivalent("type", "exchange", n, &spec.kind, x.kind.as_str()));
+            if x.type_name != spec.kind {
+                return Err(self.inequivalent("type", "exchange", n, &spec.kind, &x.type_name));
             }
             for (field, got, have) in [
                 ("durable", spec.durable, x.durable),
@@ -226,6 +231,20 @@ impl VHost {
                 spec.name
             )));
         }
+        let table = match (kind, &plugin) {
+            (Some(k), _) => Table::Builtin(Bindings::new(k)),
+            (None, Some(t)) => {
+                t.validate(&spec.arguments)
+                    .map_err(ProtocolError::precondition_failed)?;
+                Table::Plugin(PluginTable::new(t.new_table(&spec.arguments)))
+            }
+            (None, None) => {
+                return Err(ProtocolError::command_invalid(format!(
+                    "invalid exchange type '{}'",
+                    spec.kind
+                )))
+            }
+        };
         let alternate = match spec.arguments.inner().get("alternate-exchange") {
             Some(AMQPValue::LongString(s)) => {
                 Some(String::from_utf8_lossy(s.as_bytes()).into_owned())
@@ -252,12 +271,13 @@ impl VHost {
         let x = Arc::new(Exchange {
             name: spec.name.clone(),
             kind,
+            type_name: spec.kind.clone(),
             durable: spec.durable,
             auto_delete: spec.auto_delete,
             internal: spec.internal,
             arguments: spec.arguments.clone(),
             alternate,
-            bindings: RwLock::new(Bindings::new(kind)),
+            bindings: RwLock::new(table),
             ever_bound: AtomicBool::new(false),
         });
         exchanges.insert(spec.name.clone(), Arc::clone(&x));
@@ -301,8 +321,8 @@ impl VHost {
         }
         if x.durable {
             self.store.delete_exchange(&self.name, &x.name)?;
-            for (key, args, dest) in x.bindings.read().iter() {
-                self.forget_binding(x, key, args, dest)?;
+            for (key, args, dest) in x.bindings.read().list() {
+                self.forget_binding(x, &key, &args, &dest)?;
             }
         }
         // Bindings that point at it from other exchanges go too.
@@ -485,9 +505,10 @@ impl VHost {
         for x in self.exchanges() {
             let removed: Vec<(String, FieldTable)> = {
                 let b = x.bindings.read();
-                b.iter()
-                    .filter(|(_, _, d)| *d == dest)
-                    .map(|(k, a, _)| (k.to_string(), a.clone()))
+                b.list()
+                    .into_iter()
+                    .filter(|(_, _, d)| d == dest)
+                    .map(|(k, a, _)| (k, a))
                     .collect()
             };
             if removed.is_empty() {
@@ -581,12 +602,17 @@ impl VHost {
         args: &FieldTable,
     ) -> Result<()> {
         let x = self.source_for_binding(source)?;
-        if x.kind == ExchangeKind::Headers {
+        if x.kind == Some(ExchangeKind::Headers) {
             crate::exchange::headers::validate_args(args)
                 .map_err(ProtocolError::precondition_failed)?;
         }
         let def = self.binding_def(&x, key, args, &dest);
-        if x.bindings.write().bind(key, args, dest) {
+        let added = x
+            .bindings
+            .write()
+            .bind(key, args, dest)
+            .map_err(ProtocolError::precondition_failed)?;
+        if added {
             x.ever_bound.store(true, Ordering::Relaxed);
             if let Some(def) = def {
                 self.store.put_binding(&def)?;

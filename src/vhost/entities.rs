@@ -9,13 +9,17 @@ use std::sync::Arc;
 use amq_protocol::types::FieldTable;
 use parking_lot::RwLock;
 
-use crate::exchange::{Bindings, ExchangeKind};
+use super::table::Table;
+use crate::exchange::ExchangeKind;
 use crate::queue::Queue;
 
 /// An exchange in a vhost.
 pub struct Exchange {
     pub name: String,
-    pub kind: ExchangeKind,
+    /// The built-in type, or None for a plugin's type.
+    pub kind: Option<ExchangeKind>,
+    /// The type name as declared ("topic", "x-consistent-hash").
+    pub type_name: String,
     pub durable: bool,
     pub auto_delete: bool,
     pub internal: bool,
@@ -23,7 +27,7 @@ pub struct Exchange {
     /// The `alternate-exchange` argument.
     pub alternate: Option<String>,
     /// Its bindings (read per publish, written on bind/unbind).
-    pub bindings: RwLock<Bindings<Destination>>,
+    pub bindings: RwLock<Table>,
     /// Set once it had a binding (auto-delete applies only after that).
     pub ever_bound: AtomicBool,
 }

@@ -5,6 +5,7 @@
 mod declare;
 mod entities;
 pub mod routing;
+mod table;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -15,6 +16,7 @@ use parking_lot::RwLock;
 
 pub use declare::{ExchangeSpec, QueueSpec};
 pub use entities::{Destination, Exchange};
+pub use table::Table;
 
 use crate::exchange::{Bindings, ExchangeKind};
 use crate::queue::Queue;
@@ -25,6 +27,8 @@ pub struct VHost {
     pub name: String,
     /// Itself, for the queues it creates (dead-lettering, x-expires).
     me: std::sync::Weak<VHost>,
+    /// Exchange types from plugins.
+    plugins: Arc<crate::plugins::Plugins>,
     store: Arc<Store>,
     exchanges: RwLock<HashMap<String, Arc<Exchange>>>,
     queues: RwLock<HashMap<String, Arc<Queue>>>,
@@ -32,14 +36,20 @@ pub struct VHost {
 
 impl VHost {
     /// A vhost with the default exchange and the `amq.*` exchanges.
-    pub fn new(name: &str, store: Arc<Store>) -> Arc<VHost> {
-        Arc::new_cyclic(|me| Self::build(name, store, me.clone()))
+    pub fn new(name: &str, store: Arc<Store>, plugins: Arc<crate::plugins::Plugins>) -> Arc<VHost> {
+        Arc::new_cyclic(|me| Self::build(name, store, plugins, me.clone()))
     }
 
-    fn build(name: &str, store: Arc<Store>, me: std::sync::Weak<VHost>) -> VHost {
+    fn build(
+        name: &str,
+        store: Arc<Store>,
+        plugins: Arc<crate::plugins::Plugins>,
+        me: std::sync::Weak<VHost>,
+    ) -> VHost {
         let vh = VHost {
             name: name.to_string(),
             me,
+            plugins,
             store,
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),
@@ -55,14 +65,15 @@ impl VHost {
         ] {
             vh.insert_exchange(Exchange {
                 name: name.to_string(),
-                kind,
+                kind: Some(kind),
+                type_name: kind.as_str().to_string(),
                 durable: true,
                 auto_delete: false,
                 // RabbitMQ's firehose exchange is internal.
                 internal: name == "amq.rabbitmq.trace",
                 arguments: FieldTable::default(),
                 alternate: None,
-                bindings: RwLock::new(Bindings::new(kind)),
+                bindings: RwLock::new(Table::Builtin(Bindings::new(kind))),
                 ever_bound: AtomicBool::new(false),
             });
         }

@@ -85,12 +85,14 @@ impl VHost {
         scratch.visited.push(Arc::as_ptr(x));
         let start = scratch.dests.len();
         // Headers are decoded only if a headers exchange is on the path.
-        let table = if x.kind == ExchangeKind::Headers {
+        let table = if x.kind == Some(ExchangeKind::Headers)
+            || (x.kind.is_none() && msg.meta.has_headers)
+        {
             headers.get_or_insert_with(|| msg.headers()).as_ref()
         } else {
             None
         };
-        x.bindings.read().route(key, table, &mut scratch.dests);
+        x.bindings.read().route(key, table, msg, &mut scratch.dests);
         let matched = scratch.dests.len() > start;
         let mut nested = false;
         let mut i = start;

@@ -1,1 +1,65 @@
-//! placeholder
+//! The narrow surface a Warren plugin builds on. A plugin provides exchange
+//! types: a name clients declare (`x-consistent-hash`), argument checks, and
+//! a routing table per exchange over opaque destination ids that the broker
+//! maps to its queues and exchanges. The broker implements the rest
+//! (declare, bind, persistence, delivery); plugins never see its internals.
+
+pub use amq_protocol::protocol::basic::AMQPProperties;
+pub use amq_protocol::types::{AMQPValue, FieldTable, ShortString};
+
+/// A destination (queue or exchange) as the broker names it to a plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DestId(pub u64);
+
+/// What a plugin may read of a message being routed.
+pub struct MessageView<'a> {
+    /// The routing key.
+    pub routing_key: &'a str,
+    /// The headers table, if the message has one.
+    pub headers: Option<&'a FieldTable>,
+    /// The encoded property list (decode with `properties`).
+    pub raw_properties: &'a [u8],
+}
+
+impl MessageView<'_> {
+    /// The decoded properties (allocates).
+    pub fn properties(&self) -> AMQPProperties {
+        amq_protocol::protocol::basic::parse_properties(self.raw_properties)
+            .map(|(_, p)| p)
+            .unwrap_or_default()
+    }
+}
+
+/// An exchange type provided by a plugin.
+pub trait ExchangeType: Send + Sync + 'static {
+    /// The type name clients declare.
+    fn name(&self) -> &'static str;
+    /// Checks exchange.declare arguments; the error text goes to the client
+    /// with 406 PRECONDITION_FAILED.
+    fn validate(&self, _arguments: &FieldTable) -> Result<(), String> {
+        Ok(())
+    }
+    /// A routing table for a new exchange declared with `arguments`.
+    fn new_table(&self, arguments: &FieldTable) -> Box<dyn RoutingTable>;
+}
+
+/// The bindings of one exchange of a plugin type.
+pub trait RoutingTable: Send + Sync {
+    /// Adds a binding; Ok(false) if it already exists; Err(text) refuses it
+    /// with 406 PRECONDITION_FAILED.
+    fn bind(&mut self, key: &str, arguments: &FieldTable, dest: DestId) -> Result<bool, String>;
+    /// Removes a binding; false if there was none.
+    fn unbind(&mut self, key: &str, arguments: &FieldTable, dest: DestId) -> bool;
+    /// Removes every binding to `dest`; returns how many.
+    fn unbind_all(&mut self, dest: DestId) -> usize;
+    /// Appends the destinations `msg` goes to.
+    fn route(&self, msg: &MessageView<'_>, out: &mut Vec<DestId>);
+    /// Every binding as (key, arguments, destination).
+    fn bindings(&self) -> Vec<(String, FieldTable, DestId)>;
+    /// Number of bindings.
+    fn len(&self) -> usize;
+    /// Whether there are no bindings.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

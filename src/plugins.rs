@@ -1,0 +1,28 @@
+//! The exchange types plugins provide (crates under plugins/, each a Cargo
+//! feature of warren, enabled by default).
+
+use std::sync::Arc;
+
+use warren_plugin_api::ExchangeType;
+
+/// The plugin exchange types this build has.
+#[derive(Default)]
+pub struct Plugins {
+    types: Vec<Arc<dyn ExchangeType>>,
+}
+
+impl Plugins {
+    /// Every plugin compiled in.
+    pub fn enabled() -> Plugins {
+        let types: Vec<Arc<dyn ExchangeType>> = vec![
+            #[cfg(feature = "consistent-hash")]
+            Arc::new(warren_consistent_hash::ConsistentHash),
+        ];
+        Plugins { types }
+    }
+
+    /// The exchange type called `name`, if a plugin provides it.
+    pub fn exchange_type(&self, name: &str) -> Option<Arc<dyn ExchangeType>> {
+        self.types.iter().find(|t| t.name() == name).cloned()
+    }
+}
