@@ -19,6 +19,8 @@ pub struct Broker {
     vhosts: RwLock<HashMap<String, Arc<VHost>>>,
     next_connection: AtomicU64,
     plugins: Arc<crate::plugins::Plugins>,
+    /// Holds and releases messages of delayed-message exchanges.
+    pub delayed: Arc<crate::delayed::Scheduler>,
 }
 
 impl Broker {
@@ -28,8 +30,13 @@ impl Broker {
             .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
         let store = Store::open(&config.data_dir, config.store_cache_mb << 20)
             .map_err(|e| format!("cannot open store in {}: {e}", config.data_dir.display()))?;
+        let (held, last_seq) = store
+            .recover_delayed()
+            .map_err(|e| format!("cannot read delayed messages: {e}"))?;
+        let delayed = crate::delayed::Scheduler::new(last_seq);
         let broker = Arc::new(Broker {
             config,
+            delayed,
             store,
             vhosts: RwLock::new(HashMap::new()),
             next_connection: AtomicU64::new(1),
@@ -38,6 +45,12 @@ impl Broker {
         broker
             .recover()
             .map_err(|e| format!("recovery failed: {e}"))?;
+        for (vhost, exchange) in held {
+            if let Some(x) = broker.vhost(&vhost).and_then(|v| v.exchange(&exchange)) {
+                x.held.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        broker.delayed.start(Arc::downgrade(&broker));
         Ok(broker)
     }
 

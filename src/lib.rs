@@ -15,6 +15,7 @@
 pub mod amqp;
 pub mod broker;
 pub mod config;
+pub mod delayed;
 pub mod exchange;
 pub mod message;
 pub mod plugins;

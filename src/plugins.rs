@@ -17,6 +17,8 @@ impl Plugins {
         let types: Vec<Arc<dyn ExchangeType>> = vec![
             #[cfg(feature = "consistent-hash")]
             Arc::new(warren_consistent_hash::ConsistentHash),
+            #[cfg(feature = "delayed-message")]
+            Arc::new(warren_delayed_message::DelayedMessage),
         ];
         Plugins { types }
     }

@@ -5,6 +5,7 @@
 //! groups: one fsync covers every write made before it started.
 
 mod definitions;
+mod delayed;
 mod marks;
 mod messages;
 mod sync;
@@ -13,6 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use definitions::{BindingDef, ExchangeDef, QueueDef};
+pub use delayed::DueMessage;
 pub use messages::{decode_message, encode_message, StoredMessage};
 pub use sync::Flusher;
 
@@ -38,6 +40,8 @@ pub struct Store {
     db: sled::Db,
     defs: sled::Tree,
     msgs: sled::Tree,
+    /// Messages held by delayed-message exchanges.
+    delayed: sled::Tree,
     flusher: Arc<Flusher>,
     /// Per-queue delivery marks, written lazily by the flusher.
     marks: Arc<marks::Marks>,
@@ -68,6 +72,7 @@ impl Store {
     fn from_db(db: sled::Db, dir: Option<std::fs::File>) -> Result<Arc<Store>> {
         let defs = db.open_tree("definitions")?;
         let msgs = db.open_tree("messages")?;
+        let delayed = db.open_tree("delayed")?;
         let marks = Arc::new(marks::Marks::default());
         let before_flush: Box<dyn Fn() + Send> = {
             let (marks, defs) = (Arc::clone(&marks), defs.clone());
@@ -82,6 +87,7 @@ impl Store {
             db,
             defs,
             msgs,
+            delayed,
             flusher,
             marks,
             defs_version: Default::default(),

@@ -236,7 +236,19 @@ impl VHost {
             (None, Some(t)) => {
                 t.validate(&spec.arguments)
                     .map_err(ProtocolError::precondition_failed)?;
-                Table::Plugin(PluginTable::new(t.new_table(&spec.arguments)))
+                match t.new_table(&spec.arguments) {
+                    warren_plugin_api::Table::Custom(table) => {
+                        Table::Plugin(PluginTable::new(table))
+                    }
+                    warren_plugin_api::Table::Builtin(name) => {
+                        let inner = ExchangeKind::parse(name).ok_or_else(|| {
+                            ProtocolError::internal(format!(
+                                "plugin asked for unknown type '{name}'"
+                            ))
+                        })?;
+                        Table::Builtin(Bindings::new(inner))
+                    }
+                }
             }
             (None, None) => {
                 return Err(ProtocolError::command_invalid(format!(
@@ -279,6 +291,8 @@ impl VHost {
             alternate,
             bindings: RwLock::new(table),
             ever_bound: AtomicBool::new(false),
+            plugin,
+            held: Default::default(),
         });
         exchanges.insert(spec.name.clone(), Arc::clone(&x));
         Ok(x)

@@ -30,6 +30,17 @@ pub struct Exchange {
     pub bindings: RwLock<Table>,
     /// Set once it had a binding (auto-delete applies only after that).
     pub ever_bound: AtomicBool,
+    /// The plugin providing its type, if any.
+    pub plugin: Option<Arc<dyn warren_plugin_api::ExchangeType>>,
+    /// Messages held for it (delayed-message exchanges).
+    pub held: std::sync::atomic::AtomicU64,
+}
+
+impl Exchange {
+    /// How many messages it holds (delayed-message exchanges).
+    pub fn held_count(&self) -> u64 {
+        self.held.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl Exchange {

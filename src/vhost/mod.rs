@@ -75,6 +75,8 @@ impl VHost {
                 alternate: None,
                 bindings: RwLock::new(Table::Builtin(Bindings::new(kind))),
                 ever_bound: AtomicBool::new(false),
+                plugin: None,
+                held: Default::default(),
             });
         }
         vh

@@ -24,12 +24,35 @@ unsafe impl Send for RouteScratch {}
 
 impl VHost {
     /// Finds the queues `msg` goes to and appends them to `out` (each once).
+    /// Returns Some(delay in ms) when the exchange's type (a delayed-message
+    /// exchange) holds the message instead: `out` then says where it would
+    /// go now, for the mandatory check.
     pub fn route(
         &self,
         msg: &Message,
         scratch: &mut RouteScratch,
         out: &mut Vec<Arc<Queue>>,
+    ) -> Result<Option<u64>> {
+        self.route_inner(msg, scratch, out, true)
+    }
+
+    /// Routes a held message that is now due (never held again).
+    pub fn route_released(
+        &self,
+        msg: &Message,
+        scratch: &mut RouteScratch,
+        out: &mut Vec<Arc<Queue>>,
     ) -> Result<()> {
+        self.route_inner(msg, scratch, out, false).map(|_| ())
+    }
+
+    fn route_inner(
+        &self,
+        msg: &Message,
+        scratch: &mut RouteScratch,
+        out: &mut Vec<Arc<Queue>>,
+        may_hold: bool,
+    ) -> Result<Option<u64>> {
         let name = std::str::from_utf8(&msg.exchange).map_err(|_| {
             ProtocolError::not_found(format!("no {}", self.describe("exchange", "?")))
         })?;
@@ -46,7 +69,7 @@ impl VHost {
             if !extra.is_empty() {
                 dedup(out);
             }
-            return Ok(());
+            return Ok(None);
         }
         let x = self.exchange(name).ok_or_else(|| {
             ProtocolError::not_found(format!("no {}", self.describe("exchange", name)))
@@ -56,6 +79,18 @@ impl VHost {
                 "cannot publish to internal {}",
                 self.describe("exchange", name)
             )));
+        }
+        let mut hold = None;
+        if let (true, Some(plugin)) = (may_hold, &x.plugin) {
+            let headers = msg.headers();
+            let view = warren_plugin_api::MessageView {
+                routing_key: &key,
+                headers: headers.as_ref(),
+                raw_properties: &msg.properties,
+            };
+            if let warren_plugin_api::Disposition::Delay(ms) = plugin.on_publish(&view) {
+                hold = Some(ms);
+            }
         }
         scratch.visited.clear();
         let mut headers = None;
@@ -68,7 +103,7 @@ impl VHost {
         if nested {
             dedup(out);
         }
-        Ok(())
+        Ok(hold)
     }
 
     /// Routes through `x`; returns whether more than one exchange took part

@@ -30,6 +30,25 @@ impl MessageView<'_> {
     }
 }
 
+/// How an exchange of a plugin type routes.
+pub enum Table {
+    /// Like a built-in exchange type: "direct", "fanout", "topic", "headers".
+    Builtin(&'static str),
+    /// With the plugin's own routing table.
+    Custom(Box<dyn RoutingTable>),
+}
+
+/// What to do with a message published to an exchange of a plugin type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Route it now.
+    Route,
+    /// Hold it for this many milliseconds, then route it. The broker keeps
+    /// it (on disk, so held messages cost no memory), counts it per
+    /// exchange, and calls `released` when it is due.
+    Delay(u64),
+}
+
 /// An exchange type provided by a plugin.
 pub trait ExchangeType: Send + Sync + 'static {
     /// The type name clients declare.
@@ -39,8 +58,17 @@ pub trait ExchangeType: Send + Sync + 'static {
     fn validate(&self, _arguments: &FieldTable) -> Result<(), String> {
         Ok(())
     }
-    /// A routing table for a new exchange declared with `arguments`.
-    fn new_table(&self, arguments: &FieldTable) -> Box<dyn RoutingTable>;
+    /// How a new exchange declared with `arguments` routes.
+    fn new_table(&self, arguments: &FieldTable) -> Table;
+    /// Decides, per publish, whether the message is routed now or held.
+    fn on_publish(&self, _msg: &MessageView<'_>) -> Disposition {
+        Disposition::Route
+    }
+    /// Headers to set on a held message when it is released (e.g. the
+    /// delayed-message exchange turns x-delay negative).
+    fn released(&self, _delay_ms: u64) -> Vec<(&'static str, AMQPValue)> {
+        Vec::new()
+    }
 }
 
 /// The bindings of one exchange of a plugin type.

@@ -9,7 +9,9 @@
 //! jump consistent hashing (Lamping and Veach), so adding a binding moves
 //! only the share of messages the new buckets take.
 
-use warren_plugin_api::{AMQPValue, DestId, ExchangeType, FieldTable, MessageView, RoutingTable};
+use warren_plugin_api::{
+    AMQPValue, DestId, ExchangeType, FieldTable, MessageView, RoutingTable, Table,
+};
 
 /// The exchange type.
 pub struct ConsistentHash;
@@ -79,12 +81,12 @@ impl ExchangeType for ConsistentHash {
         hash_on(arguments).map(|_| ())
     }
 
-    fn new_table(&self, arguments: &FieldTable) -> Box<dyn RoutingTable> {
-        Box::new(Ring {
+    fn new_table(&self, arguments: &FieldTable) -> Table {
+        Table::Custom(Box::new(Ring {
             hash_on: hash_on(arguments).unwrap_or(HashOn::RoutingKey),
             bindings: Vec::new(),
             buckets: Vec::new(),
-        })
+        }))
     }
 }
 
@@ -239,8 +241,15 @@ mod tests {
         }
     }
 
+    fn custom(t: Table) -> Box<dyn RoutingTable> {
+        match t {
+            Table::Custom(t) => t,
+            Table::Builtin(_) => panic!("a custom table"),
+        }
+    }
+
     fn ring(weights: &[&str]) -> Box<dyn RoutingTable> {
-        let mut t = ConsistentHash.new_table(&FieldTable::default());
+        let mut t = custom(ConsistentHash.new_table(&FieldTable::default()));
         for (i, w) in weights.iter().enumerate() {
             assert_eq!(
                 t.bind(w, &FieldTable::default(), DestId(i as u64)),
@@ -283,7 +292,7 @@ mod tests {
 
     #[test]
     fn keys_must_be_positive_integers() {
-        let mut t = ConsistentHash.new_table(&FieldTable::default());
+        let mut t = custom(ConsistentHash.new_table(&FieldTable::default()));
         assert!(t.bind("zero", &FieldTable::default(), DestId(1)).is_err());
         assert!(t.bind("0", &FieldTable::default(), DestId(1)).is_err());
         assert_eq!(t.bind("2", &FieldTable::default(), DestId(1)), Ok(true));

@@ -27,9 +27,13 @@ impl Channel {
         ctx: &mut ConnCtx,
     ) -> Result<()> {
         let msg = Arc::new(msg);
-        ctx.vhost
+        let hold = ctx
+            .vhost
             .route(&msg, &mut self.scratch, &mut self.routes)
             .map_err(|e| e.on(60, 40))?;
+        if let Some(delay_ms) = hold {
+            return self.hold(&publish, &msg, delay_ms, ctx);
+        }
         let msg = match crate::vhost::routing::strip_bcc(&msg) {
             Some(stripped) => Arc::new(stripped),
             None => msg,
@@ -80,6 +84,45 @@ impl Channel {
             c.push(seq, ticket, failed);
         }
         stored
+    }
+
+    /// A delayed-message exchange holds the message: it is stored now and
+    /// routed when due. The mandatory rule: basic.return if, at publish
+    /// time, the exchange would route it nowhere (then it is not held).
+    /// The confirm covers the stored message.
+    fn hold(
+        &mut self,
+        publish: &Publish,
+        msg: &Arc<Message>,
+        delay_ms: u64,
+        ctx: &mut ConnCtx,
+    ) -> Result<()> {
+        let unroutable = self.routes.is_empty();
+        self.routes.clear();
+        let seq = self.confirms.as_mut().map(|c| c.next_seq());
+        if unroutable && publish.mandatory {
+            self.send_return(msg, ctx);
+            if let (Some(c), Some(seq)) = (self.confirms.as_mut(), seq) {
+                c.push(seq, 0, false);
+            }
+            return Ok(());
+        }
+        let held = ctx
+            .broker
+            .delayed
+            .hold(&ctx.broker.store, &ctx.vhost, msg, delay_ms);
+        if let Err(e) = &held {
+            tracing::error!("cannot store a delayed message: {e}");
+        }
+        if let (Some(c), Some(seq)) = (self.confirms.as_mut(), seq) {
+            let ticket = if msg.persistent() {
+                ctx.broker.store.ticket()
+            } else {
+                0
+            };
+            c.push(seq, ticket, held.is_err());
+        }
+        Ok(())
     }
 
     fn send_return(&self, msg: &Message, ctx: &ConnCtx) {

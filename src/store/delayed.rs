@@ -1,0 +1,127 @@
+//! Held messages of delayed-message exchanges: one sled tree keyed by due
+//! time (ms, BE) ++ a sequence, so the next due message is the first key
+//! and a million held messages cost disk, not memory. The value records
+//! the vhost, the delay (for the header rewrite on release), whether the
+//! message is persistent, and the message record itself.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::messages::{decode_message, encode_message};
+use super::{Error, Result, Store};
+use crate::amqp::codec::FieldReader;
+use crate::message::Message;
+
+/// A held message that is due.
+pub struct DueMessage {
+    pub key: [u8; 16],
+    pub vhost: String,
+    pub delay_ms: u64,
+    pub message: Message,
+}
+
+fn key(due: u64, seq: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&due.to_be_bytes());
+    k[8..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn decode(k: &[u8], v: &[u8]) -> Result<(bool, DueMessage)> {
+    let bad = || Error::Corrupt("delayed message".into());
+    let key: [u8; 16] = k.try_into().map_err(|_| bad())?;
+    let mut r = FieldReader::new(v);
+    let persistent = r.u8().ok_or_else(bad)? == 1;
+    let vhost = String::from_utf8_lossy(r.short_str().ok_or_else(bad)?).into_owned();
+    let delay_ms = r.u64().ok_or_else(bad)?;
+    let at = v.len() - r.remaining();
+    let message = decode_message(Bytes::copy_from_slice(&v[at..]))?;
+    Ok((
+        persistent,
+        DueMessage {
+            key,
+            vhost,
+            delay_ms,
+            message,
+        },
+    ))
+}
+
+impl Store {
+    /// Holds `msg` until `due` (ms since the epoch).
+    pub fn put_delayed(
+        &self,
+        due: u64,
+        seq: u64,
+        vhost: &str,
+        delay_ms: u64,
+        msg: &Message,
+    ) -> Result<()> {
+        let mut record = BytesMut::new();
+        encode_message(msg, false, &mut record);
+        let mut v = BytesMut::with_capacity(record.len() + vhost.len() + 16);
+        v.put_u8(msg.persistent() as u8);
+        crate::amqp::codec::put_short_str(&mut v, vhost.as_bytes());
+        v.put_u64(delay_ms);
+        v.extend_from_slice(&record);
+        self.delayed.insert(key(due, seq), &v[..])?;
+        Ok(())
+    }
+
+    /// Up to `limit` held messages due by `now`, earliest first.
+    pub fn due_delayed(&self, now: u64, limit: usize) -> Result<Vec<DueMessage>> {
+        let mut out = Vec::new();
+        for item in self.delayed.range(..key(now, u64::MAX)).take(limit) {
+            let (k, v) = item?;
+            match decode(&k, &v) {
+                Ok((_, m)) => out.push(m),
+                Err(e) => {
+                    tracing::error!("dropping an unreadable delayed message: {e}");
+                    self.delayed.remove(k)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// When the next held message is due.
+    pub fn next_delayed(&self) -> Result<Option<u64>> {
+        Ok(self
+            .delayed
+            .first()?
+            .and_then(|(k, _)| <[u8; 8]>::try_from(&k[..8]).ok())
+            .map(u64::from_be_bytes))
+    }
+
+    /// Forgets a released message.
+    pub fn remove_delayed(&self, key: &[u8; 16]) -> Result<()> {
+        self.delayed.remove(key)?;
+        Ok(())
+    }
+
+    /// At start: drops held transient messages (they do not survive a
+    /// restart) and returns (vhost, exchange) of each one kept, and the
+    /// highest sequence used.
+    pub fn recover_delayed(&self) -> Result<(Vec<(String, String)>, u64)> {
+        let mut kept = Vec::new();
+        let mut max_seq = 0;
+        for item in self.delayed.iter() {
+            let (k, v) = item?;
+            let (persistent, m) = match decode(&k, &v) {
+                Ok(x) => x,
+                Err(_) => {
+                    self.delayed.remove(k)?;
+                    continue;
+                }
+            };
+            if !persistent {
+                self.delayed.remove(k)?;
+                continue;
+            }
+            max_seq = max_seq.max(u64::from_be_bytes(
+                m.key[8..].try_into().unwrap_or_default(),
+            ));
+            kept.push((m.vhost, m.message.exchange_str().into_owned()));
+        }
+        Ok((kept, max_seq))
+    }
+}
