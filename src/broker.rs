@@ -69,13 +69,19 @@ impl Broker {
         }
         for def in self.store.exchanges()? {
             if let Some(vh) = self.vhost(&def.vhost) {
-                vh.restore_exchange(&def)?;
+                // E.g. a plugin type this build lacks: skip it, keep going.
+                if let Err(e) = vh.restore_exchange(&def) {
+                    tracing::error!(exchange = %def.name, "exchange not restored: {e}");
+                }
             }
         }
         let mut messages = 0;
         for def in self.store.queues()? {
             if let Some(vh) = self.vhost(&def.vhost) {
-                messages += vh.restore_queue(&def)?;
+                match vh.restore_queue(&def) {
+                    Ok(n) => messages += n,
+                    Err(e) => tracing::error!(queue = %def.name, "queue not restored: {e}"),
+                }
             }
         }
         for def in self.store.bindings()? {

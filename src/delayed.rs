@@ -101,7 +101,9 @@ impl Scheduler {
                 let exchange = vhost.exchange(&m.message.exchange_str());
                 let mut msg = m.message;
                 if let Some(x) = &exchange {
-                    x.held.fetch_sub(1, Ordering::Relaxed);
+                    let _ = x
+                        .held
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
                     if let Some(plugin) = &x.plugin {
                         for (name, value) in plugin.released(m.delay_ms) {
                             msg = msg.with_header(name, value);

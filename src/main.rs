@@ -38,18 +38,23 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // On a worker thread, not the main one: recovery decodes stored
+    // messages, which needs the workers' large stack (see WORKER_STACK).
     let code = runtime.block_on(async move {
-        let server = match Server::start(config).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!("{e}");
-                return 1;
-            }
-        };
-        wait_for_signal().await;
-        tracing::info!("shutting down");
-        server.shutdown().await;
-        0
+        let run = tokio::spawn(async move {
+            let server = match Server::start(config).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    return 1;
+                }
+            };
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            server.shutdown().await;
+            0
+        });
+        run.await.unwrap_or(1)
     });
     std::process::exit(code);
 }

@@ -420,3 +420,45 @@ async fn queue_with_a_consumer_does_not_expire() {
     .await
     .expect("still there");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_that_dead_letters_into_itself_does_not_loop_forever() {
+    // x-max-length 0 and its own name as dead-letter routing key: every
+    // push drops the message back into the same queue. A forged x-death
+    // with a rejection defeats the cycle rule, so the hop limit must stop
+    // it; the broker keeps serving.
+    let b = start().await;
+    let c = b.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    declare_with(
+        &ch,
+        "self",
+        QueueDeclareOptions::default(),
+        table(&[
+            ("x-max-length", AMQPValue::LongInt(0)),
+            ("x-dead-letter-exchange", s("")),
+            ("x-dead-letter-routing-key", s("self")),
+        ]),
+    )
+    .await
+    .unwrap();
+    let mut death = FieldTable::default();
+    death.insert("queue".into(), s("elsewhere"));
+    death.insert("reason".into(), s("rejected"));
+    let mut deaths = lapin::types::FieldArray::default();
+    deaths.push(AMQPValue::FieldTable(death));
+    let props = BasicProperties::default()
+        .with_headers(table(&[("x-death", AMQPValue::FieldArray(deaths))]));
+    publish_with(
+        &ch,
+        "",
+        "self",
+        BasicPublishOptions::default(),
+        b"loop",
+        props,
+    )
+    .await;
+    publish(&ch, "", "self", b"plain").await;
+    assert_eq!(wait_count(&c, "self", 0).await, 0);
+    assert_connection_works(&c).await;
+}

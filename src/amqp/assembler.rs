@@ -40,6 +40,11 @@ pub fn parse_publish(payload: &Bytes) -> Option<Publish> {
     })
 }
 
+/// A body is gathered in a buffer that grows as frames arrive; at most
+/// this much is reserved up front (a header may announce 128 MiB and send
+/// one byte).
+const PREALLOCATE_MAX: usize = 1 << 20;
+
 /// RabbitMQ's texts for frames out of order (rabbit_command_assembler).
 pub const NOT_METHOD: &str = "expected method frame, got non method frame instead";
 pub const NOT_HEADER: &str =
@@ -188,12 +193,12 @@ impl Assembler {
         *parts = match std::mem::take(parts) {
             Body::Empty if len == *size => Body::One(payload),
             Body::Empty => {
-                let mut b = BytesMut::with_capacity(*size);
+                let mut b = BytesMut::with_capacity((*size).min(PREALLOCATE_MAX));
                 b.extend_from_slice(&payload);
                 Body::Many(b)
             }
             Body::One(first) => {
-                let mut b = BytesMut::with_capacity(*size);
+                let mut b = BytesMut::with_capacity((*size).min(PREALLOCATE_MAX));
                 b.extend_from_slice(&first);
                 b.extend_from_slice(&payload);
                 Body::Many(b)

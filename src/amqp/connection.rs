@@ -30,6 +30,8 @@ use crate::vhost::VHost;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most bytes read from the socket at a time.
 const READ_CHUNK_MAX: usize = 64 * 1024;
+/// How long a closing connection's writer may take to send what is left.
+const WRITER_DRAIN: Duration = Duration::from_secs(5);
 /// How long to wait for close-ok after sending connection.close.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -116,7 +118,12 @@ pub async fn serve(
     conn.cleanup();
     info!(%peer, reason = %reason, "connection closed");
     conn.ctx.outbox.finish();
-    let _ = writer.await;
+    // A peer that stopped reading would block the writer forever (and
+    // with it shutdown): give it a moment to take what is left, then drop.
+    let abort = writer.abort_handle();
+    if tokio::time::timeout(WRITER_DRAIN, writer).await.is_err() {
+        abort.abort();
+    }
 }
 
 /// Where the handshake is, as in RabbitMQ's `rabbit_reader`.
@@ -531,10 +538,11 @@ impl Connection {
         self.ctx.send(0, close_method(&e));
         self.cleanup();
         let outbox = &self.ctx.outbox;
+        let frame_max = self.ctx.frame_max;
         let wait = async {
             loop {
                 loop {
-                    match codec::decode(buf, 0) {
+                    match codec::decode(buf, frame_max) {
                         Ok(Some(Frame::Method {
                             channel: 0,
                             payload,

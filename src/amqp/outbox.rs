@@ -80,7 +80,10 @@ impl Outbox {
         if inner.buf.len() < HIGH_WATER {
             return false;
         }
-        inner.waiting.push(Arc::downgrade(queue));
+        let weak = Arc::downgrade(queue);
+        if !inner.waiting.iter().any(|w| w.ptr_eq(&weak)) {
+            inner.waiting.push(weak);
+        }
         true
     }
 

@@ -131,6 +131,11 @@ pub fn validate(args: &FieldTable) -> Result<(), (String, String)> {
                 Some(other) => return bad(format!("value '{other}' is not acceptable")),
                 None => return bad(format!("unacceptable type '{}'", type_name(value))),
             },
+            "x-dead-letter-exchange" | "x-dead-letter-routing-key"
+                if str_arg(value).is_some_and(|v| v.len() > 255) =>
+            {
+                return bad("value is longer than 255 bytes".into());
+            }
             "x-dead-letter-routing-key" if !args.contains_key("x-dead-letter-exchange") => {
                 return bad(
                     "Key x-dead-letter-routing-key should be accompanied by x-dead-letter-exchange"

@@ -130,7 +130,9 @@ pub fn dead_letter(
 }
 
 /// RabbitMQ's cycle rule: a dead-lettered message does not go back to a
-/// queue it already died in unless a rejection is part of the cycle.
+/// queue it already died in, unless a rejection happened since it last
+/// died there (x-death is newest first: look at the entries up to and
+/// including the target queue's).
 pub fn is_cycle(msg: &Message, target_queue: &str) -> bool {
     let Some(headers) = msg.headers() else {
         return false;
@@ -138,20 +140,18 @@ pub fn is_cycle(msg: &Message, target_queue: &str) -> bool {
     let Some(AMQPValue::FieldArray(deaths)) = headers.inner().get("x-death") else {
         return false;
     };
-    let tables = deaths.as_slice().iter().filter_map(|d| match d {
-        AMQPValue::FieldTable(t) => Some(t),
-        _ => None,
-    });
-    let mut seen = false;
-    for t in tables {
+    for d in deaths.as_slice() {
+        let AMQPValue::FieldTable(t) = d else {
+            continue;
+        };
         if text(t.inner().get("reason")).as_deref() == Some("rejected") {
             return false;
         }
         if text(t.inner().get("queue")).as_deref() == Some(target_queue) {
-            seen = true;
+            return true;
         }
     }
-    seen
+    false
 }
 
 /// A copy of `p` with every property but `expiration` (and `headers`,

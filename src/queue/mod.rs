@@ -94,6 +94,9 @@ pub struct Pushed {
     pub rejected: bool,
 }
 
+/// How many queues a message may be dead-lettered through in one go.
+const MAX_DEAD_LETTER_HOPS: u32 = 16;
+
 /// How deliveries taken back from a channel are settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settle {
@@ -280,6 +283,12 @@ impl Queue {
 
     /// Records a deadline and makes sure the expiry timer will see it.
     fn schedule(self: &Arc<Self>, st: &mut State, deadline: u64, seq: u64) {
+        // Deadlines of messages consumed before they expired stay in the
+        // heap until due; when they far outnumber the ready messages,
+        // rebuild it from what is actually waiting.
+        if st.expiry.len() > 2 * st.ready.len() + 1024 {
+            st.expiry = st.ready.deadlines().map(Reverse).collect();
+        }
         let earliest = st.expiry.peek().map(|Reverse((d, _))| *d);
         st.expiry.push(Reverse((deadline, seq)));
         if !st.timer_running {
@@ -325,11 +334,26 @@ impl Queue {
     /// removes them from this queue: the new copies are written first, so a
     /// crash in between can duplicate a message, never lose it.
     fn dead_letter_all(&self, dead: Vec<(Entry, Reason)>) {
-        let target = self
-            .args
-            .dead_letter_exchange
-            .as_deref()
-            .zip(self.vhost.upgrade());
+        // Dead-lettering pushes into other queues, which may dead-letter in
+        // turn (length limits, TTL 0): bound the depth so no chain of
+        // queues can recurse without end; past it the message is dropped.
+        thread_local!(static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
+        let depth = DEPTH.with(|d| d.get());
+        let target = if depth < MAX_DEAD_LETTER_HOPS {
+            self.args
+                .dead_letter_exchange
+                .as_deref()
+                .zip(self.vhost.upgrade())
+        } else {
+            tracing::warn!(queue = self.name(), "dead-letter chain too long: dropping");
+            None
+        };
+        DEPTH.with(|d| d.set(depth + 1));
+        self.dead_letter_each(dead, target);
+        DEPTH.with(|d| d.set(depth));
+    }
+
+    fn dead_letter_each(&self, dead: Vec<(Entry, Reason)>, target: Option<(&str, Arc<VHost>)>) {
         let now_secs = now_ms() / 1000;
         let mut scratch = crate::vhost::routing::RouteScratch::default();
         let mut routes = Vec::new();
@@ -532,7 +556,12 @@ impl Queue {
                             amq_protocol::types::AMQPValue::LongLongInt(entry.returned as i64),
                         ));
                     }
+                    let (deadline, seq) = (entry.deadline, entry.seq);
                     st.ready.insert_sorted(entry);
+                    // Its deadline left the heap when it was delivered.
+                    if deadline != 0 {
+                        self.schedule(&mut st, deadline, seq);
+                    }
                 }
             }
         }
@@ -546,6 +575,9 @@ impl Queue {
     pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> Result<(), ConsumeError> {
         self.touch();
         let mut st = self.state.lock();
+        if self.deleted.load(Ordering::Relaxed) {
+            return Err(ConsumeError::Deleted);
+        }
         if st.consumers.iter().any(|c| c.exclusive) {
             return Err(ConsumeError::ExclusiveHeld);
         }
@@ -569,12 +601,16 @@ impl Queue {
     }
 
     /// Removes a consumer; returns how many remain.
-    pub fn remove_consumer(&self, channel: &ChannelDelivery, tag: &str) -> usize {
+    pub fn remove_consumer(self: &Arc<Self>, channel: &ChannelDelivery, tag: &str) -> usize {
         self.touch();
         let mut st = self.state.lock();
         st.consumers
             .retain(|c| !(std::ptr::eq(Arc::as_ptr(&c.channel), channel) && c.tag == tag));
-        st.consumers.len()
+        let left = st.consumers.len();
+        // With a single active consumer, the next one takes over now.
+        self.dispatch_locked(&mut st);
+        self.finish(st);
+        left
     }
 
     /// Ready messages.
@@ -662,4 +698,6 @@ pub enum ConsumeError {
     ExclusiveHeld,
     /// Exclusive access asked while other consumers exist.
     InUse,
+    /// The queue was deleted meanwhile.
+    Deleted,
 }

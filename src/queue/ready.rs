@@ -76,6 +76,15 @@ impl Ready {
         self.mem_bytes + self.tail.bytes
     }
 
+    /// (deadline, seq) of every ready message with a TTL.
+    pub fn deadlines(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.mem
+            .iter()
+            .filter(|e| e.deadline != 0)
+            .map(|e| (e.deadline, e.seq))
+            .chain(self.tail_deadlines.iter().map(|(s, d)| (*d, *s)))
+    }
+
     /// Removes the in-memory message with sequence `seq` (its TTL ran out).
     /// Messages in the stored tail are checked when they are read back.
     pub fn remove(&mut self, seq: u64) -> Option<Entry> {
@@ -120,6 +129,10 @@ impl Ready {
     /// Accounts for a message that is already in the store (recovery):
     /// kept in memory while under the bound, else left in the tail.
     pub fn push_recovered(&mut self, entry: Entry) {
+        if self.max_priority != 0 {
+            self.insert_sorted(entry);
+            return;
+        }
         if self.tail.count > 0 || self.over_bound() {
             self.add_to_tail(entry.seq, entry.msg.body.len());
         } else {

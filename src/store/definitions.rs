@@ -86,8 +86,14 @@ impl Store {
         prefix.push(0);
         let mut out = Vec::new();
         for item in self.defs.scan_prefix(prefix) {
-            let (_, v) = item?;
-            out.push(serde_json::from_slice(&v).map_err(|e| Error::Corrupt(e.to_string()))?);
+            let (k, v) = item?;
+            // One unreadable record must not keep the broker from starting.
+            match serde_json::from_slice(&v) {
+                Ok(def) => out.push(def),
+                Err(e) => {
+                    tracing::error!(key = ?String::from_utf8_lossy(&k), "skipping unreadable definition: {e}")
+                }
+            }
         }
         Ok(out)
     }

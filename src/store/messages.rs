@@ -149,8 +149,16 @@ impl Store {
                         self.msgs.remove(k)?;
                         return Ok(None);
                     }
-                    let message = Arc::new(decode_message(Bytes::copy_from_slice(&v))?);
-                    Ok(Some(StoredMessage { seq, message }))
+                    match decode_message(Bytes::copy_from_slice(&v)) {
+                        Ok(m) => Ok(Some(StoredMessage {
+                            seq,
+                            message: Arc::new(m),
+                        })),
+                        Err(e) => {
+                            tracing::error!(queue_id, seq, "skipping unreadable message: {e}");
+                            Ok(None)
+                        }
+                    }
                 };
                 read().transpose()
             })

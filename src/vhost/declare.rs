@@ -339,7 +339,18 @@ impl VHost {
                 self.forget_binding(x, &key, &args, &dest)?;
             }
         }
-        // Bindings that point at it from other exchanges go too.
+        // Its own bindings go (one to itself would keep it alive forever),
+        // and so do those that point at it from other exchanges.
+        let own: Vec<Destination> = x
+            .bindings
+            .read()
+            .list()
+            .into_iter()
+            .map(|(_, _, d)| d)
+            .collect();
+        for d in own {
+            x.bindings.write().unbind_all(&d);
+        }
         let dest = Destination::Exchange(Arc::clone(x));
         self.unbind_everywhere(&dest)?;
         Ok(())
@@ -359,6 +370,10 @@ impl VHost {
             self.check_exclusive(&q, conn_id)?;
             return Ok(q);
         }
+        // Check, id allocation and the stored definition happen as one, or
+        // two racing declares of a new durable queue could store different
+        // ids than the one in use (its messages lost at the next start).
+        let _declaring = self.declare_lock.lock();
         // RabbitMQ refuses the reserved prefix before looking the name up,
         // so even an existing amq.gen- queue cannot be redeclared by name.
         if spec.name.starts_with("amq.") && !spec.server_named {
@@ -497,6 +512,7 @@ impl VHost {
     /// Removes a queue from the vhost, its bindings and its stored state;
     /// None if it was already gone.
     pub fn remove_queue(&self, q: &Arc<Queue>) -> Result<Option<Deleted>> {
+        let _declaring = self.declare_lock.lock();
         {
             let mut queues = self.queues.write();
             match queues.get(q.name()) {

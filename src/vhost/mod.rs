@@ -29,6 +29,8 @@ pub struct VHost {
     me: std::sync::Weak<VHost>,
     /// Exchange types from plugins.
     plugins: Arc<crate::plugins::Plugins>,
+    /// Serializes queue creation and removal with their stored definitions.
+    declare_lock: parking_lot::Mutex<()>,
     store: Arc<Store>,
     exchanges: RwLock<HashMap<String, Arc<Exchange>>>,
     queues: RwLock<HashMap<String, Arc<Queue>>>,
@@ -50,6 +52,7 @@ impl VHost {
             name: name.to_string(),
             me,
             plugins,
+            declare_lock: parking_lot::Mutex::new(()),
             store,
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),

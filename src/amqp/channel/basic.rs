@@ -31,13 +31,13 @@ impl Channel {
             .vhost
             .route(&msg, &mut self.scratch, &mut self.routes)
             .map_err(|e| e.on(60, 40))?;
-        if let Some(delay_ms) = hold {
-            return self.hold(&publish, &msg, delay_ms, ctx);
-        }
         let msg = match crate::vhost::routing::strip_bcc(&msg) {
             Some(stripped) => Arc::new(stripped),
             None => msg,
         };
+        if let Some(delay_ms) = hold {
+            return self.hold(&publish, &msg, delay_ms, ctx);
+        }
         if let Some(tx) = self.tx.as_mut() {
             let routes = std::mem::take(&mut self.routes);
             tx.publishes.push((publish, msg, routes));
@@ -142,6 +142,7 @@ impl Channel {
 
     pub(super) fn basic_qos(&mut self, m: b::Qos, ctx: &mut ConnCtx) -> Result<()> {
         if m.global {
+            self.global_prefetch = m.prefetch_count as u32;
             self.delivery.set_global_prefetch(m.prefetch_count as u32);
             // More credit may let queues deliver.
             for (_, q) in self.consumers.values() {
@@ -193,6 +194,10 @@ impl Channel {
                         ctx.vhost.name
                     ))
                 }
+                ConsumeError::Deleted => ProtocolError::not_found(format!(
+                    "no queue '{name}' in vhost '{}'",
+                    ctx.vhost.name
+                )),
             })?;
         self.consumers
             .insert(tag.clone(), (consumer, Arc::clone(&queue)));
@@ -248,7 +253,7 @@ impl Channel {
             tx.acks.append(&mut self.settle);
             return Ok(());
         }
-        Queue::settle_all(&mut self.settle, Settle::Ack);
+        self.settle_taken(Settle::Ack);
         Ok(())
     }
 
@@ -268,7 +273,7 @@ impl Channel {
         } else {
             Settle::Reject
         };
-        Queue::settle_all(&mut self.settle, how);
+        self.settle_taken(how);
         Ok(())
     }
 

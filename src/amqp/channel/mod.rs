@@ -49,6 +49,8 @@ pub struct Channel {
     consumers: HashMap<String, (Arc<Consumer>, Arc<Queue>)>,
     /// basic.qos prefetch for consumers created from now on.
     prefetch: u32,
+    /// basic.qos global prefetch (shared by the channel's consumers).
+    global_prefetch: u32,
     confirms: Option<Confirms>,
     tx: Option<Tx>,
     /// The last queue this channel declared, for methods that name "".
@@ -77,6 +79,7 @@ impl Channel {
             assembler: Assembler::default(),
             consumers: HashMap::new(),
             prefetch: 0,
+            global_prefetch: 0,
             confirms: None,
             tx: None,
             last_queue: None,
@@ -286,6 +289,18 @@ impl Channel {
         }
     }
 
+    /// Settles deliveries taken from the unacked list. With a per-channel
+    /// prefetch the credit they free is shared, so every queue this channel
+    /// consumes from may now deliver, not only theirs.
+    fn settle_taken(&mut self, how: Settle) {
+        Queue::settle_all(&mut self.settle, how);
+        if self.global_prefetch != 0 {
+            for (_, q) in self.consumers.values() {
+                q.dispatch();
+            }
+        }
+    }
+
     /// "" means the last queue declared on this channel (AMQP 0-9-1).
     fn queue_name(&self, name: &str) -> Result<String> {
         if !name.is_empty() {
@@ -300,6 +315,8 @@ impl Channel {
     /// (channel or connection closing).
     pub fn release(&mut self, ctx: &mut ConnCtx) {
         self.delivery.close();
+        // No confirms go out on a closed channel.
+        self.confirms = None;
         for (tag, (_, queue)) in self.consumers.drain() {
             let left = queue.remove_consumer(&self.delivery, &tag);
             if left == 0 && queue.config.auto_delete && !queue.is_deleted() {

@@ -155,6 +155,11 @@ impl Channel {
         Queue::settle_all(&mut acks, Settle::Ack);
         Queue::settle_all(&mut requeues, Settle::Requeue);
         Queue::settle_all(&mut rejects, Settle::Reject);
+        if self.global_prefetch != 0 {
+            for (_, q) in self.consumers.values() {
+                q.dispatch();
+            }
+        }
         let mut stored = false;
         for (publish, msg, mut routes) in publishes {
             stored |= self.deliver_routed(&publish, &msg, &mut routes, ctx);
