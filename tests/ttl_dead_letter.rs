@@ -462,3 +462,40 @@ async fn a_queue_that_dead_letters_into_itself_does_not_loop_forever() {
     assert_eq!(wait_count(&c, "self", 0).await, 0);
     assert_connection_works(&c).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovered_messages_still_expire() {
+    let mut b = start().await;
+    {
+        let (_c, ch) = b.channel().await;
+        declare_with(
+            &ch,
+            "kept",
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            table(&[("x-message-ttl", AMQPValue::LongInt(300))]),
+        )
+        .await
+        .unwrap();
+        let props = BasicProperties::default().with_delivery_mode(2);
+        publish_with(
+            &ch,
+            "",
+            "kept",
+            BasicPublishOptions::default(),
+            b"old",
+            props,
+        )
+        .await;
+        assert_eq!(wait_count(&_c, "kept", 1).await, 1);
+    }
+    b.restart().await;
+    let c = b.connect().await;
+    assert_eq!(
+        wait_count(&c, "kept", 0).await,
+        0,
+        "TTL applies after a restart"
+    );
+}

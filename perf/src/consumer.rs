@@ -38,7 +38,13 @@ pub struct Consumer {
 
 /// What a consumer saw.
 pub struct ConsumerOutcome {
+    /// Receive time - publish time.
     pub latency: Histogram,
+    /// For delayed messages: receive time - (publish time + delay); early ones count as 0.
+    pub lateness: Histogram,
+    /// Delayed messages that arrived before their delay had passed, and the most early (ns).
+    pub early: u64,
+    pub early_max_ns: u64,
     /// When the run's consume target was reached (only set when there is a target).
     pub target_reached_at: Option<Instant>,
 }
@@ -87,6 +93,8 @@ impl Consumer {
         let until = deadline.unwrap_or(far);
         let has_target = self.has_target();
         let mut latency = Histogram::default();
+        let mut lateness = Histogram::default();
+        let (mut early, mut early_max_ns) = (0u64, 0u64);
         let mut target_reached_at = None;
         let multi = self.cfg.multi_ack.max(1);
         let mut unacked: u64 = 0;
@@ -121,8 +129,22 @@ impl Consumer {
             };
             let now_ns = payload::now_ns();
             if let Some(content) = &msg.content {
-                if let Some(sent) = payload::read_stamp(content) {
-                    latency.record(now_ns.saturating_sub(sent));
+                if let Some(st) = payload::read_stamp(content) {
+                    let lat = now_ns.saturating_sub(st.sent_ns);
+                    latency.record(lat);
+                    match st.delay_ms {
+                        Some(d) => {
+                            let due = st.sent_ns + u64::from(d) * 1_000_000;
+                            if now_ns < due {
+                                early += 1;
+                                early_max_ns = early_max_ns.max(due - now_ns);
+                            }
+                            let late = now_ns.saturating_sub(due);
+                            lateness.record(late);
+                            self.shared.record_window(late);
+                        }
+                        None => self.shared.record_window(lat),
+                    }
                 }
             }
             if !self.cfg.autoack {
@@ -149,6 +171,9 @@ impl Consumer {
         }
         Ok(ConsumerOutcome {
             latency,
+            lateness,
+            early,
+            early_max_ns,
             target_reached_at,
         })
     }

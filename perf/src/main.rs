@@ -9,6 +9,7 @@ mod consumer;
 mod idle;
 mod payload;
 mod producer;
+mod range;
 mod report;
 mod run;
 mod stats;
@@ -22,8 +23,9 @@ use clap::Parser;
 
 use crate::conn::AmqpUri;
 use crate::idle::IdleConfig;
+use crate::range::MsRange;
 use crate::run::RunConfig;
-use crate::topology::{ExchangeKind, Topology};
+use crate::topology::{parse_queue_arg, ExchangeKind, Topology};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -74,6 +76,17 @@ struct Args {
     /// Exchange type.
     #[arg(short = 't', long, value_enum, default_value = "direct")]
     exchange_type: ExchangeKind,
+    /// Random x-delay per message, MIN[-MAX] ms, uniform (needs -t x-delayed-message); the
+    /// consumer reports lateness = receive time - (publish time + delay).
+    #[arg(long, value_name = "MIN[-MAX]")]
+    delay: Option<MsRange>,
+    /// Random per-message TTL (expiration property), MIN[-MAX] ms, uniform.
+    #[arg(long, value_name = "MIN[-MAX]")]
+    ttl: Option<MsRange>,
+    /// Declare the queues with this argument (repeatable); a whole number is sent as an integer,
+    /// anything else as a string, e.g. x-dead-letter-exchange= x-message-ttl=60000.
+    #[arg(long = "queue-arg", value_name = "KEY=VALUE", value_parser = parse_queue_arg)]
+    queue_args: Vec<(String, amqprs::FieldValue)>,
     /// N queues bound to one fanout exchange (implies --exchange-type fanout --queues N).
     #[arg(long)]
     fanout: Option<usize>,
@@ -125,7 +138,7 @@ struct Args {
 }
 
 enum Mode {
-    Load(RunConfig),
+    Load(Box<RunConfig>),
     Idle(IdleConfig),
     Check(AmqpUri, f64),
 }
@@ -164,7 +177,18 @@ fn resolve(a: Args) -> Result<Mode> {
     if a.rate < 0.0 || a.time < 0.0 || a.interval < 0.0 {
         bail!("--rate, --time and --interval must not be negative");
     }
-    Ok(Mode::Load(RunConfig {
+    if let Some(d) = a.delay {
+        if kind != ExchangeKind::XDelayedMessage {
+            bail!("--delay needs --exchange-type x-delayed-message");
+        }
+        if d.max > u64::from(u32::MAX) {
+            bail!(
+                "--delay is at most {} ms (x-delay is a 32-bit value)",
+                u32::MAX
+            );
+        }
+    }
+    Ok(Mode::Load(Box::new(RunConfig {
         uri,
         producers,
         consumers,
@@ -181,7 +205,8 @@ fn resolve(a: Args) -> Result<Mode> {
             &a.queue,
             queues,
             a.durable_queues,
-        ),
+        )
+        .with_queue_args(&a.queue_args)?,
         rate: a.rate,
         pmessages: a.pmessages,
         cmessages: a.cmessages,
@@ -190,7 +215,9 @@ fn resolve(a: Args) -> Result<Mode> {
         interval: a.interval,
         progress_every: a.progress_every,
         connect_timeout: a.connect_timeout,
-    }))
+        delay: a.delay,
+        ttl: a.ttl,
+    })))
 }
 
 /// Lets one process hold many sockets (--idle-connections): soft RLIMIT_NOFILE up to the hard one.
@@ -249,7 +276,7 @@ fn main() -> ExitCode {
                 )
             }),
             Mode::Idle(cfg) => idle::run(cfg).await.map(|r| (r.to_json(), r.to_text())),
-            Mode::Load(cfg) => run::run(cfg).await.map(|r| (r.to_json(), r.to_text())),
+            Mode::Load(cfg) => run::run(*cfg).await.map(|r| (r.to_json(), r.to_text())),
         }
     });
     match outcome {

@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments};
 use amqprs::connection::Connection;
-use amqprs::BasicProperties;
+use amqprs::{BasicProperties, FieldTable, FieldValue};
 use anyhow::{bail, Context, Result};
 use tokio::sync::mpsc::{self, error::TryRecvError, UnboundedReceiver};
 use tokio::time::Instant;
 
 use crate::conn::{self, with_timeout, AmqpUri, ConfirmEvent};
 use crate::payload;
+use crate::range::{MsRange, Rng};
 use crate::stats::Shared;
 
 /// What one producer does.
@@ -30,6 +31,10 @@ pub struct ProducerConfig {
     pub rate: f64,
     /// Publish exactly this many and stop (0 = until the deadline).
     pub pmessages: u64,
+    /// A random `x-delay` header per message (ms), also written into the body.
+    pub delay: Option<MsRange>,
+    /// A random per-message TTL (`expiration`, ms).
+    pub ttl: Option<MsRange>,
 }
 
 /// Tracks unconfirmed delivery tags; the window holds one flag per tag from `base` on.
@@ -193,6 +198,8 @@ impl Producer {
         }
         let args = BasicPublishArguments::new(&self.cfg.exchange, &self.cfg.routing_key);
         let template = payload::template(self.cfg.size);
+        let mut rng = Rng::new(payload::now_ns() ^ (self.cfg.id as u64).wrapping_mul(0x9e37_79b9));
+        let x_delay: amqprs::FieldName = "x-delay".try_into().expect("a short string");
         let mut tracker = ConfirmTracker::new();
         let mut sent: u64 = 0;
         let mut by_count = false;
@@ -227,9 +234,22 @@ impl Producer {
                 }
             }
             let mut body = template.clone();
-            payload::stamp(&mut body);
+            let mut p = props.clone();
+            match self.cfg.delay {
+                Some(range) => {
+                    let delay = range.sample(&mut rng);
+                    let mut headers = FieldTable::new();
+                    headers.insert(x_delay.clone(), FieldValue::l(delay as i64));
+                    p.with_headers(headers);
+                    payload::stamp_delayed(&mut body, delay as u32);
+                }
+                None => payload::stamp(&mut body),
+            }
+            if let Some(range) = self.cfg.ttl {
+                p.with_expiration(&range.sample(&mut rng).to_string());
+            }
             self.ch
-                .basic_publish(props.clone(), body, args.clone())
+                .basic_publish(p, body, args.clone())
                 .await
                 .with_context(|| format!("producer {}: basic.publish", self.cfg.id))?;
             sent += 1;

@@ -74,7 +74,7 @@ impl RunResult {
 
     pub fn to_json(&self) -> Value {
         let rates = interval_rates(&self.progress);
-        json!({
+        let mut v = json!({
             "mode": "load",
             "producers": self.producers,
             "consumers": self.consumers,
@@ -112,12 +112,29 @@ impl RunResult {
             "publish_rate_last_interval": rates.last().map(|r| r.1),
             "blocked": self.blocked,
             "errors": self.errors,
-        })
+        });
+        // A second object: one json! this size would pass the macro recursion limit.
+        let delayed = json!({
+            "delay": self.delay.map(|r| json!([r.min, r.max])),
+            "ttl": self.ttl.map(|r| json!([r.min, r.max])),
+            "lateness_samples": self.lateness.count(),
+            "lateness_mean_ms": self.lateness.mean() / 1e6,
+            "lateness_p50_ms": ms(self.lateness.quantile(0.5)),
+            "lateness_p99_ms": ms(self.lateness.quantile(0.99)),
+            "lateness_p999_ms": ms(self.lateness.quantile(0.999)),
+            "lateness_max_ms": ms(self.lateness.max()),
+            "early": self.early,
+            "early_max_ms": ms(self.early_max_ns),
+        });
+        if let (Value::Object(all), Value::Object(more)) = (&mut v, delayed) {
+            all.extend(more);
+        }
+        v
     }
 
     pub fn to_text(&self) -> String {
         let mut s = format!(
-            "warren-perf: {} producer(s), {} consumer(s), {} queue(s) ({}), {} B{}{}{}{}\n",
+            "warren-perf: {} producer(s), {} consumer(s), {} queue(s) ({}), {} B{}{}{}{}{}{}\n",
             self.producers,
             self.consumers,
             self.queues,
@@ -143,6 +160,10 @@ impl RunResult {
             } else {
                 String::new()
             },
+            self.delay
+                .map(|r| format!(", x-delay {r}"))
+                .unwrap_or_default(),
+            self.ttl.map(|r| format!(", ttl {r}")).unwrap_or_default(),
         );
         if self.queued_at_start > 0 {
             s += &format!("  already queued: {} messages\n", self.queued_at_start);
@@ -187,6 +208,23 @@ impl RunResult {
                     ms(self.latency.max()),
                     self.latency.count()
                 );
+            }
+            if self.lateness.count() > 0 {
+                s += &format!(
+                    "  lateness:  p50 {:.3} ms  p99 {:.3} ms  p99.9 {:.3} ms  max {:.3} ms  ({} samples; receive - (publish + x-delay))\n",
+                    ms(self.lateness.quantile(0.5)),
+                    ms(self.lateness.quantile(0.99)),
+                    ms(self.lateness.quantile(0.999)),
+                    ms(self.lateness.max()),
+                    self.lateness.count()
+                );
+                if self.early > 0 {
+                    s += &format!(
+                        "  early:     {} delivered before their delay had passed (by up to {:.3} ms), counted as 0\n",
+                        self.early,
+                        ms(self.early_max_ns)
+                    );
+                }
             }
         }
         s += &format!(

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::conn::{self, AmqpUri};
 use crate::consumer::{Consumer, ConsumerConfig, ConsumerOutcome};
 use crate::producer::{Producer, ProducerConfig, ProducerOutcome};
+use crate::range::MsRange;
 use crate::stats::{cpu_time_us, Histogram, Shared};
 use crate::topology::{ExchangeKind, Topology};
 
@@ -37,6 +38,10 @@ pub struct RunConfig {
     pub interval: f64,
     pub progress_every: u64,
     pub connect_timeout: f64,
+    /// Random x-delay per message (needs the x-delayed-message exchange type).
+    pub delay: Option<MsRange>,
+    /// Random per-message TTL (expiration).
+    pub ttl: Option<MsRange>,
 }
 
 /// What a load run measured.
@@ -63,6 +68,13 @@ pub struct RunResult {
     /// Seconds from the start until every producer and consumer had finished.
     pub wall_secs: f64,
     pub latency: Histogram,
+    /// Receive time - (publish time + x-delay), for messages published with a delay.
+    pub lateness: Histogram,
+    /// Delayed messages delivered before their delay had passed, and the most early (ns).
+    pub early: u64,
+    pub early_max_ns: u64,
+    pub delay: Option<MsRange>,
+    pub ttl: Option<MsRange>,
     /// CPU time (user + system) this process used during the measurement.
     pub cpu_us: u64,
     /// (published so far, seconds since start) every --progress-every messages.
@@ -87,7 +99,13 @@ async fn join<T>(h: JoinHandle<T>, limit: Option<Instant>) -> Option<T> {
     res
 }
 
-fn report_progress(shared: Arc<Shared>, every: f64, start: Instant) -> JoinHandle<()> {
+/// Progress lines; `what` names the per-interval figure (latency, or lateness with --delay).
+fn report_progress(
+    shared: Arc<Shared>,
+    every: f64,
+    start: Instant,
+    what: &'static str,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval_at(
             start + Duration::from_secs_f64(every),
@@ -102,8 +120,19 @@ fn report_progress(shared: Arc<Shared>, every: f64, start: Instant) -> JoinHandl
             let p = shared.published.load(Ordering::Relaxed);
             let c = shared.confirmed.load(Ordering::Relaxed);
             let k = shared.consumed.load(Ordering::Relaxed);
+            let w = shared.take_window();
+            let timing = if w.count() > 0 {
+                format!(
+                    "  {what} p50 {:.1} p99 {:.1} max {:.1} ms",
+                    w.quantile(0.5) as f64 / 1e6,
+                    w.quantile(0.99) as f64 / 1e6,
+                    w.max() as f64 / 1e6
+                )
+            } else {
+                String::new()
+            };
             eprintln!(
-                "warren-perf: {:6.1} s  published {:8.0} msg/s  confirmed {:8.0} msg/s  consumed {:8.0} msg/s",
+                "warren-perf: {:6.1} s  published {:8.0} msg/s  confirmed {:8.0} msg/s  consumed {:8.0} msg/s{timing}",
                 start.elapsed().as_secs_f64(),
                 (p - p0) as f64 / every,
                 (c - c0) as f64 / every,
@@ -181,6 +210,8 @@ async fn measure(cfg: &RunConfig, shared: &Arc<Shared>, queued_at_start: u64) ->
             confirm: cfg.confirm,
             rate: cfg.rate,
             pmessages: cfg.pmessages,
+            delay: cfg.delay,
+            ttl: cfg.ttl,
         };
         producers.push(Producer::connect(&cfg.uri, p, shared.clone()).await?);
     }
@@ -191,8 +222,13 @@ async fn measure(cfg: &RunConfig, shared: &Arc<Shared>, queued_at_start: u64) ->
     let deadline = (cfg.time > 0.0).then(|| start + Duration::from_secs_f64(cfg.time));
     // Tasks stuck past the deadline (e.g. a publish blocked by broker flow control) are aborted.
     let limit = deadline.map(|d| d + Duration::from_secs(10));
+    let what = if cfg.delay.is_some() {
+        "lateness"
+    } else {
+        "latency"
+    };
     let progress =
-        (cfg.interval > 0.0).then(|| report_progress(shared.clone(), cfg.interval, start));
+        (cfg.interval > 0.0).then(|| report_progress(shared.clone(), cfg.interval, start, what));
 
     let consumer_tasks: Vec<JoinHandle<(Consumer, Result<ConsumerOutcome>)>> = consumers
         .into_iter()
@@ -234,6 +270,8 @@ async fn measure(cfg: &RunConfig, shared: &Arc<Shared>, queued_at_start: u64) ->
         shared.stop.store(true, Ordering::Relaxed);
     }
     let mut latency = Histogram::default();
+    let mut lateness = Histogram::default();
+    let (mut early, mut early_max_ns) = (0u64, 0u64);
     let mut target_reached: Option<Instant> = None;
     let mut open_consumers = Vec::new();
     for h in consumer_tasks {
@@ -241,6 +279,9 @@ async fn measure(cfg: &RunConfig, shared: &Arc<Shared>, queued_at_start: u64) ->
             match r {
                 Ok(o) => {
                     latency.merge(&o.latency);
+                    lateness.merge(&o.lateness);
+                    early += o.early;
+                    early_max_ns = early_max_ns.max(o.early_max_ns);
                     if let Some(t) = o.target_reached_at {
                         target_reached = Some(target_reached.map_or(t, |x: Instant| x.min(t)));
                     }
@@ -292,6 +333,11 @@ async fn measure(cfg: &RunConfig, shared: &Arc<Shared>, queued_at_start: u64) ->
         consume_secs: secs(consume_end),
         wall_secs: secs(end),
         latency,
+        lateness,
+        early,
+        early_max_ns,
+        delay: cfg.delay,
+        ttl: cfg.ttl,
         cpu_us,
         progress: shared
             .progress

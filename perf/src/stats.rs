@@ -25,6 +25,9 @@ pub struct Shared {
     pub errors: Mutex<Vec<String>>,
     /// Number of connection.blocked notifications received.
     pub blocked: AtomicU64,
+    /// Latency (or, for delayed messages, lateness) of what was consumed since the last
+    /// progress line.
+    pub window: Mutex<Histogram>,
     start: Mutex<Option<Instant>>,
 }
 
@@ -41,6 +44,7 @@ impl Shared {
             progress: Mutex::new(Vec::new()),
             errors: Mutex::new(Vec::new()),
             blocked: AtomicU64::new(0),
+            window: Mutex::new(Histogram::default()),
             start: Mutex::new(None),
         }
     }
@@ -95,6 +99,21 @@ impl Shared {
         let n = self.consumed.fetch_add(1, Ordering::Relaxed) + 1;
         let target = self.consume_target.load(Ordering::Relaxed);
         target > 0 && n >= target
+    }
+
+    /// Records one consumed message's latency or lateness for the next progress line.
+    pub fn record_window(&self, ns: u64) {
+        if let Ok(mut w) = self.window.lock() {
+            w.record(ns);
+        }
+    }
+
+    /// What was recorded since the last call.
+    pub fn take_window(&self) -> Histogram {
+        self.window
+            .lock()
+            .map(|mut w| std::mem::take(&mut *w))
+            .unwrap_or_default()
     }
 
     pub fn consume_target_reached(&self) -> bool {

@@ -4,6 +4,7 @@ use amqprs::channel::{
     Channel, ExchangeDeclareArguments, ExchangeDeleteArguments, QueueBindArguments,
     QueueDeclareArguments, QueueDeleteArguments,
 };
+use amqprs::{FieldTable, FieldValue};
 use anyhow::Result;
 
 use crate::conn::with_timeout;
@@ -14,6 +15,8 @@ pub enum ExchangeKind {
     Direct,
     Fanout,
     Topic,
+    /// The delayed-message exchange (Warren built-in, or RabbitMQ's plugin), routing as direct.
+    XDelayedMessage,
 }
 
 impl ExchangeKind {
@@ -22,8 +25,25 @@ impl ExchangeKind {
             ExchangeKind::Direct => "direct",
             ExchangeKind::Fanout => "fanout",
             ExchangeKind::Topic => "topic",
+            ExchangeKind::XDelayedMessage => "x-delayed-message",
         }
     }
+}
+
+/// A `--queue-arg KEY=VALUE` table entry: a whole number is sent as a signed 64-bit integer
+/// (x-message-ttl, x-max-length, ...), anything else as a string.
+pub fn parse_queue_arg(s: &str) -> Result<(String, FieldValue), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))?;
+    if k.is_empty() {
+        return Err(format!("{s:?}: empty KEY"));
+    }
+    let value = match v.parse::<i64>() {
+        Ok(n) => FieldValue::l(n),
+        Err(_) => FieldValue::from(v),
+    };
+    Ok((k.to_string(), value))
 }
 
 /// Where producers publish and which queues consumers read.
@@ -34,6 +54,8 @@ pub struct Topology {
     pub kind: ExchangeKind,
     pub queues: Vec<String>,
     pub durable: bool,
+    /// Arguments every queue is declared with (--queue-arg).
+    pub queue_args: FieldTable,
 }
 
 impl Topology {
@@ -60,14 +82,27 @@ impl Topology {
             kind,
             queues,
             durable,
+            queue_args: FieldTable::new(),
         }
+    }
+
+    /// Declares every queue with these arguments (`--queue-arg`).
+    pub fn with_queue_args(mut self, args: &[(String, FieldValue)]) -> Result<Self> {
+        for (k, v) in args {
+            let key = k
+                .as_str()
+                .try_into()
+                .map_err(|_| anyhow::anyhow!("--queue-arg key {k:?} is too long"))?;
+            self.queue_args.insert(key, v.clone());
+        }
+        Ok(self)
     }
 
     /// The routing key producer number `i` publishes with.
     pub fn publish_key(&self, i: usize) -> String {
         let q = &self.queues[i % self.queues.len()];
         match self.kind {
-            ExchangeKind::Direct => q.clone(),
+            ExchangeKind::Direct | ExchangeKind::XDelayedMessage => q.clone(),
             ExchangeKind::Fanout => String::new(),
             ExchangeKind::Topic => format!("{q}.perf"),
         }
@@ -87,6 +122,12 @@ impl Topology {
         if self.owns_exchange() {
             let mut args = ExchangeDeclareArguments::new(&self.exchange, self.kind.as_str());
             args.durable(self.durable);
+            if self.kind == ExchangeKind::XDelayedMessage {
+                let mut t = FieldTable::new();
+                let key = "x-delayed-type".try_into().expect("a short string");
+                t.insert(key, FieldValue::from("direct"));
+                args.arguments(t);
+            }
             with_timeout(ch.exchange_declare(args), || {
                 format!("declaring exchange {:?}", self.exchange)
             })
@@ -96,6 +137,7 @@ impl Topology {
         for q in &self.queues {
             let mut args = QueueDeclareArguments::new(q);
             args.durable(self.durable);
+            args.arguments(self.queue_args.clone());
             let ok =
                 with_timeout(ch.queue_declare(args), || format!("declaring queue {q:?}")).await?;
             if let Some((_, messages, _)) = ok {
@@ -103,7 +145,7 @@ impl Topology {
             }
             if !self.exchange.is_empty() {
                 let key = match self.kind {
-                    ExchangeKind::Direct => q.clone(),
+                    ExchangeKind::Direct | ExchangeKind::XDelayedMessage => q.clone(),
                     ExchangeKind::Fanout => String::new(),
                     ExchangeKind::Topic => format!("{q}.#"),
                 };
@@ -154,5 +196,22 @@ mod tests {
         let t = Topology::new(Some("amq.topic"), ExchangeKind::Topic, "q", 2, false);
         assert!(!t.owns_exchange());
         assert_eq!(t.publish_key(1), "q-1.perf");
+        let t = Topology::new(None, ExchangeKind::XDelayedMessage, "q", 1, false);
+        assert_eq!(t.exchange, "warren-perf.x-delayed-message");
+        assert_eq!(t.publish_key(0), "q");
+    }
+
+    #[test]
+    fn queue_args_are_numbers_or_strings() {
+        assert_eq!(
+            parse_queue_arg("x-message-ttl=60000"),
+            Ok(("x-message-ttl".into(), FieldValue::l(60000)))
+        );
+        assert_eq!(
+            parse_queue_arg("x-dead-letter-exchange="),
+            Ok(("x-dead-letter-exchange".into(), FieldValue::from("")))
+        );
+        assert!(parse_queue_arg("nokey").is_err());
+        assert!(parse_queue_arg("=1").is_err());
     }
 }

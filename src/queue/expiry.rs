@@ -13,24 +13,27 @@ use super::{now_ms, Queue};
 /// an earlier one arrives), removes what is due and dead-letters it.
 pub(super) fn start_timer(queue: &Arc<Queue>) {
     let weak: Weak<Queue> = Arc::downgrade(queue);
+    let wake = Arc::clone(&queue.timer);
     tokio::spawn(async move {
         loop {
-            let Some(q) = weak.upgrade() else { return };
-            if q.is_deleted() {
-                return;
-            }
-            let now = now_ms();
-            let Some(next) = q.expire_due(now) else {
-                return;
+            let next = {
+                let Some(q) = weak.upgrade() else { return };
+                if q.is_deleted() {
+                    return;
+                }
+                let Some(next) = q.expire_due(now_ms()) else {
+                    return;
+                };
+                next
             };
-            let wait = Duration::from_millis(next.saturating_sub(now_ms()).max(1));
-            // Woken early by an earlier deadline or by the queue's deletion.
-            let notified = async {
-                q.timer.notified().await;
-            };
+            // Sleep without holding the queue (a stopped broker must be
+            // able to drop it); woken early by an earlier deadline or by the
+            // queue's deletion, and at least once a second to notice a
+            // queue that went away.
+            let wait = Duration::from_millis(next.saturating_sub(now_ms()).clamp(1, 1000));
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = notified => {}
+                _ = wake.notified() => {}
             }
         }
     });

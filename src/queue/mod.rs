@@ -59,7 +59,7 @@ pub struct Queue {
     /// Its vhost, for dead-lettering and x-expires.
     vhost: Weak<VHost>,
     /// Wakes the expiry timer when an earlier deadline arrives.
-    timer: tokio::sync::Notify,
+    timer: Arc<tokio::sync::Notify>,
     /// Last time it was used (ms since the epoch), for x-expires.
     last_used: AtomicU64,
     /// Durable queues: the highest delivered sequence, which the store
@@ -125,7 +125,7 @@ impl Queue {
             args,
             store,
             vhost,
-            timer: tokio::sync::Notify::new(),
+            timer: Arc::new(tokio::sync::Notify::new()),
             last_used: AtomicU64::new(now_ms()),
             mark,
             deleted: AtomicBool::new(false),
@@ -165,20 +165,27 @@ impl Queue {
     }
 
     /// Loads the messages a durable queue had at the last stop.
-    pub fn recover(&self) -> store::Result<usize> {
+    pub fn recover(self: &Arc<Self>) -> store::Result<usize> {
         let delivered = self.mark.as_ref().map_or(0, |m| m.load(Ordering::Relaxed));
         let mut st = self.state.lock();
         for item in self.store.messages(self.config.store_id) {
             let m = item?;
             st.next_seq = st.next_seq.max(m.seq + 1);
+            // The time a message spent queued before the stop is not
+            // stored: its TTL starts again now.
+            let deadline = self.deadline_for(&m.message);
             st.ready.push_recovered(Entry {
                 msg: m.message,
                 seq: m.seq,
                 redelivered: m.seq <= delivered,
                 stored: true,
-                deadline: 0,
+                deadline,
                 returned: 0,
             });
+        }
+        let deadlines: Vec<(u64, u64)> = st.ready.deadlines().collect();
+        for (deadline, seq) in deadlines {
+            self.schedule(&mut st, deadline, seq);
         }
         st.delivered_mark = delivered;
         // New messages must sort after everything ever delivered, or the

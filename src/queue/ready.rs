@@ -134,6 +134,9 @@ impl Ready {
             return;
         }
         if self.tail.count > 0 || self.over_bound() {
+            if entry.deadline != 0 {
+                self.tail_deadlines.insert(entry.seq, entry.deadline);
+            }
             self.add_to_tail(entry.seq, entry.msg.body.len());
         } else {
             self.mem_bytes += entry.msg.body.len();
