@@ -390,3 +390,96 @@ async fn unacked_messages_survive_kill_9_during_consumption() {
         &lost[..lost.len().min(20)]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_lettering_between_durable_queues_loses_nothing_to_kill_9() {
+    // Persistent messages rejected from a durable queue move to its
+    // durable dead-letter queue; a SIGKILL in the middle must leave every
+    // message in one of the two (RabbitMQ classic queues only promise
+    // at-most-once here).
+    let dir = tempfile::tempdir().unwrap();
+    let (data, log) = (dir.path().join("data"), dir.path().join("warren.log"));
+    let broker = common::child::ChildBroker::spawn(&data, &log, &[]);
+    const N: u64 = 300;
+    {
+        let conn = broker.connect().await;
+        let ch = conn.create_channel().await.unwrap();
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        let durable = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        ch.queue_declare("dead".into(), durable, FieldTable::default())
+            .await
+            .unwrap();
+        let mut args = FieldTable::default();
+        args.insert(
+            "x-dead-letter-exchange".into(),
+            lapin::types::AMQPValue::LongString("".into()),
+        );
+        args.insert(
+            "x-dead-letter-routing-key".into(),
+            lapin::types::AMQPValue::LongString("dead".into()),
+        );
+        ch.queue_declare("work".into(), durable, args)
+            .await
+            .unwrap();
+        for id in 0..N {
+            let c = ch
+                .basic_publish(
+                    "".into(),
+                    "work".into(),
+                    BasicPublishOptions::default(),
+                    &id.to_be_bytes(),
+                    BasicProperties::default().with_delivery_mode(2),
+                )
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+            assert!(c.is_ack());
+        }
+        ch.basic_qos(50, BasicQosOptions::default()).await.unwrap();
+        let mut consumer = ch
+            .basic_consume(
+                "work".into(),
+                "c".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        for _ in 0..N / 2 {
+            let Ok(Some(Ok(d))) =
+                tokio::time::timeout(Duration::from_secs(10), consumer.next()).await
+            else {
+                break;
+            };
+            let _ = d.reject(BasicRejectOptions { requeue: false }).await;
+        }
+    }
+    broker.kill();
+    let broker = common::child::ChildBroker::spawn(&data, &log, &[]);
+    let conn = broker.connect().await;
+    let ch = conn.create_channel().await.unwrap();
+    let mut seen = BTreeSet::new();
+    for q in ["work", "dead"] {
+        while let Some(m) = ch
+            .basic_get(q.into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap()
+        {
+            seen.insert(u64::from_be_bytes(
+                <[u8; 8]>::try_from(&m.delivery.data[..]).unwrap(),
+            ));
+        }
+    }
+    let missing: Vec<u64> = (0..N).filter(|id| !seen.contains(id)).collect();
+    assert!(
+        missing.is_empty(),
+        "lost {missing:?}; log:\n{}",
+        broker.log_tail()
+    );
+}

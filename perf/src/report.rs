@@ -80,7 +80,7 @@ impl RunResult {
             "consumers": self.consumers,
             "queues": self.queues,
             "size": self.size,
-            "exchange_type": format!("{:?}", self.kind).to_lowercase(),
+            "exchange_type": self.kind.as_str(),
             "persistent": self.persistent,
             "confirm": self.confirm,
             "autoack": self.autoack,
@@ -138,7 +138,7 @@ impl RunResult {
             self.producers,
             self.consumers,
             self.queues,
-            format!("{:?}", self.kind).to_lowercase(),
+            self.kind.as_str(),
             self.size,
             if self.persistent { ", persistent" } else { "" },
             if self.confirm > 0 {

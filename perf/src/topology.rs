@@ -20,7 +20,7 @@ pub enum ExchangeKind {
 }
 
 impl ExchangeKind {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             ExchangeKind::Direct => "direct",
             ExchangeKind::Fanout => "fanout",
