@@ -251,7 +251,8 @@ impl Queue {
             (Some(a), Some(b)) => a.min(b),
             (Some(a), None) | (None, Some(a)) => a,
         };
-        now_ms().saturating_add(ttl).max(1)
+        // u64::MAX marks an expired slot in `Ready`.
+        now_ms().saturating_add(ttl).clamp(1, u64::MAX - 1)
     }
 
     /// Whether one more message of `bytes` would break a length limit.
@@ -310,10 +311,14 @@ impl Queue {
     /// deadline (expiry timer).
     fn expire_due(self: &Arc<Self>, now: u64) -> Option<u64> {
         let mut st = self.state.lock();
+        // Bounded work per pass, so the lock is never held for long; the
+        // timer comes straight back for the rest.
+        let mut budget = 10_000;
         while let Some(&Reverse((deadline, seq))) = st.expiry.peek() {
-            if deadline > now {
+            if deadline > now || budget == 0 {
                 break;
             }
+            budget -= 1;
             st.expiry.pop();
             if let Some(entry) = st.ready.remove(seq) {
                 st.dead.push((entry, Reason::Expired));

@@ -10,10 +10,16 @@
 //!
 //! A priority queue (x-max-priority) orders by priority, then sequence, and
 //! keeps everything in memory.
+//!
+//! A message that expires in the middle is replaced by a tombstone (same
+//! sequence, no body) instead of being shifted out, so expiry costs
+//! O(log n) however long the queue; tombstones are skipped on the way out.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use super::Entry;
+use crate::message::Message;
 use crate::store::{self, Store};
 
 /// Bodies kept in memory per queue before paging to the store.
@@ -47,6 +53,31 @@ pub struct Ready {
     tail_deadlines: std::collections::HashMap<u64, u64>,
     /// x-max-priority (0: a plain FIFO queue).
     max_priority: u8,
+    /// Tombstones in `mem` (expired in place).
+    tombstones: usize,
+}
+
+/// The shared empty message a tombstone points at.
+fn empty_message() -> Arc<Message> {
+    thread_local! {
+        static EMPTY: Arc<Message> = Arc::new(Message {
+            exchange: bytes::Bytes::new(),
+            routing_key: bytes::Bytes::new(),
+            properties: bytes::Bytes::from_static(&[0, 0]),
+            body: bytes::Bytes::new(),
+            meta: crate::message::Meta::default(),
+        });
+    }
+    EMPTY.with(Arc::clone)
+}
+
+/// The deadline that marks a tombstone.
+const TOMBSTONE: u64 = u64::MAX;
+
+impl Entry {
+    fn is_tombstone(&self) -> bool {
+        self.deadline == TOMBSTONE
+    }
 }
 
 impl Ready {
@@ -68,7 +99,7 @@ impl Ready {
 
     /// Messages ready, in memory and in the store.
     pub fn len(&self) -> usize {
-        self.mem.len() + self.tail.count
+        self.mem.len() - self.tombstones + self.tail.count
     }
 
     /// Body bytes of ready messages, in memory and in the store.
@@ -80,7 +111,7 @@ impl Ready {
     pub fn deadlines(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.mem
             .iter()
-            .filter(|e| e.deadline != 0)
+            .filter(|e| e.deadline != 0 && !e.is_tombstone())
             .map(|e| (e.deadline, e.seq))
             .chain(self.tail_deadlines.iter().map(|(s, d)| (*d, *s)))
     }
@@ -93,7 +124,20 @@ impl Ready {
         } else {
             self.mem.iter().position(|e| e.seq == seq)?
         };
-        let e = self.mem.remove(at)?;
+        let slot = self.mem.get_mut(at)?;
+        if slot.is_tombstone() {
+            return None;
+        }
+        let tombstone = Entry {
+            msg: empty_message(),
+            seq,
+            redelivered: false,
+            stored: false,
+            deadline: TOMBSTONE,
+            returned: 0,
+        };
+        let e = std::mem::replace(slot, tombstone);
+        self.tombstones += 1;
         self.mem_bytes -= e.msg.body.len();
         Some(e)
     }
@@ -155,14 +199,20 @@ impl Ready {
     /// Takes the head message, reading the next batch from the store when
     /// memory has run dry.
     pub fn pop_front(&mut self, pager: Option<&Pager<'_>>) -> Option<Entry> {
-        if self.mem.is_empty() && self.tail.count > 0 {
-            if let Some(p) = pager {
-                self.refill(p);
+        loop {
+            if self.mem.is_empty() && self.tail.count > 0 {
+                if let Some(p) = pager {
+                    self.refill(p);
+                }
             }
+            let e = self.mem.pop_front()?;
+            if e.is_tombstone() {
+                self.tombstones -= 1;
+                continue;
+            }
+            self.mem_bytes -= e.msg.body.len();
+            return Some(e);
         }
-        let e = self.mem.pop_front()?;
-        self.mem_bytes -= e.msg.body.len();
-        Some(e)
     }
 
     fn refill(&mut self, p: &Pager<'_>) {
@@ -214,7 +264,11 @@ impl Ready {
         self.tail = Tail::default();
         self.tail_deadlines.clear();
         self.mem_bytes = 0;
-        (self.mem.drain(..).collect(), tail)
+        self.tombstones = 0;
+        (
+            self.mem.drain(..).filter(|e| !e.is_tombstone()).collect(),
+            tail,
+        )
     }
 }
 
@@ -329,5 +383,51 @@ mod priority_tests {
             .collect();
         // 9 is capped at 5, so it is a 5 that came third.
         assert_eq!(order, vec![2, 3, 5, 4, 1]);
+    }
+}
+
+#[cfg(test)]
+mod expiry_tests {
+    use super::*;
+    use crate::message::{Message, Meta};
+    use bytes::Bytes;
+
+    fn entry(seq: u64) -> Entry {
+        let msg = Message {
+            exchange: Bytes::new(),
+            routing_key: Bytes::new(),
+            properties: Bytes::from_static(&[0, 0]),
+            body: Bytes::from(vec![1u8; 10]),
+            meta: Meta::default(),
+        };
+        Entry {
+            msg: Arc::new(msg),
+            seq,
+            redelivered: false,
+            stored: false,
+            deadline: seq,
+            returned: 0,
+        }
+    }
+
+    #[test]
+    fn expired_messages_leave_tombstones_that_are_skipped() {
+        let mut r = Ready::default();
+        for seq in 1..=10 {
+            r.push_back(entry(seq), None).unwrap();
+        }
+        assert_eq!(r.remove(4).map(|e| e.seq), Some(4));
+        assert_eq!(r.remove(7).map(|e| e.seq), Some(7));
+        assert!(r.remove(7).is_none(), "already gone");
+        assert_eq!(r.len(), 8);
+        assert_eq!(r.bytes(), 80);
+        assert!(r.deadlines().all(|(_, s)| s != 4 && s != 7));
+        let first = r.pop_front(None).unwrap();
+        r.insert_sorted(first);
+        let order: Vec<u64> = std::iter::from_fn(|| r.pop_front(None))
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(order, vec![1, 2, 3, 5, 6, 8, 9, 10]);
+        assert_eq!(r.len(), 0);
     }
 }
