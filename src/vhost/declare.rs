@@ -103,18 +103,7 @@ fn value_text(v: &AMQPValue) -> String {
 /// Numeric values compare by value across integer widths (clients differ
 /// in which width they send), everything else exactly.
 fn same_value(a: &AMQPValue, b: &AMQPValue) -> bool {
-    fn int(v: &AMQPValue) -> Option<i128> {
-        Some(match v {
-            AMQPValue::ShortShortInt(n) => *n as i128,
-            AMQPValue::ShortShortUInt(n) => *n as i128,
-            AMQPValue::ShortInt(n) => *n as i128,
-            AMQPValue::ShortUInt(n) => *n as i128,
-            AMQPValue::LongInt(n) => *n as i128,
-            AMQPValue::LongUInt(n) => *n as i128,
-            AMQPValue::LongLongInt(n) => *n as i128,
-            _ => return None,
-        })
-    }
+    use crate::queue::args::int_arg as int;
     fn text(v: &AMQPValue) -> Option<&[u8]> {
         match v {
             AMQPValue::ShortString(s) => Some(s.as_str().as_bytes()),
