@@ -8,13 +8,13 @@ use bytes::Bytes;
 
 use crate::amqp::codec::FieldReader;
 
-/// A published message.
+/// A published message. Kept small (112 bytes, 128 with its `Arc`): a
+/// backlog of a million small messages is mostly these.
 #[derive(Debug, Clone)]
 pub struct Message {
-    /// Exchange it was published to (as sent: a short string).
-    pub exchange: Bytes,
-    /// Routing key it was published with.
-    pub routing_key: Bytes,
+    /// Exchange and routing key as two short strings, back to back, as
+    /// `basic.publish` carries them (a slice of that frame: no copy).
+    route: Bytes,
     /// The content-header property flags and list, as on the wire.
     pub properties: Bytes,
     /// The body, one buffer however many frames carried it.
@@ -24,19 +24,137 @@ pub struct Message {
 }
 
 /// Property fields the broker reads, decoded once at publish.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
     /// 2 = persistent.
     pub delivery_mode: u8,
     /// 0-255; only priority queues look at it.
     pub priority: u8,
-    /// Per-message TTL from the `expiration` property, in milliseconds.
-    pub expiration_ms: Option<u64>,
     /// Whether a headers table is present.
     pub has_headers: bool,
+    /// Per-message TTL in milliseconds; `NO_EXPIRATION` if none (a plain
+    /// u64 rather than an Option keeps `Meta` at 16 bytes).
+    expiration: u64,
+}
+
+const NO_EXPIRATION: u64 = u64::MAX;
+
+impl Default for Meta {
+    fn default() -> Self {
+        Meta {
+            delivery_mode: 0,
+            priority: 0,
+            has_headers: false,
+            expiration: NO_EXPIRATION,
+        }
+    }
+}
+
+impl Meta {
+    /// The same with `delivery_mode` set.
+    pub fn with_delivery_mode(self, delivery_mode: u8) -> Meta {
+        Meta {
+            delivery_mode,
+            ..self
+        }
+    }
+
+    /// The same with `priority` set.
+    pub fn with_priority(self, priority: u8) -> Meta {
+        Meta { priority, ..self }
+    }
+
+    /// Per-message TTL from the `expiration` property, in milliseconds.
+    pub fn expiration_ms(&self) -> Option<u64> {
+        (self.expiration != NO_EXPIRATION).then_some(self.expiration)
+    }
+
+    /// Sets the per-message TTL (values past 584 million years are capped).
+    pub fn set_expiration_ms(&mut self, ms: Option<u64>) {
+        self.expiration = ms.map_or(NO_EXPIRATION, |ms| ms.min(NO_EXPIRATION - 1));
+    }
+}
+
+/// Exchange and routing key encoded as a route (two short strings).
+/// Names longer than 255 octets cannot come off the wire; here they are
+/// cut to 255.
+fn encode_route(exchange: &[u8], routing_key: &[u8]) -> Bytes {
+    let ex = &exchange[..exchange.len().min(255)];
+    let rk = &routing_key[..routing_key.len().min(255)];
+    let mut b = Vec::with_capacity(2 + ex.len() + rk.len());
+    b.push(ex.len() as u8);
+    b.extend_from_slice(ex);
+    b.push(rk.len() as u8);
+    b.extend_from_slice(rk);
+    Bytes::from(b)
 }
 
 impl Message {
+    /// A message published to `exchange` with `routing_key`.
+    pub fn new(
+        exchange: &[u8],
+        routing_key: &[u8],
+        properties: Bytes,
+        body: Bytes,
+        meta: Meta,
+    ) -> Message {
+        Message {
+            route: encode_route(exchange, routing_key),
+            properties,
+            body,
+            meta,
+        }
+    }
+
+    /// A message whose exchange and routing key are already encoded as a
+    /// route (two short strings back to back, as in `basic.publish` and in
+    /// the store's records). A `route` that is not that (see `is_route`)
+    /// becomes the empty exchange and key.
+    pub fn from_route(route: Bytes, properties: Bytes, body: Bytes, meta: Meta) -> Message {
+        let route = if Self::is_route(&route) {
+            route
+        } else {
+            Bytes::from_static(&[0, 0])
+        };
+        Message {
+            route,
+            properties,
+            body,
+            meta,
+        }
+    }
+
+    /// Whether `route` is two short strings that fill it exactly.
+    pub fn is_route(route: &[u8]) -> bool {
+        let Some(&ex) = route.first() else {
+            return false;
+        };
+        let rk_at = 1 + ex as usize;
+        route
+            .get(rk_at)
+            .is_some_and(|&rk| rk_at + 1 + rk as usize == route.len())
+    }
+
+    /// The exchange it was published to (as sent: a short string).
+    pub fn exchange(&self) -> &[u8] {
+        let n = self.route[0] as usize;
+        &self.route[1..1 + n]
+    }
+
+    /// The routing key it was published with.
+    pub fn routing_key(&self) -> &[u8] {
+        let at = 2 + self.route[0] as usize;
+        &self.route[at..]
+    }
+
+    /// The same message with another exchange and routing key.
+    pub fn rerouted(&self, exchange: &[u8], routing_key: &[u8]) -> Message {
+        Message {
+            route: encode_route(exchange, routing_key),
+            ..self.clone()
+        }
+    }
+
     /// Whether the publisher asked for the message to survive a restart.
     pub fn persistent(&self) -> bool {
         self.meta.delivery_mode == 2
@@ -44,12 +162,12 @@ impl Message {
 
     /// The exchange name as text (lossy for non-UTF-8 names).
     pub fn exchange_str(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(&self.exchange)
+        String::from_utf8_lossy(self.exchange())
     }
 
     /// The routing key as text (lossy for non-UTF-8 keys).
     pub fn routing_key_str(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(&self.routing_key)
+        String::from_utf8_lossy(self.routing_key())
     }
 
     /// The full decoded properties (allocates: not for the hot path).
@@ -73,7 +191,11 @@ impl Message {
         let props = self.decoded_properties();
         let mut headers = props.headers().clone().unwrap_or_default();
         headers.insert(key.into(), value);
-        let properties = encode_properties(&props.with_headers(headers));
+        self.with_properties(encode_properties(&props.with_headers(headers)))
+    }
+
+    /// A copy with another (broker-encoded) property list.
+    pub fn with_properties(&self, properties: Bytes) -> Message {
         let meta = read_meta(&properties).unwrap_or(self.meta);
         Message {
             properties,
@@ -84,7 +206,7 @@ impl Message {
 
     /// Approximate memory this message holds.
     pub fn size(&self) -> usize {
-        self.body.len() + self.properties.len() + self.exchange.len() + self.routing_key.len()
+        self.body.len() + self.properties.len() + self.route.len()
     }
 }
 
@@ -174,7 +296,7 @@ pub fn read_meta(props: &[u8]) -> Result<Meta, PropertiesError> {
         let ms = text
             .parse::<u64>()
             .map_err(|_| PropertiesError::BadExpiration(text.to_string()))?;
-        meta.expiration_ms = Some(ms);
+        meta.set_expiration_ms(Some(ms));
     }
     if flags & MESSAGE_ID != 0 {
         short(&mut r)?;
@@ -212,15 +334,42 @@ mod tests {
             .with_app_id("x".into());
         let bytes = encode_properties(&props);
         let meta = read_meta(&bytes).unwrap();
-        assert_eq!(
-            meta,
-            Meta {
-                delivery_mode: 2,
-                priority: 5,
-                expiration_ms: Some(1500),
-                has_headers: true
-            }
+        assert_eq!(meta.delivery_mode, 2);
+        assert_eq!(meta.priority, 5);
+        assert_eq!(meta.expiration_ms(), Some(1500));
+        assert!(meta.has_headers);
+    }
+
+    #[test]
+    fn message_is_small() {
+        assert_eq!(std::mem::size_of::<Meta>(), 16);
+        assert_eq!(std::mem::size_of::<Message>(), 112);
+    }
+
+    #[test]
+    fn route_round_trips_and_refuses_bad_encodings() {
+        let m = Message::new(
+            b"ex",
+            b"a.b",
+            Bytes::from_static(&[0, 0]),
+            Bytes::new(),
+            Meta::default(),
         );
+        assert_eq!(m.exchange(), b"ex");
+        assert_eq!(m.routing_key(), b"a.b");
+        let r = m.rerouted(b"", b"q");
+        assert_eq!((r.exchange(), r.routing_key()), (&b""[..], &b"q"[..]));
+        for bad in [&b""[..], &[0], &[3, b'a'], &[0, 1], &[0, 0, 0]] {
+            assert!(!Message::is_route(bad));
+            let m = Message::from_route(
+                Bytes::copy_from_slice(bad),
+                Bytes::new(),
+                Bytes::new(),
+                Meta::default(),
+            );
+            assert_eq!((m.exchange(), m.routing_key()), (&b""[..], &b""[..]));
+        }
+        assert!(Message::is_route(&[1, b'x', 0]));
     }
 
     #[test]

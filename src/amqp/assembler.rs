@@ -14,6 +14,8 @@ use crate::message::{read_meta, Message, PropertiesError};
 pub struct Publish {
     pub exchange: Bytes,
     pub routing_key: Bytes,
+    /// Exchange and routing key as the frame has them (two short strings).
+    pub route: Bytes,
     pub mandatory: bool,
     pub immediate: bool,
 }
@@ -35,6 +37,7 @@ pub fn parse_publish(payload: &Bytes) -> Option<Publish> {
     Some(Publish {
         exchange: payload.slice(ex_at..ex_at + ex),
         routing_key: payload.slice(rk_at..rk_at + rk),
+        route: payload.slice(ex_at - 1..rk_at + rk),
         mandatory: bits & 1 != 0,
         immediate: bits & 2 != 0,
     })
@@ -230,13 +233,7 @@ impl Assembler {
             Body::One(b) => b,
             Body::Many(b) => b.freeze(),
         };
-        let msg = Message {
-            exchange: publish.exchange.clone(),
-            routing_key: publish.routing_key.clone(),
-            properties,
-            body,
-            meta,
-        };
+        let msg = Message::from_route(publish.route.clone(), properties, body, meta);
         Step::Done(publish, msg)
     }
 }

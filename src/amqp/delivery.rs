@@ -149,8 +149,8 @@ impl ChannelDelivery {
             codec::put_short_str(out, consumer.tag.as_bytes());
             out.put_u64(tag);
             out.put_u8(entry.redelivered as u8);
-            codec::put_short_str(out, &msg.exchange);
-            codec::put_short_str(out, &msg.routing_key);
+            codec::put_short_str(out, msg.exchange());
+            codec::put_short_str(out, msg.routing_key());
             codec::end_frame(out, at);
             codec::put_content(out, self.id, &msg.properties, &msg.body, self.frame_max);
         });
@@ -187,8 +187,8 @@ impl ChannelDelivery {
             out.put_u16(71);
             out.put_u64(tag);
             out.put_u8(entry.redelivered as u8);
-            codec::put_short_str(out, &msg.exchange);
-            codec::put_short_str(out, &msg.routing_key);
+            codec::put_short_str(out, msg.exchange());
+            codec::put_short_str(out, msg.routing_key());
             out.put_u32(message_count);
             codec::end_frame(out, at);
             codec::put_content(out, self.id, &msg.properties, &msg.body, self.frame_max);

@@ -5,7 +5,6 @@
 
 use amq_protocol::protocol::basic::AMQPProperties;
 use amq_protocol::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
-use bytes::Bytes;
 
 use crate::message::{encode_properties, read_meta, Message};
 
@@ -116,17 +115,14 @@ pub fn dead_letter(
     // original-expiration), or it would expire again at once.
     let properties = encode_properties(&without_expiration(&props).with_headers(headers));
     let meta = read_meta(&properties).unwrap_or_default();
-    let routing_key = match dlrk {
-        Some(k) => Bytes::copy_from_slice(k.as_bytes()),
-        None => msg.routing_key.clone(),
-    };
-    Message {
-        exchange: Bytes::copy_from_slice(dlx.as_bytes()),
+    let routing_key = dlrk.map_or(msg.routing_key(), str::as_bytes);
+    Message::new(
+        dlx.as_bytes(),
         routing_key,
         properties,
-        body: msg.body.clone(),
+        msg.body.clone(),
         meta,
-    }
+    )
 }
 
 /// RabbitMQ's cycle rule: a dead-lettered message does not go back to a
@@ -201,16 +197,18 @@ fn without_expiration(p: &AMQPProperties) -> AMQPProperties {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn message(props: AMQPProperties) -> Message {
         let properties = encode_properties(&props);
-        Message {
-            exchange: Bytes::from_static(b"orders"),
-            routing_key: Bytes::from_static(b"new"),
-            meta: read_meta(&properties).unwrap_or_default(),
+        let meta = read_meta(&properties).unwrap_or_default();
+        Message::new(
+            b"orders",
+            b"new",
             properties,
-            body: Bytes::from_static(b"body"),
-        }
+            Bytes::from_static(b"body"),
+            meta,
+        )
     }
 
     fn deaths(m: &Message) -> Vec<FieldTable> {
@@ -235,9 +233,9 @@ mod tests {
                 .with_app_id("a".into()),
         );
         let d = dead_letter(&m, "q1", Reason::Expired, "dlx", None, 1000);
-        assert_eq!(&d.exchange[..], b"dlx");
-        assert_eq!(&d.routing_key[..], b"new");
-        assert_eq!(d.meta.expiration_ms, None, "expiration does not follow");
+        assert_eq!(d.exchange(), b"dlx");
+        assert_eq!(d.routing_key(), b"new");
+        assert_eq!(d.meta.expiration_ms(), None, "expiration does not follow");
         assert_eq!(
             d.decoded_properties().app_id().as_ref().map(|s| s.as_str()),
             Some("a")
@@ -266,7 +264,7 @@ mod tests {
     fn repeated_deaths_count_and_newest_first() {
         let m = message(AMQPProperties::default());
         let d1 = dead_letter(&m, "q1", Reason::Rejected, "dlx", Some("k"), 1);
-        assert_eq!(&d1.routing_key[..], b"k");
+        assert_eq!(d1.routing_key(), b"k");
         let d2 = dead_letter(&d1, "q2", Reason::Expired, "dlx", None, 2);
         let d3 = dead_letter(&d2, "q1", Reason::Rejected, "dlx", None, 3);
         let x = deaths(&d3);

@@ -246,7 +246,7 @@ impl Queue {
     /// When a message pushed now expires (0 = never): the smaller of the
     /// queue's x-message-ttl and the message's expiration.
     fn deadline_for(&self, msg: &Message) -> u64 {
-        let ttl = match (self.args.message_ttl, msg.meta.expiration_ms) {
+        let ttl = match (self.args.message_ttl, msg.meta.expiration_ms()) {
             (None, None) => return 0,
             (Some(a), Some(b)) => a.min(b),
             (Some(a), None) | (None, Some(a)) => a,

@@ -60,13 +60,13 @@ pub struct Ready {
 /// The shared empty message a tombstone points at.
 fn empty_message() -> Arc<Message> {
     thread_local! {
-        static EMPTY: Arc<Message> = Arc::new(Message {
-            exchange: bytes::Bytes::new(),
-            routing_key: bytes::Bytes::new(),
-            properties: bytes::Bytes::from_static(&[0, 0]),
-            body: bytes::Bytes::new(),
-            meta: crate::message::Meta::default(),
-        });
+        static EMPTY: Arc<Message> = Arc::new(Message::new(
+            b"",
+            b"",
+            bytes::Bytes::from_static(&[0, 0]),
+            bytes::Bytes::new(),
+            crate::message::Meta::default(),
+        ));
     }
     EMPTY.with(Arc::clone)
 }
@@ -280,20 +280,17 @@ mod tests {
     use std::sync::Arc;
 
     fn entry(seq: u64, persistent: bool) -> Entry {
-        let msg = Message {
-            exchange: Bytes::new(),
-            routing_key: Bytes::from_static(b"q"),
-            properties: if persistent {
+        let msg = Message::new(
+            b"",
+            b"q",
+            if persistent {
                 Bytes::from_static(&[0x10, 0, 2])
             } else {
                 Bytes::from_static(&[0, 0])
             },
-            body: Bytes::from(seq.to_be_bytes().to_vec()),
-            meta: Meta {
-                delivery_mode: if persistent { 2 } else { 0 },
-                ..Meta::default()
-            },
-        };
+            Bytes::from(seq.to_be_bytes().to_vec()),
+            Meta::default().with_delivery_mode(if persistent { 2 } else { 0 }),
+        );
         Entry {
             msg: Arc::new(msg),
             seq,
@@ -352,16 +349,13 @@ mod priority_tests {
     use std::sync::Arc;
 
     fn entry(seq: u64, priority: u8) -> Entry {
-        let msg = Message {
-            exchange: Bytes::new(),
-            routing_key: Bytes::new(),
-            properties: Bytes::from_static(&[0, 0]),
-            body: Bytes::new(),
-            meta: Meta {
-                priority,
-                ..Meta::default()
-            },
-        };
+        let msg = Message::new(
+            b"",
+            b"",
+            Bytes::from_static(&[0, 0]),
+            Bytes::new(),
+            Meta::default().with_priority(priority),
+        );
         Entry {
             msg: Arc::new(msg),
             seq,
@@ -393,13 +387,13 @@ mod expiry_tests {
     use bytes::Bytes;
 
     fn entry(seq: u64) -> Entry {
-        let msg = Message {
-            exchange: Bytes::new(),
-            routing_key: Bytes::new(),
-            properties: Bytes::from_static(&[0, 0]),
-            body: Bytes::from(vec![1u8; 10]),
-            meta: Meta::default(),
-        };
+        let msg = Message::new(
+            b"",
+            b"",
+            Bytes::from_static(&[0, 0]),
+            Bytes::from(vec![1u8; 10]),
+            Meta::default(),
+        );
         Entry {
             msg: Arc::new(msg),
             seq,

@@ -47,10 +47,10 @@ pub fn encode_message(msg: &Message, transient: bool, out: &mut BytesMut) {
     out.clear();
     out.reserve(16 + msg.size());
     out.put_u8(if transient { PAGED } else { PERSISTENT });
-    out.put_u8(msg.exchange.len() as u8);
-    out.extend_from_slice(&msg.exchange);
-    out.put_u8(msg.routing_key.len() as u8);
-    out.extend_from_slice(&msg.routing_key);
+    out.put_u8(msg.exchange().len() as u8);
+    out.extend_from_slice(msg.exchange());
+    out.put_u8(msg.routing_key().len() as u8);
+    out.extend_from_slice(msg.routing_key());
     out.put_u32(msg.properties.len() as u32);
     out.extend_from_slice(&msg.properties);
     out.extend_from_slice(&msg.body);
@@ -72,19 +72,17 @@ pub fn decode_message(raw: Bytes) -> Result<Message> {
     let rk = r.short_str().ok_or_else(bad)?.len();
     let pl = r.u32().ok_or_else(bad)? as usize;
     r.take(pl).ok_or_else(bad)?;
-    let ex_at = 2;
-    let rk_at = ex_at + ex + 1;
-    let p_at = rk_at + rk + 4;
+    let route_end = 1 + 1 + ex + 1 + rk;
+    let p_at = route_end + 4;
     let b_at = p_at + pl;
     let properties = raw.slice(p_at..b_at);
     let meta = read_meta(&properties).map_err(|_| bad())?;
-    Ok(Message {
-        exchange: raw.slice(ex_at..ex_at + ex),
-        routing_key: raw.slice(rk_at..rk_at + rk),
+    Ok(Message::from_route(
+        raw.slice(1..route_end),
         properties,
-        body: raw.slice(b_at..),
+        raw.slice(b_at..),
         meta,
-    })
+    ))
 }
 
 thread_local! {
@@ -196,16 +194,13 @@ mod tests {
     use crate::message::Meta;
 
     fn msg(body: &'static [u8]) -> Message {
-        Message {
-            exchange: Bytes::from_static(b"amq.direct"),
-            routing_key: Bytes::from_static(b"rk"),
-            properties: Bytes::from_static(&[0x10, 0, 2]),
-            body: Bytes::from_static(body),
-            meta: Meta {
-                delivery_mode: 2,
-                ..Meta::default()
-            },
-        }
+        Message::new(
+            b"amq.direct",
+            b"rk",
+            Bytes::from_static(&[0x10, 0, 2]),
+            Bytes::from_static(body),
+            Meta::default().with_delivery_mode(2),
+        )
     }
 
     #[test]
@@ -222,8 +217,8 @@ mod tests {
         let mut buf = BytesMut::new();
         encode_message(&m, false, &mut buf);
         let back = decode_message(buf.freeze()).unwrap();
-        assert_eq!(back.exchange, m.exchange);
-        assert_eq!(back.routing_key, m.routing_key);
+        assert_eq!(back.exchange(), m.exchange());
+        assert_eq!(back.routing_key(), m.routing_key());
         assert_eq!(back.properties, m.properties);
         assert_eq!(back.body, m.body);
         assert_eq!(back.meta, m.meta);

@@ -53,10 +53,10 @@ impl VHost {
         out: &mut Vec<Arc<Queue>>,
         may_hold: bool,
     ) -> Result<Option<u64>> {
-        let name = std::str::from_utf8(&msg.exchange).map_err(|_| {
+        let name = std::str::from_utf8(msg.exchange()).map_err(|_| {
             ProtocolError::not_found(format!("no {}", self.describe("exchange", "?")))
         })?;
-        let key = String::from_utf8_lossy(&msg.routing_key);
+        let key = String::from_utf8_lossy(msg.routing_key());
         // Sender-selected distribution: CC and BCC headers add routing keys.
         let extra = sender_selected_keys(msg);
         if name.is_empty() {
@@ -222,11 +222,7 @@ pub fn strip_bcc(msg: &Message) -> Option<Message> {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     headers = inner.into();
-    let properties = crate::message::encode_properties(&props.with_headers(headers));
-    let meta = crate::message::read_meta(&properties).unwrap_or(msg.meta);
-    Some(Message {
-        properties,
-        meta,
-        ..msg.clone()
-    })
+    Some(msg.with_properties(crate::message::encode_properties(
+        &props.with_headers(headers),
+    )))
 }

@@ -133,8 +133,8 @@ impl Channel {
             out.put_u16(50);
             out.put_u16(code::NO_ROUTE);
             codec::put_short_str(out, b"NO_ROUTE");
-            codec::put_short_str(out, &msg.exchange);
-            codec::put_short_str(out, &msg.routing_key);
+            codec::put_short_str(out, msg.exchange());
+            codec::put_short_str(out, msg.routing_key());
             codec::end_frame(out, at);
             codec::put_content(out, self.id, &msg.properties, &msg.body, frame_max);
         });
