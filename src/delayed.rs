@@ -118,7 +118,7 @@ impl Scheduler {
                 {
                     let msg = Arc::new(msg);
                     for q in routes.drain(..) {
-                        if let Err(e) = q.push(&msg) {
+                        if let Err(e) = q.push_written(&msg) {
                             tracing::error!(
                                 queue = q.name(),
                                 "cannot enqueue a released delayed message: {e}"

@@ -17,6 +17,7 @@ pub mod dead_letter;
 mod entry;
 mod expiry;
 mod ready;
+mod unwritten;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -67,6 +68,8 @@ pub struct Queue {
     mark: Option<Arc<AtomicU64>>,
     deleted: AtomicBool,
     state: Mutex<State>,
+    /// Persistent messages waiting for the next flush to be written.
+    unwritten: unwritten::Unwritten,
 }
 
 struct State {
@@ -139,6 +142,7 @@ impl Queue {
                 timer_running: false,
                 dead: Vec::new(),
             }),
+            unwritten: Default::default(),
         });
         if let Some(ms) = q.args.expires {
             expiry::watch_unused(&q, ms);
@@ -194,9 +198,22 @@ impl Queue {
         Ok(st.ready.len())
     }
 
-    /// Enqueues a message and delivers what it can; applies the length
-    /// limit (x-max-length / x-max-length-bytes with x-overflow).
+    /// Enqueues a published message and delivers what it can; applies the
+    /// length limit (x-max-length / x-max-length-bytes with x-overflow).
+    /// A persistent message of a durable queue is written to the store by
+    /// the next flush (the confirm waits for it), unless it leaves first.
     pub fn push(self: &Arc<Self>, msg: &Arc<Message>) -> store::Result<Pushed> {
+        self.push_with(msg, false)
+    }
+
+    /// Like `push`, but writes to the store at once: for a copy whose
+    /// original is removed from the store right after (dead-lettering, a
+    /// delayed message's release), which must not reach disk first.
+    pub fn push_written(self: &Arc<Self>, msg: &Arc<Message>) -> store::Result<Pushed> {
+        self.push_with(msg, true)
+    }
+
+    fn push_with(self: &Arc<Self>, msg: &Arc<Message>, write_now: bool) -> store::Result<Pushed> {
         let mut st = self.state.lock();
         if self.deleted.load(Ordering::Relaxed) {
             return Ok(Pushed {
@@ -226,8 +243,12 @@ impl Queue {
             });
         }
         let stored = self.keeps(msg);
-        if stored {
+        // A message about to be paged out must be in the store already.
+        if stored && (write_now || st.ready.pages_next()) {
             self.store.put_message(self.config.store_id, seq, msg)?;
+        } else if stored && self.unwritten.add(seq, msg) {
+            let holder: Weak<Queue> = Arc::downgrade(self);
+            self.store.defer(holder);
         }
         let entry = Entry { stored, ..entry };
         st.ready.push_back(entry, self.pager().as_ref())?;
@@ -385,7 +406,7 @@ impl Queue {
                         if dead_letter::is_cycle(&msg, q.name()) {
                             continue;
                         }
-                        if let Err(e) = q.push(&msg) {
+                        if let Err(e) = q.push_written(&msg) {
                             tracing::error!(
                                 queue = q.name(),
                                 "cannot store a dead-lettered message: {e}"
@@ -524,10 +545,18 @@ impl Queue {
 
     fn forget(&self, entry: Entry) {
         if entry.stored && !self.deleted.load(Ordering::Relaxed) {
-            if let Err(e) = self.store.remove_message(self.config.store_id, entry.seq) {
+            if let Err(e) = self.unstore(entry.seq) {
                 tracing::warn!(queue = %self.config.name, "cannot remove acked message: {e}");
             }
         }
+    }
+
+    /// Removes a stored message: free if it was not written yet.
+    fn unstore(&self, seq: u64) -> store::Result<()> {
+        if self.unwritten.cancel(seq) {
+            return Ok(());
+        }
+        self.store.remove_message(self.config.store_id, seq)
     }
 
     /// Settles deliveries taken back from a channel, then delivers into the
@@ -642,7 +671,7 @@ impl Queue {
         let (entries, tail) = st.ready.clear();
         for entry in entries {
             if entry.stored {
-                self.store.remove_message(self.config.store_id, entry.seq)?;
+                self.unstore(entry.seq)?;
             }
         }
         if let Some(from) = tail {
@@ -656,6 +685,7 @@ impl Queue {
     pub fn delete(&self) -> Deleted {
         let mut st = self.state.lock();
         self.deleted.store(true, Ordering::Relaxed);
+        self.unwritten.close();
         let count = st.ready.len() as u32;
         st.ready.clear();
         st.expiry.clear();
@@ -712,4 +742,10 @@ pub enum ConsumeError {
     InUse,
     /// The queue was deleted meanwhile.
     Deleted,
+}
+
+impl store::DeferredWrites for Queue {
+    fn write_deferred(&self) -> store::Result<()> {
+        self.unwritten.write(&self.store, self.config.store_id)
+    }
 }

@@ -146,6 +146,11 @@ impl Ready {
         self.mem_bytes >= MEM_BYTES || self.mem.len() >= MEM_COUNT
     }
 
+    /// Whether a message appended now with a pager goes to the store only.
+    pub fn pages_next(&self) -> bool {
+        self.max_priority == 0 && (self.tail.count > 0 || self.over_bound())
+    }
+
     /// Appends a new message. With a pager, past the memory bound the
     /// message goes to the store only (written there now if it was not).
     pub fn push_back(&mut self, entry: Entry, pager: Option<&Pager<'_>>) -> store::Result<()> {
@@ -154,7 +159,7 @@ impl Ready {
             return Ok(());
         }
         if let Some(p) = pager {
-            if self.tail.count > 0 || self.over_bound() {
+            if self.pages_next() {
                 if !entry.stored {
                     p.store.put_paged(p.queue_id, entry.seq, &entry.msg)?;
                 }

@@ -4,6 +4,7 @@
 //! log); `Store::ticket` + the flusher (`sync.rs`) make them durable in
 //! groups: one fsync covers every write made before it started.
 
+mod deferred;
 mod definitions;
 mod delayed;
 mod marks;
@@ -13,6 +14,7 @@ mod sync;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use deferred::DeferredWrites;
 pub use definitions::{BindingDef, ExchangeDef, QueueDef};
 pub use delayed::DueMessage;
 pub use messages::{decode_message, encode_message, StoredMessage};
@@ -45,6 +47,8 @@ pub struct Store {
     flusher: Arc<Flusher>,
     /// Per-queue delivery marks, written lazily by the flusher.
     marks: Arc<marks::Marks>,
+    /// Holders of writes deferred to the next flush.
+    deferred: Arc<deferred::Registry>,
     /// Bumped on every definitions write, so callers can tell whether an
     /// operation touched durable state and must wait for a flush.
     defs_version: std::sync::atomic::AtomicU64,
@@ -74,12 +78,15 @@ impl Store {
         let msgs = db.open_tree("messages")?;
         let delayed = db.open_tree("delayed")?;
         let marks = Arc::new(marks::Marks::default());
-        let before_flush: Box<dyn Fn() + Send> = {
+        let deferred = Arc::new(deferred::Registry::default());
+        let before_flush: Box<dyn Fn() -> bool + Send> = {
             let (marks, defs) = (Arc::clone(&marks), defs.clone());
+            let deferred = Arc::clone(&deferred);
             Box::new(move || {
                 if let Err(e) = marks.write(&defs) {
                     tracing::warn!("cannot write delivery marks: {e}");
                 }
+                deferred.write_all()
             })
         };
         let flusher = Flusher::start(db.clone(), dir, before_flush);
@@ -90,6 +97,7 @@ impl Store {
             delayed,
             flusher,
             marks,
+            deferred,
             defs_version: Default::default(),
         }))
     }
@@ -98,6 +106,12 @@ impl Store {
     /// epoch to wait for (see `Flusher`).
     pub fn ticket(&self) -> u64 {
         self.flusher.ticket()
+    }
+
+    /// Registers a holder of writes to make before the next flush (see
+    /// deferred.rs). Register before taking the ticket that must cover them.
+    pub fn defer(&self, holder: std::sync::Weak<dyn DeferredWrites>) {
+        self.deferred.register(holder);
     }
 
     /// Watches the last completed flush epoch.
@@ -120,6 +134,7 @@ impl Store {
     /// Flushes everything now, synchronously, and stops the flusher
     /// (shutdown): once the store is dropped, the data dir can be reopened.
     pub fn flush_now(&self) -> Result<()> {
+        self.deferred.write_all();
         self.db.flush()?;
         self.flusher.stop();
         Ok(())

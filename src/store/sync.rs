@@ -9,9 +9,10 @@
 //! data directory's filesystem: a confirm then means what RabbitMQ's does
 //! (fsync before confirm), and one such sync serves a whole group.
 //!
-//! Correctness: a writer reads the epoch counter after its write. The flusher
-//! bumps the counter before it starts a flush. So a writer that read epoch
-//! `g` wrote before flush `g + 1` began, and that flush covers it.
+//! Correctness: a writer reads the epoch counter after its write (or after
+//! registering a deferred write). The flusher bumps the counter, then makes
+//! the deferred writes, then flushes. So a writer that read epoch `g` wrote
+//! (or registered) before flush `g + 1` began, and that flush covers it.
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,11 +41,12 @@ struct Signal {
 impl Flusher {
     /// Starts the flusher thread for `db`.
     /// `before_flush` runs before every flush and every 100 ms otherwise
-    /// (it writes the delivery marks).
+    /// (it writes the delivery marks and the deferred writes); false means
+    /// a write failed, and the flush then confirms nothing.
     pub fn start(
         db: sled::Db,
         dir: Option<File>,
-        before_flush: Box<dyn Fn() + Send>,
+        before_flush: Box<dyn Fn() -> bool + Send>,
     ) -> Arc<Flusher> {
         let (done, _) = watch::channel(0);
         let f = Arc::new(Flusher {
@@ -96,7 +98,7 @@ impl Flusher {
         this: std::sync::Weak<Flusher>,
         db: sled::Db,
         dir: Option<File>,
-        before_flush: Box<dyn Fn() + Send>,
+        before_flush: Box<dyn Fn() -> bool + Send>,
     ) {
         loop {
             let Some(f) = this.upgrade() else { return };
@@ -112,7 +114,9 @@ impl Flusher {
                         if std::sync::Arc::strong_count(&f) == 1 {
                             return;
                         }
-                        parking_lot::MutexGuard::unlocked(&mut signal, &before_flush);
+                        parking_lot::MutexGuard::unlocked(&mut signal, || {
+                            before_flush();
+                        });
                     }
                 }
                 if signal.stop {
@@ -122,22 +126,38 @@ impl Flusher {
                 }
                 signal.pending = false;
             }
-            before_flush();
             f.wanted.store(false, Ordering::SeqCst);
             let epoch = f.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-            if let Err(e) = db.flush() {
-                // Confirms stay pending rather than lie; sled will retry.
-                tracing::error!("store flush failed: {e}");
-                continue;
-            }
-            if let Some(dir) = &dir {
-                if let Err(e) = syncfs(dir) {
-                    tracing::error!("syncfs of the data directory failed: {e}");
-                    continue;
+            match Self::flush(&db, dir.as_ref(), &before_flush) {
+                Ok(()) => {
+                    f.done.send_replace(epoch);
+                }
+                Err(e) => {
+                    // Confirms stay pending rather than lie; try again soon.
+                    tracing::error!("store flush failed: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    f.lock.lock().pending = true;
                 }
             }
-            f.done.send_replace(epoch);
         }
+    }
+}
+
+impl Flusher {
+    /// One group commit: deferred writes, sled's flush, then syncfs.
+    fn flush(
+        db: &sled::Db,
+        dir: Option<&File>,
+        before_flush: &dyn Fn() -> bool,
+    ) -> Result<(), String> {
+        if !before_flush() {
+            return Err("a deferred write failed".into());
+        }
+        db.flush().map_err(|e| e.to_string())?;
+        if let Some(dir) = dir {
+            syncfs(dir).map_err(|e| format!("syncfs of the data directory: {e}"))?;
+        }
+        Ok(())
     }
 }
 
