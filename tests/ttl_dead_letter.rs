@@ -499,3 +499,51 @@ async fn recovered_messages_still_expire() {
         "TTL applies after a restart"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejecting_a_delivery_of_a_deleted_queue_dead_letters_nothing() {
+    // RabbitMQ: a deleted queue's messages are gone, unacked ones included.
+    let b = start().await;
+    let c = b.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    declare(&ch, "dead").await;
+    let args = table(&[
+        ("x-dead-letter-exchange", s("")),
+        ("x-dead-letter-routing-key", s("dead")),
+    ]);
+    declare_with(&ch, "work", QueueDeclareOptions::default(), args)
+        .await
+        .unwrap();
+    publish(&ch, "", "work", b"m").await;
+    let m = ch
+        .basic_get("work".into(), BasicGetOptions { no_ack: false })
+        .await
+        .unwrap()
+        .expect("a message");
+    let other = c.create_channel().await.unwrap();
+    other
+        .queue_delete("work".into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+    m.delivery
+        .acker
+        .nack(BasicNackOptions {
+            requeue: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // A synchronous method on the same channel: the nack was handled.
+    let dead = ch
+        .queue_declare(
+            "dead".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(dead.message_count(), 0);
+}

@@ -86,8 +86,15 @@ pub fn dead_letter(
             t.insert("queue".into(), long_str(queue));
             t.insert("time".into(), AMQPValue::Timestamp(now));
             t.insert("exchange".into(), long_str(&msg.exchange_str()));
+            // The routing keys it was published with: CC's too, not BCC's
+            // (already stripped at publish).
             let mut keys = FieldArray::default();
             keys.push(long_str(&msg.routing_key_str()));
+            if let Some(AMQPValue::FieldArray(cc)) = headers.inner().get("CC") {
+                for k in cc.as_slice().iter().filter_map(|v| text(Some(v))) {
+                    keys.push(long_str(&k));
+                }
+            }
             t.insert("routing-keys".into(), AMQPValue::FieldArray(keys));
             if let Some(exp) = props.expiration() {
                 t.insert("original-expiration".into(), long_str(exp.as_str()));
@@ -96,6 +103,17 @@ pub fn dead_letter(
         }
     };
     deaths.insert(0, AMQPValue::FieldTable(entry));
+    // With x-dead-letter-routing-key the copy goes by that key alone, so
+    // CC goes (as in RabbitMQ); without it, CC routes the copy again.
+    if dlrk.is_some() {
+        headers = headers
+            .inner()
+            .iter()
+            .filter(|(k, _)| k.as_str() != "CC")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+            .into();
+    }
     headers.insert("x-death".into(), AMQPValue::FieldArray(deaths.into()));
     if !headers.contains_key("x-first-death-queue") {
         headers.insert("x-first-death-queue".into(), long_str(queue));
@@ -291,5 +309,29 @@ mod tests {
         assert!(!is_cycle(&expired, "q2"));
         let rejected = dead_letter(&m, "q1", Reason::Rejected, "dlx", None, 1);
         assert!(!is_cycle(&rejected, "q1"));
+    }
+
+    #[test]
+    fn cc_keys_are_recorded_and_cc_goes_with_a_dead_letter_routing_key() {
+        let mut headers = FieldTable::default();
+        let mut cc = FieldArray::default();
+        cc.push(long_str("c1"));
+        cc.push(long_str("c2"));
+        headers.insert("CC".into(), AMQPValue::FieldArray(cc));
+        let m = message(AMQPProperties::default().with_headers(headers));
+        let keys = |d: &Message| match deaths(d)[0].inner().get("routing-keys") {
+            Some(AMQPValue::FieldArray(a)) => a
+                .as_slice()
+                .iter()
+                .filter_map(|v| text(Some(v)))
+                .collect::<Vec<_>>(),
+            _ => Vec::new(),
+        };
+        let kept = dead_letter(&m, "q1", Reason::Rejected, "dlx", None, 1);
+        assert_eq!(keys(&kept), ["new", "c1", "c2"]);
+        assert!(kept.headers().unwrap_or_default().contains_key("CC"));
+        let rekeyed = dead_letter(&m, "q1", Reason::Rejected, "dlx", Some("k"), 1);
+        assert_eq!(keys(&rekeyed), ["new", "c1", "c2"]);
+        assert!(!rekeyed.headers().unwrap_or_default().contains_key("CC"));
     }
 }

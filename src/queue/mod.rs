@@ -571,6 +571,11 @@ impl Queue {
                 }
             }
             Settle::Reject => {
+                // A deleted queue's messages are gone, not dead-lettered
+                // (as in RabbitMQ).
+                if self.deleted.load(Ordering::Relaxed) {
+                    return;
+                }
                 for entry in entries {
                     st.unacked = st.unacked.saturating_sub(1);
                     st.dead.push((entry, Reason::Rejected));
