@@ -556,3 +556,48 @@ async fn clean_restart_reopens_the_data_dir_at_once() {
     let c = b.connect().await;
     assert!(queue_exists(&c, "q").await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_ttl_keeps_running_while_the_broker_is_down() {
+    // The deadline is stored with the message (as RabbitMQ stores expiry):
+    // a message whose TTL ran out during the downtime is dead-lettered at
+    // recovery instead of getting a fresh TTL.
+    let mut b = start().await;
+    {
+        let c = b.connect().await;
+        let ch = confirmed_channel(&c).await;
+        declare_queue(&ch, "expired-dl", true, FieldTable::default()).await;
+        let mut args = FieldTable::default();
+        args.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString("".into()),
+        );
+        args.insert(
+            "x-dead-letter-routing-key".into(),
+            AMQPValue::LongString("expired-dl".into()),
+        );
+        declare_queue(&ch, "ttl", true, args).await;
+        let short = persistent().with_expiration("2000".into());
+        let long = persistent().with_expiration("3600000".into());
+        publish_confirmed(&ch, "", "ttl", b"short", short).await;
+        publish_confirmed(&ch, "", "ttl", b"long", long).await;
+    }
+    b.stop().await;
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    b.restart_when_unlocked().await;
+    let (_c, ch) = b.channel().await;
+    assert_eq!(
+        drain(&ch, "ttl").await,
+        owned(&[(b"long", false)]),
+        "the short-lived message expired while the broker was down"
+    );
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    let dead = loop {
+        let got = drain(&ch, "expired-dl").await;
+        if !got.is_empty() || tokio::time::Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(dead, owned(&[(b"short", false)]));
+}

@@ -175,9 +175,13 @@ impl Queue {
         for item in self.store.messages(self.config.store_id) {
             let m = item?;
             st.next_seq = st.next_seq.max(m.seq + 1);
-            // The time a message spent queued before the stop is not
-            // stored: its TTL starts again now.
-            let deadline = self.deadline_for(&m.message);
+            // The deadline was stored with the message, so its TTL kept
+            // running while the broker was down; records written before
+            // deadlines were stored start their TTL again.
+            let deadline = match m.deadline {
+                0 => self.deadline_for(&m.message),
+                d => d,
+            };
             st.ready.push_recovered(Entry {
                 msg: m.message,
                 seq: m.seq,
@@ -245,8 +249,9 @@ impl Queue {
         let stored = self.keeps(msg);
         // A message about to be paged out must be in the store already.
         if stored && (write_now || st.ready.pages_next()) {
-            self.store.put_message(self.config.store_id, seq, msg)?;
-        } else if stored && self.unwritten.add(seq, msg) {
+            self.store
+                .put_message(self.config.store_id, seq, msg, deadline)?;
+        } else if stored && self.unwritten.add(seq, deadline, msg) {
             let holder: Weak<Queue> = Arc::downgrade(self);
             self.store.defer(holder);
         }

@@ -161,7 +161,8 @@ impl Ready {
         if let Some(p) = pager {
             if self.pages_next() {
                 if !entry.stored {
-                    p.store.put_paged(p.queue_id, entry.seq, &entry.msg)?;
+                    p.store
+                        .put_paged(p.queue_id, entry.seq, &entry.msg, entry.deadline)?;
                 }
                 if entry.deadline != 0 {
                     self.tail_deadlines.insert(entry.seq, entry.deadline);

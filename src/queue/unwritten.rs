@@ -18,8 +18,9 @@ use crate::store::{self, Store};
 
 #[derive(Default)]
 struct List {
-    /// (sequence, message) in sequence order; None: gone before written.
-    msgs: VecDeque<(u64, Option<Arc<Message>>)>,
+    /// (sequence, expiry deadline, message) in sequence order; None: gone
+    /// before written.
+    msgs: VecDeque<(u64, u64, Option<Arc<Message>>)>,
     /// Registered with the store for the next flush.
     registered: bool,
     /// The queue was deleted: nothing more is written.
@@ -35,9 +36,9 @@ pub struct Unwritten {
 impl Unwritten {
     /// Adds message `seq` (sequences only grow). Returns true if the holder
     /// must now register with the store for the next flush.
-    pub fn add(&self, seq: u64, msg: &Arc<Message>) -> bool {
+    pub fn add(&self, seq: u64, deadline: u64, msg: &Arc<Message>) -> bool {
         let mut l = self.list.lock();
-        l.msgs.push_back((seq, Some(Arc::clone(msg))));
+        l.msgs.push_back((seq, deadline, Some(Arc::clone(msg))));
         !std::mem::replace(&mut l.registered, true)
     }
 
@@ -45,9 +46,9 @@ impl Unwritten {
     /// (then it is the store's to remove).
     pub fn cancel(&self, seq: u64) -> bool {
         let mut l = self.list.lock();
-        match l.msgs.binary_search_by_key(&seq, |(s, _)| *s) {
+        match l.msgs.binary_search_by_key(&seq, |(s, _, _)| *s) {
             Ok(at) => {
-                l.msgs[at].1 = None;
+                l.msgs[at].2 = None;
                 true
             }
             Err(_) => false,
@@ -65,10 +66,10 @@ impl Unwritten {
     /// error the unwritten rest stays (and the holder stays registered).
     pub fn write(&self, store: &Store, queue_id: u64) -> store::Result<()> {
         let mut l = self.list.lock();
-        while let Some((seq, msg)) = l.msgs.front() {
+        while let Some((seq, deadline, msg)) = l.msgs.front() {
             if !l.closed {
                 if let Some(msg) = msg {
-                    store.put_message(queue_id, *seq, msg)?;
+                    store.put_message(queue_id, *seq, msg, *deadline)?;
                 }
             }
             l.msgs.pop_front();
@@ -99,22 +100,22 @@ mod tests {
     fn writes_only_what_was_not_cancelled() {
         let store = Store::temporary().unwrap();
         let u = Unwritten::default();
-        assert!(u.add(1, &msg()), "first add registers");
-        assert!(!u.add(2, &msg()), "later adds do not");
-        assert!(!u.add(3, &msg()));
+        assert!(u.add(1, 0, &msg()), "first add registers");
+        assert!(!u.add(2, 0, &msg()), "later adds do not");
+        assert!(!u.add(3, 0, &msg()));
         assert!(u.cancel(2));
         u.write(&store, 9).unwrap();
         let seqs: Vec<u64> = store.messages(9).map(|m| m.unwrap().seq).collect();
         assert_eq!(seqs, vec![1, 3]);
         assert!(!u.cancel(1), "written: the store removes it");
-        assert!(u.add(4, &msg()), "registers again after a write");
+        assert!(u.add(4, 0, &msg()), "registers again after a write");
     }
 
     #[test]
     fn a_closed_list_writes_nothing() {
         let store = Store::temporary().unwrap();
         let u = Unwritten::default();
-        u.add(1, &msg());
+        u.add(1, 0, &msg());
         u.close();
         u.write(&store, 9).unwrap();
         assert_eq!(store.messages(9).count(), 0);

@@ -5,7 +5,9 @@
 //!
 //! The first octet says whether the record is a persistent message (kept
 //! across restarts) or a transient one paged out of memory (dropped at the
-//! next start, as RabbitMQ drops transient messages).
+//! next start, as RabbitMQ drops transient messages). Its top bit says an
+//! expiry deadline (ms since the epoch, u64 BE) follows, so a message's TTL
+//! keeps running across a restart, as in RabbitMQ.
 //!
 //! Per queue, the highest sequence ever delivered is kept too (marks.rs),
 //! so that recovery can flag messages delivered before a crash.
@@ -20,11 +22,15 @@ use crate::message::{read_meta, Message};
 /// Record kinds (the first octet).
 const PERSISTENT: u8 = 1;
 const PAGED: u8 = 2;
+/// Flag on the kind octet: a deadline follows.
+const HAS_DEADLINE: u8 = 0x80;
 
 /// A message read back at recovery.
 pub struct StoredMessage {
     pub seq: u64,
     pub message: Arc<Message>,
+    /// When it expires, ms since the epoch (0 = never, or not recorded).
+    pub deadline: u64,
 }
 
 /// The key of message `seq` of queue `queue_id`.
@@ -44,9 +50,20 @@ pub fn split_key(k: &[u8]) -> Option<(u64, u64)> {
 
 /// Encodes a message record into `out`.
 pub fn encode_message(msg: &Message, transient: bool, out: &mut BytesMut) {
+    encode_record(msg, transient, 0, out)
+}
+
+/// Encodes a message record with its expiry deadline (0: none) into `out`.
+fn encode_record(msg: &Message, transient: bool, deadline: u64, out: &mut BytesMut) {
     out.clear();
-    out.reserve(16 + msg.size());
-    out.put_u8(if transient { PAGED } else { PERSISTENT });
+    out.reserve(24 + msg.size());
+    let kind = if transient { PAGED } else { PERSISTENT };
+    if deadline != 0 {
+        out.put_u8(kind | HAS_DEADLINE);
+        out.put_u64(deadline);
+    } else {
+        out.put_u8(kind);
+    }
     out.put_u8(msg.exchange().len() as u8);
     out.extend_from_slice(msg.exchange());
     out.put_u8(msg.routing_key().len() as u8);
@@ -58,31 +75,44 @@ pub fn encode_message(msg: &Message, transient: bool, out: &mut BytesMut) {
 
 /// Whether a record holds a transient (paged) message.
 fn is_paged(raw: &[u8]) -> bool {
-    raw.first() == Some(&PAGED)
+    raw.first().is_some_and(|k| k & !HAS_DEADLINE == PAGED)
 }
 
 /// Decodes a message record. `raw` is kept as the backing buffer: no copy.
 pub fn decode_message(raw: Bytes) -> Result<Message> {
+    decode_record(raw).map(|(m, _)| m)
+}
+
+/// Decodes a message record and its deadline (0: none).
+fn decode_record(raw: Bytes) -> Result<(Message, u64)> {
     let bad = || Error::Corrupt("message record".into());
     let mut r = crate::amqp::codec::FieldReader::new(&raw);
-    if !matches!(r.u8().ok_or_else(bad)?, PERSISTENT | PAGED) {
+    let kind = r.u8().ok_or_else(bad)?;
+    if !matches!(kind & !HAS_DEADLINE, PERSISTENT | PAGED) {
         return Err(bad());
     }
+    let deadline = if kind & HAS_DEADLINE != 0 {
+        r.u64().ok_or_else(bad)?
+    } else {
+        0
+    };
+    let route_at = raw.len() - r.remaining();
     let ex = r.short_str().ok_or_else(bad)?.len();
     let rk = r.short_str().ok_or_else(bad)?.len();
     let pl = r.u32().ok_or_else(bad)? as usize;
     r.take(pl).ok_or_else(bad)?;
-    let route_end = 1 + 1 + ex + 1 + rk;
+    let route_end = route_at + 1 + ex + 1 + rk;
     let p_at = route_end + 4;
     let b_at = p_at + pl;
     let properties = raw.slice(p_at..b_at);
     let meta = read_meta(&properties).map_err(|_| bad())?;
-    Ok(Message::from_route(
-        raw.slice(1..route_end),
+    let msg = Message::from_route(
+        raw.slice(route_at..route_end),
         properties,
         raw.slice(b_at..),
         meta,
-    ))
+    );
+    Ok((msg, deadline))
 }
 
 thread_local! {
@@ -90,21 +120,29 @@ thread_local! {
 }
 
 impl Store {
-    /// Writes a message of a durable queue (durable after the next flush).
-    pub fn put_message(&self, queue_id: u64, seq: u64, msg: &Message) -> Result<()> {
-        self.put_record(queue_id, seq, msg, false)
+    /// Writes a message of a durable queue (durable after the next flush)
+    /// with its expiry deadline (0: none).
+    pub fn put_message(&self, queue_id: u64, seq: u64, msg: &Message, deadline: u64) -> Result<()> {
+        self.put_record(queue_id, seq, msg, false, deadline)
     }
 
     /// Writes a transient message paged out of memory (never flushed for
     /// its own sake; dropped at the next start).
-    pub fn put_paged(&self, queue_id: u64, seq: u64, msg: &Message) -> Result<()> {
-        self.put_record(queue_id, seq, msg, !msg.persistent())
+    pub fn put_paged(&self, queue_id: u64, seq: u64, msg: &Message, deadline: u64) -> Result<()> {
+        self.put_record(queue_id, seq, msg, !msg.persistent(), deadline)
     }
 
-    fn put_record(&self, queue_id: u64, seq: u64, msg: &Message, transient: bool) -> Result<()> {
+    fn put_record(
+        &self,
+        queue_id: u64,
+        seq: u64,
+        msg: &Message,
+        transient: bool,
+        deadline: u64,
+    ) -> Result<()> {
         SCRATCH.with(|s| {
             let mut buf = s.borrow_mut();
-            encode_message(msg, transient, &mut buf);
+            encode_record(msg, transient, deadline, &mut buf);
             self.msgs.insert(message_key(queue_id, seq), &buf[..])?;
             Ok(())
         })
@@ -147,10 +185,11 @@ impl Store {
                         self.msgs.remove(k)?;
                         return Ok(None);
                     }
-                    match decode_message(Bytes::copy_from_slice(&v)) {
-                        Ok(m) => Ok(Some(StoredMessage {
+                    match decode_record(Bytes::copy_from_slice(&v)) {
+                        Ok((m, deadline)) => Ok(Some(StoredMessage {
                             seq,
                             message: Arc::new(m),
+                            deadline,
                         })),
                         Err(e) => {
                             tracing::error!(queue_id, seq, "skipping unreadable message: {e}");
@@ -226,12 +265,40 @@ mod tests {
     }
 
     #[test]
+    fn deadlines_round_trip_and_paged_records_are_dropped() {
+        let s = Store::temporary().unwrap();
+        s.put_message(5, 1, &msg(b"a"), 0).unwrap();
+        s.put_message(5, 2, &msg(b"b"), 1_700_000_000_000).unwrap();
+        let transient = Message::new(
+            b"",
+            b"q",
+            Bytes::from_static(&[0, 0]),
+            Bytes::new(),
+            Meta::default(),
+        );
+        s.put_paged(5, 3, &transient, 42).unwrap();
+        let back: Vec<(u64, u64, Bytes)> = s
+            .messages(5)
+            .map(|m| m.unwrap())
+            .map(|m| (m.seq, m.deadline, m.message.body.clone()))
+            .collect();
+        assert_eq!(
+            back,
+            vec![
+                (1, 0, Bytes::from_static(b"a")),
+                (2, 1_700_000_000_000, Bytes::from_static(b"b"))
+            ]
+        );
+        assert_eq!(s.messages(5).count(), 2, "the paged record was deleted");
+    }
+
+    #[test]
     fn messages_scan_in_order_per_queue() {
         let s = Store::temporary().unwrap();
         for seq in [3u64, 1, 2] {
-            s.put_message(5, seq, &msg(b"x")).unwrap();
+            s.put_message(5, seq, &msg(b"x"), 0).unwrap();
         }
-        s.put_message(6, 0, &msg(b"y")).unwrap();
+        s.put_message(6, 0, &msg(b"y"), 0).unwrap();
         s.remove_message(5, 2).unwrap();
         let seqs: Vec<u64> = s.messages(5).map(|m| m.unwrap().seq).collect();
         assert_eq!(seqs, vec![1, 3]);
