@@ -21,6 +21,8 @@ pub struct Broker {
     plugins: Arc<crate::plugins::Plugins>,
     /// Holds and releases messages of delayed-message exchanges.
     pub delayed: Arc<crate::delayed::Scheduler>,
+    /// Raised while memory is over the limit: publishers are blocked.
+    pub memory: Arc<crate::alarm::MemoryAlarm>,
 }
 
 impl Broker {
@@ -34,7 +36,12 @@ impl Broker {
             .recover_delayed()
             .map_err(|e| format!("cannot read delayed messages: {e}"))?;
         let delayed = crate::delayed::Scheduler::new(last_seq);
+        let memory = crate::alarm::MemoryAlarm::new(crate::alarm::limit_for(
+            config.memory_limit_mb,
+            config.memory_high_watermark,
+        ));
         let broker = Arc::new(Broker {
+            memory,
             config,
             delayed,
             store,
@@ -51,6 +58,7 @@ impl Broker {
             }
         }
         broker.delayed.start(Arc::downgrade(&broker));
+        broker.memory.start();
         Ok(broker)
     }
 

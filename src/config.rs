@@ -38,6 +38,12 @@ pub struct Config {
     pub loopback_users: Vec<String>,
     /// sled's page cache, MiB.
     pub store_cache_mb: u64,
+    /// Memory alarm threshold as a fraction of the machine's RAM
+    /// (RabbitMQ's vm_memory_high_watermark.relative); 0 disables it.
+    pub memory_high_watermark: f64,
+    /// Memory alarm threshold in MiB; overrides the fraction when set
+    /// (vm_memory_high_watermark.absolute).
+    pub memory_limit_mb: u64,
 }
 
 impl Default for Config {
@@ -55,6 +61,8 @@ impl Default for Config {
             default_pass: "guest".into(),
             loopback_users: vec!["guest".into()],
             store_cache_mb: 64,
+            memory_high_watermark: 0.4,
+            memory_limit_mb: 0,
         }
     }
 }
@@ -97,6 +105,12 @@ pub struct Cli {
     /// sled page cache size, MiB [default: 64].
     #[arg(long, value_name = "MIB")]
     pub store_cache_mb: Option<u64>,
+    /// Memory alarm threshold, a fraction of RAM; 0 disables [default: 0.4].
+    #[arg(long, value_name = "FRACTION")]
+    pub memory_high_watermark: Option<f64>,
+    /// Memory alarm threshold in MiB (overrides the fraction).
+    #[arg(long, value_name = "MIB")]
+    pub memory_limit_mb: Option<u64>,
 }
 
 impl Cli {
@@ -136,6 +150,15 @@ impl Cli {
         }
         if let Some(v) = self.store_cache_mb {
             c.store_cache_mb = v;
+        }
+        if let Some(v) = self.memory_high_watermark {
+            c.memory_high_watermark = v;
+        }
+        if let Some(v) = self.memory_limit_mb {
+            c.memory_limit_mb = v;
+        }
+        if !(0.0..=1.0).contains(&c.memory_high_watermark) {
+            return Err("memory_high_watermark must be between 0 and 1".into());
         }
         // Bounded so that a table nested as deep as one frame allows still
         // decodes within a worker's stack (see main.rs).

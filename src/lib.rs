@@ -12,6 +12,7 @@
 //! - [`store`] makes durable state durable, on sled, with group commit.
 //! - [`broker`] ties the shared state together; [`config`] sets it up.
 
+pub mod alarm;
 pub mod amqp;
 pub mod broker;
 pub mod config;

@@ -21,6 +21,7 @@ use super::auth;
 use super::channel::Channel;
 use super::codec::{self, Frame, FRAME_MIN_SIZE};
 use super::error::{code, ProtocolError};
+use super::flow;
 use super::outbox::Outbox;
 use crate::broker::Broker;
 use crate::queue::Queue;
@@ -40,6 +41,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct ClientCaps {
     pub consumer_cancel_notify: bool,
     pub authentication_failure_close: bool,
+    pub connection_blocked: bool,
 }
 
 /// Connection state every channel handler may use.
@@ -55,6 +57,9 @@ pub struct ConnCtx {
     pub exclusive_queues: Vec<Arc<Queue>>,
     /// The store's completed-flush epoch, for confirms.
     pub flushed: watch::Receiver<u64>,
+    /// Whether this connection has published (the memory alarm blocks
+    /// only publishers).
+    pub published: bool,
 }
 
 impl ConnCtx {
@@ -324,6 +329,7 @@ async fn handshake(
                     user,
                     exclusive_queues: Vec::new(),
                     flushed: broker.store.flushed(),
+                    published: false,
                 };
                 return Some((ctx, heartbeat, channel_max));
             }
@@ -384,6 +390,7 @@ fn client_caps(props: &FieldTable) -> ClientCaps {
         let on = |k: &str| matches!(t.inner().get(k), Some(AMQPValue::Boolean(true)));
         caps.consumer_cancel_notify = on("consumer_cancel_notify");
         caps.authentication_failure_close = on("authentication_failure_close");
+        caps.connection_blocked = on("connection.blocked");
     }
     caps
 }
@@ -484,6 +491,19 @@ impl Connection {
                 }
             }
             self.flush_confirms();
+            if self.ctx.published && self.ctx.broker.memory.is_raised() {
+                let mut alarm = self.ctx.broker.memory.subscribe();
+                if let flow::Unblocked::Shutdown =
+                    flow::wait_while_blocked(&self.ctx, &mut alarm, shutdown).await
+                {
+                    let e = ProtocolError::new(
+                        code::CONNECTION_FORCED,
+                        "broker forced connection closure with reason 'shutdown'",
+                    );
+                    return self.close_with(e, rd, buf).await;
+                }
+                last_read = Instant::now();
+            }
             // Room for the next read: small while the peer is quiet, larger
             // while reads keep filling it (reserve reuses the buffer in
             // place once the frames cut from it are gone).

@@ -10,4 +10,5 @@ pub mod codec;
 pub mod connection;
 pub mod delivery;
 pub mod error;
+pub mod flow;
 pub mod outbox;

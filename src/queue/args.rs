@@ -26,14 +26,28 @@ pub fn str_arg(v: &AMQPValue) -> Option<String> {
     }
 }
 
+/// The field type as RabbitMQ names it in its error texts.
 fn type_name(v: &AMQPValue) -> &'static str {
+    use AMQPValue as V;
     match v {
-        AMQPValue::Boolean(_) => "bool",
-        AMQPValue::LongString(_) | AMQPValue::ShortString(_) => "longstr",
-        AMQPValue::FieldTable(_) => "table",
-        AMQPValue::FieldArray(_) => "array",
-        AMQPValue::Float(_) | AMQPValue::Double(_) => "double",
-        _ => "signedint",
+        V::Boolean(_) => "bool",
+        V::ShortShortInt(_) => "byte",
+        V::ShortShortUInt(_) => "unsignedbyte",
+        V::ShortInt(_) => "short",
+        V::ShortUInt(_) => "unsignedshort",
+        V::LongInt(_) => "signedint",
+        V::LongUInt(_) => "unsignedint",
+        V::LongLongInt(_) => "long",
+        V::Float(_) => "float",
+        V::Double(_) => "double",
+        V::DecimalValue(_) => "decimal",
+        V::ShortString(_) => "shortstr",
+        V::LongString(_) => "longstr",
+        V::FieldArray(_) => "array",
+        V::Timestamp(_) => "timestamp",
+        V::FieldTable(_) => "table",
+        V::ByteArray(_) => "binary",
+        V::Void => "void",
     }
 }
 
@@ -104,61 +118,75 @@ impl QueueArgs {
 }
 
 /// Checks the x-arguments a queue.declare carries. On error returns the
-/// argument's name and what is wrong with it; the caller words the reply as
-/// RabbitMQ does ("invalid arg 'x-message-ttl' for queue 'q' in vhost '/': ...").
+/// argument's name and what is wrong with it, as the Erlang term RabbitMQ
+/// 3.10 prints; the caller words the reply as RabbitMQ does ("invalid arg
+/// 'x-message-ttl' for queue 'q' in vhost '/': {value_negative,-1}").
 pub fn validate(args: &FieldTable) -> Result<(), (String, String)> {
     for (key, value) in args.inner() {
         let key = key.as_str();
-        let bad = |why: String| Err((key.to_string(), why));
-        match key {
-            "x-message-ttl" | "x-expires" | "x-max-length" | "x-max-length-bytes"
-            | "x-delivery-limit" => match int_arg(value) {
-                None => return bad(format!("unacceptable type '{}'", type_name(value))),
-                Some(n) if n < 0 || (key == "x-expires" && n == 0) => {
-                    return bad(format!("value {n} is not acceptable"))
-                }
-                Some(_) => {}
-            },
-            "x-max-priority" => match int_arg(value) {
-                None => return bad(format!("unacceptable type '{}'", type_name(value))),
-                Some(n) if !(0..=255).contains(&n) => {
-                    return bad(format!("value {n} is not acceptable"))
-                }
-                Some(_) => {}
-            },
-            "x-queue-mode" => match str_arg(value).as_deref() {
-                Some("default" | "lazy") => {}
-                Some(other) => return bad(format!("value '{other}' is not acceptable")),
-                None => return bad(format!("unacceptable type '{}'", type_name(value))),
-            },
-            "x-dead-letter-exchange" | "x-dead-letter-routing-key"
-                if str_arg(value).is_some_and(|v| v.len() > 255) =>
-            {
-                return bad("value is longer than 255 bytes".into());
-            }
-            "x-dead-letter-routing-key" if !args.contains_key("x-dead-letter-exchange") => {
-                return bad(
-                    "Key x-dead-letter-routing-key should be accompanied by x-dead-letter-exchange"
-                        .into(),
-                );
-            }
-            "x-dead-letter-exchange" | "x-dead-letter-routing-key" | "x-queue-type"
-                if str_arg(value).is_none() =>
-            {
-                return bad(format!("unacceptable type '{}'", type_name(value)));
-            }
-            "x-overflow" => match str_arg(value).as_deref() {
-                Some("drop-head" | "reject-publish" | "reject-publish-dlx") => {}
-                Some(other) => return bad(format!("value '{other}' is not acceptable")),
-                None => return bad(format!("unacceptable type '{}'", type_name(value))),
-            },
-            "x-single-active-consumer" if !matches!(value, AMQPValue::Boolean(_)) => {
-                return bad(format!("unacceptable type '{}'", type_name(value)));
-            }
-            _ => {}
+        if let Err(why) = check(key, value, args) {
+            return Err((key.to_string(), why));
         }
     }
     Ok(())
+}
+
+/// One argument (RabbitMQ's rabbit_amqqueue check_*_arg functions).
+fn check(key: &str, value: &AMQPValue, args: &FieldTable) -> Result<(), String> {
+    let wrong_type = || Err(format!("{{unacceptable_type,{}}}", type_name(value)));
+    let string = || match str_arg(value) {
+        // Names go out as short strings (dead-lettering routes by them).
+        Some(s) if s.len() > 255 => Err("name longer than 255 bytes".into()),
+        Some(_) => Ok(()),
+        None => wrong_type(),
+    };
+    let int = || match int_arg(value) {
+        None => Err(format!("{{unacceptable_type,{}}}", type_name(value))),
+        Some(n) if n < 0 => Err(format!("{{value_negative,{n}}}")),
+        Some(n) => Ok(n),
+    };
+    match key {
+        "x-message-ttl" | "x-max-length" | "x-max-length-bytes" | "x-delivery-limit" => {
+            int().map(drop)
+        }
+        "x-expires" => match int()? {
+            0 => Err("{value_zero,0}".into()),
+            _ => Ok(()),
+        },
+        "x-max-priority" => match int()? {
+            n if n > 255 => Err(format!("{{max_value_exceeded,{n}}}")),
+            _ => Ok(()),
+        },
+        "x-dead-letter-exchange" => string(),
+        "x-dead-letter-routing-key" => {
+            string()?;
+            if args.contains_key("x-dead-letter-exchange") {
+                Ok(())
+            } else {
+                Err("routing_key_but_no_dlx_defined".into())
+            }
+        }
+        "x-overflow" => {
+            string()?;
+            match str_arg(value).as_deref() {
+                Some("drop-head" | "reject-publish" | "reject-publish-dlx") => Ok(()),
+                _ => Err("invalid_overflow".into()),
+            }
+        }
+        "x-queue-mode" => {
+            string()?;
+            match str_arg(value).as_deref() {
+                Some("default" | "lazy") => Ok(()),
+                _ => Err("invalid_queue_mode".into()),
+            }
+        }
+        "x-queue-type" => string(),
+        "x-single-active-consumer" => match value {
+            AMQPValue::Boolean(_) => Ok(()),
+            _ => wrong_type(),
+        },
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -203,5 +231,38 @@ mod tests {
         ))
         .is_err());
         assert!(validate(&table("x-custom", AMQPValue::Boolean(true))).is_ok());
+    }
+
+    #[test]
+    fn errors_read_as_rabbitmq_prints_them() {
+        let why = |k: &str, v: AMQPValue| validate(&table(k, v)).unwrap_err().1;
+        assert_eq!(
+            why("x-message-ttl", AMQPValue::LongInt(-1)),
+            "{value_negative,-1}"
+        );
+        assert_eq!(
+            why("x-max-length", AMQPValue::LongString("a".into())),
+            "{unacceptable_type,longstr}"
+        );
+        assert_eq!(why("x-expires", AMQPValue::LongInt(0)), "{value_zero,0}");
+        assert_eq!(
+            why("x-max-priority", AMQPValue::LongInt(300)),
+            "{max_value_exceeded,300}"
+        );
+        assert_eq!(
+            why("x-overflow", AMQPValue::LongString("x".into())),
+            "invalid_overflow"
+        );
+        assert_eq!(
+            why(
+                "x-dead-letter-routing-key",
+                AMQPValue::LongString("k".into())
+            ),
+            "routing_key_but_no_dlx_defined"
+        );
+        assert_eq!(
+            why("x-single-active-consumer", AMQPValue::LongInt(1)),
+            "{unacceptable_type,signedint}"
+        );
     }
 }

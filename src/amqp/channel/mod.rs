@@ -180,6 +180,7 @@ impl Channel {
             if p.immediate {
                 return Err(ProtocolError::not_implemented("immediate=true").on(60, 40));
             }
+            ctx.published = true;
             self.assembler.start(p);
             return Ok(());
         }

@@ -1,0 +1,75 @@
+//! The memory alarm (RabbitMQ's vm_memory_high_watermark): over the limit,
+//! connections that publish are blocked (connection.blocked, and the
+//! broker stops reading from them) while consumers go on; below it, they
+//! are unblocked and their publishes flow again.
+
+mod common;
+mod helpers;
+
+use common::*;
+use helpers::*;
+use lapin::options::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishers_are_blocked_over_the_limit_and_consumers_go_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = config(tmp.path());
+    cfg.memory_limit_mb = 1; // always over: the alarm is up from the start
+    let b = start_with(cfg).await;
+    let broker = std::sync::Arc::clone(&b.server.as_ref().unwrap().broker);
+    assert!(eventually(|| broker.memory.is_raised()).await);
+
+    let publisher = b.connect().await;
+    let ch = publisher.create_channel().await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    declare(&ch, "q").await;
+    assert!(
+        !publisher.status().blocked(),
+        "not blocked before publishing"
+    );
+    publish(&ch, "", "q", b"first").await;
+    assert!(
+        eventually(|| publisher.status().blocked()).await,
+        "the publisher is told it is blocked"
+    );
+
+    // A connection that only consumes is not blocked.
+    let consumer = b.connect().await;
+    let cch = consumer.create_channel().await.unwrap();
+    assert_eq!(
+        get_eventually(&cch, "q").await.as_deref(),
+        Some(&b"first"[..])
+    );
+
+    // While blocked, nothing more it publishes gets in (lapin holds its
+    // frames back once told; Warren would not read them anyway).
+    let pch = ch.clone();
+    let pending = tokio::spawn(async move {
+        pch.basic_publish(
+            "".into(),
+            "q".into(),
+            BasicPublishOptions::default(),
+            b"second",
+            Default::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap()
+    });
+    assert_eq!(get_body(&cch, "q").await, None);
+
+    broker.memory.set_limit(u64::MAX);
+    assert!(
+        eventually(|| !publisher.status().blocked()).await,
+        "unblocked when the alarm clears"
+    );
+    assert!(pending.await.unwrap().is_ack());
+    assert_eq!(
+        get_eventually(&cch, "q").await.as_deref(),
+        Some(&b"second"[..])
+    );
+    assert!(!consumer.status().blocked());
+}
