@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::codec::FieldReader;
 use super::error::ProtocolError;
-use crate::message::{read_meta, Message, PropertiesError};
+use crate::message::{read_meta, Message, Meta, PropertiesError};
 
 /// The fields of `basic.publish` the broker needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +66,7 @@ pub enum Assembler {
     Body {
         publish: Publish,
         properties: Bytes,
-        meta: crate::message::Meta,
+        meta: Meta,
         size: usize,
         parts: Body,
     },
@@ -78,7 +78,12 @@ pub enum Body {
     #[default]
     Empty,
     One(Bytes),
-    Many(BytesMut),
+    /// Several frames, gathered after a copy of the route and properties,
+    /// so the message is this one buffer; the body starts at `body_at`.
+    Many {
+        buf: BytesMut,
+        body_at: usize,
+    },
 }
 
 /// What feeding a frame produced.
@@ -115,8 +120,14 @@ impl Assembler {
         *self = Assembler::Header(publish);
     }
 
-    /// Feeds a content header frame.
-    pub fn header(&mut self, payload: &Bytes, max_size: u64) -> Result<Step, ProtocolError> {
+    /// Feeds a content header frame. `span`, if given, is a buffer every
+    /// frame of this publish is a slice of (see `Frame::Publish`).
+    pub fn header(
+        &mut self,
+        payload: &Bytes,
+        max_size: u64,
+        span: Option<&Bytes>,
+    ) -> Result<Step, ProtocolError> {
         let publish = match std::mem::take(self) {
             Assembler::Header(p) => p,
             Assembler::Idle => return Err(ProtocolError::unexpected_frame(NOT_METHOD)),
@@ -166,17 +177,23 @@ impl Assembler {
         };
         if size == 0 {
             *self = body;
-            return Ok(self.finish());
+            return Ok(self.finish(span));
         }
         *self = body;
         Ok(Step::More)
     }
 
-    /// Feeds a body frame.
-    pub fn body(&mut self, payload: Bytes) -> Result<Step, ProtocolError> {
+    /// Feeds a body frame (`span` as for `header`).
+    pub fn body(&mut self, payload: Bytes, span: Option<&Bytes>) -> Result<Step, ProtocolError> {
         let len = payload.len();
-        let (size, parts) = match self {
-            Assembler::Body { size, parts, .. } => (size, parts),
+        let (publish, properties, size, parts) = match self {
+            Assembler::Body {
+                publish,
+                properties,
+                size,
+                parts,
+                ..
+            } => (publish, properties, size, parts),
             Assembler::Idle => return Err(ProtocolError::unexpected_frame(NOT_METHOD)),
             Assembler::Header(_) => {
                 return Err(ProtocolError::unexpected_frame(NOT_HEADER).on(60, 40))
@@ -185,7 +202,7 @@ impl Assembler {
         let have = match parts {
             Body::Empty => 0,
             Body::One(b) => b.len(),
-            Body::Many(b) => b.len(),
+            Body::Many { buf, body_at } => buf.len() - *body_at,
         };
         if have + len > *size {
             return Err(ProtocolError::frame_error(format!(
@@ -193,31 +210,38 @@ impl Assembler {
                 have + len
             )));
         }
+        let gather = |first: &[u8]| {
+            let head = publish.route.len() + properties.len();
+            let mut buf = BytesMut::with_capacity(head + (*size).min(PREALLOCATE_MAX));
+            buf.extend_from_slice(&publish.route);
+            buf.extend_from_slice(properties);
+            buf.extend_from_slice(first);
+            Body::Many { buf, body_at: head }
+        };
         *parts = match std::mem::take(parts) {
             Body::Empty if len == *size => Body::One(payload),
-            Body::Empty => {
-                let mut b = BytesMut::with_capacity((*size).min(PREALLOCATE_MAX));
-                b.extend_from_slice(&payload);
-                Body::Many(b)
-            }
+            Body::Empty => gather(&payload),
             Body::One(first) => {
-                let mut b = BytesMut::with_capacity((*size).min(PREALLOCATE_MAX));
-                b.extend_from_slice(&first);
-                b.extend_from_slice(&payload);
-                Body::Many(b)
+                let mut b = gather(&first);
+                if let Body::Many { buf, .. } = &mut b {
+                    buf.extend_from_slice(&payload);
+                }
+                b
             }
-            Body::Many(mut b) => {
-                b.extend_from_slice(&payload);
-                Body::Many(b)
+            Body::Many { mut buf, body_at } => {
+                buf.extend_from_slice(&payload);
+                Body::Many { buf, body_at }
             }
         };
         if have + len == *size {
-            return Ok(self.finish());
+            return Ok(self.finish(span));
         }
         Ok(Step::More)
     }
 
-    fn finish(&mut self) -> Step {
+    /// The whole message, in one buffer: the span its frames came in
+    /// (no copy), the gathered buffer of a many-frame body, or else a copy.
+    fn finish(&mut self, span: Option<&Bytes>) -> Step {
         let Assembler::Body {
             publish,
             properties,
@@ -228,14 +252,53 @@ impl Assembler {
         else {
             return Step::More;
         };
-        let body = match parts {
-            Body::Empty => Bytes::new(),
-            Body::One(b) => b,
-            Body::Many(b) => b.freeze(),
+        let copy = |body: &[u8]| {
+            Message::new(
+                &publish.exchange,
+                &publish.routing_key,
+                &properties,
+                body,
+                meta,
+            )
         };
-        let msg = Message::from_route(publish.route.clone(), properties, body, meta);
+        let msg = match parts {
+            Body::Many { buf, body_at } => {
+                let buf = buf.freeze();
+                let props = publish.route.len()..body_at;
+                Message::from_parts(buf.clone(), props, body_at, meta)
+                    .unwrap_or_else(|| copy(buf.get(body_at..).unwrap_or_default()))
+            }
+            Body::Empty => span
+                .and_then(|s| in_span(s, &publish.route, &properties, &[], meta))
+                .unwrap_or_else(|| copy(&[])),
+            Body::One(body) => span
+                .and_then(|s| in_span(s, &publish.route, &properties, &body, meta))
+                .unwrap_or_else(|| copy(&body)),
+        };
         Step::Done(publish, msg)
     }
+}
+
+/// The message as a slice of `span`, if route, properties and body all lie
+/// in it in that order (they do when the publish was cut in one piece).
+fn in_span(span: &Bytes, route: &[u8], props: &[u8], body: &[u8], meta: Meta) -> Option<Message> {
+    let base = span.as_ptr() as usize;
+    let at = |part: &[u8]| {
+        let p = part.as_ptr() as usize;
+        (p >= base && p + part.len() <= base + span.len()).then(|| p - base)
+    };
+    let r = at(route)?;
+    let p = at(props)?;
+    let (b, end) = if body.is_empty() {
+        (p + props.len(), p + props.len())
+    } else {
+        let b = at(body)?;
+        (b, b + body.len())
+    };
+    if r > p || p + props.len() > b {
+        return None;
+    }
+    Message::from_parts(span.slice(r..end), p - r..p - r + props.len(), b - r, meta)
 }
 
 #[cfg(test)]
@@ -278,10 +341,16 @@ mod tests {
     fn assembles_multi_frame_body() {
         let mut a = Assembler::default();
         a.start(parse_publish(&publish_payload("", "q", 0)).unwrap());
-        assert!(matches!(a.header(&header(6), 1 << 20), Ok(Step::More)));
-        assert!(matches!(a.body(Bytes::from_static(b"abc")), Ok(Step::More)));
-        match a.body(Bytes::from_static(b"def")) {
-            Ok(Step::Done(_, m)) => assert_eq!(&m.body[..], b"abcdef"),
+        assert!(matches!(
+            a.header(&header(6), 1 << 20, None),
+            Ok(Step::More)
+        ));
+        assert!(matches!(
+            a.body(Bytes::from_static(b"abc"), None),
+            Ok(Step::More)
+        ));
+        match a.body(Bytes::from_static(b"def"), None) {
+            Ok(Step::Done(_, m)) => assert_eq!(m.body(), b"abcdef"),
             other => panic!("{other:?}"),
         }
         assert!(!a.is_busy());
@@ -291,24 +360,30 @@ mod tests {
     fn empty_body_completes_at_header() {
         let mut a = Assembler::default();
         a.start(parse_publish(&publish_payload("", "q", 0)).unwrap());
-        assert!(matches!(a.header(&header(0), 10), Ok(Step::Done(..))));
+        assert!(matches!(a.header(&header(0), 10, None), Ok(Step::Done(..))));
     }
 
     #[test]
     fn out_of_order_frames_are_unexpected() {
         let mut a = Assembler::default();
-        assert_eq!(a.header(&header(1), 10).unwrap_err().code, 505);
-        assert_eq!(a.body(Bytes::from_static(b"x")).unwrap_err().code, 505);
+        assert_eq!(a.header(&header(1), 10, None).unwrap_err().code, 505);
+        assert_eq!(
+            a.body(Bytes::from_static(b"x"), None).unwrap_err().code,
+            505
+        );
     }
 
     #[test]
     fn body_longer_than_declared_and_oversized() {
         let mut a = Assembler::default();
         a.start(parse_publish(&publish_payload("", "q", 0)).unwrap());
-        a.header(&header(2), 10).unwrap();
-        assert_eq!(a.body(Bytes::from_static(b"abc")).unwrap_err().code, 501);
+        a.header(&header(2), 10, None).unwrap();
+        assert_eq!(
+            a.body(Bytes::from_static(b"abc"), None).unwrap_err().code,
+            501
+        );
         let mut a = Assembler::default();
         a.start(parse_publish(&publish_payload("", "q", 0)).unwrap());
-        assert_eq!(a.header(&header(11), 10).unwrap_err().code, 406);
+        assert_eq!(a.header(&header(11), 10, None).unwrap_err().code, 406);
     }
 }

@@ -23,10 +23,59 @@ pub const FRAME_MIN_SIZE: u32 = 4096;
 /// One frame, its payload still raw (a slice of the read buffer, no copy).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
-    Method { channel: u16, payload: Bytes },
-    Header { channel: u16, payload: Bytes },
-    Body { channel: u16, payload: Bytes },
-    Heartbeat { channel: u16 },
+    Method {
+        channel: u16,
+        payload: Bytes,
+    },
+    Header {
+        channel: u16,
+        payload: Bytes,
+    },
+    Body {
+        channel: u16,
+        payload: Bytes,
+    },
+    Heartbeat {
+        channel: u16,
+    },
+    /// A whole publish cut at once: basic.publish, its content header and
+    /// its body in at most one body frame, back to back on one channel.
+    /// `raw` holds the three frames with their framing, so the message can
+    /// keep one buffer; `header_at` and `body_at` are where the header and
+    /// body frames start in it (no body frame for an empty body).
+    Publish {
+        channel: u16,
+        raw: Bytes,
+        header_at: usize,
+        body_at: Option<usize>,
+    },
+}
+
+impl Frame {
+    /// The frames a `Publish` stands for, payloads sliced from its buffer.
+    pub fn split_publish(
+        raw: &Bytes,
+        channel: u16,
+        header_at: usize,
+        body_at: Option<usize>,
+    ) -> [Option<Frame>; 3] {
+        let payload = |at: usize, end: usize| raw.slice(at + 7..end - 1);
+        let header_end = body_at.unwrap_or(raw.len());
+        [
+            Some(Frame::Method {
+                channel,
+                payload: payload(0, header_at),
+            }),
+            Some(Frame::Header {
+                channel,
+                payload: payload(header_at, header_end),
+            }),
+            body_at.map(|at| Frame::Body {
+                channel,
+                payload: payload(at, raw.len()),
+            }),
+        ]
+    }
 }
 
 impl Frame {
@@ -36,7 +85,8 @@ impl Frame {
             Frame::Method { channel, .. }
             | Frame::Header { channel, .. }
             | Frame::Body { channel, .. }
-            | Frame::Heartbeat { channel } => *channel,
+            | Frame::Heartbeat { channel }
+            | Frame::Publish { channel, .. } => *channel,
         }
     }
 }
@@ -81,6 +131,28 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
             buf[total - 1]
         )));
     }
+    if kind == FRAME_METHOD && channel != 0 && is_basic_publish(&buf[7..total - 1]) {
+        match publish_triple(buf, total, channel, frame_max) {
+            Triple::Whole {
+                len,
+                header_at,
+                body_at,
+            } => {
+                let raw = buf.split_to(len).freeze();
+                return Ok(Some(Frame::Publish {
+                    channel,
+                    raw,
+                    header_at,
+                    body_at,
+                }));
+            }
+            Triple::Wait(len) => {
+                buf.reserve(len.saturating_sub(buf.len()));
+                return Ok(None);
+            }
+            Triple::Apart => {}
+        }
+    }
     let mut frame = buf.split_to(total);
     frame.advance(7);
     frame.truncate(size as usize);
@@ -91,6 +163,94 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
         FRAME_BODY => Frame::Body { channel, payload },
         _ => Frame::Heartbeat { channel },
     }))
+}
+
+/// What follows a basic.publish method frame in the buffer.
+enum Triple {
+    /// Its header and (at most one) body frame, whole: `len` bytes in all.
+    Whole {
+        len: usize,
+        header_at: usize,
+        body_at: Option<usize>,
+    },
+    /// So far consistent with that, but incomplete: wait for `len` bytes.
+    Wait(usize),
+    /// Anything else (another channel's frame, a body in several frames,
+    /// a malformed frame): take the frames one at a time, as they come.
+    Apart,
+}
+
+/// Whether a method payload is a well-formed basic.publish (a malformed one
+/// is refused at once, as RabbitMQ decodes a method when it arrives).
+fn is_basic_publish(payload: &[u8]) -> bool {
+    let mut r = FieldReader::new(payload);
+    r.take(4) == Some(&[0, 60, 0, 40][..])
+        && r.u16().is_some()
+        && r.short_str().is_some()
+        && r.short_str().is_some()
+        && r.u8().is_some()
+        && r.remaining() == 0
+}
+
+/// Looks past the basic.publish method frame of `method_len` bytes at the
+/// head of `buf` for its content, so that a publish is cut in one piece.
+/// A publish is acted on only once its content is complete anyway (as in
+/// RabbitMQ's command assembler), so waiting for it changes nothing a
+/// client sees.
+fn publish_triple(buf: &[u8], method_len: usize, channel: u16, frame_max: u32) -> Triple {
+    if frame_max == 0 {
+        return Triple::Apart;
+    }
+    let limit = frame_max as usize;
+    // The frame at `at`: (type, channel, payload size), if its 7 octets are in.
+    let head = |at: usize| -> Option<(u8, u16, usize)> {
+        let h = buf.get(at..at + 7)?;
+        let size = u32::from_be_bytes([h[3], h[4], h[5], h[6]]) as usize;
+        Some((h[0], u16::from_be_bytes([h[1], h[2]]), size))
+    };
+    let header_at = method_len;
+    let Some((kind, ch, size)) = head(header_at) else {
+        return Triple::Wait(header_at + 7);
+    };
+    if kind != FRAME_HEADER || ch != channel || !(12..=limit).contains(&size) {
+        return Triple::Apart;
+    }
+    let body_at = header_at + size + FRAME_OVERHEAD;
+    let Some(header) = buf.get(header_at + 7..body_at) else {
+        return Triple::Wait(body_at);
+    };
+    if header[size] != FRAME_END {
+        return Triple::Apart;
+    }
+    let body_size = u64::from_be_bytes([
+        header[4], header[5], header[6], header[7], header[8], header[9], header[10], header[11],
+    ]);
+    if body_size == 0 {
+        return Triple::Whole {
+            len: body_at,
+            header_at,
+            body_at: None,
+        };
+    }
+    if body_size > limit as u64 {
+        return Triple::Apart;
+    }
+    let end = body_at + body_size as usize + FRAME_OVERHEAD;
+    let Some((kind, ch, size)) = head(body_at) else {
+        return Triple::Wait(end);
+    };
+    if kind != FRAME_BODY || ch != channel || size as u64 != body_size {
+        return Triple::Apart;
+    }
+    match buf.get(end - 1) {
+        None => Triple::Wait(end),
+        Some(&FRAME_END) => Triple::Whole {
+            len: end,
+            header_at,
+            body_at: Some(body_at),
+        },
+        Some(_) => Triple::Apart,
+    }
 }
 
 /// Class and method ids of a method payload.
@@ -272,7 +432,7 @@ pub fn put_content(
     out: &mut BytesMut,
     channel: u16,
     properties: &[u8],
-    body: &Bytes,
+    body: &[u8],
     frame_max: u32,
 ) {
     let at = begin_frame(out, FRAME_HEADER, channel);
@@ -323,6 +483,92 @@ mod tests {
         b.extend_from_slice(payload);
         b.put_u8(FRAME_END);
         b
+    }
+
+    /// basic.publish to "" with key "q", then a header for `size` bytes.
+    fn publish_frames(channel: u16, size: u64) -> BytesMut {
+        let mut all = frame(FRAME_METHOD, channel, &[0, 60, 0, 40, 0, 0, 0, 1, b'q', 0]);
+        let mut header = vec![0, 60, 0, 0];
+        header.extend_from_slice(&size.to_be_bytes());
+        header.extend_from_slice(&[0, 0]);
+        all.extend_from_slice(&frame(FRAME_HEADER, channel, &header));
+        all
+    }
+
+    #[test]
+    fn a_whole_publish_is_cut_in_one_piece() {
+        let mut all = publish_frames(1, 5);
+        all.extend_from_slice(&frame(FRAME_BODY, 1, b"hello"));
+        let total = all.len();
+        // Any prefix: wait (nothing is cut).
+        for cut in [18, 19, 25, 40, total - 1] {
+            let mut buf = BytesMut::from(&all[..cut]);
+            assert_eq!(decode(&mut buf, 4096), Ok(None), "prefix of {cut}");
+            assert_eq!(buf.len(), cut);
+        }
+        let mut buf = all.clone();
+        let Ok(Some(Frame::Publish {
+            channel,
+            raw,
+            header_at,
+            body_at,
+        })) = decode(&mut buf, 4096)
+        else {
+            panic!("not cut whole");
+        };
+        assert!(buf.is_empty());
+        assert_eq!(raw.len(), total);
+        let [m, h, b] = Frame::split_publish(&raw, channel, header_at, body_at);
+        assert!(matches!(m, Some(Frame::Method { payload, .. }) if payload[..4] == [0, 60, 0, 40]));
+        assert!(matches!(h, Some(Frame::Header { payload, .. }) if payload.len() == 14));
+        assert!(matches!(b, Some(Frame::Body { payload, .. }) if payload == "hello"));
+    }
+
+    #[test]
+    fn an_empty_body_has_no_body_frame() {
+        let mut buf = publish_frames(1, 0);
+        let Ok(Some(Frame::Publish { body_at, .. })) = decode(&mut buf, 4096) else {
+            panic!("not cut whole");
+        };
+        assert_eq!(body_at, None);
+    }
+
+    #[test]
+    fn other_shapes_are_cut_frame_by_frame() {
+        // Another channel's frame in between.
+        let mut buf = frame(FRAME_METHOD, 1, &[0, 60, 0, 40, 0, 0, 0, 1, b'q', 0]);
+        buf.extend_from_slice(&frame(FRAME_HEARTBEAT, 0, b""));
+        assert!(matches!(
+            decode(&mut buf, 4096),
+            Ok(Some(Frame::Method { .. }))
+        ));
+        // A body in two frames.
+        let mut buf = publish_frames(1, 6);
+        buf.extend_from_slice(&frame(FRAME_BODY, 1, b"abc"));
+        buf.extend_from_slice(&frame(FRAME_BODY, 1, b"def"));
+        assert!(matches!(
+            decode(&mut buf, 4096),
+            Ok(Some(Frame::Method { .. }))
+        ));
+        assert!(matches!(
+            decode(&mut buf, 4096),
+            Ok(Some(Frame::Header { .. }))
+        ));
+        // A header announcing more than one frame can carry.
+        let mut buf = publish_frames(1, 10_000);
+        assert!(matches!(
+            decode(&mut buf, 4096),
+            Ok(Some(Frame::Method { .. }))
+        ));
+        // A bad frame end on the header: its error comes from the usual path.
+        let mut buf = publish_frames(1, 0);
+        let last = buf.len() - 1;
+        buf[last] = 0;
+        assert!(matches!(
+            decode(&mut buf, 4096),
+            Ok(Some(Frame::Method { .. }))
+        ));
+        assert!(decode(&mut buf, 4096).is_err());
     }
 
     #[test]

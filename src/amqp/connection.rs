@@ -645,6 +645,9 @@ impl Connection {
                     let (c, m) = codec::method_ids(&payload).unwrap_or((0, 0));
                     Err(ProtocolError::channel_error("expected 'channel.open'").on(c, m))
                 }
+                Frame::Publish { .. } => {
+                    Err(ProtocolError::channel_error("expected 'channel.open'").on(60, 40))
+                }
                 _ => Err(ProtocolError::unexpected_frame(
                     "expected method frame, got non method frame instead",
                 )),

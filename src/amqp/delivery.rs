@@ -152,7 +152,7 @@ impl ChannelDelivery {
             codec::put_short_str(out, msg.exchange());
             codec::put_short_str(out, msg.routing_key());
             codec::end_frame(out, at);
-            codec::put_content(out, self.id, &msg.properties, &msg.body, self.frame_max);
+            codec::put_content(out, self.id, msg.properties(), msg.body(), self.frame_max);
         });
         if consumer.no_ack {
             queue.settle_delivered(entry);
@@ -191,7 +191,7 @@ impl ChannelDelivery {
             codec::put_short_str(out, msg.routing_key());
             out.put_u32(message_count);
             codec::end_frame(out, at);
-            codec::put_content(out, self.id, &msg.properties, &msg.body, self.frame_max);
+            codec::put_content(out, self.id, msg.properties(), msg.body(), self.frame_max);
         });
         if no_ack {
             return Some(entry);

@@ -134,13 +134,7 @@ pub fn dead_letter(
     let properties = encode_properties(&without_expiration(&props).with_headers(headers));
     let meta = read_meta(&properties).unwrap_or_default();
     let routing_key = dlrk.map_or(msg.routing_key(), str::as_bytes);
-    Message::new(
-        dlx.as_bytes(),
-        routing_key,
-        properties,
-        msg.body.clone(),
-        meta,
-    )
+    Message::new(dlx.as_bytes(), routing_key, &properties, msg.body(), meta)
 }
 
 /// RabbitMQ's cycle rule: a dead-lettered message does not go back to a
@@ -215,18 +209,11 @@ fn without_expiration(p: &AMQPProperties) -> AMQPProperties {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
 
     fn message(props: AMQPProperties) -> Message {
         let properties = encode_properties(&props);
         let meta = read_meta(&properties).unwrap_or_default();
-        Message::new(
-            b"orders",
-            b"new",
-            properties,
-            Bytes::from_static(b"body"),
-            meta,
-        )
+        Message::new(b"orders", b"new", &properties, b"body", meta)
     }
 
     fn deaths(m: &Message) -> Vec<FieldTable> {

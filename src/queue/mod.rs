@@ -236,7 +236,7 @@ impl Queue {
             deadline,
             returned: 0,
         };
-        if self.args.overflow != Overflow::DropHead && self.full_for(&st, msg.body.len()) {
+        if self.args.overflow != Overflow::DropHead && self.full_for(&st, msg.body().len()) {
             if self.args.overflow == Overflow::RejectPublishDlx {
                 st.dead.push((entry, Reason::MaxLen));
                 self.finish(st);

@@ -63,8 +63,8 @@ fn empty_message() -> Arc<Message> {
         static EMPTY: Arc<Message> = Arc::new(Message::new(
             b"",
             b"",
-            bytes::Bytes::from_static(&[0, 0]),
-            bytes::Bytes::new(),
+            &[0, 0],
+            &[],
             crate::message::Meta::default(),
         ));
     }
@@ -138,7 +138,7 @@ impl Ready {
         };
         let e = std::mem::replace(slot, tombstone);
         self.tombstones += 1;
-        self.mem_bytes -= e.msg.body.len();
+        self.mem_bytes -= e.msg.body().len();
         Some(e)
     }
 
@@ -167,11 +167,11 @@ impl Ready {
                 if entry.deadline != 0 {
                     self.tail_deadlines.insert(entry.seq, entry.deadline);
                 }
-                self.add_to_tail(entry.seq, entry.msg.body.len());
+                self.add_to_tail(entry.seq, entry.msg.body().len());
                 return Ok(());
             }
         }
-        self.mem_bytes += entry.msg.body.len();
+        self.mem_bytes += entry.msg.body().len();
         self.mem.push_back(entry);
         Ok(())
     }
@@ -187,9 +187,9 @@ impl Ready {
             if entry.deadline != 0 {
                 self.tail_deadlines.insert(entry.seq, entry.deadline);
             }
-            self.add_to_tail(entry.seq, entry.msg.body.len());
+            self.add_to_tail(entry.seq, entry.msg.body().len());
         } else {
-            self.mem_bytes += entry.msg.body.len();
+            self.mem_bytes += entry.msg.body().len();
             self.mem.push_back(entry);
         }
     }
@@ -216,7 +216,7 @@ impl Ready {
                 self.tombstones -= 1;
                 continue;
             }
-            self.mem_bytes -= e.msg.body.len();
+            self.mem_bytes -= e.msg.body().len();
             return Some(e);
         }
     }
@@ -226,9 +226,9 @@ impl Ready {
             Ok(batch) => {
                 for (seq, msg) in batch {
                     self.tail.count = self.tail.count.saturating_sub(1);
-                    self.tail.bytes = self.tail.bytes.saturating_sub(msg.body.len());
+                    self.tail.bytes = self.tail.bytes.saturating_sub(msg.body().len());
                     self.tail.first_seq = seq + 1;
-                    self.mem_bytes += msg.body.len();
+                    self.mem_bytes += msg.body().len();
                     let deadline = self.tail_deadlines.remove(&seq).unwrap_or(0);
                     self.mem.push_back(Entry {
                         msg,
@@ -250,14 +250,14 @@ impl Ready {
 
     /// Puts a message back at the head (a delivery that did not happen).
     pub fn push_front(&mut self, entry: Entry) {
-        self.mem_bytes += entry.msg.body.len();
+        self.mem_bytes += entry.msg.body().len();
         self.mem.push_front(entry);
     }
 
     /// Puts a requeued message back at its place by sequence. Requeued
     /// messages were in memory before, so they sort before the tail.
     pub fn insert_sorted(&mut self, entry: Entry) {
-        self.mem_bytes += entry.msg.body.len();
+        self.mem_bytes += entry.msg.body().len();
         let rank = self.rank(&entry);
         let at = self.mem.partition_point(|e| self.rank(e) < rank);
         self.mem.insert(at, entry);
@@ -282,19 +282,14 @@ impl Ready {
 mod tests {
     use super::*;
     use crate::message::{Message, Meta};
-    use bytes::Bytes;
     use std::sync::Arc;
 
     fn entry(seq: u64, persistent: bool) -> Entry {
         let msg = Message::new(
             b"",
             b"q",
-            if persistent {
-                Bytes::from_static(&[0x10, 0, 2])
-            } else {
-                Bytes::from_static(&[0, 0])
-            },
-            Bytes::from(seq.to_be_bytes().to_vec()),
+            if persistent { &[0x10, 0, 2] } else { &[0, 0] },
+            &seq.to_be_bytes(),
             Meta::default().with_delivery_mode(if persistent { 2 } else { 0 }),
         );
         Entry {
@@ -328,7 +323,7 @@ mod tests {
         for seq in 1..=n {
             let e = r.pop_front(Some(&pager)).unwrap();
             assert_eq!(e.seq, seq);
-            assert_eq!(&e.msg.body[..], &seq.to_be_bytes());
+            assert_eq!(e.msg.body(), &seq.to_be_bytes());
         }
         assert!(r.pop_front(Some(&pager)).is_none());
         assert_eq!(r.len(), 0);
@@ -351,15 +346,14 @@ mod tests {
 mod priority_tests {
     use super::*;
     use crate::message::{Message, Meta};
-    use bytes::Bytes;
     use std::sync::Arc;
 
     fn entry(seq: u64, priority: u8) -> Entry {
         let msg = Message::new(
             b"",
             b"",
-            Bytes::from_static(&[0, 0]),
-            Bytes::new(),
+            &[0, 0],
+            &[],
             Meta::default().with_priority(priority),
         );
         Entry {
@@ -390,16 +384,9 @@ mod priority_tests {
 mod expiry_tests {
     use super::*;
     use crate::message::{Message, Meta};
-    use bytes::Bytes;
 
     fn entry(seq: u64) -> Entry {
-        let msg = Message::new(
-            b"",
-            b"",
-            Bytes::from_static(&[0, 0]),
-            Bytes::from(vec![1u8; 10]),
-            Meta::default(),
-        );
+        let msg = Message::new(b"", b"", &[0, 0], &[1u8; 10], Meta::default());
         Entry {
             msg: Arc::new(msg),
             seq,

@@ -83,15 +83,13 @@ impl Unwritten {
 mod tests {
     use super::*;
     use crate::message::Meta;
-    use bytes::Bytes;
 
     fn msg() -> Arc<Message> {
-        let props = Bytes::from_static(&[0x10, 0, 2]);
         Arc::new(Message::new(
             b"",
             b"q",
-            props,
-            Bytes::from_static(b"x"),
+            &[0x10, 0, 2],
+            b"x",
             Meta::default(),
         ))
     }

@@ -68,9 +68,9 @@ fn encode_record(msg: &Message, transient: bool, deadline: u64, out: &mut BytesM
     out.extend_from_slice(msg.exchange());
     out.put_u8(msg.routing_key().len() as u8);
     out.extend_from_slice(msg.routing_key());
-    out.put_u32(msg.properties.len() as u32);
-    out.extend_from_slice(&msg.properties);
-    out.extend_from_slice(&msg.body);
+    out.put_u32(msg.properties().len() as u32);
+    out.extend_from_slice(msg.properties());
+    out.extend_from_slice(msg.body());
 }
 
 /// Whether a record holds a transient (paged) message.
@@ -104,14 +104,14 @@ fn decode_record(raw: Bytes) -> Result<(Message, u64)> {
     let route_end = route_at + 1 + ex + 1 + rk;
     let p_at = route_end + 4;
     let b_at = p_at + pl;
-    let properties = raw.slice(p_at..b_at);
-    let meta = read_meta(&properties).map_err(|_| bad())?;
-    let msg = Message::from_route(
-        raw.slice(route_at..route_end),
-        properties,
-        raw.slice(b_at..),
+    let meta = read_meta(&raw[p_at..b_at]).map_err(|_| bad())?;
+    let msg = Message::from_parts(
+        raw.slice(route_at..),
+        p_at - route_at..b_at - route_at,
+        b_at - route_at,
         meta,
-    );
+    )
+    .ok_or_else(bad)?;
     Ok((msg, deadline))
 }
 
@@ -236,8 +236,8 @@ mod tests {
         Message::new(
             b"amq.direct",
             b"rk",
-            Bytes::from_static(&[0x10, 0, 2]),
-            Bytes::from_static(body),
+            &[0x10, 0, 2],
+            body,
             Meta::default().with_delivery_mode(2),
         )
     }
@@ -258,8 +258,8 @@ mod tests {
         let back = decode_message(buf.freeze()).unwrap();
         assert_eq!(back.exchange(), m.exchange());
         assert_eq!(back.routing_key(), m.routing_key());
-        assert_eq!(back.properties, m.properties);
-        assert_eq!(back.body, m.body);
+        assert_eq!(back.properties(), m.properties());
+        assert_eq!(back.body(), m.body());
         assert_eq!(back.meta, m.meta);
         assert!(decode_message(Bytes::from_static(&[1, 5, b'a'])).is_err());
     }
@@ -269,18 +269,12 @@ mod tests {
         let s = Store::temporary().unwrap();
         s.put_message(5, 1, &msg(b"a"), 0).unwrap();
         s.put_message(5, 2, &msg(b"b"), 1_700_000_000_000).unwrap();
-        let transient = Message::new(
-            b"",
-            b"q",
-            Bytes::from_static(&[0, 0]),
-            Bytes::new(),
-            Meta::default(),
-        );
+        let transient = Message::new(b"", b"q", &[0, 0], &[], Meta::default());
         s.put_paged(5, 3, &transient, 42).unwrap();
         let back: Vec<(u64, u64, Bytes)> = s
             .messages(5)
             .map(|m| m.unwrap())
-            .map(|m| (m.seq, m.deadline, m.message.body.clone()))
+            .map(|m| (m.seq, m.deadline, Bytes::copy_from_slice(m.message.body())))
             .collect();
         assert_eq!(
             back,

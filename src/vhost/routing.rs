@@ -86,7 +86,7 @@ impl VHost {
             let view = warren_plugin_api::MessageView {
                 routing_key: &key,
                 headers: headers.as_ref(),
-                raw_properties: &msg.properties,
+                raw_properties: msg.properties(),
             };
             if let warren_plugin_api::Disposition::Delay(ms) = plugin.on_publish(&view) {
                 hold = Some(ms);
@@ -174,7 +174,7 @@ fn dedup(out: &mut Vec<Arc<Queue>>) {
 fn may_have_header(msg: &Message, name: &[u8]) -> bool {
     msg.meta.has_headers
         && msg
-            .properties
+            .properties()
             .windows(name.len() + 1)
             .any(|w| w[0] as usize == name.len() && &w[1..] == name)
 }
@@ -222,7 +222,7 @@ pub fn strip_bcc(msg: &Message) -> Option<Message> {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     headers = inner.into();
-    Some(msg.with_properties(crate::message::encode_properties(
+    Some(msg.with_properties(&crate::message::encode_properties(
         &props.with_headers(headers),
     )))
 }

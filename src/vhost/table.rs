@@ -145,7 +145,7 @@ impl Table {
                 let view = MessageView {
                     routing_key: key,
                     headers,
-                    raw_properties: &msg.properties,
+                    raw_properties: msg.properties(),
                 };
                 // Plugin exchanges are not the hot path: a small Vec per call.
                 let mut ids = Vec::new();

@@ -136,7 +136,7 @@ impl Channel {
             codec::put_short_str(out, msg.exchange());
             codec::put_short_str(out, msg.routing_key());
             codec::end_frame(out, at);
-            codec::put_content(out, self.id, &msg.properties, &msg.body, frame_max);
+            codec::put_content(out, self.id, msg.properties(), msg.body(), frame_max);
         });
     }
 

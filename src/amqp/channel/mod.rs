@@ -19,6 +19,7 @@ use amq_protocol::protocol::{
     access, basic as b, channel, confirm, exchange as x, queue as q, tx as t, AMQPClass,
 };
 use amq_protocol::types::ShortString;
+use bytes::Bytes;
 use tracing::warn;
 
 use super::assembler::{self, Assembler, Step};
@@ -115,20 +116,35 @@ impl Channel {
         }
         let r = match frame {
             Frame::Method { payload, .. } => self.method(payload, ctx).await,
-            Frame::Header { payload, .. } => {
-                let max = ctx.broker.config.max_message_size;
-                match self.assembler.header(&payload, max) {
-                    Ok(Step::Done(p, m)) => self.publish(p, m, ctx),
-                    Ok(Step::More) => Ok(()),
-                    Err(e) => Err(e),
-                }
-            }
-            Frame::Body { payload, .. } => match self.assembler.body(payload) {
-                Ok(Step::Done(p, m)) => self.publish(p, m, ctx),
-                Ok(Step::More) => Ok(()),
-                Err(e) => Err(e),
-            },
+            Frame::Header { payload, .. } => self.content_header(&payload, None, ctx),
+            Frame::Body { payload, .. } => self.content_body(payload, None, ctx),
             Frame::Heartbeat { .. } => Ok(()),
+            Frame::Publish {
+                channel,
+                raw,
+                header_at,
+                body_at,
+            } => {
+                // The same steps as for the three frames one by one, with
+                // the buffer they share, so the message keeps it.
+                let [method, header, body] =
+                    Frame::split_publish(&raw, channel, header_at, body_at);
+                let mut r = match method {
+                    Some(Frame::Method { payload, .. }) => self.method(payload, ctx).await,
+                    _ => Ok(()),
+                };
+                if r.is_ok() {
+                    if let Some(Frame::Header { payload, .. }) = header {
+                        r = self.content_header(&payload, Some(&raw), ctx);
+                    }
+                }
+                if r.is_ok() {
+                    if let Some(Frame::Body { payload, .. }) = body {
+                        r = self.content_body(payload, Some(&raw), ctx);
+                    }
+                }
+                r
+            }
         };
         match r {
             Err(e) if !e.hard => {
@@ -136,6 +152,33 @@ impl Channel {
                 Ok(())
             }
             other => other,
+        }
+    }
+
+    fn content_header(
+        &mut self,
+        payload: &Bytes,
+        span: Option<&Bytes>,
+        ctx: &mut ConnCtx,
+    ) -> Result<()> {
+        let max = ctx.broker.config.max_message_size;
+        match self.assembler.header(payload, max, span) {
+            Ok(Step::Done(p, m)) => self.publish(p, m, ctx),
+            Ok(Step::More) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn content_body(
+        &mut self,
+        payload: Bytes,
+        span: Option<&Bytes>,
+        ctx: &mut ConnCtx,
+    ) -> Result<()> {
+        match self.assembler.body(payload, span) {
+            Ok(Step::Done(p, m)) => self.publish(p, m, ctx),
+            Ok(Step::More) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
