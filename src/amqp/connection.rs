@@ -460,6 +460,10 @@ impl Connection {
         };
         let mut last_read = Instant::now();
         let mut read_chunk = 2 * 1024;
+        // One timer for the missed-heartbeat check, re-armed only when it
+        // fires (not per read: that would be a timer-wheel update per read).
+        let silence = tokio::time::sleep_until((last_read + timeout).into());
+        tokio::pin!(silence);
         loop {
             // Everything already buffered first: many frames per read.
             loop {
@@ -528,9 +532,13 @@ impl Connection {
                         return Closed::Lost("store closed");
                     }
                 }
-                _ = tokio::time::sleep_until((last_read + timeout).into()) => {
-                    warn!(heartbeat = self.heartbeat, "missed heartbeats from client, closing");
-                    return Closed::Lost("missed heartbeats");
+                _ = &mut silence => {
+                    let due = last_read + timeout;
+                    if Instant::now() >= due {
+                        warn!(heartbeat = self.heartbeat, "missed heartbeats from client, closing");
+                        return Closed::Lost("missed heartbeats");
+                    }
+                    silence.as_mut().reset(due.into());
                 }
                 _ = shutdown.changed() => {
                     let e = ProtocolError::new(code::CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'");

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use parking_lot::Mutex;
@@ -107,6 +107,12 @@ impl Outbox {
     /// The writer task: runs until the socket fails or `finish` is called.
     pub async fn run_writer(self: Arc<Self>, mut socket: OwnedWriteHalf) {
         let mut spare = BytesMut::with_capacity(SMALL);
+        // One heartbeat timer for the connection's life, re-armed only when
+        // it fires (not on every write: that would be a timer-wheel update
+        // per message).
+        let idle = tokio::time::sleep(Duration::from_secs(1));
+        tokio::pin!(idle);
+        let mut last_write = Instant::now();
         loop {
             let (mut out, finish, woken) = {
                 let mut inner = self.inner.lock();
@@ -134,10 +140,19 @@ impl Outbox {
                 if hb == 0 {
                     self.notify.notified().await;
                 } else {
-                    let idle = tokio::time::sleep(Duration::from_secs(hb));
+                    let period = Duration::from_secs(hb);
                     tokio::select! {
                         _ = self.notify.notified() => {}
-                        _ = idle => codec::put_heartbeat(&mut out),
+                        _ = &mut idle => {
+                            let now = Instant::now();
+                            let due = last_write + period;
+                            if now >= due {
+                                codec::put_heartbeat(&mut out);
+                                idle.as_mut().reset((now + period).into());
+                            } else {
+                                idle.as_mut().reset(due.into());
+                            }
+                        }
                     }
                 }
             }
@@ -146,6 +161,7 @@ impl Outbox {
                     break;
                 }
                 out.clear();
+                last_write = Instant::now();
             }
             // Keep the larger buffer for reuse, but not a huge one forever.
             if out.capacity() > 8 * HIGH_WATER {
