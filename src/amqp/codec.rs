@@ -253,6 +253,30 @@ fn publish_triple(buf: &[u8], method_len: usize, channel: u16, frame_max: u32) -
     }
 }
 
+/// RabbitMQ's name for the type of a field value.
+pub fn type_name(v: &amq_protocol::types::AMQPValue) -> &'static str {
+    use amq_protocol::types::AMQPValue as V;
+    match v {
+        V::Boolean(_) => "bool",
+        V::ShortShortInt(_) => "byte",
+        V::ShortShortUInt(_) => "unsignedbyte",
+        V::ShortInt(_) => "short",
+        V::ShortUInt(_) => "unsignedshort",
+        V::LongInt(_) => "signedint",
+        V::LongUInt(_) => "unsignedint",
+        V::LongLongInt(_) => "long",
+        V::Float(_) => "float",
+        V::Double(_) => "double",
+        V::DecimalValue(_) => "decimal",
+        V::ShortString(_) | V::LongString(_) => "longstr",
+        V::FieldArray(_) => "array",
+        V::Timestamp(_) => "timestamp",
+        V::FieldTable(_) => "table",
+        V::ByteArray(_) => "binary",
+        V::Void => "void",
+    }
+}
+
 /// Class and method ids of a method payload.
 pub fn method_ids(payload: &[u8]) -> Option<(u16, u16)> {
     if payload.len() < 4 {

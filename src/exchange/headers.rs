@@ -18,6 +18,8 @@ use std::hash::Hash;
 
 use amq_protocol::types::AMQPValue;
 
+use crate::amqp::codec::type_name;
+
 use super::{same_args, string_bytes, value_eq, Change, DestSet, FieldTable, Floats};
 
 /// One headers binding, with its `x-match` mode decoded once.
@@ -220,30 +222,6 @@ pub fn validate_args(args: &FieldTable) -> Result<(), String> {
             type_name(v),
             erl_term(v)
         )),
-    }
-}
-
-/// RabbitMQ's name for the type of a field value.
-fn type_name(v: &AMQPValue) -> &'static str {
-    use AMQPValue as V;
-    match v {
-        V::Boolean(_) => "bool",
-        V::ShortShortInt(_) => "byte",
-        V::ShortShortUInt(_) => "unsignedbyte",
-        V::ShortInt(_) => "short",
-        V::ShortUInt(_) => "unsignedshort",
-        V::LongInt(_) => "signedint",
-        V::LongUInt(_) => "unsignedint",
-        V::LongLongInt(_) => "long",
-        V::Float(_) => "float",
-        V::Double(_) => "double",
-        V::DecimalValue(_) => "decimal",
-        V::ShortString(_) | V::LongString(_) => "longstr",
-        V::FieldArray(_) => "array",
-        V::Timestamp(_) => "timestamp",
-        V::FieldTable(_) => "table",
-        V::ByteArray(_) => "binary",
-        V::Void => "void",
     }
 }
 

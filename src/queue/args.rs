@@ -3,6 +3,8 @@
 
 use amq_protocol::types::{AMQPValue, FieldTable};
 
+use crate::amqp::codec::type_name;
+
 /// An integer argument, accepting every integer width clients send.
 pub fn int_arg(v: &AMQPValue) -> Option<i64> {
     Some(match v {
@@ -23,31 +25,6 @@ pub fn str_arg(v: &AMQPValue) -> Option<String> {
         AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
         AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
         _ => None,
-    }
-}
-
-/// The field type as RabbitMQ names it in its error texts.
-fn type_name(v: &AMQPValue) -> &'static str {
-    use AMQPValue as V;
-    match v {
-        V::Boolean(_) => "bool",
-        V::ShortShortInt(_) => "byte",
-        V::ShortShortUInt(_) => "unsignedbyte",
-        V::ShortInt(_) => "short",
-        V::ShortUInt(_) => "unsignedshort",
-        V::LongInt(_) => "signedint",
-        V::LongUInt(_) => "unsignedint",
-        V::LongLongInt(_) => "long",
-        V::Float(_) => "float",
-        V::Double(_) => "double",
-        V::DecimalValue(_) => "decimal",
-        V::ShortString(_) => "shortstr",
-        V::LongString(_) => "longstr",
-        V::FieldArray(_) => "array",
-        V::Timestamp(_) => "timestamp",
-        V::FieldTable(_) => "table",
-        V::ByteArray(_) => "binary",
-        V::Void => "void",
     }
 }
 
