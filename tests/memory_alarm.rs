@@ -73,3 +73,57 @@ async fn publishers_are_blocked_over_the_limit_and_consumers_go_on() {
     );
     assert!(!consumer.status().blocked());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_connection_is_not_read_until_the_alarm_clears() {
+    // What lapin hides (it stops writing once told): the broker itself
+    // stops reading a publishing connection, and says so on the wire.
+    use amq_protocol::protocol::{connection, AMQPClass};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = config(tmp.path());
+    cfg.memory_limit_mb = 1;
+    let b = start_with(cfg).await;
+    let broker = std::sync::Arc::clone(&b.server.as_ref().unwrap().broker);
+    assert!(eventually(|| broker.memory.is_raised()).await);
+
+    let mut r = raw::Raw::open(b.addr).await;
+    r.open_channel(1).await;
+    r.send(&raw::queue_declare(1, "q", false, false, false))
+        .await;
+    let (_, declare_ok) = r.expect_method().await;
+    assert!(matches!(declare_ok, AMQPClass::Queue(_)), "{declare_ok:?}");
+    r.send(&raw::publish_message(1, "", "q", b"first")).await;
+    let (ch, m) = r.expect_method().await;
+    assert_eq!(ch, 0);
+    assert!(
+        matches!(m, AMQPClass::Connection(connection::AMQPMethod::Blocked(_))),
+        "expected connection.blocked, got {m:?}"
+    );
+    r.send(&raw::publish_message(1, "", "q", b"second")).await;
+
+    let (_c, cch) = b.channel().await;
+    assert_eq!(
+        get_eventually(&cch, "q").await.as_deref(),
+        Some(&b"first"[..])
+    );
+    assert_eq!(
+        get_body(&cch, "q").await,
+        None,
+        "the second publish is not read"
+    );
+
+    broker.memory.set_limit(u64::MAX);
+    let (ch, m) = r.expect_method().await;
+    assert_eq!(ch, 0);
+    assert!(
+        matches!(
+            m,
+            AMQPClass::Connection(connection::AMQPMethod::Unblocked(_))
+        ),
+        "expected connection.unblocked, got {m:?}"
+    );
+    assert_eq!(
+        get_eventually(&cch, "q").await.as_deref(),
+        Some(&b"second"[..])
+    );
+}
