@@ -72,7 +72,12 @@ impl Broker {
         for name in &names {
             self.vhosts.write().insert(
                 name.clone(),
-                VHost::new(name, Arc::clone(&self.store), Arc::clone(&self.plugins)),
+                VHost::new(
+                    name,
+                    Arc::clone(&self.store),
+                    Arc::clone(&self.plugins),
+                    Arc::clone(&self.delayed),
+                ),
             );
         }
         for def in self.store.exchanges()? {

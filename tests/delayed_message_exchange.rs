@@ -324,3 +324,94 @@ async fn confirmed_delayed_messages_survive_kill_9() {
         broker.log_tail()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_transaction_a_delayed_message_is_held_at_commit() {
+    let b = start().await;
+    let (_c, ch) = b.channel().await;
+    delayed_exchange(&ch, "later", "direct", false).await;
+    declare(&ch, "q").await;
+    bind(&ch, "q", "later", "k", FieldTable::default()).await;
+    ch.tx_select().await.unwrap();
+    let publish = || {
+        publish_with(
+            &ch,
+            "later",
+            "k",
+            BasicPublishOptions::default(),
+            b"m",
+            delayed(3_600_000),
+        )
+    };
+    publish().await;
+    ch.tx_rollback().await.unwrap();
+    assert_eq!(held(&b, "later"), 0, "rolled back: never held");
+    publish().await;
+    // A synchronous method on the channel: the publish was handled.
+    ch.queue_declare(
+        "q".into(),
+        QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(held(&b, "later"), 0, "not held before the commit");
+    ch.tx_commit().await.unwrap();
+    assert_eq!(held(&b, "later"), 1, "held once committed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_dead_lettered_to_a_delayed_exchange_is_held() {
+    // As with the plugin: the dead-letter exchange's type applies, so an
+    // x-delay header the message carries delays it there.
+    let b = start().await;
+    let (_c, ch) = b.channel().await;
+    delayed_exchange(&ch, "retry", "direct", false).await;
+    declare(&ch, "again").await;
+    bind(&ch, "again", "retry", "work", FieldTable::default()).await;
+    let args = table(&[("x-dead-letter-exchange", s("retry"))]);
+    declare_with(&ch, "work", QueueDeclareOptions::default(), args)
+        .await
+        .unwrap();
+    publish_with(
+        &ch,
+        "",
+        "work",
+        BasicPublishOptions::default(),
+        b"job",
+        delayed(2500),
+    )
+    .await;
+    let m = ch
+        .basic_get("work".into(), BasicGetOptions { no_ack: false })
+        .await
+        .unwrap()
+        .expect("the job");
+    m.delivery
+        .acker
+        .nack(BasicNackOptions {
+            requeue: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let again = ch
+        .queue_declare(
+            "again".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.message_count(), 0, "held, not routed at once");
+    assert_eq!(held(&b, "retry"), 1);
+    let body = get_eventually(&ch, "again").await;
+    assert_eq!(body.as_deref(), Some(&b"job"[..]));
+    assert_eq!(held(&b, "retry"), 0);
+}

@@ -406,7 +406,19 @@ impl Queue {
                     dlrk,
                     now_secs,
                 ));
-                if vhost.route(&msg, &mut scratch, &mut routes).is_ok() {
+                let routed = vhost.route(&msg, &mut scratch, &mut routes);
+                if let Ok(Some(delay_ms)) = routed {
+                    // A delayed-message exchange as the dead-letter
+                    // exchange holds the copy, as the plugin would.
+                    routes.clear();
+                    if let Err(e) = vhost.hold(&msg, delay_ms) {
+                        tracing::error!(
+                            queue = self.name(),
+                            "cannot hold a dead-lettered message: {e}"
+                        );
+                    }
+                }
+                if let Ok(None) = routed {
                     for q in routes.drain(..) {
                         if dead_letter::is_cycle(&msg, q.name()) {
                             continue;

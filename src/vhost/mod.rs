@@ -29,6 +29,8 @@ pub struct VHost {
     me: std::sync::Weak<VHost>,
     /// Exchange types from plugins.
     plugins: Arc<crate::plugins::Plugins>,
+    /// Where delayed-message exchanges hold messages.
+    delayed: Arc<crate::delayed::Scheduler>,
     /// Serializes queue creation and removal with their stored definitions.
     declare_lock: parking_lot::Mutex<()>,
     store: Arc<Store>,
@@ -38,20 +40,27 @@ pub struct VHost {
 
 impl VHost {
     /// A vhost with the default exchange and the `amq.*` exchanges.
-    pub fn new(name: &str, store: Arc<Store>, plugins: Arc<crate::plugins::Plugins>) -> Arc<VHost> {
-        Arc::new_cyclic(|me| Self::build(name, store, plugins, me.clone()))
+    pub fn new(
+        name: &str,
+        store: Arc<Store>,
+        plugins: Arc<crate::plugins::Plugins>,
+        delayed: Arc<crate::delayed::Scheduler>,
+    ) -> Arc<VHost> {
+        Arc::new_cyclic(|me| Self::build(name, store, plugins, delayed, me.clone()))
     }
 
     fn build(
         name: &str,
         store: Arc<Store>,
         plugins: Arc<crate::plugins::Plugins>,
+        delayed: Arc<crate::delayed::Scheduler>,
         me: std::sync::Weak<VHost>,
     ) -> VHost {
         let vh = VHost {
             name: name.to_string(),
             me,
             plugins,
+            delayed,
             declare_lock: parking_lot::Mutex::new(()),
             store,
             exchanges: RwLock::new(HashMap::new()),

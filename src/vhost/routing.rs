@@ -36,6 +36,12 @@ impl VHost {
         self.route_inner(msg, scratch, out, true)
     }
 
+    /// Holds `msg` (published to a delayed-message exchange of this vhost)
+    /// for `delay_ms`; stored now, durable after the next flush.
+    pub fn hold(&self, msg: &Message, delay_ms: u64) -> crate::store::Result<()> {
+        self.delayed.hold(&self.store, self, msg, delay_ms)
+    }
+
     /// Routes a held message that is now due (never held again).
     pub fn route_released(
         &self,

@@ -35,13 +35,14 @@ impl Channel {
             Some(stripped) => Arc::new(stripped),
             None => msg,
         };
+        if let Some(tx) = self.tx.as_mut() {
+            // Held or routed at commit, as decided now.
+            let routes = std::mem::take(&mut self.routes);
+            tx.publishes.push((publish, msg, routes, hold));
+            return Ok(());
+        }
         if let Some(delay_ms) = hold {
             return self.hold(&publish, &msg, delay_ms, ctx);
-        }
-        if let Some(tx) = self.tx.as_mut() {
-            let routes = std::mem::take(&mut self.routes);
-            tx.publishes.push((publish, msg, routes));
-            return Ok(());
         }
         let mut routes = std::mem::take(&mut self.routes);
         self.deliver_routed(&publish, &msg, &mut routes, ctx);
@@ -90,7 +91,7 @@ impl Channel {
     /// routed when due. The mandatory rule: basic.return if, at publish
     /// time, the exchange would route it nowhere (then it is not held).
     /// The confirm covers the stored message.
-    fn hold(
+    pub(super) fn hold(
         &mut self,
         publish: &Publish,
         msg: &Arc<Message>,
@@ -107,10 +108,7 @@ impl Channel {
             }
             return Ok(());
         }
-        let held = ctx
-            .broker
-            .delayed
-            .hold(&ctx.broker.store, &ctx.vhost, msg, delay_ms);
+        let held = ctx.vhost.hold(msg, delay_ms);
         if let Err(e) = &held {
             tracing::error!("cannot store a delayed message: {e}");
         }

@@ -37,11 +37,15 @@ impl Confirms {
     }
 }
 
+/// A publish buffered in a transaction: the queues it was routed to when it
+/// arrived, and the delay if a delayed-message exchange holds it instead.
+pub type TxPublish = (Publish, Arc<Message>, Vec<Arc<Queue>>, Option<u64>);
+
 /// A transaction's buffered work.
 #[derive(Default)]
 pub struct Tx {
-    /// Publishes with the queues they were routed to when they arrived.
-    pub publishes: Vec<(Publish, Arc<Message>, Vec<Arc<Queue>>)>,
+    /// Publishes, in order.
+    pub publishes: Vec<TxPublish>,
     /// Deliveries acked in this transaction.
     pub acks: Vec<Unacked>,
     /// Deliveries rejected / nacked without requeue (dead-lettered at commit).
@@ -161,8 +165,15 @@ impl Channel {
             }
         }
         let mut stored = false;
-        for (publish, msg, mut routes) in publishes {
-            stored |= self.deliver_routed(&publish, &msg, &mut routes, ctx);
+        for (publish, msg, mut routes, hold) in publishes {
+            match hold {
+                Some(delay_ms) => {
+                    self.routes = routes;
+                    self.hold(&publish, &msg, delay_ms, ctx)?;
+                    stored |= msg.persistent();
+                }
+                None => stored |= self.deliver_routed(&publish, &msg, &mut routes, ctx),
+            }
         }
         if stored {
             ctx.broker.store.sync().await?;
