@@ -24,16 +24,40 @@ async fn publishers_are_blocked_over_the_limit_and_consumers_go_on() {
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();
-    declare(&ch, "q").await;
+    ch.queue_declare(
+        "q".into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        Default::default(),
+    )
+    .await
+    .unwrap();
     assert!(
         !publisher.status().blocked(),
         "not blocked before publishing"
     );
-    publish(&ch, "", "q", b"first").await;
+    // Persistent to a durable queue: its confirm waits for a flush.
+    let first = ch
+        .basic_publish(
+            "".into(),
+            "q".into(),
+            BasicPublishOptions::default(),
+            b"first",
+            lapin::BasicProperties::default().with_delivery_mode(2),
+        )
+        .await
+        .unwrap();
     assert!(
         eventually(|| publisher.status().blocked()).await,
         "the publisher is told it is blocked"
     );
+    assert!(
+        first.await.unwrap().is_ack(),
+        "confirms still flow while blocked"
+    );
+    assert!(publisher.status().blocked());
 
     // A connection that only consumes is not blocked.
     let consumer = b.connect().await;

@@ -57,8 +57,8 @@ pub struct ConnCtx {
     pub exclusive_queues: Vec<Arc<Queue>>,
     /// The store's completed-flush epoch, for confirms.
     pub flushed: watch::Receiver<u64>,
-    /// Whether this connection has published (the memory alarm blocks
-    /// only publishers).
+    /// Whether this connection published since the read loop last looked
+    /// (the memory alarm blocks a connection when it publishes).
     pub published: bool,
 }
 
@@ -464,6 +464,10 @@ impl Connection {
         // fires (not per read: that would be a timer-wheel update per read).
         let silence = tokio::time::sleep_until((last_read + timeout).into());
         tokio::pin!(silence);
+        // Set while the memory alarm keeps this (publishing) connection
+        // from being read; see flow.rs.
+        let mut blocked = false;
+        let mut alarm = self.ctx.broker.memory.subscribe();
         loop {
             // Everything already buffered first: many frames per read.
             loop {
@@ -495,18 +499,12 @@ impl Connection {
                 }
             }
             self.flush_confirms();
-            if self.ctx.published && self.ctx.broker.memory.is_raised() {
-                let mut alarm = self.ctx.broker.memory.subscribe();
-                if let flow::Unblocked::Shutdown =
-                    flow::wait_while_blocked(&self.ctx, &mut alarm, shutdown).await
-                {
-                    let e = ProtocolError::new(
-                        code::CONNECTION_FORCED,
-                        "broker forced connection closure with reason 'shutdown'",
-                    );
-                    return self.close_with(e, rd, buf).await;
-                }
-                last_read = Instant::now();
+            if std::mem::take(&mut self.ctx.published)
+                && !blocked
+                && self.ctx.broker.memory.is_raised()
+            {
+                blocked = true;
+                flow::blocked(&self.ctx);
             }
             // Room for the next read: small while the peer is quiet, larger
             // while reads keep filling it (reserve reuses the buffer in
@@ -518,7 +516,7 @@ impl Connection {
             let waiting_flush = self.channels.values().any(|c| c.awaits_flush());
             let flushed = &mut self.ctx.flushed;
             tokio::select! {
-                read = rd.read_buf(buf) => match read {
+                read = rd.read_buf(buf), if !blocked => match read {
                     Ok(0) | Err(_) => return Closed::Lost("connection lost"),
                     Ok(n) => {
                         last_read = Instant::now();
@@ -532,7 +530,14 @@ impl Connection {
                         return Closed::Lost("store closed");
                     }
                 }
-                _ = &mut silence => {
+                changed = alarm.changed(), if blocked => {
+                    if changed.is_err() || !*alarm.borrow_and_update() {
+                        blocked = false;
+                        flow::unblocked(&self.ctx);
+                        last_read = Instant::now();
+                    }
+                }
+                _ = &mut silence, if !blocked => {
                     let due = last_read + timeout;
                     if Instant::now() >= due {
                         warn!(heartbeat = self.heartbeat, "missed heartbeats from client, closing");

@@ -126,18 +126,31 @@ impl Store {
         // The flusher never stops while the store lives; a closed channel
         // means shutdown, and then a direct flush does the job.
         if rx.wait_for(|&done| done >= ticket).await.is_err() {
+            self.write_deferred()?;
             self.db.flush()?;
         }
         Ok(())
     }
 
+    /// Makes the deferred writes now (the flusher does this itself).
+    fn write_deferred(&self) -> Result<()> {
+        if self.deferred.write_all() {
+            Ok(())
+        } else {
+            Err(Error::Io(std::io::Error::other("a deferred write failed")))
+        }
+    }
+
     /// Flushes everything now, synchronously, and stops the flusher
     /// (shutdown): once the store is dropped, the data dir can be reopened.
     pub fn flush_now(&self) -> Result<()> {
-        self.deferred.write_all();
-        self.db.flush()?;
+        // The flusher's last round (deferred writes, then a flush) runs on
+        // its own thread, so no epoch it publishes can confirm a write
+        // still being made here; what registered since is written after.
         self.flusher.stop();
-        Ok(())
+        let written = self.write_deferred();
+        self.db.flush()?;
+        written
     }
 
     /// Counts definition writes: an operation that changed it touched
