@@ -161,3 +161,29 @@ async fn a_binding_key_must_be_a_weight() {
         .await;
     expect_code(r, 406);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_property_routes_by_a_property() {
+    let b = start().await;
+    let (_c, ch) = b.channel().await;
+    hash_exchange(&ch, "by-id", table(&[("hash-property", s("message_id"))])).await;
+    declare(&ch, "a").await;
+    declare(&ch, "b").await;
+    bind(&ch, "a", "by-id", "1", FieldTable::default()).await;
+    bind(&ch, "b", "by-id", "1", FieldTable::default()).await;
+    for i in 0..50u8 {
+        // Different routing keys, same message_id: one queue gets them all.
+        let props = BasicProperties::default().with_message_id("order-7".into());
+        publish_with(
+            &ch,
+            "by-id",
+            &format!("rk{i}"),
+            BasicPublishOptions::default(),
+            &[i],
+            props,
+        )
+        .await;
+    }
+    let (a, b2) = (drain(&ch, "a").await.len(), drain(&ch, "b").await.len());
+    assert!(a == 50 && b2 == 0 || a == 0 && b2 == 50, "a={a} b={b2}");
+}

@@ -178,3 +178,113 @@ async fn cc_and_bcc_add_routing_keys_and_bcc_is_hidden() {
         assert!(!h.contains_key("BCC"), "BCC is stripped");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_active_consumer_takes_over_when_the_active_one_disconnects() {
+    let b = start().await;
+    let (_c, ch) = b.channel().await;
+    declare_with(
+        &ch,
+        "sac",
+        QueueDeclareOptions::default(),
+        table(&[("x-single-active-consumer", AMQPValue::Boolean(true))]),
+    )
+    .await
+    .unwrap();
+    let c1 = b.connect().await;
+    let ch1 = c1.create_channel().await.unwrap();
+    let ch2 = b.connect().await.create_channel().await.unwrap();
+    let mut first = consumer(&ch1, "sac", "first").await;
+    let mut second = consumer(&ch2, "sac", "second").await;
+    publish(&ch, "", "sac", b"one").await;
+    let d = next(&mut first).await.expect("the active consumer");
+    assert_eq!(d.data, b"one");
+    assert_no_delivery(&mut second).await;
+    // Gone without a cancel, its delivery unacked: the next one takes over
+    // and gets the unacked message back first, then what follows.
+    c1.close(200, "bye".into()).await.unwrap();
+    publish(&ch, "", "sac", b"two").await;
+    let d = next(&mut second)
+        .await
+        .expect("the next consumer takes over");
+    assert_eq!(d.data, b"one");
+    assert!(d.redelivered);
+    let d = next(&mut second).await.expect("and gets what follows");
+    assert_eq!(d.data, b"two");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reject_publish_refuses_for_the_full_queue_only() {
+    // The publisher is nacked; the other queue the message routes to
+    // still gets it.
+    let b = start().await;
+    let (_c, ch) = b.channel().await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let full = table(&[
+        ("x-max-length", AMQPValue::LongInt(0)),
+        ("x-overflow", s("reject-publish")),
+    ]);
+    declare_with(&ch, "full", QueueDeclareOptions::default(), full)
+        .await
+        .unwrap();
+    declare(&ch, "open").await;
+    bind(&ch, "full", "amq.fanout", "", FieldTable::default()).await;
+    bind(&ch, "open", "amq.fanout", "", FieldTable::default()).await;
+    let confirm = publish_with(
+        &ch,
+        "amq.fanout",
+        "",
+        BasicPublishOptions::default(),
+        b"m",
+        BasicProperties::default(),
+    )
+    .await
+    .await
+    .unwrap();
+    assert!(confirm.is_nack());
+    assert_eq!(drain(&ch, "open").await, ["m"]);
+    assert!(drain(&ch, "full").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_x_args_are_406_with_rabbitmqs_wording() {
+    let b = start().await;
+    let c = b.connect().await;
+    let cases = [
+        (
+            "x-max-length",
+            AMQPValue::LongInt(-1),
+            "{value_negative,-1}",
+        ),
+        ("x-message-ttl", s("soon"), "{unacceptable_type,longstr}"),
+        ("x-expires", AMQPValue::LongInt(0), "{value_zero,0}"),
+        (
+            "x-max-priority",
+            AMQPValue::LongInt(300),
+            "{max_value_exceeded,300}",
+        ),
+        ("x-overflow", s("drop-tail"), "invalid_overflow"),
+        (
+            "x-dead-letter-routing-key",
+            s("k"),
+            "routing_key_but_no_dlx_defined",
+        ),
+    ];
+    for (arg, value, why) in cases {
+        let ch = c.create_channel().await.unwrap();
+        let r = declare_with(
+            &ch,
+            "q",
+            QueueDeclareOptions::default(),
+            table(&[(arg, value)]),
+        )
+        .await;
+        let text = expect_code(r, 406);
+        assert_eq!(
+            text,
+            format!("PRECONDITION_FAILED - invalid arg '{arg}' for queue 'q' in vhost '/': {why}")
+        );
+    }
+}
