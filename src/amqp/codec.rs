@@ -51,31 +51,20 @@ pub enum Frame {
     },
 }
 
-impl Frame {
-    /// The frames a `Publish` stands for, payloads sliced from its buffer.
-    pub fn split_publish(
-        raw: &Bytes,
-        channel: u16,
-        header_at: usize,
-        body_at: Option<usize>,
-    ) -> [Option<Frame>; 3] {
-        let payload = |at: usize, end: usize| raw.slice(at + 7..end - 1);
-        let header_end = body_at.unwrap_or(raw.len());
-        [
-            Some(Frame::Method {
-                channel,
-                payload: payload(0, header_at),
-            }),
-            Some(Frame::Header {
-                channel,
-                payload: payload(header_at, header_end),
-            }),
-            body_at.map(|at| Frame::Body {
-                channel,
-                payload: payload(at, raw.len()),
-            }),
-        ]
-    }
+/// The payloads of a `Frame::Publish`'s method, header and body frames,
+/// sliced from its buffer.
+pub fn publish_payloads(
+    raw: &Bytes,
+    header_at: usize,
+    body_at: Option<usize>,
+) -> (Bytes, Bytes, Option<Bytes>) {
+    let payload = |at: usize, end: usize| raw.slice(at + 7..end - 1);
+    let header_end = body_at.unwrap_or(raw.len());
+    (
+        payload(0, header_at),
+        payload(header_at, header_end),
+        body_at.map(|at| payload(at, raw.len())),
+    )
 }
 
 impl Frame {
@@ -542,10 +531,11 @@ mod tests {
         };
         assert!(buf.is_empty());
         assert_eq!(raw.len(), total);
-        let [m, h, b] = Frame::split_publish(&raw, channel, header_at, body_at);
-        assert!(matches!(m, Some(Frame::Method { payload, .. }) if payload[..4] == [0, 60, 0, 40]));
-        assert!(matches!(h, Some(Frame::Header { payload, .. }) if payload.len() == 14));
-        assert!(matches!(b, Some(Frame::Body { payload, .. }) if payload == "hello"));
+        assert_eq!(channel, 1);
+        let (m, h, b) = publish_payloads(&raw, header_at, body_at);
+        assert_eq!(m[..4], [0, 60, 0, 40]);
+        assert_eq!(h.len(), 14);
+        assert_eq!(b.as_deref(), Some(&b"hello"[..]));
     }
 
     #[test]

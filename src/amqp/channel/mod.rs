@@ -120,28 +120,20 @@ impl Channel {
             Frame::Body { payload, .. } => self.content_body(payload, None, ctx),
             Frame::Heartbeat { .. } => Ok(()),
             Frame::Publish {
-                channel,
                 raw,
                 header_at,
                 body_at,
+                ..
             } => {
                 // The same steps as for the three frames one by one, with
                 // the buffer they share, so the message keeps it.
-                let [method, header, body] =
-                    Frame::split_publish(&raw, channel, header_at, body_at);
-                let mut r = match method {
-                    Some(Frame::Method { payload, .. }) => self.method(payload, ctx).await,
-                    _ => Ok(()),
-                };
+                let (method, header, body) = codec::publish_payloads(&raw, header_at, body_at);
+                let mut r = self.method(method, ctx).await;
                 if r.is_ok() {
-                    if let Some(Frame::Header { payload, .. }) = header {
-                        r = self.content_header(&payload, Some(&raw), ctx);
-                    }
+                    r = self.content_header(&header, Some(&raw), ctx);
                 }
-                if r.is_ok() {
-                    if let Some(Frame::Body { payload, .. }) = body {
-                        r = self.content_body(payload, Some(&raw), ctx);
-                    }
+                if let (Ok(()), Some(body)) = (&r, body) {
+                    r = self.content_body(body, Some(&raw), ctx);
                 }
                 r
             }
