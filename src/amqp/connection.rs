@@ -19,6 +19,7 @@ use tracing::{debug, info, warn};
 
 use super::auth;
 use super::channel::Channel;
+use super::coalesce::Coalescer;
 use super::codec::{self, Frame, FRAME_MIN_SIZE};
 use super::error::{code, ProtocolError};
 use super::flow;
@@ -113,6 +114,7 @@ pub async fn serve(
     };
     info!(%peer, user = %ctx.user, vhost = %ctx.vhost.name, "connection opened");
     let mut conn = Connection {
+        coalesce: Coalescer::new(std::os::fd::AsRawFd::as_raw_fd(rd.as_ref())),
         ctx,
         channels: HashMap::new(),
         channel_max,
@@ -419,6 +421,8 @@ pub fn truncate(s: &str) -> String {
 
 struct Connection {
     ctx: ConnCtx,
+    /// Lets the kernel gather a streaming peer's frames (coalesce.rs).
+    coalesce: Coalescer,
     channels: HashMap<u16, Channel>,
     channel_max: u16,
     heartbeat: u16,
@@ -473,6 +477,7 @@ impl Connection {
             loop {
                 match codec::decode(buf, self.ctx.frame_max) {
                     Ok(Some(frame)) => {
+                        self.coalesce.frame(&frame);
                         if let Err(e) = self.handle_frame(frame).await {
                             return self.close_with(e, rd, buf).await;
                         }
@@ -506,6 +511,7 @@ impl Connection {
                 blocked = true;
                 flow::blocked(&self.ctx);
             }
+            self.coalesce.settle();
             // Room for the next read: small while the peer is quiet, larger
             // while reads keep filling it (reserve reuses the buffer in
             // place once the frames cut from it are gone).
@@ -516,15 +522,30 @@ impl Connection {
             let waiting_flush = self.channels.values().any(|c| c.awaits_flush());
             let flushed = &mut self.ctx.flushed;
             tokio::select! {
-                read = rd.read_buf(buf), if !blocked => match read {
+                read = rd.read_buf(buf), if !blocked && !self.coalesce.paused() => match read {
                     Ok(0) | Err(_) => return Closed::Lost("connection lost"),
                     Ok(n) => {
                         last_read = Instant::now();
+                        self.coalesce.read(last_read);
                         if n == spare {
                             read_chunk = (read_chunk * 2).min(READ_CHUNK_MAX);
                         }
                     }
                 },
+                _ = self.coalesce.pause_over(), if !blocked && self.coalesce.paused() => {
+                    match self.coalesce.resume(buf) {
+                        Ok(0) => return Closed::Lost("connection lost"),
+                        Ok(n) => {
+                            last_read = Instant::now();
+                            self.coalesce.read(last_read);
+                            if n == spare {
+                                read_chunk = (read_chunk * 2).min(READ_CHUNK_MAX);
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => return Closed::Lost("connection lost"),
+                    }
+                }
                 changed = flushed.changed(), if waiting_flush => {
                     if changed.is_err() {
                         return Closed::Lost("store closed");

@@ -6,6 +6,7 @@
 pub mod assembler;
 pub mod auth;
 pub mod channel;
+pub mod coalesce;
 pub mod codec;
 pub mod connection;
 pub mod delivery;
