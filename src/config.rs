@@ -7,6 +7,9 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde::Deserialize;
 
+/// The longest read pause that may be configured (1 ms).
+pub const MAX_READ_PAUSE_US: u64 = 1_000;
+
 /// The largest frame_max that may be configured.
 pub const MAX_FRAME_MAX: u32 = 256 * 1024;
 
@@ -44,6 +47,10 @@ pub struct Config {
     /// Memory alarm threshold in MiB; overrides the fraction when set
     /// (vm_memory_high_watermark.absolute).
     pub memory_limit_mb: u64,
+    /// How long the reader pauses between reads of a connection that
+    /// streams publishes or acks, microseconds (0 = never pause); see
+    /// amqp/coalesce.rs.
+    pub read_pause_us: u64,
 }
 
 impl Default for Config {
@@ -63,6 +70,7 @@ impl Default for Config {
             store_cache_mb: 64,
             memory_high_watermark: 0.4,
             memory_limit_mb: 0,
+            read_pause_us: 100,
         }
     }
 }
@@ -111,6 +119,9 @@ pub struct Cli {
     /// Memory alarm threshold in MiB (overrides the fraction).
     #[arg(long, value_name = "MIB")]
     pub memory_limit_mb: Option<u64>,
+    /// Pause between reads of a streaming connection, microseconds; 0 never pauses [default: 100].
+    #[arg(long, value_name = "US")]
+    pub read_pause_us: Option<u64>,
 }
 
 impl Cli {
@@ -156,6 +167,12 @@ impl Cli {
         }
         if let Some(v) = self.memory_limit_mb {
             c.memory_limit_mb = v;
+        }
+        if let Some(v) = self.read_pause_us {
+            c.read_pause_us = v;
+        }
+        if c.read_pause_us > MAX_READ_PAUSE_US {
+            return Err(format!("read_pause_us must be at most {MAX_READ_PAUSE_US}"));
         }
         if !(0.0..=1.0).contains(&c.memory_high_watermark) {
             return Err("memory_high_watermark must be between 0 and 1".into());

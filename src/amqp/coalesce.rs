@@ -16,10 +16,15 @@
 //! arriving segments do not wake the runtime, a timer ends each pause, and
 //! the read after it goes straight to the socket (a non-blocking read
 //! returns what is there whatever the mark). If it finds nothing the stream
-//! has ended: the mark goes back to one byte and reads wait as usual.
+//! has ended: the mark goes back to one byte and reads wait as usual
+//! (lowering the mark signals the socket if data is queued: Linux 4.18 and
+//! later, tcp_set_rcvlowat).
 //!
-//! The pause is `PAUSE` (a message waits at most that long, about half on
-//! average) and is taken only when, at the rate the peer sends, it gathers
+//! The pause (`read_pause_us`, 100 us by default; 0 turns coalescing off)
+//! is as long as a message may wait, about half of it on average. It is
+//! not taken when handling a read already takes longer than a pause (a
+//! fanout to many consumers, say: reads then batch by themselves), and
+//! otherwise only when, at the rate the peer sends, it gathers
 //! at least `MIN_FRAMES` frames: a slow or request/response peer is read at
 //! once, as before. A peer that waits on the broker would pay the pause per
 //! exchange: so a connection with a channel in confirm or transaction mode
@@ -35,8 +40,6 @@ use bytes::BytesMut;
 
 use super::codec::{self, Frame};
 
-/// How long reading pauses after a read while the peer streams.
-const PAUSE: Duration = Duration::from_micros(100);
 /// How long pausing stays off after the peer showed it waits on us.
 const HOLD: Duration = Duration::from_millis(100);
 /// Pause only when it would gather at least this many frames.
@@ -45,15 +48,22 @@ const MIN_FRAMES: f64 = 4.0;
 /// the peer waits on us rather than streams (one is just a gap in the
 /// stream).
 const THIN_PAUSES: u32 = 3;
-/// Reads further apart than this start the rate estimate afresh.
+/// Reads further apart than this start the rate estimate afresh (ten times
+/// the longest pause that may be configured).
 const RESTART: Duration = Duration::from_millis(10);
+/// Reads since the estimate started afresh before a pause may be taken:
+/// one short gap (a client writing a publish's frames separately) is not
+/// yet a stream.
+const MIN_SAMPLES: u32 = 4;
 /// SO_RCVLOWAT while streaming: high enough that a pause's worth of frames
-/// does not wake the runtime, low enough that the kernel need not grow the
-/// receive buffer (and clamp the window) to honour it.
+/// does not wake the runtime, and at most a quarter of the receive buffer
+/// so that the kernel need not grow it (and clamp the window) to honour it.
 const STREAM_MARK: usize = 32 * 1024;
 
 /// Per-connection read coalescing state; see the module docs.
 pub struct Coalescer {
+    /// How long a pause lasts (zero: never pause).
+    pause: Duration,
     socket: sys::Socket,
     timer: sys::Timer,
     /// The socket's mark is `STREAM_MARK` (reads go through `resume`).
@@ -67,6 +77,17 @@ pub struct Coalescer {
     /// Frames per read and microseconds between reads, smoothed.
     frames_per_read: f64,
     gap_us: f64,
+    /// Microseconds between reads not spent pausing, smoothed: how long
+    /// handling a read (and what else the runtime had to do) took.
+    busy_us: f64,
+    /// Reads since the estimate started afresh.
+    samples: u32,
+    /// The last read filled the buffer: more is queued, read it at once.
+    filled: bool,
+    /// Paused with nothing to wait for (`filled`): resume at once.
+    immediate: bool,
+    /// The mark used while streaming (0 until first needed).
+    stream_mark: usize,
     /// The last gap was too long to smooth over: start afresh.
     restart: bool,
     /// The read before the last, and the last.
@@ -84,10 +105,11 @@ pub struct Coalescer {
 }
 
 impl Coalescer {
-    /// Coalescing for the connection's socket `fd`; off until the peer
-    /// streams.
-    pub fn new(fd: RawFd) -> Self {
+    /// Coalescing for the connection's socket `fd` with pauses of `pause`;
+    /// off until the peer streams.
+    pub(crate) fn new(fd: RawFd, pause: Duration) -> Self {
         Coalescer {
+            pause,
             socket: sys::Socket(fd),
             timer: sys::Timer::new(),
             streaming: false,
@@ -96,6 +118,11 @@ impl Coalescer {
             thin: 0,
             frames_per_read: 0.0,
             gap_us: RESTART.as_secs_f64() * 1e6,
+            busy_us: 0.0,
+            samples: 0,
+            filled: false,
+            immediate: false,
+            stream_mark: 0,
             restart: true,
             prev_read: None,
             last_read: None,
@@ -107,10 +134,11 @@ impl Coalescer {
         }
     }
 
-    /// Records a read.
-    pub fn read(&mut self, now: Instant) {
+    /// Records a read; `filled` if it filled the buffer's spare room.
+    pub fn read(&mut self, now: Instant, filled: bool) {
         self.prev_read = self.last_read.replace(now);
         self.fresh = true;
+        self.filled = filled;
     }
 
     /// Records a frame cut from what was read.
@@ -145,15 +173,25 @@ impl Coalescer {
             .prev_read
             .map_or(RESTART, |p| now.saturating_duration_since(p));
         let us = gap.as_secs_f64() * 1e6;
+        let after_pause = std::mem::take(&mut self.after_pause);
+        let busy = if after_pause {
+            (us - self.pause.as_secs_f64() * 1e6).max(0.0)
+        } else {
+            us
+        };
         if gap < RESTART && !self.restart {
             self.frames_per_read += (frames - self.frames_per_read) / 8.0;
             self.gap_us += (us - self.gap_us) / 8.0;
+            self.busy_us += (busy - self.busy_us) / 8.0;
+            self.samples = self.samples.saturating_add(1);
         } else {
             self.frames_per_read = frames;
             self.gap_us = us;
+            self.busy_us = busy;
+            self.samples = 0;
         }
         self.restart = gap >= RESTART;
-        if std::mem::take(&mut self.after_pause) {
+        if after_pause {
             if frames < MIN_FRAMES / 2.0 {
                 self.thin += 1;
             } else {
@@ -164,13 +202,26 @@ impl Coalescer {
             self.thin = 0;
             self.hold_until = Some(now + HOLD);
         }
-        let held = self.never || self.hold_until.is_some_and(|t| now < t);
-        let pause_us = PAUSE.as_secs_f64() * 1e6;
+        let held = self.never || self.pause.is_zero() || self.hold_until.is_some_and(|t| now < t);
+        let pause_us = self.pause.as_secs_f64() * 1e6;
         let per_pause = self.frames_per_read * pause_us / self.gap_us.max(1.0);
-        if !held && per_pause >= MIN_FRAMES && self.timer.arm(PAUSE) {
+        if self.streaming && std::mem::take(&mut self.filled) {
+            // The read stopped at the buffer's end: the rest is waiting.
+            self.paused = true;
+            self.immediate = true;
+        } else if !held
+            && self.samples >= MIN_SAMPLES
+            && per_pause >= MIN_FRAMES
+            && self.busy_us < 2.0 * pause_us
+            && self.timer.arm(self.pause)
+        {
             self.paused = true;
             if !self.streaming {
-                self.streaming = self.socket.set_mark(STREAM_MARK);
+                if self.stream_mark == 0 {
+                    let room = self.socket.recv_buffer().unwrap_or(0) / 4;
+                    self.stream_mark = STREAM_MARK.min(room).max(1);
+                }
+                self.streaming = self.stream_mark > 1 && self.socket.set_mark(self.stream_mark);
             }
         } else {
             self.stop_streaming();
@@ -185,6 +236,9 @@ impl Coalescer {
 
     /// Resolves when the pause is over (never while not paused).
     pub async fn pause_over(&self) {
+        if self.immediate {
+            return;
+        }
         if self.paused {
             self.timer.fired().await;
         } else {
@@ -197,22 +251,42 @@ impl Coalescer {
     /// and reads go back to waiting on the socket as usual.
     pub fn resume(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         self.paused = false;
-        self.after_pause = true;
+        self.after_pause = !std::mem::take(&mut self.immediate);
         let r = self.socket.read(buf);
-        if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+        if matches!(&r, Err(e) if is_retry(e)) {
             self.after_pause = false;
             self.stop_streaming();
         }
         r
     }
 
+    /// Stops coalescing for good: the connection is closing and waits for
+    /// single small frames (close-ok), which a raised mark would hold back.
+    pub fn stop(&mut self) {
+        self.paused = false;
+        self.immediate = false;
+        self.never = true;
+        self.stop_streaming();
+    }
+
     fn stop_streaming(&mut self) {
         if std::mem::take(&mut self.streaming) {
             // Lowering the mark wakes the reader if anything is queued
             // (tcp_set_rcvlowat signals the socket).
-            self.socket.set_mark(1);
+            if !self.socket.set_mark(1) {
+                tracing::warn!("could not lower SO_RCVLOWAT; the connection may stall");
+            }
         }
     }
+}
+
+/// Whether a failed direct read means "nothing there now" rather than a
+/// broken connection.
+pub fn is_retry(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
 }
 
 #[cfg(target_os = "linux")]
@@ -250,6 +324,24 @@ mod sys {
                 debug!("SO_RCVLOWAT {bytes}: {}", io::Error::last_os_error());
             }
             r == 0
+        }
+
+        /// SO_RCVBUF, bytes.
+        pub fn recv_buffer(&self) -> Option<usize> {
+            let mut v: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: the fd is the connection's open socket; `v` and `len`
+            // are valid for the kernel to write.
+            let r = unsafe {
+                libc::getsockopt(
+                    self.0,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUF,
+                    (&mut v as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+            (r == 0 && v > 0).then_some(v as usize)
         }
 
         /// One non-blocking read into `buf`'s spare capacity.
@@ -325,8 +417,10 @@ mod sys {
                 return std::future::pending().await;
             };
             loop {
+                // An error (the runtime shutting down) ends the pause: the
+                // read after it finds out what is there.
                 let Ok(mut guard) = t.readable().await else {
-                    return std::future::pending().await;
+                    return;
                 };
                 let mut expirations = [0u8; 8];
                 // SAFETY: reads at most 8 bytes into an 8-byte buffer.
@@ -368,8 +462,8 @@ mod sys {
 
 #[cfg(not(target_os = "linux"))]
 mod sys {
-    //! Elsewhere reads are not coalesced: there is no timer to pause with,
-    //! so `read` and `set_mark` are never reached.
+    //! Other unixes: reads are not coalesced (no timer to pause with), so
+    //! `read` and `set_mark` are never reached.
 
     use std::io;
     use std::os::fd::RawFd;
@@ -382,6 +476,9 @@ mod sys {
     impl Socket {
         pub fn set_mark(&self, _bytes: usize) -> bool {
             false
+        }
+        pub fn recv_buffer(&self) -> Option<usize> {
+            None
         }
         pub fn read(&self, _buf: &mut BytesMut) -> io::Result<usize> {
             Err(io::ErrorKind::WouldBlock.into())
@@ -408,6 +505,8 @@ mod tests {
     use super::*;
     use bytes::Bytes;
 
+    const PAUSE: Duration = Duration::from_micros(100);
+
     fn method(channel: u16, class: u16, id: u16) -> Frame {
         let mut p = Vec::new();
         p.extend_from_slice(&class.to_be_bytes());
@@ -433,7 +532,7 @@ mod tests {
                 c.paused = false;
                 c.after_pause = true;
             }
-            c.read(*t);
+            c.read(*t, false);
             for _ in 0..frames {
                 c.frame(&method(1, 60, 40));
             }
@@ -444,7 +543,7 @@ mod tests {
 
     // A socket fd of -1: the mark cannot be set, which the policy survives.
     fn coalescer() -> (Coalescer, Instant) {
-        (Coalescer::new(-1), Instant::now())
+        (Coalescer::new(-1, PAUSE), Instant::now())
     }
 
     #[tokio::test]
@@ -464,13 +563,29 @@ mod tests {
         assert!(feed(&mut c, &mut t, 20, 12, Duration::from_micros(50)));
         c.paused = false;
         t += Duration::from_micros(50);
-        c.read(t);
+        c.read(t, false);
         c.frame(&method(1, 50, 10)); // queue.declare
         c.settle();
         assert!(!c.paused());
         assert!(!feed(&mut c, &mut t, 20, 12, Duration::from_micros(50)));
         t += HOLD;
         assert!(feed(&mut c, &mut t, 20, 12, Duration::from_micros(50)));
+    }
+
+    #[tokio::test]
+    async fn a_zero_pause_never_pauses() {
+        let mut c = Coalescer::new(-1, Duration::ZERO);
+        let mut t = Instant::now();
+        assert!(!feed(&mut c, &mut t, 50, 12, Duration::from_micros(50)));
+    }
+
+    #[tokio::test]
+    async fn a_closing_connection_stops_pausing() {
+        let (mut c, mut t) = coalescer();
+        assert!(feed(&mut c, &mut t, 20, 12, Duration::from_micros(50)));
+        c.stop();
+        assert!(!c.paused());
+        assert!(!feed(&mut c, &mut t, 20, 12, Duration::from_micros(50)));
     }
 
     #[tokio::test]

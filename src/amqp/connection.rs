@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 
 use super::auth;
 use super::channel::Channel;
-use super::coalesce::Coalescer;
+use super::coalesce::{self, Coalescer};
 use super::codec::{self, Frame, FRAME_MIN_SIZE};
 use super::error::{code, ProtocolError};
 use super::flow;
@@ -114,7 +114,10 @@ pub async fn serve(
     };
     info!(%peer, user = %ctx.user, vhost = %ctx.vhost.name, "connection opened");
     let mut conn = Connection {
-        coalesce: Coalescer::new(std::os::fd::AsRawFd::as_raw_fd(rd.as_ref())),
+        coalesce: Coalescer::new(
+            std::os::fd::AsRawFd::as_raw_fd(rd.as_ref()),
+            Duration::from_micros(broker.config.read_pause_us),
+        ),
         ctx,
         channels: HashMap::new(),
         channel_max,
@@ -486,6 +489,7 @@ impl Connection {
                             // (AMQP 0-9-1 1.4.2.5); frames it had already
                             // queued may still arrive: read and drop them
                             // rather than reset the connection under it.
+                            self.coalesce.stop();
                             let drain = async {
                                 loop {
                                     buf.clear();
@@ -526,7 +530,7 @@ impl Connection {
                     Ok(0) | Err(_) => return Closed::Lost("connection lost"),
                     Ok(n) => {
                         last_read = Instant::now();
-                        self.coalesce.read(last_read);
+                        self.coalesce.read(last_read, n == spare);
                         if n == spare {
                             read_chunk = (read_chunk * 2).min(READ_CHUNK_MAX);
                         }
@@ -537,12 +541,12 @@ impl Connection {
                         Ok(0) => return Closed::Lost("connection lost"),
                         Ok(n) => {
                             last_read = Instant::now();
-                            self.coalesce.read(last_read);
+                            self.coalesce.read(last_read, n == spare);
                             if n == spare {
                                 read_chunk = (read_chunk * 2).min(READ_CHUNK_MAX);
                             }
                         }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) if coalesce::is_retry(&e) => {}
                         Err(_) => return Closed::Lost("connection lost"),
                     }
                 }
@@ -591,6 +595,7 @@ impl Connection {
         );
         self.ctx.send(0, close_method(&e));
         self.cleanup();
+        self.coalesce.stop();
         let outbox = &self.ctx.outbox;
         let frame_max = self.ctx.frame_max;
         let wait = async {
