@@ -22,11 +22,11 @@
 //!
 //! The pause (`read_pause_us`, 100 us by default; 0 turns coalescing off)
 //! is as long as a message may wait, about half of it on average. It is
-//! not taken when handling a read already takes longer than a pause (a
+//! not taken when handling a read already takes longer than two pauses (a
 //! fanout to many consumers, say: reads then batch by themselves), and
-//! otherwise only when, at the rate the peer sends, it gathers
-//! at least `MIN_FRAMES` frames: a slow or request/response peer is read at
-//! once, as before. A peer that waits on the broker would pay the pause per
+//! otherwise only when, at the rate the peer sends, it gathers at least
+//! `MIN_FRAMES` frames: a slow or request/response peer is read at once, as
+//! before. A peer that waits on the broker would pay the pause per
 //! exchange: so a connection with a channel in confirm or transaction mode
 //! (its publisher is paced by our confirms or commit-oks) never pauses, and
 //! any other synchronous method, or pauses that keep gathering next to
@@ -66,7 +66,7 @@ pub struct Coalescer {
     pause: Duration,
     socket: sys::Socket,
     timer: sys::Timer,
-    /// The socket's mark is `STREAM_MARK` (reads go through `resume`).
+    /// The socket's mark is raised (reads go through `resume`).
     streaming: bool,
     /// Reading waits for the timer.
     paused: bool,
