@@ -16,9 +16,10 @@
 //! arriving segments do not wake the runtime, a timer ends each pause, and
 //! the read after it goes straight to the socket (a non-blocking read
 //! returns what is there whatever the mark). If it finds nothing the stream
-//! has ended: the mark goes back to one byte and reads wait as usual
-//! (lowering the mark signals the socket if data is queued: Linux 4.18 and
-//! later, tcp_set_rcvlowat).
+//! has ended: the mark goes back to one byte and reads wait as usual. When
+//! pausing stops for another reason, one direct read follows the lowered
+//! mark, so that nothing that arrived under the raised mark waits for the
+//! next segment (Linux 4.18 and later also signal the socket then).
 //!
 //! The pause (`read_pause_us`, 100 us by default; 0 turns coalescing off)
 //! is as long as a message may wait, about half of it on average. It is
@@ -223,8 +224,12 @@ impl Coalescer {
                 }
                 self.streaming = self.stream_mark > 1 && self.socket.set_mark(self.stream_mark);
             }
-        } else {
+        } else if self.streaming {
             self.stop_streaming();
+            // What arrived while the mark was up may not have signalled
+            // (kernels before 4.18 do not on lowering it): look once.
+            self.paused = true;
+            self.immediate = true;
         }
     }
 
