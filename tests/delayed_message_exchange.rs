@@ -348,16 +348,7 @@ async fn in_a_transaction_a_delayed_message_is_held_at_commit() {
     assert_eq!(held(&b, "later"), 0, "rolled back: never held");
     publish().await;
     // A synchronous method on the channel: the publish was handled.
-    ch.queue_declare(
-        "q".into(),
-        QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    message_count(&ch, "q").await;
     assert_eq!(held(&b, "later"), 0, "not held before the commit");
     ch.tx_commit().await.unwrap();
     assert_eq!(held(&b, "later"), 1, "held once committed");
@@ -398,17 +389,10 @@ async fn a_message_dead_lettered_to_a_delayed_exchange_is_held() {
         })
         .await
         .unwrap();
-    let again = ch
-        .queue_declare(
-            "again".into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(again.message_count(), 0, "held, not routed at once");
+    assert_eq!(
+        message_count(&ch, "again").await,
+        0,
+        "held, not routed at once"
+    );
     assert_eq!(held(&b, "retry"), 1);
 }

@@ -89,8 +89,6 @@ pub struct Coalescer {
     immediate: bool,
     /// The mark used while streaming (0 until first needed).
     stream_mark: usize,
-    /// The last gap was too long to smooth over: start afresh.
-    restart: bool,
     /// The read before the last, and the last.
     prev_read: Option<Instant>,
     last_read: Option<Instant>,
@@ -124,7 +122,6 @@ impl Coalescer {
             filled: false,
             immediate: false,
             stream_mark: 0,
-            restart: true,
             prev_read: None,
             last_read: None,
             frames: 0,
@@ -180,7 +177,10 @@ impl Coalescer {
         } else {
             us
         };
-        if gap < RESTART && !self.restart {
+        // A gap estimate of RESTART or more is a seed from a fresh start,
+        // not a smoothed value: seed again rather than blend with it.
+        let restart_us = RESTART.as_secs_f64() * 1e6;
+        if gap < RESTART && self.gap_us < restart_us {
             self.frames_per_read += (frames - self.frames_per_read) / 8.0;
             self.gap_us += (us - self.gap_us) / 8.0;
             self.busy_us += (busy - self.busy_us) / 8.0;
@@ -191,7 +191,6 @@ impl Coalescer {
             self.busy_us = busy;
             self.samples = 0;
         }
-        self.restart = gap >= RESTART;
         if after_pause {
             if frames < MIN_FRAMES / 2.0 {
                 self.thin += 1;

@@ -525,30 +525,12 @@ impl Connection {
             let spare = buf.capacity() - buf.len();
             let waiting_flush = self.channels.values().any(|c| c.awaits_flush());
             let flushed = &mut self.ctx.flushed;
+            // A read through tokio, or the direct one that ends a pause.
+            let mut got = None;
             tokio::select! {
-                read = rd.read_buf(buf), if !blocked && !self.coalesce.paused() => match read {
-                    Ok(0) | Err(_) => return Closed::Lost("connection lost"),
-                    Ok(n) => {
-                        last_read = Instant::now();
-                        self.coalesce.read(last_read, n == spare);
-                        if n == spare {
-                            read_chunk = (read_chunk * 2).min(READ_CHUNK_MAX);
-                        }
-                    }
-                },
+                read = rd.read_buf(buf), if !blocked && !self.coalesce.paused() => got = Some(read),
                 _ = self.coalesce.pause_over(), if !blocked && self.coalesce.paused() => {
-                    match self.coalesce.resume(buf) {
-                        Ok(0) => return Closed::Lost("connection lost"),
-                        Ok(n) => {
-                            last_read = Instant::now();
-                            self.coalesce.read(last_read, n == spare);
-                            if n == spare {
-                                read_chunk = (read_chunk * 2).min(READ_CHUNK_MAX);
-                            }
-                        }
-                        Err(e) if coalesce::is_retry(&e) => {}
-                        Err(_) => return Closed::Lost("connection lost"),
-                    }
+                    got = Some(self.coalesce.resume(buf));
                 }
                 changed = flushed.changed(), if waiting_flush => {
                     if changed.is_err() {
@@ -574,6 +556,19 @@ impl Connection {
                     let e = ProtocolError::new(code::CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'");
                     return self.close_with(e, rd, buf).await;
                 }
+            }
+            match got {
+                None => {}
+                Some(Ok(0)) => return Closed::Lost("connection lost"),
+                Some(Ok(n)) => {
+                    last_read = Instant::now();
+                    self.coalesce.read(last_read, n == spare);
+                    if n == spare {
+                        read_chunk = (read_chunk * 2).min(READ_CHUNK_MAX);
+                    }
+                }
+                Some(Err(e)) if coalesce::is_retry(&e) => {}
+                Some(Err(_)) => return Closed::Lost("connection lost"),
             }
         }
     }

@@ -35,6 +35,22 @@ pub fn reply_text(e: &lapin::Error) -> Option<String> {
     }
 }
 
+/// The message count a passive queue.declare reports for `queue` (also a
+/// synchronous round trip: what the channel sent before was handled).
+pub async fn message_count(ch: &Channel, queue: &str) -> u32 {
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("passive queue.declare")
+    .message_count()
+}
+
 /// Asserts `r` failed with AMQP reply `code`; returns the reply text.
 #[track_caller]
 pub fn expect_code<T: std::fmt::Debug>(r: Result<T, lapin::Error>, code: u16) -> String {
