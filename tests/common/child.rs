@@ -141,8 +141,14 @@ impl ChildBroker {
 }
 
 impl Drop for ChildBroker {
+    /// Kills the child; fails the test if its log says it panicked (tokio
+    /// keeps a panicking connection task from ending the process).
     fn drop(&mut self) {
         self.kill();
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        if log.contains("panicked") && !std::thread::panicking() {
+            panic!("warren panicked: {}", self.log_tail());
+        }
     }
 }
 

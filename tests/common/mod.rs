@@ -17,7 +17,23 @@ pub struct TestBroker {
     pub addr: std::net::SocketAddr,
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
+    /// Broker panics recorded before this broker started (see panics.rs).
+    panics_before: usize,
 }
+
+/// Fails the test if the broker panicked while it ran (tokio would hide a
+/// panic inside a connection task).
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        let new = panics::since(self.panics_before);
+        if !new.is_empty() && !std::thread::panicking() {
+            panic!("the broker panicked:\n{}", new.join("\n"));
+        }
+    }
+}
+
+/// Records panics raised in the broker's code.
+pub mod panics;
 
 /// A config for tests: loopback, any port, the given data dir.
 pub fn config(dir: &Path) -> Config {
@@ -41,6 +57,8 @@ pub async fn start() -> TestBroker {
 
 /// Starts a broker with `config`.
 pub async fn start_with(config: Config) -> TestBroker {
+    panics::install();
+    let panics_before = panics::count();
     let dir = config.data_dir.clone();
     let server = Server::start(config).await.expect("broker starts");
     TestBroker {
@@ -48,6 +66,7 @@ pub async fn start_with(config: Config) -> TestBroker {
         server: Some(server),
         dir,
         _tmp: None,
+        panics_before,
     }
 }
 
