@@ -10,9 +10,6 @@ use serde::Deserialize;
 /// The longest read pause that may be configured (1 ms).
 pub const MAX_READ_PAUSE_US: u64 = 1_000;
 
-/// The largest frame_max that may be configured.
-pub const MAX_FRAME_MAX: u32 = 256 * 1024;
-
 /// Everything that can be set.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -51,6 +48,11 @@ pub struct Config {
     /// streams publishes or acks, microseconds (0 = never pause); see
     /// amqp/coalesce.rs.
     pub read_pause_us: u64,
+    /// How long a connection refused during the handshake (a wrong
+    /// password, an unknown vhost, a protocol error) is held before its
+    /// socket is closed, milliseconds: the client reads the close before
+    /// the socket ends, and password guessing slows (RabbitMQ: 3 s).
+    pub handshake_close_delay_ms: u64,
 }
 
 impl Default for Config {
@@ -71,6 +73,7 @@ impl Default for Config {
             memory_high_watermark: 0.4,
             memory_limit_mb: 0,
             read_pause_us: 100,
+            handshake_close_delay_ms: 3000,
         }
     }
 }
@@ -95,7 +98,7 @@ pub struct Cli {
     /// Data directory [default: ./warren-data].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// frame_max proposed to clients, bytes [default: 131072].
+    /// frame_max proposed to clients, bytes; 0 = no limit [default: 131072].
     #[arg(long, value_name = "BYTES")]
     pub frame_max: Option<u32>,
     /// channel_max proposed to clients [default: 2047].
@@ -122,6 +125,9 @@ pub struct Cli {
     /// Pause between reads of a streaming connection, microseconds; 0 never pauses [default: 100].
     #[arg(long, value_name = "US")]
     pub read_pause_us: Option<u64>,
+    /// How long a connection refused during the handshake is held before it is closed, ms [default: 3000].
+    #[arg(long, value_name = "MS")]
+    pub handshake_close_delay_ms: Option<u64>,
 }
 
 impl Cli {
@@ -171,20 +177,19 @@ impl Cli {
         if let Some(v) = self.read_pause_us {
             c.read_pause_us = v;
         }
+        if let Some(v) = self.handshake_close_delay_ms {
+            c.handshake_close_delay_ms = v;
+        }
         if c.read_pause_us > MAX_READ_PAUSE_US {
             return Err(format!("read_pause_us must be at most {MAX_READ_PAUSE_US}"));
         }
         if !(0.0..=1.0).contains(&c.memory_high_watermark) {
             return Err("memory_high_watermark must be between 0 and 1".into());
         }
-        // Bounded so that a table nested as deep as one frame allows still
-        // decodes within a worker's stack (see main.rs).
-        if c.frame_max > MAX_FRAME_MAX {
-            return Err(format!("frame_max must be at most {MAX_FRAME_MAX}"));
-        }
-        if c.frame_max < crate::amqp::codec::FRAME_MIN_SIZE {
+        // 0 means no limit, as in RabbitMQ.
+        if c.frame_max != 0 && c.frame_max < crate::amqp::codec::FRAME_MIN_SIZE {
             return Err(format!(
-                "frame_max must be at least {}",
+                "frame_max must be 0 (no limit) or at least {}",
                 crate::amqp::codec::FRAME_MIN_SIZE
             ));
         }

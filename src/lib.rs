@@ -25,6 +25,7 @@ pub mod server;
 pub mod store;
 pub mod util;
 pub mod vhost;
+pub mod wire;
 
 pub use config::Config;
 pub use server::Server;

@@ -9,13 +9,6 @@ use warren::Server;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// Worker stack size. amq-protocol decodes nested field tables
-/// recursively, and a peer may nest a table as deep as a frame allows
-/// (about 18,000 levels in the default 128 KiB frame); RabbitMQ decodes
-/// those, so Warren must too. The stack is virtual memory: only what is
-/// touched is resident.
-const WORKER_STACK: usize = 256 << 20;
-
 fn main() {
     let config = match Cli::parse().into_config() {
         Ok(c) => c,
@@ -29,7 +22,6 @@ fn main() {
     tracing_subscriber::fmt().with_env_filter(filter).init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .thread_stack_size(WORKER_STACK)
         .build()
     {
         Ok(r) => r,
@@ -38,8 +30,6 @@ fn main() {
             std::process::exit(1);
         }
     };
-    // On a worker thread, not the main one: recovery decodes stored
-    // messages, which needs the workers' large stack (see WORKER_STACK).
     let code = runtime.block_on(async move {
         let run = tokio::spawn(async move {
             let server = match Server::start(config).await {

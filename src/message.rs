@@ -3,10 +3,11 @@
 //! delivery; `Meta` holds the few fields the broker itself reads.
 
 use amq_protocol::protocol::basic::AMQPProperties;
-use amq_protocol::types::FieldTable;
+use amq_protocol::types::{AMQPValue, FieldTable};
 use bytes::Bytes;
 
-use crate::amqp::codec::FieldReader;
+use crate::wire::props::{self, Field};
+use crate::wire::{table, TableError};
 
 /// A published message, in one buffer: the route (exchange and routing key
 /// as two short strings, as `basic.publish` carries them) at its start, the
@@ -190,27 +191,53 @@ impl Message {
     }
 
     /// The full decoded properties (allocates: not for the hot path).
+    /// A property amq-protocol cannot read (a short string that is not
+    /// UTF-8) makes this the defaults: only for tests and diagnostics, never
+    /// for building a message.
     pub fn decoded_properties(&self) -> AMQPProperties {
         amq_protocol::protocol::basic::parse_properties(self.properties())
             .map(|(_, p)| p)
             .unwrap_or_default()
     }
 
-    /// The headers table, decoded (allocates; only when headers are present).
-    pub fn headers(&self) -> Option<FieldTable> {
+    /// The headers table as sent (its length first), if there is one.
+    pub fn raw_headers(&self) -> Option<&[u8]> {
         if !self.meta.has_headers {
             return None;
         }
-        self.decoded_properties().headers().clone()
+        props::headers(self.properties())
     }
 
-    /// A copy with header `key` set to `value` (re-encodes the properties:
-    /// not for the hot path).
-    pub fn with_header(&self, key: &str, value: amq_protocol::types::AMQPValue) -> Message {
-        let props = self.decoded_properties();
-        let mut headers = props.headers().clone().unwrap_or_default();
-        headers.insert(key.into(), value);
-        self.with_properties(&encode_properties(&props.with_headers(headers)))
+    /// The headers table, decoded (allocates; only when headers are
+    /// present; keys that are not UTF-8 are read lossily).
+    pub fn headers(&self) -> Option<FieldTable> {
+        table::decode_table(self.raw_headers()?)
+    }
+
+    /// A copy with header `key` set to `value`. Only the headers table is
+    /// rewritten, and in it only that entry; every other property and
+    /// header keeps the bytes the publisher sent (copies the body: not for
+    /// the hot path).
+    pub fn with_header(&self, key: &str, value: AMQPValue) -> Message {
+        let mut v = Vec::new();
+        table::encode_value(&mut v, &value);
+        self.edit_headers(&[(key.as_bytes(), &v)], &[])
+    }
+
+    /// A copy without the header `key`, or None if it has none.
+    pub fn without_header(&self, key: &str) -> Option<Message> {
+        table::get(self.raw_headers()?, key.as_bytes())?;
+        Some(self.edit_headers(&[], &[key.as_bytes()]))
+    }
+
+    /// A copy whose headers have `set` set and `remove` removed (see
+    /// `wire::table::edit`).
+    pub fn edit_headers(&self, set: &[(&[u8], &[u8])], remove: &[&[u8]]) -> Message {
+        match props::edit_headers(self.properties(), set, remove) {
+            Some(p) => self.with_properties(&p),
+            // Cannot happen: the properties were checked at publish.
+            None => self.clone(),
+        }
     }
 
     /// A copy with another (broker-encoded) property list (copies the body:
@@ -238,96 +265,40 @@ pub fn encode_properties(props: &AMQPProperties) -> Bytes {
     }
 }
 
-// Property flag bits, most significant first (AMQP 0-9-1 basic class).
-const CONTENT_TYPE: u16 = 1 << 15;
-const CONTENT_ENCODING: u16 = 1 << 14;
-const HEADERS: u16 = 1 << 13;
-const DELIVERY_MODE: u16 = 1 << 12;
-const PRIORITY: u16 = 1 << 11;
-const CORRELATION_ID: u16 = 1 << 10;
-const REPLY_TO: u16 = 1 << 9;
-const EXPIRATION: u16 = 1 << 8;
-const MESSAGE_ID: u16 = 1 << 7;
-const TIMESTAMP: u16 = 1 << 6;
-const TYPE: u16 = 1 << 5;
-const USER_ID: u16 = 1 << 4;
-const APP_ID: u16 = 1 << 3;
-const CLUSTER_ID: u16 = 1 << 2;
-
 /// Why a property list was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PropertiesError {
     /// The bytes do not form a property list.
     Malformed,
+    /// The headers table nests deeper than `wire::MAX_DEPTH` (502).
+    TooDeep,
     /// `expiration` is not a non-negative integer string (RabbitMQ: 406).
     BadExpiration(String),
 }
 
 /// Reads `Meta` out of encoded properties, checking that the list is well
-/// formed (every field within bounds, the headers table decodable), so that
-/// what is re-sent to consumers is valid.
+/// formed (every field within bounds, the headers table checked by
+/// `wire::table::check_table`), so that what is re-sent to consumers is
+/// valid. Nothing is decoded but the fields the broker acts on.
 pub fn read_meta(props: &[u8]) -> Result<Meta, PropertiesError> {
-    let mut r = FieldReader::new(props);
-    let flags = r.u16().ok_or(PropertiesError::Malformed)?;
-    if flags & 1 != 0 || flags & 0b10 != 0 {
-        // Continuation flags or unused bits: basic has only 14 properties.
-        return Err(PropertiesError::Malformed);
-    }
-    let mut meta = Meta::default();
-    fn short<'a>(r: &mut FieldReader<'a>) -> Result<&'a [u8], PropertiesError> {
-        r.short_str().ok_or(PropertiesError::Malformed)
-    }
-    if flags & CONTENT_TYPE != 0 {
-        short(&mut r)?;
-    }
-    if flags & CONTENT_ENCODING != 0 {
-        short(&mut r)?;
-    }
-    if flags & HEADERS != 0 {
-        let n = r.u32().ok_or(PropertiesError::Malformed)? as usize;
-        let table = r.take(n).ok_or(PropertiesError::Malformed)?;
-        let mut framed = Vec::with_capacity(n + 4);
-        framed.extend_from_slice(&(n as u32).to_be_bytes());
-        framed.extend_from_slice(table);
-        match amq_protocol::types::parsing::parse_field_table(&framed[..]) {
-            Ok((&[], _)) => {}
-            _ => return Err(PropertiesError::Malformed),
-        }
-        meta.has_headers = true;
-    }
-    if flags & DELIVERY_MODE != 0 {
-        meta.delivery_mode = r.u8().ok_or(PropertiesError::Malformed)?;
-    }
-    if flags & PRIORITY != 0 {
-        meta.priority = r.u8().ok_or(PropertiesError::Malformed)?;
-    }
-    if flags & CORRELATION_ID != 0 {
-        short(&mut r)?;
-    }
-    if flags & REPLY_TO != 0 {
-        short(&mut r)?;
-    }
-    if flags & EXPIRATION != 0 {
-        let s = short(&mut r)?;
+    let layout = props::layout(props).map_err(|e| match e {
+        TableError::TooDeep => PropertiesError::TooDeep,
+        TableError::Malformed => PropertiesError::Malformed,
+    })?;
+    let byte = |f: Field| layout.span(f).and_then(|s| props.get(s.start)).copied();
+    let mut meta = Meta {
+        delivery_mode: byte(Field::DeliveryMode).unwrap_or(0),
+        priority: byte(Field::Priority).unwrap_or(0),
+        has_headers: layout.span(Field::Headers).is_some(),
+        ..Meta::default()
+    };
+    if let Some(span) = layout.span(Field::Expiration) {
+        let s = props.get(span.start + 1..span.end).unwrap_or_default();
         let text = std::str::from_utf8(s).map_err(|_| PropertiesError::Malformed)?;
         let ms = text
             .parse::<u64>()
             .map_err(|_| PropertiesError::BadExpiration(text.to_string()))?;
         meta.set_expiration_ms(Some(ms));
-    }
-    if flags & MESSAGE_ID != 0 {
-        short(&mut r)?;
-    }
-    if flags & TIMESTAMP != 0 {
-        r.u64().ok_or(PropertiesError::Malformed)?;
-    }
-    for bit in [TYPE, USER_ID, APP_ID, CLUSTER_ID] {
-        if flags & bit != 0 {
-            short(&mut r)?;
-        }
-    }
-    if r.remaining() != 0 {
-        return Err(PropertiesError::Malformed);
     }
     Ok(meta)
 }

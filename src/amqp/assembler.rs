@@ -5,9 +5,9 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::codec::FieldReader;
 use super::error::ProtocolError;
 use crate::message::{read_meta, Message, Meta, PropertiesError};
+use crate::wire::FieldReader;
 
 /// The fields of `basic.publish` the broker needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,6 +153,13 @@ impl Assembler {
                 return Err(
                     ProtocolError::frame_error("malformed content header properties").on(60, 40),
                 )
+            }
+            Err(PropertiesError::TooDeep) => {
+                return Err(ProtocolError::syntax_error(format!(
+                    "content header headers: {}",
+                    crate::wire::TableError::TooDeep
+                ))
+                .on(60, 40))
             }
             Err(PropertiesError::BadExpiration(v)) => {
                 return Err(

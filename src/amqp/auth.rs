@@ -1,8 +1,6 @@
 //! SASL PLAIN and AMQPLAIN: turning a `connection.start-ok` response into a
 //! user name and password.
 
-use amq_protocol::types::{AMQPValue, FieldTable};
-
 /// The mechanisms offered in `connection.start`.
 pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
 
@@ -42,17 +40,12 @@ pub fn decode(mechanism: &str, response: &[u8]) -> Result<Credentials, AuthError
             let mut framed = Vec::with_capacity(response.len() + 4);
             framed.extend_from_slice(&(response.len() as u32).to_be_bytes());
             framed.extend_from_slice(response);
-            let table: FieldTable =
-                match amq_protocol::types::parsing::parse_field_table(&framed[..]) {
-                    Ok((&[], t)) => t,
-                    _ => return Err(AuthError::Malformed),
-                };
-            let get = |k: &str| match table.inner().get(k) {
-                Some(AMQPValue::LongString(s)) => {
-                    Some(String::from_utf8_lossy(s.as_bytes()).into_owned())
-                }
-                Some(AMQPValue::ShortString(s)) => Some(s.as_str().to_string()),
-                _ => None,
+            if crate::wire::table::check_table(&framed) != Ok(framed.len()) {
+                return Err(AuthError::Malformed);
+            }
+            let get = |k: &str| {
+                let v = crate::wire::table::get(&framed, k.as_bytes())?;
+                Some(String::from_utf8_lossy(v.as_long_str()?).into_owned())
             };
             match (get("LOGIN"), get("PASSWORD")) {
                 (Some(user), Some(password)) => Ok(Credentials { user, password }),

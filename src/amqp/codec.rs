@@ -9,6 +9,7 @@ use amq_protocol::protocol::AMQPClass;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::error::ProtocolError;
+use crate::wire::FieldReader;
 
 pub const FRAME_METHOD: u8 = 1;
 pub const FRAME_HEADER: u8 = 2;
@@ -242,30 +243,6 @@ fn publish_triple(buf: &[u8], method_len: usize, channel: u16, frame_max: u32) -
     }
 }
 
-/// RabbitMQ's name for the type of a field value.
-pub fn type_name(v: &amq_protocol::types::AMQPValue) -> &'static str {
-    use amq_protocol::types::AMQPValue as V;
-    match v {
-        V::Boolean(_) => "bool",
-        V::ShortShortInt(_) => "byte",
-        V::ShortShortUInt(_) => "unsignedbyte",
-        V::ShortInt(_) => "short",
-        V::ShortUInt(_) => "unsignedshort",
-        V::LongInt(_) => "signedint",
-        V::LongUInt(_) => "unsignedint",
-        V::LongLongInt(_) => "long",
-        V::Float(_) => "float",
-        V::Double(_) => "double",
-        V::DecimalValue(_) => "decimal",
-        V::ShortString(_) | V::LongString(_) => "longstr",
-        V::FieldArray(_) => "array",
-        V::Timestamp(_) => "timestamp",
-        V::FieldTable(_) => "table",
-        V::ByteArray(_) => "binary",
-        V::Void => "void",
-    }
-}
-
 /// Class and method ids of a method payload.
 pub fn method_ids(payload: &[u8]) -> Option<(u16, u16)> {
     if payload.len() < 4 {
@@ -277,8 +254,43 @@ pub fn method_ids(payload: &[u8]) -> Option<(u16, u16)> {
     ))
 }
 
-/// Parses a method payload with amq-protocol.
+/// Where the field table of a method that carries one starts (the
+/// arguments before it, from the AMQP 0-9-1 method definitions: `q` a
+/// short integer, `s` a short string, `b` an octet of bits).
+fn table_at(payload: &[u8]) -> Option<usize> {
+    let (class, method) = method_ids(payload)?;
+    let before: &[u8] = match (class, method) {
+        (10, 11) => b"",                 // connection.start-ok: client-properties
+        (40, 10) => b"qssb",             // exchange.declare
+        (40, 30) | (40, 40) => b"qsssb", // exchange.bind / unbind
+        (50, 10) => b"qsb",              // queue.declare
+        (50, 20) => b"qsssb",            // queue.bind
+        (50, 50) => b"qsss",             // queue.unbind
+        (60, 20) => b"qssb",             // basic.consume
+        _ => return None,
+    };
+    let mut r = FieldReader::new(payload.get(4..)?);
+    for kind in before {
+        match kind {
+            b'q' => r.u16().map(|_| ())?,
+            b's' => r.short_str().map(|_| ())?,
+            _ => r.u8().map(|_| ())?,
+        }
+    }
+    Some(payload.len() - r.remaining())
+}
+
+/// Parses a method payload with amq-protocol. A field table in it is first
+/// checked for depth without building anything (`wire::table`): one
+/// nested deeper than `wire::MAX_DEPTH` is 502 SYNTAX_ERROR.
 pub fn parse_method(payload: &[u8]) -> Result<AMQPClass, ProtocolError> {
+    if let Some(at) = table_at(payload) {
+        if crate::wire::table::check_table(&payload[at..]) == Err(crate::wire::TableError::TooDeep)
+        {
+            let (c, m) = method_ids(payload).unwrap_or((0, 0));
+            return Err(ProtocolError::syntax_error(crate::wire::TableError::TooDeep).on(c, m));
+        }
+    }
     match amq_protocol::protocol::parse_class(payload) {
         Ok((&[], class)) => Ok(class),
         _ => {
@@ -351,52 +363,6 @@ pub fn erlang_binary(bytes: &[u8]) -> String {
     } else {
         let nums: Vec<String> = shown.iter().map(|b| b.to_string()).collect();
         format!("<<{}{more}>>", nums.join(","))
-    }
-}
-
-/// A reader over a method payload for the hand-parsed methods.
-pub struct FieldReader<'a> {
-    buf: &'a [u8],
-}
-
-impl<'a> FieldReader<'a> {
-    pub fn new(buf: &'a [u8]) -> Self {
-        FieldReader { buf }
-    }
-    pub fn u8(&mut self) -> Option<u8> {
-        let (&b, rest) = self.buf.split_first()?;
-        self.buf = rest;
-        Some(b)
-    }
-    pub fn u16(&mut self) -> Option<u16> {
-        let b = self.take(2)?;
-        Some(u16::from_be_bytes([b[0], b[1]]))
-    }
-    pub fn u32(&mut self) -> Option<u32> {
-        let b = self.take(4)?;
-        Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    pub fn u64(&mut self) -> Option<u64> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Some(u64::from_be_bytes(a))
-    }
-    /// A short string, as its byte range in the original buffer.
-    pub fn short_str(&mut self) -> Option<&'a [u8]> {
-        let n = self.u8()? as usize;
-        self.take(n)
-    }
-    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.buf.len() < n {
-            return None;
-        }
-        let (a, b) = self.buf.split_at(n);
-        self.buf = b;
-        Some(a)
-    }
-    pub fn remaining(&self) -> usize {
-        self.buf.len()
     }
 }
 

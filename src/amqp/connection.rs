@@ -36,6 +36,11 @@ const READ_CHUNK_MAX: usize = 64 * 1024;
 const WRITER_DRAIN: Duration = Duration::from_secs(5);
 /// How long to wait for close-ok after sending connection.close.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How much a closing peer may still send before the socket is dropped.
+const LINGER_MAX_BYTES: usize = 1 << 20;
+/// The longest a connection refused at connection.open waits for close-ok
+/// (RabbitMQ: the heartbeat interval, at most 30 s).
+const OPEN_REFUSED_MAX_HOLD: Duration = Duration::from_secs(30);
 
 /// What the client said it can do (client-properties capabilities).
 #[derive(Debug, Default, Clone, Copy)]
@@ -99,16 +104,27 @@ pub async fn serve(
     )
     .await;
     let (ctx, heartbeat, channel_max) = match opened {
-        Ok(Some(hs)) => hs,
-        Ok(None) => {
-            outbox.finish();
-            let _ = writer.await;
+        Ok(Ok(hs)) => hs,
+        Ok(Err(refusal)) => {
+            if let Some(e) = &refusal.close {
+                outbox.send(|out| codec::put_method(out, 0, close_method(e)));
+            }
+            let wait_close_ok = refusal.close.is_some();
+            linger(
+                &mut rd,
+                &mut buf,
+                FRAME_MIN_SIZE,
+                &outbox,
+                wait_close_ok,
+                refusal.hold,
+            )
+            .await;
+            finish_writer(&outbox, writer).await;
             return;
         }
         Err(_) => {
             debug!(%peer, "handshake timed out");
-            outbox.finish();
-            let _ = writer.await;
+            finish_writer(&outbox, writer).await;
             return;
         }
     };
@@ -127,13 +143,78 @@ pub async fn serve(
     let reason = conn.run(&mut rd, &mut buf, &mut shutdown).await;
     conn.cleanup();
     info!(%peer, reason = %reason, "connection closed");
-    conn.ctx.outbox.finish();
-    // A peer that stopped reading would block the writer forever (and
-    // with it shutdown): give it a moment to take what is left, then drop.
+    finish_writer(&conn.ctx.outbox, writer).await;
+}
+
+/// Lets the writer send what is left, then closes the socket. A peer that
+/// stopped reading would block the writer forever (and with it shutdown):
+/// it gets a moment to take what is left, then the socket is dropped.
+async fn finish_writer(outbox: &Outbox, writer: tokio::task::JoinHandle<()>) {
+    outbox.finish();
     let abort = writer.abort_handle();
     if tokio::time::timeout(WRITER_DRAIN, writer).await.is_err() {
         abort.abort();
     }
+}
+
+/// After we sent connection.close (or refused a handshake silently): reads
+/// and drops what the peer sends until its close-ok (when `close_ok` is
+/// awaited), end of stream, `hold` or `LINGER_MAX_BYTES`, whichever comes
+/// first. A peer that closes at the same time gets its close-ok. As
+/// RabbitMQ does, this holds the socket long enough for the client to read
+/// our close before it sees the socket end, and slows password guessing.
+async fn linger(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    frame_max: u32,
+    outbox: &Outbox,
+    close_ok: bool,
+    hold: Duration,
+) {
+    let mut read = 0usize;
+    let wait = async {
+        loop {
+            loop {
+                match codec::decode(buf, frame_max) {
+                    Ok(Some(Frame::Method {
+                        channel: 0,
+                        payload,
+                    })) if close_ok => match codec::method_ids(&payload) {
+                        Some((10, 51)) => return,
+                        // Both sides closed at once: answer theirs.
+                        Some((10, 50)) => {
+                            outbox.send(|out| {
+                                codec::put_method(
+                                    out,
+                                    0,
+                                    AMQPClass::Connection(connection::AMQPMethod::CloseOk(
+                                        connection::CloseOk {},
+                                    )),
+                                )
+                            });
+                            return;
+                        }
+                        _ => {}
+                    },
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    // Not frames any more: nothing we could still read.
+                    Err(_) => buf.clear(),
+                }
+            }
+            if read > LINGER_MAX_BYTES {
+                return;
+            }
+            if buf.capacity() - buf.len() < 1024 {
+                buf.reserve(4096);
+            }
+            match rd.read_buf(buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(hold, wait).await;
 }
 
 /// Where the handshake is, as in RabbitMQ's `rabbit_reader`.
@@ -147,31 +228,53 @@ enum Handshake {
     Opening,
 }
 
+/// How a handshake that did not open a connection ends.
+struct Refusal {
+    /// The connection.close to send, if any.
+    close: Option<ProtocolError>,
+    /// How long the socket is held (for close-ok, or silently) before it is
+    /// closed; zero when the peer is gone.
+    hold: Duration,
+}
+
+impl Refusal {
+    /// The peer went away (or spoke another protocol): nothing to wait for.
+    fn gone() -> Refusal {
+        Refusal {
+            close: None,
+            hold: Duration::ZERO,
+        }
+    }
+}
+
 /// Reads the protocol header and runs start / tune / open. Returns the
-/// connection context, heartbeat and channel_max, or None when the
-/// connection ended during the handshake. Before tune-ok, errors close the
-/// socket without a close method (the peer has no frame_max yet), as
-/// RabbitMQ does; from then on they are sent as connection.close.
+/// connection context, heartbeat and channel_max, or how to end the
+/// connection. As in RabbitMQ, most errors before tune-ok close the socket
+/// without a close method (after a delay); a refused login sends
+/// connection.close 403 to clients that announced
+/// authentication_failure_close, a frame too large for the 4096-octet
+/// limit before tuning is 501; from tune-ok on, errors are
+/// connection.close. Refused sockets are held for
+/// `handshake_close_delay_ms` (see `linger`).
 async fn handshake(
     rd: &mut OwnedReadHalf,
     buf: &mut BytesMut,
     outbox: &Arc<Outbox>,
     peer: SocketAddr,
     broker: &Arc<Broker>,
-) -> Option<(ConnCtx, u16, u16)> {
+) -> Result<(ConnCtx, u16, u16), Refusal> {
     while buf.len() < 8 {
-        if rd.read_buf(buf).await.ok()? == 0 {
-            return None;
-        }
+        read_more(rd, buf).await?;
     }
     let header = buf.split_to(8);
     // 0-9-1, and the 0-9 header Qpid-derived clients send (RabbitMQ takes both).
     if &header[..] != b"AMQP\x00\x00\x09\x01" && &header[..] != b"AMQP\x01\x01\x00\x09" {
         debug!(%peer, header = ?&header[..], "unsupported protocol header");
         outbox.send(|out| out.extend_from_slice(b"AMQP\x00\x00\x09\x01"));
-        return None;
+        return Err(Refusal::gone());
     }
     let config = &broker.config;
+    let delay = Duration::from_millis(config.handshake_close_delay_ms);
     let send = |m: AMQPClass| outbox.send(|out| codec::put_method(out, 0, m));
     send(AMQPClass::Connection(connection::AMQPMethod::Start(
         connection::Start {
@@ -185,33 +288,31 @@ async fn handshake(
     let mut state = Handshake::Starting;
     let mut caps = ClientCaps::default();
     let mut user = String::new();
-    let mut frame_max = config.frame_max;
+    // Until tune-ok the peer may send frames of at most the spec's minimum.
+    let mut frame_max = FRAME_MIN_SIZE;
     let mut heartbeat = 0;
     let mut channel_max = config.channel_max;
     // Errors once tuned are reported with connection.close.
-    let hard_close = |e: ProtocolError| {
+    let closed = |e: ProtocolError, hold: Duration| {
         warn!(%peer, code = e.code, "handshake failed: {}", e.text);
-        outbox.send(|out| codec::put_method(out, 0, close_method(&e)));
+        Refusal {
+            close: Some(e),
+            hold,
+        }
     };
-    let silent_close = |why: &str| {
+    let silent = |why: &str| {
         warn!(%peer, "handshake failed: {why}");
+        Refusal {
+            close: None,
+            hold: delay,
+        }
     };
     loop {
         let frame = loop {
             match codec::decode(buf, frame_max) {
                 Ok(Some(f)) => break f,
-                Ok(None) => {
-                    if rd.read_buf(buf).await.ok()? == 0 {
-                        return None;
-                    }
-                }
-                Err(e) => {
-                    match state {
-                        Handshake::Opening => hard_close(e),
-                        _ => silent_close(&e.text),
-                    }
-                    return None;
-                }
+                Ok(None) => read_more(rd, buf).await?,
+                Err(e) => return Err(closed(e, delay)),
             }
         };
         let payload = match frame {
@@ -221,19 +322,18 @@ async fn handshake(
                 payload,
             } => payload,
             _ => {
-                silent_close("a frame other than a connection method during the handshake");
-                return None;
+                return Err(silent(
+                    "a frame other than a connection method during the handshake",
+                ))
             }
         };
         let method = match codec::parse_method(&payload) {
             Ok(m) => m,
-            Err(e) => {
-                match state {
-                    Handshake::Opening => hard_close(e),
-                    _ => silent_close(&e.text),
-                }
-                return None;
+            // A table nested too deep is our own limit: say so (502).
+            Err(e) if state == Handshake::Opening || e.code == code::SYNTAX_ERROR => {
+                return Err(closed(e, delay))
             }
+            Err(e) => return Err(silent(&e.text)),
         };
         match (state, method) {
             (Handshake::Starting, AMQPClass::Connection(connection::AMQPMethod::StartOk(ok))) => {
@@ -241,26 +341,25 @@ async fn handshake(
                 let creds = match auth::decode(ok.mechanism.as_str(), ok.response.as_bytes()) {
                     Ok(c) => c,
                     Err(auth::AuthError::UnknownMechanism(m)) => {
-                        silent_close(&format!("unknown authentication mechanism '{m}'"));
-                        return None;
+                        return Err(silent(&format!("unknown authentication mechanism '{m}'")));
                     }
                     Err(auth::AuthError::Malformed) => {
-                        silent_close("malformed SASL response");
-                        return None;
+                        return Err(silent("malformed SASL response"));
                     }
                 };
                 if !broker.authenticate(&creds.user, &creds.password, peer.ip()) {
                     warn!(%peer, user = %creds.user, "login refused");
-                    if caps.authentication_failure_close {
-                        let e = ProtocolError::access_refused(format!(
+                    // Without the capability the client gets no close,
+                    // only the end of the socket, as from RabbitMQ.
+                    let close = caps.authentication_failure_close.then(|| {
+                        ProtocolError::access_refused(format!(
                             "Login was refused using authentication mechanism {}. \
                              For details see the broker logfile.",
                             ok.mechanism.as_str()
                         ))
-                        .hard();
-                        outbox.send(|out| codec::put_method(out, 0, close_method(&e)));
-                    }
-                    return None;
+                        .hard()
+                    });
+                    return Err(Refusal { close, hold: delay });
                 }
                 user = creds.user;
                 send(AMQPClass::Connection(connection::AMQPMethod::Tune(
@@ -273,41 +372,10 @@ async fn handshake(
                 state = Handshake::Tuning;
             }
             (Handshake::Tuning, AMQPClass::Connection(connection::AMQPMethod::TuneOk(ok))) => {
-                // RabbitMQ's validate_negotiated_integer_value: 0 means
-                // "no limit", which is above any maximum the server set.
-                let too_high = |what: &str, v: u64, max: u64| {
-                    ProtocolError::not_allowed(format!(
-                        "negotiated {what} = {v} is higher than the maximum allowed value ({max})"
-                    ))
-                    .on(10, 30)
-                };
-                if ok.frame_max != 0 && ok.frame_max < FRAME_MIN_SIZE {
-                    hard_close(
-                        ProtocolError::not_allowed(format!(
-                            "negotiated frame_max = {} is lower than the minimum allowed value ({FRAME_MIN_SIZE})",
-                            ok.frame_max
-                        ))
-                        .on(10, 30),
-                    );
-                    return None;
+                if let Err(e) = check_tune_ok(&ok, config) {
+                    return Err(closed(e, delay));
                 }
-                if ok.frame_max == 0 || ok.frame_max > config.frame_max {
-                    hard_close(too_high(
-                        "frame_max",
-                        ok.frame_max as u64,
-                        config.frame_max as u64,
-                    ));
-                    return None;
-                }
-                if ok.channel_max == 0 || ok.channel_max > config.channel_max {
-                    hard_close(too_high(
-                        "channel_max",
-                        ok.channel_max as u64,
-                        config.channel_max as u64,
-                    ));
-                    return None;
-                }
-                frame_max = ok.frame_max;
+                frame_max = effective_frame_max(ok.frame_max, config);
                 channel_max = ok.channel_max;
                 heartbeat = ok.heartbeat;
                 outbox.set_heartbeat(ok.heartbeat);
@@ -316,10 +384,16 @@ async fn handshake(
             (Handshake::Opening, AMQPClass::Connection(connection::AMQPMethod::Open(open))) => {
                 let name = open.virtual_host.as_str();
                 let Some(vhost) = broker.vhost(name) else {
-                    hard_close(
+                    // RabbitMQ waits for close-ok up to the heartbeat
+                    // interval here (at most 30 s).
+                    let hold = match heartbeat {
+                        0 => delay,
+                        hb => Duration::from_secs(hb as u64).min(OPEN_REFUSED_MAX_HOLD),
+                    };
+                    return Err(closed(
                         ProtocolError::not_allowed(format!("vhost {name} not found")).on(10, 40),
-                    );
-                    return None;
+                        hold,
+                    ));
                 };
                 send(AMQPClass::Connection(connection::AMQPMethod::OpenOk(
                     connection::OpenOk {},
@@ -336,27 +410,83 @@ async fn handshake(
                     flushed: broker.store.flushed(),
                     published: false,
                 };
-                return Some((ctx, heartbeat, channel_max));
+                return Ok((ctx, heartbeat, channel_max));
             }
             (Handshake::Opening, AMQPClass::Connection(connection::AMQPMethod::Close(_))) => {
                 send(AMQPClass::Connection(connection::AMQPMethod::CloseOk(
                     connection::CloseOk {},
                 )));
-                return None;
+                return Err(Refusal::gone());
             }
             (Handshake::Opening, other) => {
                 let (c, m) = (other.get_amqp_class_id(), other.get_amqp_method_id());
-                hard_close(
+                return Err(closed(
                     ProtocolError::channel_error("unexpected method in connection state opening")
                         .on(c, m),
-                );
-                return None;
+                    delay,
+                ));
             }
-            (_, _) => {
-                silent_close("method out of order during the handshake");
-                return None;
-            }
+            (_, _) => return Err(silent("method out of order during the handshake")),
         }
+    }
+}
+
+/// One read during the handshake; the end of the stream ends it.
+async fn read_more(rd: &mut OwnedReadHalf, buf: &mut BytesMut) -> Result<(), Refusal> {
+    match rd.read_buf(buf).await {
+        Ok(0) | Err(_) => Err(Refusal::gone()),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// RabbitMQ's validate_negotiated_integer_value: a value the server limits
+/// (non-zero) may not be 0 ("no limit") or above it.
+fn check_tune_ok(
+    ok: &connection::TuneOk,
+    config: &crate::config::Config,
+) -> Result<(), ProtocolError> {
+    let too_high = |what: &str, v: u64, max: u64| {
+        ProtocolError::not_allowed(format!(
+            "negotiated {what} = {v} is higher than the maximum allowed value ({max})"
+        ))
+        .on(10, 30)
+    };
+    if ok.frame_max != 0 && ok.frame_max < FRAME_MIN_SIZE {
+        return Err(ProtocolError::not_allowed(format!(
+            "negotiated frame_max = {} is lower than the minimum allowed value ({FRAME_MIN_SIZE})",
+            ok.frame_max
+        ))
+        .on(10, 30));
+    }
+    if config.frame_max != 0 && (ok.frame_max == 0 || ok.frame_max > config.frame_max) {
+        return Err(too_high(
+            "frame_max",
+            ok.frame_max as u64,
+            config.frame_max as u64,
+        ));
+    }
+    if ok.channel_max == 0 || ok.channel_max > config.channel_max {
+        return Err(too_high(
+            "channel_max",
+            ok.channel_max as u64,
+            config.channel_max as u64,
+        ));
+    }
+    Ok(())
+}
+
+/// The frame size limit a connection works with: what tune-ok agreed, or,
+/// where both sides said 0 ("no limit"), the largest frame a message
+/// could need, so one frame header cannot make the broker reserve 4 GiB.
+fn effective_frame_max(negotiated: u32, config: &crate::config::Config) -> u32 {
+    let unlimited = config
+        .max_message_size
+        .saturating_add(FRAME_MIN_SIZE as u64)
+        .min(u32::MAX as u64) as u32;
+    if negotiated == 0 {
+        unlimited
+    } else {
+        negotiated
     }
 }
 
@@ -591,49 +721,8 @@ impl Connection {
         self.ctx.send(0, close_method(&e));
         self.cleanup();
         self.coalesce.stop();
-        let outbox = &self.ctx.outbox;
-        let frame_max = self.ctx.frame_max;
-        let wait = async {
-            loop {
-                loop {
-                    match codec::decode(buf, frame_max) {
-                        Ok(Some(Frame::Method {
-                            channel: 0,
-                            payload,
-                        })) => {
-                            match codec::method_ids(&payload) {
-                                Some((10, 51)) => return,
-                                // Both sides closed at once: answer theirs.
-                                Some((10, 50)) => {
-                                    outbox.send(|out| {
-                                        codec::put_method(
-                                            out,
-                                            0,
-                                            AMQPClass::Connection(connection::AMQPMethod::CloseOk(
-                                                connection::CloseOk {},
-                                            )),
-                                        )
-                                    });
-                                    return;
-                                }
-                                _ => {}
-                            }
-                        }
-                        Ok(Some(_)) => {}
-                        Ok(None) => break,
-                        Err(_) => {
-                            buf.clear();
-                            break;
-                        }
-                    }
-                }
-                match rd.read_buf(buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {}
-                }
-            }
-        };
-        let _ = tokio::time::timeout(CLOSE_TIMEOUT, wait).await;
+        let (outbox, frame_max) = (&self.ctx.outbox, self.ctx.frame_max);
+        linger(rd, buf, frame_max, outbox, true, CLOSE_TIMEOUT).await;
         Closed::Error(e)
     }
 

@@ -18,7 +18,7 @@ use std::hash::Hash;
 
 use amq_protocol::types::AMQPValue;
 
-use crate::amqp::codec::type_name;
+use crate::wire::type_name;
 
 use super::{same_args, string_bytes, value_eq, Change, DestSet, FieldTable, Floats};
 

@@ -3,7 +3,7 @@
 
 use amq_protocol::types::{AMQPValue, FieldTable};
 
-use crate::amqp::codec::type_name;
+use crate::wire::type_name;
 
 /// An integer argument, accepting every integer width clients send.
 pub fn int_arg(v: &AMQPValue) -> Option<i64> {

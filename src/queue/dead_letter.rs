@@ -3,10 +3,11 @@
 //! per {queue, reason} with a `count`), `x-first-death-*` and
 //! `x-last-death-*`, and the rule that breaks dead-letter cycles.
 
-use amq_protocol::protocol::basic::AMQPProperties;
-use amq_protocol::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use amq_protocol::types::{AMQPValue, FieldArray, FieldTable, LongString};
 
-use crate::message::{encode_properties, read_meta, Message};
+use crate::message::{read_meta, Message};
+use crate::wire::props::{self, Field};
+use crate::wire::table;
 
 /// Why a message was dead-lettered (the `reason` in x-death).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +38,10 @@ fn long_str(s: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(s))
 }
 
+fn long_bytes(b: &[u8]) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(b))
+}
+
 fn text(v: Option<&AMQPValue>) -> Option<String> {
     match v? {
         AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
@@ -47,7 +52,10 @@ fn text(v: Option<&AMQPValue>) -> Option<String> {
 
 /// Builds the message that goes to the dead-letter exchange `dlx` with
 /// routing key `dlrk` (None: the message's own routing key). `now` is the
-/// time in seconds since the epoch.
+/// time in seconds since the epoch. Only what dead-lettering changes is
+/// rewritten: the x-death and x-*-death-* headers (and CC, with `dlrk`),
+/// and the expiration property, which is dropped; every other property
+/// and header keeps the bytes the publisher sent.
 pub fn dead_letter(
     msg: &Message,
     queue: &str,
@@ -56,9 +64,9 @@ pub fn dead_letter(
     dlrk: Option<&str>,
     now: u64,
 ) -> Message {
-    let props: AMQPProperties = msg.decoded_properties();
-    let mut headers = props.headers().clone().unwrap_or_default();
-    let mut deaths: Vec<AMQPValue> = match headers.inner().get("x-death") {
+    let raw_headers = msg.raw_headers();
+    let old = |key: &str| raw_headers.and_then(|h| table::get(h, key.as_bytes()));
+    let mut deaths: Vec<AMQPValue> = match old("x-death").map(table::to_amqp) {
         Some(AMQPValue::FieldArray(a)) => a.as_slice().to_vec(),
         _ => Vec::new(),
     };
@@ -71,11 +79,15 @@ pub fn dead_letter(
         .position(|d| matches!(d, AMQPValue::FieldTable(t) if same(t)));
     let entry = match found.map(|i| deaths.remove(i)) {
         Some(AMQPValue::FieldTable(mut t)) => {
+            // A count a client made up may be anything: saturate.
             let count = match t.inner().get("count") {
                 Some(v) => crate::queue::args::int_arg(v).unwrap_or(0),
                 None => 0,
             };
-            t.insert("count".into(), AMQPValue::LongLongInt(count + 1));
+            t.insert(
+                "count".into(),
+                AMQPValue::LongLongInt(count.saturating_add(1)),
+            );
             t.insert("time".into(), AMQPValue::Timestamp(now));
             t
         }
@@ -85,53 +97,52 @@ pub fn dead_letter(
             t.insert("reason".into(), long_str(reason.as_str()));
             t.insert("queue".into(), long_str(queue));
             t.insert("time".into(), AMQPValue::Timestamp(now));
-            t.insert("exchange".into(), long_str(&msg.exchange_str()));
+            t.insert("exchange".into(), long_bytes(msg.exchange()));
             // The routing keys it was published with: CC's too, not BCC's
             // (already stripped at publish).
             let mut keys = FieldArray::default();
-            keys.push(long_str(&msg.routing_key_str()));
-            if let Some(AMQPValue::FieldArray(cc)) = headers.inner().get("CC") {
-                for k in cc.as_slice().iter().filter_map(|v| text(Some(v))) {
-                    keys.push(long_str(&k));
+            keys.push(long_bytes(msg.routing_key()));
+            if let Some(AMQPValue::FieldArray(cc)) = old("CC").map(table::to_amqp) {
+                for k in cc.as_slice() {
+                    if matches!(k, AMQPValue::LongString(_) | AMQPValue::ShortString(_)) {
+                        keys.push(k.clone());
+                    }
                 }
             }
             t.insert("routing-keys".into(), AMQPValue::FieldArray(keys));
-            if let Some(exp) = props.expiration() {
-                t.insert("original-expiration".into(), long_str(exp.as_str()));
+            if let Some(exp) = props::short_str(msg.properties(), Field::Expiration) {
+                t.insert("original-expiration".into(), long_bytes(exp));
             }
             t
         }
     };
     deaths.insert(0, AMQPValue::FieldTable(entry));
+    let encode = |v: &AMQPValue| {
+        let mut out = Vec::new();
+        table::encode_value(&mut out, v);
+        out
+    };
+    let x_death = encode(&AMQPValue::FieldArray(deaths.into()));
+    let name = encode(&long_str(queue));
+    let why = encode(&long_str(reason.as_str()));
+    let exchange = encode(&long_bytes(msg.exchange()));
+    let mut set: Vec<(&[u8], &[u8])> = vec![(b"x-death", &x_death)];
+    if old("x-first-death-queue").is_none() {
+        set.push((b"x-first-death-queue", &name));
+        set.push((b"x-first-death-reason", &why));
+        set.push((b"x-first-death-exchange", &exchange));
+    }
+    set.push((b"x-last-death-queue", &name));
+    set.push((b"x-last-death-reason", &why));
+    set.push((b"x-last-death-exchange", &exchange));
     // With x-dead-letter-routing-key the copy goes by that key alone, so
     // CC goes (as in RabbitMQ); without it, CC routes the copy again.
-    if dlrk.is_some() {
-        headers = headers
-            .inner()
-            .iter()
-            .filter(|(k, _)| k.as_str() != "CC")
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<std::collections::BTreeMap<_, _>>()
-            .into();
-    }
-    headers.insert("x-death".into(), AMQPValue::FieldArray(deaths.into()));
-    if !headers.contains_key("x-first-death-queue") {
-        headers.insert("x-first-death-queue".into(), long_str(queue));
-        headers.insert("x-first-death-reason".into(), long_str(reason.as_str()));
-        headers.insert(
-            "x-first-death-exchange".into(),
-            long_str(&msg.exchange_str()),
-        );
-    }
-    headers.insert("x-last-death-queue".into(), long_str(queue));
-    headers.insert("x-last-death-reason".into(), long_str(reason.as_str()));
-    headers.insert(
-        "x-last-death-exchange".into(),
-        long_str(&msg.exchange_str()),
-    );
+    let remove: &[&[u8]] = if dlrk.is_some() { &[b"CC"] } else { &[] };
     // The per-message TTL does not follow the message (it is kept in
     // original-expiration), or it would expire again at once.
-    let properties = encode_properties(&without_expiration(&props).with_headers(headers));
+    let properties = props::with_field(msg.properties(), Field::Expiration, None)
+        .and_then(|p| props::edit_headers(&p, &set, remove))
+        .unwrap_or_else(|| msg.properties().to_vec());
     let meta = read_meta(&properties).unwrap_or_default();
     let routing_key = dlrk.map_or(msg.routing_key(), str::as_bytes);
     Message::new(dlx.as_bytes(), routing_key, &properties, msg.body(), meta)
@@ -162,53 +173,11 @@ pub fn is_cycle(msg: &Message, target_queue: &str) -> bool {
     false
 }
 
-/// A copy of `p` with every property but `expiration` (and `headers`,
-/// which the caller sets).
-fn without_expiration(p: &AMQPProperties) -> AMQPProperties {
-    let mut out = AMQPProperties::default();
-    let s = |v: &Option<ShortString>| v.clone();
-    if let Some(v) = s(p.content_type()) {
-        out = out.with_content_type(v);
-    }
-    if let Some(v) = s(p.content_encoding()) {
-        out = out.with_content_encoding(v);
-    }
-    if let Some(v) = *p.delivery_mode() {
-        out = out.with_delivery_mode(v);
-    }
-    if let Some(v) = *p.priority() {
-        out = out.with_priority(v);
-    }
-    if let Some(v) = s(p.correlation_id()) {
-        out = out.with_correlation_id(v);
-    }
-    if let Some(v) = s(p.reply_to()) {
-        out = out.with_reply_to(v);
-    }
-    if let Some(v) = s(p.message_id()) {
-        out = out.with_message_id(v);
-    }
-    if let Some(v) = *p.timestamp() {
-        out = out.with_timestamp(v);
-    }
-    if let Some(v) = s(p.kind()) {
-        out = out.with_type(v);
-    }
-    if let Some(v) = s(p.user_id()) {
-        out = out.with_user_id(v);
-    }
-    if let Some(v) = s(p.app_id()) {
-        out = out.with_app_id(v);
-    }
-    if let Some(v) = s(p.cluster_id()) {
-        out = out.with_cluster_id(v);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::encode_properties;
+    use amq_protocol::protocol::basic::AMQPProperties;
 
     fn message(props: AMQPProperties) -> Message {
         let properties = encode_properties(&props);

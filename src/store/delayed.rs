@@ -8,8 +8,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::messages::{decode_message, encode_message};
 use super::{Error, Result, Store};
-use crate::amqp::codec::FieldReader;
 use crate::message::Message;
+use crate::wire::FieldReader;
 
 /// A held message that is due.
 pub struct DueMessage {

@@ -86,7 +86,7 @@ pub fn decode_message(raw: Bytes) -> Result<Message> {
 /// Decodes a message record and its deadline (0: none).
 fn decode_record(raw: Bytes) -> Result<(Message, u64)> {
     let bad = || Error::Corrupt("message record".into());
-    let mut r = crate::amqp::codec::FieldReader::new(&raw);
+    let mut r = crate::wire::FieldReader::new(&raw);
     let kind = r.u8().ok_or_else(bad)?;
     if !matches!(kind & !HAS_DEADLINE, PERSISTENT | PAGED) {
         return Err(bad());

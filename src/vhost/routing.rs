@@ -211,24 +211,11 @@ fn sender_selected_keys(msg: &Message) -> Vec<String> {
 }
 
 /// The message without its BCC header, if it has one: BCC recipients are
-/// not shown to anyone (RabbitMQ's sender-selected distribution).
+/// not shown to anyone (RabbitMQ's sender-selected distribution). Only the
+/// headers table is rewritten; every other property keeps its bytes.
 pub fn strip_bcc(msg: &Message) -> Option<Message> {
     if !may_have_header(msg, b"BCC") {
         return None;
     }
-    let props = msg.decoded_properties();
-    let mut headers = props.headers().clone()?;
-    if !headers.contains_key("BCC") {
-        return None;
-    }
-    let inner: std::collections::BTreeMap<_, _> = headers
-        .inner()
-        .iter()
-        .filter(|(k, _)| k.as_str() != "BCC")
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    headers = inner.into();
-    Some(msg.with_properties(&crate::message::encode_properties(
-        &props.with_headers(headers),
-    )))
+    msg.without_header("BCC")
 }

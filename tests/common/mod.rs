@@ -42,6 +42,9 @@ pub fn config(dir: &Path) -> Config {
         port: 0,
         data_dir: dir.to_path_buf(),
         store_cache_mb: 16,
+        // Refused handshakes are held this long (3 s by default): short, so
+        // tests of refusals do not wait; tests of the hold set their own.
+        handshake_close_delay_ms: 300,
         ..Config::default()
     }
 }

@@ -221,7 +221,9 @@ impl Channel {
         }
         // amq-protocol drops basic.qos prefetch-size; RabbitMQ refuses non-zero.
         if (class_id, method_id) == (60, 10) {
-            let size = codec::FieldReader::new(&payload[4..]).u32().unwrap_or(0);
+            let size = crate::wire::FieldReader::new(&payload[4..])
+                .u32()
+                .unwrap_or(0);
             if size != 0 {
                 return Err(
                     ProtocolError::not_implemented(format!("prefetch_size!=0 ({size})")).on(60, 10),
