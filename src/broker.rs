@@ -80,29 +80,45 @@ impl Broker {
                 ),
             );
         }
+        // A definition that cannot be restored stops the start, naming it:
+        // skipping a queue would lose its messages.
+        let fail = |what: &str, name: &str, e: crate::amqp::error::ProtocolError| {
+            crate::amqp::error::ProtocolError::internal(format!(
+                "{what} '{name}' cannot be restored: {}",
+                e.text
+            ))
+        };
         for def in self.store.exchanges()? {
             if let Some(vh) = self.vhost(&def.vhost) {
-                // E.g. a plugin type this build lacks: skip it, keep going.
-                if let Err(e) = vh.restore_exchange(&def) {
-                    tracing::error!(exchange = %def.name, "exchange not restored: {e}");
-                }
+                // E.g. a plugin type this build lacks.
+                vh.restore_exchange(&def)
+                    .map_err(|e| fail("exchange", &def.name, e))?;
             }
         }
         let mut messages = 0;
-        for def in self.store.queues()? {
+        let queues = self.store.queues()?;
+        let live = queues.iter().map(|q| q.id).collect();
+        self.store.sweep_orphans(&live)?;
+        for def in queues {
             if let Some(vh) = self.vhost(&def.vhost) {
-                match vh.restore_queue(&def) {
-                    Ok(n) => messages += n,
-                    Err(e) => tracing::error!(queue = %def.name, "queue not restored: {e}"),
-                }
+                messages += vh
+                    .restore_queue(&def)
+                    .map_err(|e| fail("queue", &def.name, e))?;
             }
         }
         for def in self.store.bindings()? {
-            if let Some(vh) = self.vhost(&def.vhost) {
-                if let Err(e) = vh.restore_binding(&def) {
-                    tracing::warn!(?def, "binding not restored: {e}");
-                }
+            let Some(vh) = self.vhost(&def.vhost) else {
+                continue;
+            };
+            // A crash while an exchange was being deleted can leave its
+            // bindings' records behind: they go now.
+            if vh.exchange(&def.source).is_none() || !vh.has_destination(&def) {
+                tracing::warn!(?def, "deleting the record of a binding to a deleted entity");
+                self.store.delete_binding(&def)?;
+                continue;
             }
+            vh.restore_binding(&def)
+                .map_err(|e| fail("binding from exchange", &def.source, e))?;
         }
         tracing::info!(
             vhosts = names.len(),

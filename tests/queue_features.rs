@@ -214,6 +214,46 @@ async fn single_active_consumer_takes_over_when_the_active_one_disconnects() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_active_consumer_take_over_redelivers_unacked_first_in_order() {
+    // The active consumer holds message 0 unacked (prefetch 1) while 1..4
+    // wait behind it. When its connection goes, the next consumer gets 0
+    // (redelivered) first, then 1..4, as RabbitMQ gives it; Warren used
+    // to hand over 1,2,3,4 and only then 0.
+    let b = start().await;
+    let (_c, ch) = b.channel().await;
+    declare_with(
+        &ch,
+        "sac-order",
+        QueueDeclareOptions::default(),
+        table(&[("x-single-active-consumer", AMQPValue::Boolean(true))]),
+    )
+    .await
+    .unwrap();
+    let c1 = b.connect().await;
+    let ch1 = c1.create_channel().await.unwrap();
+    ch1.basic_qos(1, BasicQosOptions::default()).await.unwrap();
+    let ch2 = b.connect().await.create_channel().await.unwrap();
+    let mut first = consumer(&ch1, "sac-order", "first").await;
+    let mut second = consumer(&ch2, "sac-order", "second").await;
+    for i in 0..5u8 {
+        publish(&ch, "", "sac-order", &[i]).await;
+    }
+    let d = next(&mut first).await.expect("the active consumer");
+    assert_eq!(d.data, [0]);
+    assert_eq!(message_count(&ch, "sac-order").await, 4);
+    c1.close(200, "bye".into()).await.unwrap();
+    let got: Vec<(u8, bool)> = take(&mut second, 5)
+        .await
+        .iter()
+        .map(|d| (d.data[0], d.redelivered))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(0, true), (1, false), (2, false), (3, false), (4, false)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reject_publish_refuses_for_the_full_queue_only() {
     // The publisher is nacked; the other queue the message routes to
     // still gets it.

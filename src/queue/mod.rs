@@ -63,9 +63,9 @@ pub struct Queue {
     timer: Arc<tokio::sync::Notify>,
     /// Last time it was used (ms since the epoch), for x-expires.
     last_used: AtomicU64,
-    /// Durable queues: the highest delivered sequence, which the store
-    /// persists lazily (store/marks.rs).
-    mark: Option<Arc<AtomicU64>>,
+    /// Durable queues: how far deliveries went, and what the last stop
+    /// left (store/delivered.rs).
+    mark: Option<(u64, Arc<store::Mark>)>,
     deleted: AtomicBool,
     state: Mutex<State>,
     /// Persistent messages waiting for the next flush to be written.
@@ -78,8 +78,6 @@ struct State {
     consumers: VecDeque<Arc<Consumer>>,
     /// Deliveries handed out and not yet settled.
     unacked: usize,
-    /// Highest delivered sequence (durable queues report it to the store).
-    delivered_mark: u64,
     /// Deadlines of messages with a TTL: (deadline ms, seq).
     expiry: BinaryHeap<Reverse<(u64, u64)>>,
     /// Whether the expiry timer task runs.
@@ -114,13 +112,7 @@ pub enum Settle {
 impl Queue {
     /// A new, empty queue of `vhost`.
     pub fn new(config: QueueConfig, store: Arc<Store>, vhost: Weak<VHost>) -> Arc<Queue> {
-        let mark = (config.store_id != 0).then(|| match store.delivery_mark(config.store_id) {
-            Ok((_, mark)) => mark,
-            Err(e) => {
-                tracing::warn!(queue = %config.name, "cannot read delivery mark: {e}");
-                Arc::new(AtomicU64::new(0))
-            }
-        });
+        let mark = (config.store_id != 0).then(|| store.delivery_mark(config.store_id));
         let args = QueueArgs::from_table(&config.arguments);
         let ready = Ready::with_max_priority(args.max_priority.unwrap_or(0));
         let q = Arc::new(Queue {
@@ -137,7 +129,6 @@ impl Queue {
                 next_seq: 1,
                 consumers: VecDeque::new(),
                 unacked: 0,
-                delivered_mark: 0,
                 expiry: BinaryHeap::new(),
                 timer_running: false,
                 dead: Vec::new(),
@@ -170,7 +161,9 @@ impl Queue {
 
     /// Loads the messages a durable queue had at the last stop.
     pub fn recover(self: &Arc<Self>) -> store::Result<usize> {
-        let delivered = self.mark.as_ref().map_or(0, |m| m.load(Ordering::Relaxed));
+        // Every message at or below it may have been delivered before the
+        // stop (exactly those after a clean stop).
+        let delivered = self.mark.as_ref().map_or(0, |(start, _)| *start);
         let mut st = self.state.lock();
         for item in self.store.messages(self.config.store_id) {
             let m = item?;
@@ -195,7 +188,6 @@ impl Queue {
         for (deadline, seq) in deadlines {
             self.schedule(&mut st, deadline, seq);
         }
-        st.delivered_mark = delivered;
         // New messages must sort after everything ever delivered, or the
         // next recovery would take them for redeliveries.
         st.next_seq = st.next_seq.max(delivered + 1);
@@ -473,14 +465,16 @@ impl Queue {
                 let Some(entry) = pending.take() else { break };
                 let consumer = &st.consumers[i];
                 let (seq, stored, no_ack) = (entry.seq, entry.stored, consumer.no_ack);
+                if stored {
+                    self.before_delivery(seq);
+                }
                 match consumer.channel.try_deliver(consumer, self, entry) {
                     Ok(()) => {
+                        if stored {
+                            self.delivered(seq);
+                        }
                         if !no_ack {
                             st.unacked += 1;
-                        }
-                        if stored && seq > st.delivered_mark {
-                            st.delivered_mark = seq;
-                            self.note_delivered(seq);
                         }
                         taken_by = Some(i);
                         break;
@@ -511,9 +505,19 @@ impl Queue {
         }
     }
 
-    fn note_delivered(&self, seq: u64) {
-        if let Some(mark) = &self.mark {
-            mark.fetch_max(seq, Ordering::Relaxed);
+    /// Before a stored message goes out: a stop from now on must bring it
+    /// back redelivered (the store writes a reservation ahead of it when
+    /// needed, see store/delivered.rs).
+    fn before_delivery(&self, seq: u64) {
+        if let Some((_, mark)) = &self.mark {
+            self.store.before_delivery(self.config.store_id, mark, seq);
+        }
+    }
+
+    /// After a stored message went out (exact on a clean stop).
+    fn delivered(&self, seq: u64) {
+        if let Some((_, mark)) = &self.mark {
+            mark.delivered_now(seq);
         }
     }
 
@@ -536,9 +540,9 @@ impl Queue {
             }
         };
         let (seq, stored) = (entry.seq, entry.stored);
-        if stored && seq > st.delivered_mark {
-            st.delivered_mark = seq;
-            self.note_delivered(seq);
+        if stored {
+            self.before_delivery(seq);
+            self.delivered(seq);
         }
         let remaining = st.ready.len() as u32;
         match channel.deliver_get(self, entry, remaining, no_ack) {

@@ -1,6 +1,14 @@
 //! Durable definitions: vhosts, exchanges, queues and bindings, one sled
-//! record each, serde-encoded. Keys sort by kind, then vhost, then name, so a
-//! prefix scan lists one kind.
+//! record each, serde-encoded (JSON). Keys sort by kind, then vhost, then
+//! name, so a prefix scan lists one kind.
+//!
+//! Arguments are stored as their AMQP field-table encoding (hex in the
+//! JSON), which represents every field value exactly: NaN and infinite
+//! floats, nesting as deep as the wire allows (JSON held neither: such a
+//! queue used to be written in a form that failed to parse at restart, and
+//! it and its messages vanished). A record is read back before it is
+//! written, and one that cannot be read at start stops the start, naming
+//! it, rather than being skipped.
 
 use amq_protocol::types::FieldTable;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
@@ -16,6 +24,7 @@ pub struct ExchangeDef {
     pub durable: bool,
     pub auto_delete: bool,
     pub internal: bool,
+    #[serde(with = "args")]
     pub arguments: FieldTable,
 }
 
@@ -26,6 +35,7 @@ pub struct QueueDef {
     pub name: String,
     pub id: u64,
     pub auto_delete: bool,
+    #[serde(with = "args")]
     pub arguments: FieldTable,
 }
 
@@ -37,7 +47,59 @@ pub struct BindingDef {
     pub destination: String,
     pub to_exchange: bool,
     pub routing_key: String,
+    #[serde(with = "args")]
     pub arguments: FieldTable,
+}
+
+/// Arguments as the hex of their AMQP encoding; records written before
+/// (serde's own form of the table) are still read.
+mod args {
+    use amq_protocol::types::FieldTable;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::wire::table;
+
+    pub fn serialize<S: Serializer>(t: &FieldTable, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::hex(&table::encode_table(t)))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<FieldTable, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Encoded(String),
+            Legacy(FieldTable),
+        }
+        match Repr::deserialize(d)? {
+            Repr::Encoded(h) => super::unhex(&h)
+                .and_then(|bytes| table::decode_table(&bytes))
+                .ok_or_else(|| {
+                    serde::de::Error::custom("arguments are not an encoded field table")
+                }),
+            Repr::Legacy(t) => Ok(t),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let b = s.as_bytes();
+    if !b.len().is_multiple_of(2) {
+        return None;
+    }
+    b.chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
 }
 
 const VHOST: &str = "v";
@@ -57,7 +119,15 @@ fn key(kind: &str, parts: &[&str]) -> Vec<u8> {
 
 impl BindingDef {
     fn key(&self) -> Vec<u8> {
-        let args = serde_json::to_string(&self.arguments).unwrap_or_default();
+        self.key_with(&hex(&crate::wire::table::encode_table(&self.arguments)))
+    }
+
+    /// The key older versions used (serde's JSON of the arguments).
+    fn legacy_key(&self) -> Vec<u8> {
+        self.key_with(&serde_json::to_string(&self.arguments).unwrap_or_default())
+    }
+
+    fn key_with(&self, args: &str) -> Vec<u8> {
         let kind = if self.to_exchange { "e" } else { "q" };
         key(
             BINDING,
@@ -67,15 +137,25 @@ impl BindingDef {
                 kind,
                 &self.destination,
                 &self.routing_key,
-                &args,
+                args,
             ],
         )
     }
 }
 
 impl Store {
-    fn put_def<T: Serialize>(&self, k: Vec<u8>, v: &T) -> Result<()> {
+    /// Writes a definition, once it is known to read back as itself.
+    fn put_def<T: Serialize + DeserializeOwned>(&self, k: Vec<u8>, v: &T) -> Result<()> {
         let bytes = serde_json::to_vec(v).map_err(|e| Error::Corrupt(e.to_string()))?;
+        let back = serde_json::from_slice::<T>(&bytes)
+            .ok()
+            .and_then(|t| serde_json::to_vec(&t).ok());
+        if back.as_deref() != Some(&bytes[..]) {
+            return Err(Error::Corrupt(format!(
+                "definition {} would not read back",
+                String::from_utf8_lossy(&k)
+            )));
+        }
         self.defs.insert(k, bytes)?;
         self.defs_changed();
         Ok(())
@@ -87,20 +167,21 @@ impl Store {
         let mut out = Vec::new();
         for item in self.defs.scan_prefix(prefix) {
             let (k, v) = item?;
-            // One unreadable record must not keep the broker from starting.
-            match serde_json::from_slice(&v) {
-                Ok(def) => out.push(def),
-                Err(e) => {
-                    tracing::error!(key = ?String::from_utf8_lossy(&k), "skipping unreadable definition: {e}")
-                }
-            }
+            // Never skipped: a lost queue definition would lose its messages.
+            let def = serde_json::from_slice(&v).map_err(|e| {
+                Error::Corrupt(format!(
+                    "definition {:?} cannot be read: {e}",
+                    String::from_utf8_lossy(&k)
+                ))
+            })?;
+            out.push(def);
         }
         Ok(out)
     }
 
     /// Records a vhost.
     pub fn put_vhost(&self, name: &str) -> Result<()> {
-        self.put_def(key(VHOST, &[name]), &name)
+        self.put_def(key(VHOST, &[name]), &name.to_string())
     }
     /// Every recorded vhost.
     pub fn vhosts(&self) -> Result<Vec<String>> {
@@ -130,7 +211,7 @@ impl Store {
     pub fn delete_queue(&self, vhost: &str, name: &str, id: u64) -> Result<()> {
         self.defs.remove(key(QUEUE, &[vhost, name]))?;
         self.defs_changed();
-        self.marks.forget(&self.defs, id)?;
+        self.delivered.forget(id);
         self.purge_messages(id)?;
         Ok(())
     }
@@ -159,6 +240,7 @@ impl Store {
     /// Forgets a binding.
     pub fn delete_binding(&self, def: &BindingDef) -> Result<()> {
         self.defs.remove(def.key())?;
+        self.defs.remove(def.legacy_key())?;
         self.defs_changed();
         Ok(())
     }
@@ -213,5 +295,53 @@ mod tests {
         s.delete_queue("/", "q", id).unwrap();
         assert!(s.bindings().unwrap().is_empty());
         assert!(s.queues().unwrap().is_empty());
+    }
+
+    #[test]
+    fn every_argument_value_round_trips() {
+        use amq_protocol::types::AMQPValue;
+        let s = Store::temporary().unwrap();
+        // 64 levels with `args` itself, the most the wire takes.
+        let mut deep = FieldTable::default();
+        for _ in 0..62 {
+            let mut outer = FieldTable::default();
+            outer.insert("k".into(), AMQPValue::FieldTable(deep));
+            deep = outer;
+        }
+        let mut args = FieldTable::default();
+        args.insert("nan".into(), AMQPValue::Double(f64::NAN));
+        args.insert("inf".into(), AMQPValue::Float(f32::INFINITY));
+        args.insert("deep".into(), AMQPValue::FieldTable(deep));
+        let q = QueueDef {
+            vhost: "/".into(),
+            name: "odd".into(),
+            id: 1,
+            auto_delete: false,
+            arguments: args.clone(),
+        };
+        s.put_queue(&q).unwrap();
+        let back = s.queues().unwrap();
+        let enc = crate::wire::table::encode_table;
+        assert_eq!(enc(&back[0].arguments), enc(&args));
+    }
+
+    #[test]
+    fn an_unreadable_definition_stops_the_scan() {
+        let s = Store::temporary().unwrap();
+        s.defs
+            .insert(key(QUEUE, &["/", "broken"]), &b"{not json"[..])
+            .unwrap();
+        let e = s.queues().unwrap_err().to_string();
+        assert!(e.contains("broken"), "{e}");
+    }
+
+    #[test]
+    fn legacy_records_are_read() {
+        let s = Store::temporary().unwrap();
+        let legacy = br#"{"vhost":"/","name":"old","id":3,"auto_delete":false,"arguments":{}}"#;
+        s.defs
+            .insert(key(QUEUE, &["/", "old"]), &legacy[..])
+            .unwrap();
+        assert_eq!(s.queues().unwrap()[0].name, "old");
     }
 }

@@ -7,7 +7,7 @@
 mod deferred;
 mod definitions;
 mod delayed;
-mod marks;
+mod delivered;
 mod messages;
 mod sync;
 
@@ -17,8 +17,9 @@ use std::sync::Arc;
 pub use deferred::DeferredWrites;
 pub use definitions::{BindingDef, ExchangeDef, QueueDef};
 pub use delayed::DueMessage;
+pub use delivered::Mark;
 pub use messages::{decode_message, encode_message, StoredMessage};
-pub use sync::Flusher;
+pub use sync::{DiskSync, Flusher, Syncer};
 
 /// Store failures.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +33,9 @@ pub enum Error {
     /// A stored record could not be decoded.
     #[error("corrupt record: {0}")]
     Corrupt(String),
+    /// Making writes durable failed.
+    #[error("sync: {0}")]
+    Sync(String),
 }
 
 /// Result of a store operation.
@@ -45,8 +49,10 @@ pub struct Store {
     /// Messages held by delayed-message exchanges.
     delayed: sled::Tree,
     flusher: Arc<Flusher>,
-    /// Per-queue delivery marks, written lazily by the flusher.
-    marks: Arc<marks::Marks>,
+    /// What a group commit calls to make writes durable.
+    syncer: Arc<dyn Syncer>,
+    /// Per-queue delivered marks (delivered.rs).
+    delivered: delivered::DeliveredLog,
     /// Holders of writes deferred to the next flush.
     deferred: Arc<deferred::Registry>,
     /// Bumped on every definitions write, so callers can tell whether an
@@ -65,38 +71,47 @@ impl Store {
             .mode(sled::Mode::HighThroughput)
             .open()?;
         let dir_handle = std::fs::File::open(dir)?;
-        Self::from_db(db, Some(dir_handle))
+        let syncer = Arc::new(DiskSync::new(db.clone(), Some(dir_handle)));
+        let defs = db.open_tree("definitions")?;
+        let legacy = delivered::take_legacy_marks(&defs)?;
+        let marks = delivered::DeliveredLog::open(dir, legacy)?;
+        Self::from_db(db, syncer, marks)
     }
 
     /// A store that lives in a temp dir and vanishes on drop (unit tests).
     pub fn temporary() -> Result<Arc<Store>> {
-        Self::from_db(sled::Config::new().temporary(true).open()?, None)
+        let db = sled::Config::new().temporary(true).open()?;
+        Self::temporary_with(db.clone(), Arc::new(DiskSync::new(db, None)))
     }
 
-    fn from_db(db: sled::Db, dir: Option<std::fs::File>) -> Result<Arc<Store>> {
+    /// A temporary store over `db` whose group commits call `syncer`
+    /// (tests of the sync seam).
+    pub fn temporary_with(db: sled::Db, syncer: Arc<dyn Syncer>) -> Result<Arc<Store>> {
+        Self::from_db(db, syncer, delivered::DeliveredLog::in_memory())
+    }
+
+    fn from_db(
+        db: sled::Db,
+        syncer: Arc<dyn Syncer>,
+        delivered: delivered::DeliveredLog,
+    ) -> Result<Arc<Store>> {
         let defs = db.open_tree("definitions")?;
         let msgs = db.open_tree("messages")?;
         let delayed = db.open_tree("delayed")?;
-        let marks = Arc::new(marks::Marks::default());
         let deferred = Arc::new(deferred::Registry::default());
         let before_flush: Box<dyn Fn() -> bool + Send> = {
-            let (marks, defs) = (Arc::clone(&marks), defs.clone());
             let deferred = Arc::clone(&deferred);
-            Box::new(move || {
-                if let Err(e) = marks.write(&defs) {
-                    tracing::warn!("cannot write delivery marks: {e}");
-                }
-                deferred.write_all()
-            })
+            Box::new(move || deferred.write_all())
         };
-        let flusher = Flusher::start(db.clone(), dir, before_flush);
+        let flusher = Flusher::start(Arc::clone(&syncer), before_flush);
         Ok(Arc::new(Store {
             db,
             defs,
             msgs,
             delayed,
             flusher,
-            marks,
+            syncer,
+            delivered,
             deferred,
             defs_version: Default::default(),
         }))
@@ -127,7 +142,7 @@ impl Store {
         // means shutdown, and then a direct flush does the job.
         if rx.wait_for(|&done| done >= ticket).await.is_err() {
             self.write_deferred()?;
-            self.db.flush()?;
+            self.syncer.sync().map_err(Error::Sync)?;
         }
         Ok(())
     }
@@ -143,14 +158,17 @@ impl Store {
 
     /// Flushes everything now, synchronously, and stops the flusher
     /// (shutdown): once the store is dropped, the data dir can be reopened.
+    /// Then writes the exact delivered marks: this was a clean stop.
     pub fn flush_now(&self) -> Result<()> {
-        // The flusher's last round (deferred writes, then a flush) runs on
+        // The flusher's last round (deferred writes, then the sync) runs on
         // its own thread, so no epoch it publishes can confirm a write
-        // still being made here; what registered since is written after.
+        // still being made here; what registered since is written after,
+        // and synced the same way as a group commit.
         self.flusher.stop();
         let written = self.write_deferred();
-        self.db.flush()?;
-        written
+        self.syncer.sync().map_err(Error::Sync)?;
+        written?;
+        self.delivered.close_clean()
     }
 
     /// Counts definition writes: an operation that changed it touched
@@ -164,20 +182,93 @@ impl Store {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Registers a durable queue's delivery mark: returns the stored value
-    /// and the atomic its deliveries raise (see marks.rs).
-    pub fn delivery_mark(&self, queue_id: u64) -> Result<(u64, Arc<std::sync::atomic::AtomicU64>)> {
-        let stored = marks::Marks::stored(&self.defs, queue_id)?;
-        Ok((stored, self.marks.register(queue_id, stored)))
+    /// Registers a durable queue's delivered mark: returns what the last
+    /// stop left (every sequence at or below it may have been delivered)
+    /// and the mark its deliveries raise (see delivered.rs).
+    pub fn delivery_mark(&self, queue_id: u64) -> (u64, Arc<Mark>) {
+        self.delivered.register(queue_id)
     }
 
-    /// Writes the delivery marks that moved (the flusher does this itself).
-    pub fn write_marks(&self) -> Result<()> {
-        self.marks.write(&self.defs)
+    /// Called before message `seq` of queue `queue_id` goes out: a crash
+    /// from now on brings it back redelivered.
+    pub fn before_delivery(&self, queue_id: u64, mark: &Mark, seq: u64) {
+        if let Err(e) = self.delivered.before_delivery(queue_id, mark, seq) {
+            tracing::error!(queue_id, "cannot write the delivered mark: {e}");
+        }
     }
 
     /// Bytes sled uses on disk.
     pub fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{Message, Meta};
+    use parking_lot::Mutex;
+
+    /// A sync that records, at each call, whether message 1 of queue 1 was
+    /// in sled yet, then syncs for real.
+    struct Recording {
+        inner: DiskSync,
+        msgs: sled::Tree,
+        calls: Mutex<Vec<bool>>,
+    }
+
+    impl Syncer for Recording {
+        fn sync(&self) -> std::result::Result<(), String> {
+            let present = self
+                .msgs
+                .get(messages::message_key(1, 1))
+                .ok()
+                .flatten()
+                .is_some();
+            self.calls.lock().push(present);
+            self.inner.sync()
+        }
+    }
+
+    fn recording() -> (Arc<Store>, Arc<Recording>) {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let sync = Arc::new(Recording {
+            inner: DiskSync::new(db.clone(), None),
+            msgs: db.open_tree("messages").unwrap(),
+            calls: Mutex::new(Vec::new()),
+        });
+        let store = Store::temporary_with(db, Arc::clone(&sync) as Arc<dyn Syncer>).unwrap();
+        (store, sync)
+    }
+
+    fn msg() -> Message {
+        let meta = Meta::default().with_delivery_mode(2);
+        Message::new(b"", b"q", &[0x10, 0, 2], b"body", meta)
+    }
+
+    #[test]
+    fn the_shutdown_flush_syncs_as_a_group_commit_does() {
+        let (store, sync) = recording();
+        store.put_message(1, 1, &msg(), 0).unwrap();
+        store.flush_now().unwrap();
+        let calls = sync.calls.lock().clone();
+        assert_eq!(
+            calls.last(),
+            Some(&true),
+            "the last sync covers the write: {calls:?}"
+        );
+    }
+
+    #[test]
+    fn a_group_commit_goes_through_the_sync() {
+        let (store, sync) = recording();
+        store.put_message(1, 1, &msg(), 0).unwrap();
+        let ticket = store.ticket();
+        let mut rx = store.flushed();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(rx.wait_for(|&done| done >= ticket)).unwrap();
+        assert!(sync.calls.lock().contains(&true));
     }
 }

@@ -21,7 +21,40 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::watch;
 
-/// The group-commit flusher of one sled database.
+/// What makes every write made so far durable: the seam between the group
+/// commit and the disk. Every path that promises durability (a group
+/// commit, `Store::sync` after the flusher stopped, the shutdown flush)
+/// goes through it.
+pub trait Syncer: Send + Sync {
+    /// Makes everything written before the call durable.
+    fn sync(&self) -> Result<(), String>;
+}
+
+/// sled's flush, then syncfs(2) on the data directory's filesystem.
+pub struct DiskSync {
+    db: sled::Db,
+    /// None for a temporary store (nothing to sync past sled).
+    dir: Option<File>,
+}
+
+impl DiskSync {
+    /// The sync of `db`, whose files live in `dir`.
+    pub fn new(db: sled::Db, dir: Option<File>) -> DiskSync {
+        DiskSync { db, dir }
+    }
+}
+
+impl Syncer for DiskSync {
+    fn sync(&self) -> Result<(), String> {
+        self.db.flush().map_err(|e| e.to_string())?;
+        if let Some(dir) = &self.dir {
+            syncfs(dir).map_err(|e| format!("syncfs of the data directory: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The group-commit flusher of one store.
 pub struct Flusher {
     epoch: AtomicU64,
     wanted: AtomicBool,
@@ -41,11 +74,10 @@ struct Signal {
 impl Flusher {
     /// Starts the flusher thread for `db`.
     /// `before_flush` runs before every flush and every 100 ms otherwise
-    /// (it writes the delivery marks and the deferred writes); false means
-    /// a write failed, and the flush then confirms nothing.
+    /// (it makes the deferred writes); false means a write failed, and the
+    /// flush then confirms nothing.
     pub fn start(
-        db: sled::Db,
-        dir: Option<File>,
+        syncer: Arc<dyn Syncer>,
         before_flush: Box<dyn Fn() -> bool + Send>,
     ) -> Arc<Flusher> {
         let (done, _) = watch::channel(0);
@@ -60,7 +92,7 @@ impl Flusher {
         let weak = Arc::downgrade(&f);
         let spawned = std::thread::Builder::new()
             .name("warren-flusher".into())
-            .spawn(move || Self::run(weak, db, dir, before_flush));
+            .spawn(move || Self::run(weak, syncer, before_flush));
         match spawned {
             Ok(handle) => *f.thread.lock() = Some(handle),
             Err(e) => tracing::error!("cannot start the flusher thread: {e}"),
@@ -96,8 +128,7 @@ impl Flusher {
 
     fn run(
         this: std::sync::Weak<Flusher>,
-        db: sled::Db,
-        dir: Option<File>,
+        syncer: Arc<dyn Syncer>,
         before_flush: Box<dyn Fn() -> bool + Send>,
     ) {
         loop {
@@ -105,7 +136,8 @@ impl Flusher {
             {
                 let mut signal = f.lock.lock();
                 while !signal.pending && !signal.stop {
-                    // Wake now and then: to write delivery marks, and to
+                    // Wake now and then: to make deferred writes nobody
+                    // waits on (publishers without confirms), and to
                     // notice that the store was dropped.
                     if f.wake
                         .wait_for(&mut signal, std::time::Duration::from_millis(100))
@@ -120,15 +152,17 @@ impl Flusher {
                     }
                 }
                 if signal.stop {
-                    before_flush();
-                    let _ = db.flush();
+                    // The last round is a group commit like any other.
+                    if let Err(e) = Self::flush(syncer.as_ref(), &before_flush) {
+                        tracing::error!("last store flush failed: {e}");
+                    }
                     return;
                 }
                 signal.pending = false;
             }
             f.wanted.store(false, Ordering::SeqCst);
             let epoch = f.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-            match Self::flush(&db, dir.as_ref(), &before_flush) {
+            match Self::flush(syncer.as_ref(), &before_flush) {
                 Ok(()) => {
                     f.done.send_replace(epoch);
                 }
@@ -144,20 +178,12 @@ impl Flusher {
 }
 
 impl Flusher {
-    /// One group commit: deferred writes, sled's flush, then syncfs.
-    fn flush(
-        db: &sled::Db,
-        dir: Option<&File>,
-        before_flush: &dyn Fn() -> bool,
-    ) -> Result<(), String> {
+    /// One group commit: deferred writes, then the sync.
+    fn flush(syncer: &dyn Syncer, before_flush: &dyn Fn() -> bool) -> Result<(), String> {
         if !before_flush() {
             return Err("a deferred write failed".into());
         }
-        db.flush().map_err(|e| e.to_string())?;
-        if let Some(dir) = dir {
-            syncfs(dir).map_err(|e| format!("syncfs of the data directory: {e}"))?;
-        }
-        Ok(())
+        syncer.sync()
     }
 }
 

@@ -2,18 +2,19 @@
 //! checks (reserved names, equivalence, exclusivity) and reply texts, and
 //! keeping the store's definitions in step for durable entities.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use amq_protocol::types::{AMQPValue, FieldTable};
 use parking_lot::RwLock;
 
+use super::bindings::Topology;
 use super::table::{PluginTable, Table};
 use super::{Destination, Exchange, VHost};
 use crate::amqp::error::{ProtocolError, Result};
 use crate::exchange::{Bindings, ExchangeKind};
 use crate::queue::{Deleted, Queue, QueueConfig};
-use crate::store::{BindingDef, ExchangeDef, QueueDef};
+use crate::store::{ExchangeDef, QueueDef};
 
 /// What `exchange.declare` asks for.
 #[derive(Debug, Clone)]
@@ -178,6 +179,10 @@ impl VHost {
                 ProtocolError::not_found(format!("no {}", self.describe("exchange", &spec.name)))
             });
         }
+        // The check, the stored definition and the registry entry happen as
+        // one: a racing declare cannot store other arguments than the ones
+        // in use.
+        let _topology = self.topology.lock();
         let kind = ExchangeKind::parse(&spec.kind);
         let plugin = match kind {
             Some(_) => None,
@@ -264,11 +269,6 @@ impl VHost {
                 arguments: spec.arguments.clone(),
             })?;
         }
-        let mut exchanges = self.exchanges.write();
-        // Lost a race with another declare: theirs stands.
-        if let Some(x) = exchanges.get(&spec.name) {
-            return Ok(Arc::clone(x));
-        }
         let x = Arc::new(Exchange {
             name: spec.name.clone(),
             kind,
@@ -283,7 +283,9 @@ impl VHost {
             plugin,
             held: Default::default(),
         });
-        exchanges.insert(spec.name.clone(), Arc::clone(&x));
+        self.exchanges
+            .write()
+            .insert(spec.name.clone(), Arc::clone(&x));
         Ok(x)
     }
 
@@ -300,6 +302,7 @@ impl VHost {
                 self.describe("exchange", name)
             )));
         }
+        let mut topology = self.topology.lock();
         let Some(x) = self.exchange(name) else {
             return Ok(());
         };
@@ -309,40 +312,7 @@ impl VHost {
                 self.describe("exchange", name)
             )));
         }
-        self.remove_exchange(&x)
-    }
-
-    fn remove_exchange(&self, x: &Arc<Exchange>) -> Result<()> {
-        {
-            let mut exchanges = self.exchanges.write();
-            match exchanges.get(&x.name) {
-                Some(cur) if Arc::ptr_eq(cur, x) => {
-                    exchanges.remove(&x.name);
-                }
-                _ => return Ok(()),
-            }
-        }
-        if x.durable {
-            self.store.delete_exchange(&self.name, &x.name)?;
-            for (key, args, dest) in x.bindings.read().list() {
-                self.forget_binding(x, &key, &args, &dest)?;
-            }
-        }
-        // Its own bindings go (one to itself would keep it alive forever),
-        // and so do those that point at it from other exchanges.
-        let own: Vec<Destination> = x
-            .bindings
-            .read()
-            .list()
-            .into_iter()
-            .map(|(_, _, d)| d)
-            .collect();
-        for d in own {
-            x.bindings.write().unbind_all(&d);
-        }
-        let dest = Destination::Exchange(Arc::clone(x));
-        self.unbind_everywhere(&dest)?;
-        Ok(())
+        self.remove_exchanges_locked(&mut topology, vec![x])
     }
 
     /// `queue.declare`. Returns the queue and whether it was created.
@@ -362,7 +332,7 @@ impl VHost {
         // Check, id allocation and the stored definition happen as one, or
         // two racing declares of a new durable queue could store different
         // ids than the one in use (its messages lost at the next start).
-        let _declaring = self.declare_lock.lock();
+        let _topology = self.topology.lock();
         // RabbitMQ refuses the reserved prefix before looking the name up,
         // so even an existing amq.gen- queue cannot be redeclared by name.
         if spec.name.starts_with("amq.") && !spec.server_named {
@@ -445,7 +415,7 @@ impl VHost {
         )
     }
 
-    fn locked(&self, name: &str) -> ProtocolError {
+    pub(super) fn locked(&self, name: &str) -> ProtocolError {
         ProtocolError::resource_locked(format!(
             "cannot obtain exclusive access to locked {}. It could be originally declared on another \
              connection or the exclusive property value does not match that of the original declaration.",
@@ -479,6 +449,7 @@ impl VHost {
         if_empty: bool,
         conn_id: u64,
     ) -> Result<Option<Deleted>> {
+        let mut topology = self.topology.lock();
         let Some(q) = self.queue(name) else {
             return Ok(None);
         };
@@ -495,13 +466,21 @@ impl VHost {
                 self.describe("queue", name)
             )));
         }
-        self.remove_queue(&q)
+        self.remove_queue_locked(&mut topology, &q)
     }
 
     /// Removes a queue from the vhost, its bindings and its stored state;
     /// None if it was already gone.
     pub fn remove_queue(&self, q: &Arc<Queue>) -> Result<Option<Deleted>> {
-        let _declaring = self.declare_lock.lock();
+        let mut topology = self.topology.lock();
+        self.remove_queue_locked(&mut topology, q)
+    }
+
+    fn remove_queue_locked(
+        &self,
+        topology: &mut Topology,
+        q: &Arc<Queue>,
+    ) -> Result<Option<Deleted>> {
         {
             let mut queues = self.queues.write();
             match queues.get(q.name()) {
@@ -512,148 +491,12 @@ impl VHost {
             }
         }
         let deleted = q.delete();
-        self.unbind_everywhere(&Destination::Queue(Arc::clone(q)))?;
+        self.unbind_everywhere_locked(topology, &Destination::Queue(Arc::clone(q)))?;
         if q.config.store_id != 0 {
             self.store
                 .delete_queue(&self.name, q.name(), q.config.store_id)?;
         }
         Ok(Some(deleted))
-    }
-
-    fn unbind_everywhere(&self, dest: &Destination) -> Result<()> {
-        for x in self.exchanges() {
-            let removed: Vec<(String, FieldTable)> = {
-                let b = x.bindings.read();
-                b.list()
-                    .into_iter()
-                    .filter(|(_, _, d)| d == dest)
-                    .map(|(k, a, _)| (k, a))
-                    .collect()
-            };
-            if removed.is_empty() {
-                continue;
-            }
-            x.bindings.write().unbind_all(dest);
-            for (key, args) in &removed {
-                self.forget_binding(&x, key, args, dest)?;
-            }
-            self.maybe_auto_delete(&x)?;
-        }
-        Ok(())
-    }
-
-    fn maybe_auto_delete(&self, x: &Arc<Exchange>) -> Result<()> {
-        if x.auto_delete && x.ever_bound.load(Ordering::Relaxed) && x.bindings.read().is_empty() {
-            self.remove_exchange(x)?;
-        }
-        Ok(())
-    }
-
-    fn binding_def(
-        &self,
-        x: &Exchange,
-        key: &str,
-        args: &FieldTable,
-        dest: &Destination,
-    ) -> Option<BindingDef> {
-        let durable_dest = match dest {
-            Destination::Queue(q) => q.config.store_id != 0,
-            Destination::Exchange(d) => d.durable,
-        };
-        (x.durable && durable_dest).then(|| BindingDef {
-            vhost: self.name.clone(),
-            source: x.name.clone(),
-            destination: dest.name().to_string(),
-            to_exchange: matches!(dest, Destination::Exchange(_)),
-            routing_key: key.to_string(),
-            arguments: args.clone(),
-        })
-    }
-
-    fn forget_binding(
-        &self,
-        x: &Exchange,
-        key: &str,
-        args: &FieldTable,
-        dest: &Destination,
-    ) -> Result<()> {
-        if let Some(def) = self.binding_def(x, key, args, dest) {
-            self.store.delete_binding(&def)?;
-        }
-        Ok(())
-    }
-
-    fn source_for_binding(&self, name: &str) -> Result<Arc<Exchange>> {
-        if name.is_empty() {
-            return Err(ProtocolError::access_refused(
-                "operation not permitted on the default exchange",
-            ));
-        }
-        self.exchange(name).ok_or_else(|| {
-            ProtocolError::not_found(format!("no {}", self.describe("exchange", name)))
-        })
-    }
-
-    /// Resolves the destination of a bind/unbind.
-    pub fn destination(&self, name: &str, to_exchange: bool, conn_id: u64) -> Result<Destination> {
-        if to_exchange {
-            if name.is_empty() {
-                return Err(ProtocolError::access_refused(
-                    "operation not permitted on the default exchange",
-                ));
-            }
-            self.exchange(name)
-                .map(Destination::Exchange)
-                .ok_or_else(|| {
-                    ProtocolError::not_found(format!("no {}", self.describe("exchange", name)))
-                })
-        } else {
-            self.queue_for(name, conn_id).map(Destination::Queue)
-        }
-    }
-
-    /// `queue.bind` / `exchange.bind`.
-    pub fn bind(
-        &self,
-        source: &str,
-        dest: Destination,
-        key: &str,
-        args: &FieldTable,
-    ) -> Result<()> {
-        let x = self.source_for_binding(source)?;
-        if x.kind == Some(ExchangeKind::Headers) {
-            crate::exchange::headers::validate_args(args)
-                .map_err(ProtocolError::precondition_failed)?;
-        }
-        let def = self.binding_def(&x, key, args, &dest);
-        let added = x
-            .bindings
-            .write()
-            .bind(key, args, dest)
-            .map_err(ProtocolError::precondition_failed)?;
-        if added {
-            x.ever_bound.store(true, Ordering::Relaxed);
-            if let Some(def) = def {
-                self.store.put_binding(&def)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// `queue.unbind` / `exchange.unbind`. A missing binding is not an error.
-    pub fn unbind(
-        &self,
-        source: &str,
-        dest: Destination,
-        key: &str,
-        args: &FieldTable,
-    ) -> Result<()> {
-        let x = self.source_for_binding(source)?;
-        if x.bindings.write().unbind(key, args, &dest) {
-            self.forget_binding(&x, key, args, &dest)?;
-            self.maybe_auto_delete(&x)?;
-        }
-        Ok(())
     }
 
     /// Recreates a durable exchange from the store (startup).
@@ -690,11 +533,5 @@ impl VHost {
         let n = q.recover()?;
         self.queues.write().insert(def.name.clone(), q);
         Ok(n)
-    }
-
-    /// Recreates a durable binding (startup).
-    pub fn restore_binding(&self, def: &BindingDef) -> Result<()> {
-        let dest = self.destination(&def.destination, def.to_exchange, 0)?;
-        self.bind(&def.source, dest, &def.routing_key, &def.arguments)
     }
 }

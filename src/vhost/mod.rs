@@ -2,6 +2,7 @@
 //! declare / bind / delete operations on them (with RabbitMQ's checks and
 //! reply texts), and `route`, the entry point of every publish.
 
+mod bindings;
 mod declare;
 mod entities;
 pub mod routing;
@@ -31,8 +32,10 @@ pub struct VHost {
     plugins: Arc<crate::plugins::Plugins>,
     /// Where delayed-message exchanges hold messages.
     delayed: Arc<crate::delayed::Scheduler>,
-    /// Serializes queue creation and removal with their stored definitions.
-    declare_lock: parking_lot::Mutex<()>,
+    /// Every change to exchanges, queues and bindings (and their stored
+    /// definitions) runs under this lock, and it guards the reverse index
+    /// of bindings (bindings.rs). Publishers never take it.
+    topology: parking_lot::Mutex<bindings::Topology>,
     store: Arc<Store>,
     exchanges: RwLock<HashMap<String, Arc<Exchange>>>,
     queues: RwLock<HashMap<String, Arc<Queue>>>,
@@ -61,7 +64,7 @@ impl VHost {
             me,
             plugins,
             delayed,
-            declare_lock: parking_lot::Mutex::new(()),
+            topology: parking_lot::Mutex::new(bindings::Topology::default()),
             store,
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),

@@ -1,7 +1,9 @@
 //! `VHost::route`: from a published message to the set of queues it lands
 //! in, following exchange-to-exchange bindings and alternate exchanges, each
-//! exchange visited at most once (cycles are legal in AMQP and must end).
+//! exchange visited at most once (cycles are legal in AMQP and must end),
+//! with a worklist, so no graph of exchanges can exhaust the stack.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use amq_protocol::types::{AMQPValue, FieldTable};
@@ -16,11 +18,35 @@ use crate::queue::Queue;
 #[derive(Default)]
 pub struct RouteScratch {
     dests: Vec<Destination>,
-    visited: Vec<*const Exchange>,
+    /// Exchanges reached but not yet routed through.
+    stack: Vec<Arc<Exchange>>,
+    visited: Visited,
 }
 
-// The raw pointers in `visited` are only compared, never dereferenced.
-unsafe impl Send for RouteScratch {}
+/// The exchanges one publish has reached, by address: the first without
+/// hashing (most publishes reach one), the rest in a set, so a graph of
+/// any size is walked in time proportional to it.
+#[derive(Default)]
+struct Visited {
+    first: usize,
+    more: HashSet<usize>,
+}
+
+impl Visited {
+    fn start(&mut self, x: &Arc<Exchange>) {
+        self.first = Arc::as_ptr(x) as usize;
+        // clear() costs the set's capacity, even when empty.
+        if !self.more.is_empty() {
+            self.more.clear();
+        }
+    }
+
+    /// Records `x`; false if it was reached before.
+    fn insert(&mut self, x: &Arc<Exchange>) -> bool {
+        let a = Arc::as_ptr(x) as usize;
+        a != self.first && self.more.insert(a)
+    }
+}
 
 impl VHost {
     /// Finds the queues `msg` goes to and appends them to `out` (each once).
@@ -98,11 +124,9 @@ impl VHost {
                 hold = Some(ms);
             }
         }
-        scratch.visited.clear();
         let mut headers = None;
         let mut nested = self.route_exchange(&x, msg, &key, &mut headers, scratch, out);
         for k in &extra {
-            scratch.visited.clear();
             self.route_exchange(&x, msg, k, &mut headers, scratch, out);
             nested = true;
         }
@@ -112,7 +136,9 @@ impl VHost {
         Ok(hold)
     }
 
-    /// Routes through `x`; returns whether more than one exchange took part
+    /// Routes through `x` and every exchange reached from it (exchange
+    /// bindings, alternate exchanges), each once, with a worklist rather
+    /// than recursion; returns whether more than one exchange took part
     /// (so duplicates are possible).
     fn route_exchange(
         &self,
@@ -123,8 +149,28 @@ impl VHost {
         scratch: &mut RouteScratch,
         out: &mut Vec<Arc<Queue>>,
     ) -> bool {
-        scratch.visited.push(Arc::as_ptr(x));
-        let start = scratch.dests.len();
+        scratch.visited.start(x);
+        scratch.stack.clear();
+        self.route_one(x, msg, key, headers, scratch, out);
+        let mut nested = false;
+        while let Some(next) = scratch.stack.pop() {
+            nested = true;
+            self.route_one(&next, msg, key, headers, scratch, out);
+        }
+        nested
+    }
+
+    /// Routes through `x` alone: queues go to `out`, exchanges not reached
+    /// before onto the worklist.
+    fn route_one(
+        &self,
+        x: &Arc<Exchange>,
+        msg: &Message,
+        key: &str,
+        headers: &mut Option<Option<FieldTable>>,
+        scratch: &mut RouteScratch,
+        out: &mut Vec<Arc<Queue>>,
+    ) {
         // Headers are decoded only if a headers exchange is on the path.
         let table = if x.kind == Some(ExchangeKind::Headers)
             || (x.kind.is_none() && msg.meta.has_headers)
@@ -133,38 +179,43 @@ impl VHost {
         } else {
             None
         };
-        x.bindings.read().route(key, table, msg, &mut scratch.dests);
-        let matched = scratch.dests.len() > start;
-        let mut nested = false;
-        let mut i = start;
-        while i < scratch.dests.len() {
-            match scratch.dests[i].clone() {
+        let RouteScratch {
+            dests,
+            stack,
+            visited,
+        } = scratch;
+        dests.clear();
+        x.bindings.read().route(key, table, msg, dests);
+        let matched = !dests.is_empty();
+        for d in dests.drain(..) {
+            match d {
                 Destination::Queue(q) => out.push(q),
                 Destination::Exchange(next) => {
-                    if !scratch.visited.contains(&Arc::as_ptr(&next)) {
-                        nested = true;
-                        self.route_exchange(&next, msg, key, headers, scratch, out);
+                    if visited.insert(&next) {
+                        stack.push(next);
                     }
                 }
             }
-            i += 1;
         }
-        scratch.dests.truncate(start);
         // The alternate exchange takes what this exchange's own bindings
         // did not match (RabbitMQ), not what found no queue downstream.
         if !matched {
             if let Some(ae) = x.alternate.as_deref().and_then(|n| self.exchange(n)) {
-                if !scratch.visited.contains(&Arc::as_ptr(&ae)) {
-                    nested = true;
-                    self.route_exchange(&ae, msg, key, headers, scratch, out);
+                if visited.insert(&ae) {
+                    stack.push(ae);
                 }
             }
         }
-        nested
     }
 }
 
+/// Leaves each queue in `out` once (order is not kept for long lists).
 fn dedup(out: &mut Vec<Arc<Queue>>) {
+    if out.len() > 16 {
+        out.sort_unstable_by_key(|q| Arc::as_ptr(q) as usize);
+        out.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        return;
+    }
     let mut i = 0;
     while i < out.len() {
         if out[..i].iter().any(|q| Arc::ptr_eq(q, &out[i])) {

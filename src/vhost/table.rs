@@ -65,6 +65,14 @@ impl Table {
         }
     }
 
+    /// Whether some binding routes to `dest`.
+    pub fn has_destination(&self, dest: &Destination) -> bool {
+        match self {
+            Table::Builtin(b) => b.has_destination(dest),
+            Table::Plugin(p) => p.by_dest.contains_key(dest),
+        }
+    }
+
     /// Every binding as (key, arguments, destination).
     pub fn list(&self) -> Vec<(String, FieldTable, Destination)> {
         match self {

@@ -70,14 +70,13 @@ impl Channel {
 
     pub(super) async fn exchange_unbind(&mut self, m: x::Unbind, ctx: &mut ConnCtx) -> Result<()> {
         let version = ctx.broker.store.defs_version();
-        let dest = ctx
-            .vhost
-            .destination(m.destination.as_str(), true, ctx.id)?;
         ctx.vhost.unbind(
             m.source.as_str(),
-            dest,
+            m.destination.as_str(),
+            true,
             m.routing_key.as_str(),
             &m.arguments,
+            ctx.id,
         )?;
         ctx.sync_definitions(version).await?;
         if !m.nowait {

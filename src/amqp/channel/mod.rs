@@ -355,12 +355,6 @@ impl Channel {
         self.delivery.close();
         // No confirms go out on a closed channel.
         self.confirms = None;
-        for (tag, (_, queue)) in self.consumers.drain() {
-            let left = queue.remove_consumer(&self.delivery, &tag);
-            if left == 0 && queue.config.auto_delete && !queue.is_deleted() {
-                let _ = ctx.vhost.remove_queue(&queue);
-            }
-        }
         if let Some(tx) = self.tx.as_mut() {
             let mut pending = tx.acks_pending();
             self.delivery.release_held(&pending);
@@ -368,6 +362,16 @@ impl Channel {
         }
         self.delivery.take_all(&mut self.settle);
         self.settle.sort_by_key(|u| u.tag);
+        // Requeued while the consumers are still registered (a closed
+        // channel takes no deliveries), so that the consumer that takes
+        // over, with a single active consumer, gets them first and in
+        // their original order, then what was waiting behind them.
         Queue::settle_all(&mut self.settle, Settle::Requeue);
+        for (tag, (_, queue)) in self.consumers.drain() {
+            let left = queue.remove_consumer(&self.delivery, &tag);
+            if left == 0 && queue.config.auto_delete && !queue.is_deleted() {
+                let _ = ctx.vhost.remove_queue(&queue);
+            }
+        }
     }
 }

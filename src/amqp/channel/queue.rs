@@ -73,12 +73,13 @@ impl Channel {
     pub(super) async fn queue_unbind(&mut self, m: q::Unbind, ctx: &mut ConnCtx) -> Result<()> {
         let version = ctx.broker.store.defs_version();
         let name = self.queue_name(m.queue.as_str())?;
-        let dest = ctx.vhost.destination(&name, false, ctx.id)?;
         ctx.vhost.unbind(
             m.exchange.as_str(),
-            dest,
+            &name,
+            false,
             m.routing_key.as_str(),
             &m.arguments,
+            ctx.id,
         )?;
         ctx.sync_definitions(version).await?;
         ctx.send(

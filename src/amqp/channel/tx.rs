@@ -142,7 +142,8 @@ impl Channel {
     }
 
     /// Applies the transaction: acks and requeues, then publishes; answers
-    /// commit-ok once stored publishes are on disk.
+    /// commit-ok once what it changed in the store (stored publishes, and
+    /// the removal of acked or rejected stored messages) is on disk.
     pub(super) async fn tx_commit(&mut self, ctx: &mut ConnCtx) -> Result<()> {
         let Some(tx) = self.tx.as_mut() else {
             return Err(ProtocolError::precondition_failed(
@@ -153,6 +154,9 @@ impl Channel {
         let mut requeues = std::mem::take(&mut tx.requeues);
         let mut rejects = std::mem::take(&mut tx.rejects);
         let publishes = std::mem::take(&mut tx.publishes);
+        // Acks and rejects of stored messages remove records: commit-ok
+        // waits until those removals are on disk too, as for publishes.
+        let mut stored = acks.iter().chain(&rejects).any(|u| u.entry.stored);
         self.delivery.release_held(&acks);
         self.delivery.release_held(&requeues);
         self.delivery.release_held(&rejects);
@@ -164,7 +168,6 @@ impl Channel {
                 q.dispatch();
             }
         }
-        let mut stored = false;
         for (publish, msg, mut routes, hold) in publishes {
             match hold {
                 Some(delay_ms) => {
