@@ -35,7 +35,11 @@ impl ChildBroker {
             .open(log)
             .expect("log file");
         let err = out.try_clone().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_warren"))
+        // WARREN_BIN runs these tests against another build (for example
+        // an older one, to see a test fail there).
+        let bin =
+            std::env::var("WARREN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_warren").into());
+        let child = Command::new(bin)
             .arg("--bind")
             .arg("127.0.0.1")
             .arg("--port")
