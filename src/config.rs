@@ -53,6 +53,13 @@ pub struct Config {
     /// socket is closed, milliseconds: the client reads the close before
     /// the socket ends, and password guessing slows (RabbitMQ: 3 s).
     pub handshake_close_delay_ms: u64,
+    /// A connection whose unsent bytes reach this many is not read, and
+    /// its consumers get nothing, until its peer has taken half of them.
+    pub outbox_high_water_bytes: u64,
+    /// A peer that takes none of what is sent to it for this long is
+    /// disconnected, milliseconds (RabbitMQ's tcp_listen_options.send_timeout;
+    /// 0 = never).
+    pub send_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -74,6 +81,8 @@ impl Default for Config {
             memory_limit_mb: 0,
             read_pause_us: 100,
             handshake_close_delay_ms: 3000,
+            outbox_high_water_bytes: 4 << 20,
+            send_timeout_ms: 15_000,
         }
     }
 }
@@ -128,6 +137,22 @@ pub struct Cli {
     /// How long a connection refused during the handshake is held before it is closed, ms [default: 3000].
     #[arg(long, value_name = "MS")]
     pub handshake_close_delay_ms: Option<u64>,
+    /// Unsent bytes at which a connection stops being read [default: 4194304].
+    #[arg(long, value_name = "BYTES")]
+    pub outbox_high_water_bytes: Option<u64>,
+    /// Disconnect a peer that takes nothing for this long, ms; 0 = never [default: 15000].
+    #[arg(long, value_name = "MS")]
+    pub send_timeout_ms: Option<u64>,
+}
+
+impl Config {
+    /// The send timeout (`send_timeout_ms`, 0 = never).
+    pub fn send_timeout(&self) -> std::time::Duration {
+        match self.send_timeout_ms {
+            0 => std::time::Duration::from_secs(u64::MAX / 4),
+            ms => std::time::Duration::from_millis(ms),
+        }
+    }
 }
 
 impl Cli {
@@ -179,6 +204,15 @@ impl Cli {
         }
         if let Some(v) = self.handshake_close_delay_ms {
             c.handshake_close_delay_ms = v;
+        }
+        if let Some(v) = self.outbox_high_water_bytes {
+            c.outbox_high_water_bytes = v;
+        }
+        if let Some(v) = self.send_timeout_ms {
+            c.send_timeout_ms = v;
+        }
+        if c.outbox_high_water_bytes < 4096 {
+            return Err("outbox_high_water_bytes must be at least 4096".into());
         }
         if c.read_pause_us > MAX_READ_PAUSE_US {
             return Err(format!("read_pause_us must be at most {MAX_READ_PAUSE_US}"));

@@ -94,7 +94,10 @@ pub async fn serve(
 ) {
     let _ = socket.set_nodelay(true);
     let (mut rd, wr) = socket.into_split();
-    let outbox = Arc::new(Outbox::new());
+    let outbox = Arc::new(Outbox::new(
+        broker.config.outbox_high_water_bytes as usize,
+        broker.config.send_timeout(),
+    ));
     let writer = tokio::spawn(Arc::clone(&outbox).run_writer(wr));
     // Small to start: an idle connection should cost little (see read_more).
     let mut buf = BytesMut::with_capacity(1024);
@@ -604,10 +607,18 @@ impl Connection {
         // Set while the memory alarm keeps this (publishing) connection
         // from being read; see flow.rs.
         let mut blocked = false;
+        // Set while the outbox is over its high-water mark: the peer is
+        // not read until the writer drained it (outbox.rs).
+        let mut backlogged = false;
         let mut alarm = self.ctx.broker.memory.subscribe();
         loop {
-            // Everything already buffered first: many frames per read.
+            // Everything already buffered first: many frames per read;
+            // but nothing more while the peer does not take our replies.
             loop {
+                if self.ctx.outbox.is_backlogged() {
+                    backlogged = true;
+                    break;
+                }
                 match codec::decode(buf, self.ctx.frame_max) {
                     Ok(Some(frame)) => {
                         self.coalesce.frame(&frame);
@@ -657,10 +668,18 @@ impl Connection {
             let flushed = &mut self.ctx.flushed;
             // A read through tokio, or the direct one that ends a pause.
             let mut got = None;
+            let reading = !blocked && !backlogged;
             tokio::select! {
-                read = rd.read_buf(buf), if !blocked && !self.coalesce.paused() => got = Some(read),
-                _ = self.coalesce.pause_over(), if !blocked && self.coalesce.paused() => {
+                read = rd.read_buf(buf), if reading && !self.coalesce.paused() => got = Some(read),
+                _ = self.coalesce.pause_over(), if reading && self.coalesce.paused() => {
                     got = Some(self.coalesce.resume(buf));
+                }
+                _ = self.ctx.outbox.drained(), if backlogged => {
+                    if self.ctx.outbox.is_closed() {
+                        return Closed::Lost("peer stopped reading (send_timeout)");
+                    }
+                    backlogged = false;
+                    last_read = Instant::now();
                 }
                 changed = flushed.changed(), if waiting_flush => {
                     if changed.is_err() {
@@ -674,7 +693,7 @@ impl Connection {
                         last_read = Instant::now();
                     }
                 }
-                _ = &mut silence, if !blocked => {
+                _ = &mut silence, if reading => {
                     let due = last_read + timeout;
                     if Instant::now() >= due {
                         warn!(heartbeat = self.heartbeat, "missed heartbeats from client, closing");

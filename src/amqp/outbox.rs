@@ -4,8 +4,15 @@
 //! straight into the outbox buffer; the writer swaps the buffer out and sends
 //! it with one write, so many frames share one syscall. The writer also sends
 //! heartbeats when the link is otherwise idle.
+//!
+//! Bounds: above the high-water mark queues skip the connection's
+//! consumers and the reader stops reading the peer until the writer has
+//! drained the buffer (a peer that pipelines requests and never reads its
+//! replies cannot grow it); a write that makes no progress for the send
+//! timeout ends the connection (its socket is shut both ways, which wakes
+//! the reader), so a peer that stopped reading releases what it holds.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -18,10 +25,6 @@ use tokio::sync::Notify;
 use super::codec;
 use crate::queue::Queue;
 
-/// Above this many buffered bytes, queues stop delivering to the connection
-/// until the writer has drained it (consumer back-pressure).
-const HIGH_WATER: usize = 4 << 20;
-
 /// Initial buffer size: enough for a handshake; buffers grow with traffic.
 const SMALL: usize = 512;
 
@@ -29,6 +32,15 @@ const SMALL: usize = 512;
 pub struct Outbox {
     inner: Mutex<Inner>,
     notify: Notify,
+    /// Woken after each write, and when the writer ends.
+    drained: Notify,
+    /// Above this many buffered bytes, queues stop delivering to the
+    /// connection and its reader stops reading until the writer drained it.
+    high_water: usize,
+    /// How long one write may make no progress before the peer is dropped.
+    send_timeout: Duration,
+    /// The buffer's length as of the last change (read without the lock).
+    buffered: AtomicUsize,
     /// Heartbeat interval in seconds agreed at tune (0 = none).
     heartbeat: AtomicU64,
     closed: AtomicBool,
@@ -42,15 +54,9 @@ struct Inner {
     finish: bool,
 }
 
-impl Default for Outbox {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Outbox {
-    /// An empty outbox.
-    pub fn new() -> Self {
+    /// An empty outbox with these bounds.
+    pub fn new(high_water: usize, send_timeout: Duration) -> Self {
         Outbox {
             inner: Mutex::new(Inner {
                 buf: BytesMut::with_capacity(SMALL),
@@ -58,6 +64,10 @@ impl Outbox {
                 finish: false,
             }),
             notify: Notify::new(),
+            drained: Notify::new(),
+            high_water,
+            send_timeout,
+            buffered: AtomicUsize::new(0),
             heartbeat: AtomicU64::new(0),
             closed: AtomicBool::new(false),
         }
@@ -67,7 +77,9 @@ impl Outbox {
     pub fn send<R>(&self, f: impl FnOnce(&mut BytesMut) -> R) -> R {
         let r = {
             let mut inner = self.inner.lock();
-            f(&mut inner.buf)
+            let r = f(&mut inner.buf);
+            self.buffered.store(inner.buf.len(), Ordering::Relaxed);
+            r
         };
         self.notify.notify_one();
         r
@@ -77,7 +89,7 @@ impl Outbox {
     /// queue is remembered and woken when the buffer drains.
     pub fn is_full(&self, queue: &Arc<Queue>) -> bool {
         let mut inner = self.inner.lock();
-        if inner.buf.len() < HIGH_WATER {
+        if inner.buf.len() < self.high_water {
             return false;
         }
         let weak = Arc::downgrade(queue);
@@ -85,6 +97,23 @@ impl Outbox {
             inner.waiting.push(weak);
         }
         true
+    }
+
+    /// Whether the peer is too far behind for the reader to read more.
+    pub fn is_backlogged(&self) -> bool {
+        self.buffered.load(Ordering::Relaxed) >= self.high_water
+    }
+
+    /// Waits until the buffer is below half the high-water mark, or the
+    /// writer is gone.
+    pub async fn drained(&self) {
+        loop {
+            let woken = self.drained.notified();
+            if self.is_closed() || self.buffered.load(Ordering::Relaxed) < self.high_water / 2 {
+                return;
+            }
+            woken.await;
+        }
     }
 
     /// Whether the socket is gone (deliveries would be lost).
@@ -104,7 +133,8 @@ impl Outbox {
         self.notify.notify_one();
     }
 
-    /// The writer task: runs until the socket fails or `finish` is called.
+    /// The writer task: runs until the socket fails, a write makes no
+    /// progress for the send timeout, or `finish` is called.
     pub async fn run_writer(self: Arc<Self>, mut socket: OwnedWriteHalf) {
         let mut spare = BytesMut::with_capacity(SMALL);
         // One heartbeat timer for the connection's life, re-armed only when
@@ -116,16 +146,14 @@ impl Outbox {
         loop {
             let (mut out, finish, woken) = {
                 let mut inner = self.inner.lock();
-                let woken = if inner.buf.len() < HIGH_WATER / 2 {
+                let woken = if inner.buf.len() < self.high_water / 2 {
                     std::mem::take(&mut inner.waiting)
                 } else {
                     Vec::new()
                 };
-                (
-                    std::mem::replace(&mut inner.buf, spare),
-                    inner.finish,
-                    woken,
-                )
+                let out = std::mem::replace(&mut inner.buf, spare);
+                self.buffered.store(0, Ordering::Relaxed);
+                (out, inner.finish, woken)
             };
             for q in woken {
                 if let Some(q) = q.upgrade() {
@@ -157,19 +185,32 @@ impl Outbox {
                 }
             }
             if !out.is_empty() {
-                if socket.write_all(&out).await.is_err() {
-                    break;
+                match self.write(&mut socket, &out).await {
+                    Ok(()) => {}
+                    Err(stalled) => {
+                        if stalled {
+                            tracing::warn!(
+                                timeout_ms = self.send_timeout.as_millis() as u64,
+                                "peer stopped reading: closing the connection (send_timeout)"
+                            );
+                            // The reader may be waiting on the peer: wake it.
+                            shutdown_both(&socket);
+                        }
+                        break;
+                    }
                 }
                 out.clear();
                 last_write = Instant::now();
+                self.drained.notify_waiters();
             }
             // Keep the larger buffer for reuse, but not a huge one forever.
-            if out.capacity() > 8 * HIGH_WATER {
+            if out.capacity() > 8 * self.high_water {
                 out = BytesMut::with_capacity(SMALL);
             }
             spare = out;
         }
         self.closed.store(true, Ordering::Release);
+        self.drained.notify_waiters();
         let _ = socket.shutdown().await;
         // Wake queues that waited on us: they will now see a closed outbox.
         let waiting = std::mem::take(&mut self.inner.lock().waiting);
@@ -177,4 +218,26 @@ impl Outbox {
             q.dispatch();
         }
     }
+
+    /// Writes all of `out`; Err(true) if a write made no progress for the
+    /// send timeout, Err(false) if the socket failed.
+    async fn write(&self, socket: &mut OwnedWriteHalf, mut out: &[u8]) -> Result<(), bool> {
+        while !out.is_empty() {
+            match tokio::time::timeout(self.send_timeout, socket.write(out)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return Err(false),
+                Ok(Ok(n)) => out = &out[n..],
+                Err(_) => return Err(true),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Shuts the socket down in both directions, so a reader blocked on it
+/// sees the end of the stream.
+fn shutdown_both(socket: &OwnedWriteHalf) {
+    use std::os::fd::AsRawFd;
+    let fd = socket.as_ref().as_raw_fd();
+    // SAFETY: the fd belongs to the socket, which lives for this call.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
 }

@@ -258,6 +258,25 @@ mod tests {
     }
 
     #[test]
+    fn a_count_a_client_made_up_saturates() {
+        let mut death = FieldTable::default();
+        death.insert("count".into(), AMQPValue::LongLongInt(i64::MAX));
+        death.insert("queue".into(), long_str("q1"));
+        death.insert("reason".into(), long_str("rejected"));
+        let mut headers = FieldTable::default();
+        headers.insert(
+            "x-death".into(),
+            AMQPValue::FieldArray(vec![AMQPValue::FieldTable(death)].into()),
+        );
+        let m = message(AMQPProperties::default().with_headers(headers));
+        let d = dead_letter(&m, "q1", Reason::Rejected, "dlx", None, 1);
+        assert_eq!(
+            deaths(&d)[0].inner().get("count"),
+            Some(&AMQPValue::LongLongInt(i64::MAX))
+        );
+    }
+
+    #[test]
     fn cycles_without_rejection_are_cut() {
         let m = message(AMQPProperties::default());
         let expired = dead_letter(&m, "q1", Reason::Expired, "dlx", None, 1);

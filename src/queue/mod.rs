@@ -609,7 +609,7 @@ impl Queue {
                 for mut entry in entries {
                     st.unacked = st.unacked.saturating_sub(1);
                     entry.redelivered = true;
-                    entry.returned += 1;
+                    entry.returned = entry.returned.saturating_add(1);
                     if let Some(limit) = self.args.delivery_limit {
                         // A poison message cannot loop forever: past the
                         // limit it is dead-lettered (reason delivery_limit);

@@ -104,6 +104,21 @@ impl ChildBroker {
         g.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        let g = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|c| c.id())
+    }
+
+    /// Resident memory of the process in KiB (VmRSS), while it runs.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&self) -> bool {
         let mut g = self.child.lock().unwrap_or_else(|e| e.into_inner());
