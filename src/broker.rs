@@ -12,12 +12,23 @@ use crate::config::Config;
 use crate::store::{self, Store};
 use crate::vhost::VHost;
 
+/// One admitted connection (see `Broker::admit_connection`).
+pub struct ConnectionSlot(Arc<AtomicU64>);
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Shared broker state.
 pub struct Broker {
     pub config: Config,
     pub store: Arc<Store>,
     vhosts: RwLock<HashMap<String, Arc<VHost>>>,
     next_connection: AtomicU64,
+    /// Connections open now (past connection.open), for connection_max.
+    open_connections: Arc<AtomicU64>,
     plugins: Arc<crate::plugins::Plugins>,
     /// Holds and releases messages of delayed-message exchanges.
     pub delayed: Arc<crate::delayed::Scheduler>,
@@ -47,6 +58,7 @@ impl Broker {
             store,
             vhosts: RwLock::new(HashMap::new()),
             next_connection: AtomicU64::new(1),
+            open_connections: Arc::new(AtomicU64::new(0)),
             plugins: Arc::new(crate::plugins::Plugins::enabled()),
         });
         broker
@@ -77,6 +89,7 @@ impl Broker {
                     Arc::clone(&self.store),
                     Arc::clone(&self.plugins),
                     Arc::clone(&self.delayed),
+                    self.config.vhost_max_queues,
                 ),
             );
         }
@@ -132,6 +145,18 @@ impl Broker {
     /// The vhost called `name`.
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
         self.vhosts.read().get(name).cloned()
+    }
+
+    /// Admits one more open connection, or None when `connection_max` is
+    /// reached; the slot is given back when the returned guard is dropped.
+    pub fn admit_connection(&self) -> Option<ConnectionSlot> {
+        let max = self.config.connection_max;
+        let n = self.open_connections.fetch_add(1, Ordering::AcqRel);
+        let slot = ConnectionSlot(Arc::clone(&self.open_connections));
+        if max != 0 && n >= max {
+            return None;
+        }
+        Some(slot)
     }
 
     /// A fresh connection id.

@@ -60,6 +60,15 @@ pub struct Config {
     /// disconnected, milliseconds (RabbitMQ's tcp_listen_options.send_timeout;
     /// 0 = never).
     pub send_timeout_ms: u64,
+    /// Most open connections on the node (0 = no limit; RabbitMQ's
+    /// connection_max, unlimited there).
+    pub connection_max: u64,
+    /// Most consumers on one channel (0 = no limit; RabbitMQ 3.12.14+'s
+    /// consumer_max_per_channel, unlimited there).
+    pub consumer_max_per_channel: u64,
+    /// Most queues in one vhost (0 = no limit; RabbitMQ's max-queues vhost
+    /// limit, unlimited there).
+    pub vhost_max_queues: u64,
 }
 
 impl Default for Config {
@@ -83,6 +92,9 @@ impl Default for Config {
             handshake_close_delay_ms: 3000,
             outbox_high_water_bytes: 4 << 20,
             send_timeout_ms: 15_000,
+            connection_max: 65_536,
+            consumer_max_per_channel: 10_000,
+            vhost_max_queues: 1_000_000,
         }
     }
 }
@@ -143,6 +155,15 @@ pub struct Cli {
     /// Disconnect a peer that takes nothing for this long, ms; 0 = never [default: 15000].
     #[arg(long, value_name = "MS")]
     pub send_timeout_ms: Option<u64>,
+    /// Most open connections on the node; 0 = no limit [default: 65536].
+    #[arg(long, value_name = "N")]
+    pub connection_max: Option<u64>,
+    /// Most consumers on one channel; 0 = no limit [default: 10000].
+    #[arg(long, value_name = "N")]
+    pub consumer_max_per_channel: Option<u64>,
+    /// Most queues in one vhost; 0 = no limit [default: 1000000].
+    #[arg(long, value_name = "N")]
+    pub vhost_max_queues: Option<u64>,
 }
 
 impl Config {
@@ -210,6 +231,15 @@ impl Cli {
         }
         if let Some(v) = self.send_timeout_ms {
             c.send_timeout_ms = v;
+        }
+        if let Some(v) = self.connection_max {
+            c.connection_max = v;
+        }
+        if let Some(v) = self.consumer_max_per_channel {
+            c.consumer_max_per_channel = v;
+        }
+        if let Some(v) = self.vhost_max_queues {
+            c.vhost_max_queues = v;
         }
         if c.outbox_high_water_bytes < 4096 {
             return Err("outbox_high_water_bytes must be at least 4096".into());

@@ -13,6 +13,7 @@ mod range;
 mod report;
 mod run;
 mod stats;
+mod stuck;
 mod topology;
 
 use std::process::ExitCode;
@@ -123,6 +124,10 @@ struct Args {
     /// Note the time every N published messages (rates per interval, e.g. per million).
     #[arg(long, default_value_t = 0)]
     progress_every: u64,
+    /// Before the run: N consumers on the first queue with prefetch 1 that take one message each
+    /// and never ack (what many consumers without credit cost a publish).
+    #[arg(long, default_value_t = 0)]
+    stuck_consumers: usize,
     /// Instead of a load run: open N idle connections, each consuming from its own queue.
     #[arg(long)]
     idle_connections: Option<usize>,
@@ -217,6 +222,7 @@ fn resolve(a: Args) -> Result<Mode> {
         connect_timeout: a.connect_timeout,
         delay: a.delay,
         ttl: a.ttl,
+        stuck_consumers: a.stuck_consumers,
     })))
 }
 

@@ -42,6 +42,8 @@ pub struct RunConfig {
     pub delay: Option<MsRange>,
     /// Random per-message TTL (expiration).
     pub ttl: Option<MsRange>,
+    /// Consumers without credit held on the first queue during the run.
+    pub stuck_consumers: usize,
 }
 
 /// What a load run measured.
@@ -172,7 +174,17 @@ pub async fn run(cfg: RunConfig) -> Result<RunResult> {
         cfg.cmessages
     };
     shared.consume_target.store(target, Ordering::Relaxed);
+    let stuck = match cfg.stuck_consumers {
+        0 => None,
+        n => Some(
+            crate::stuck::Stuck::start(&cfg.uri, cfg.topology.consumer_queue(0), n, &shared)
+                .await?,
+        ),
+    };
     let mut result = measure(&cfg, &shared, queued_at_start).await;
+    if let Some(s) = stuck {
+        s.close().await;
+    }
     shared.stop.store(true, Ordering::Relaxed);
     if !cfg.keep {
         let deleted = cfg.topology.delete(&setup_ch).await;

@@ -52,6 +52,8 @@ pub struct ClientCaps {
 
 /// Connection state every channel handler may use.
 pub struct ConnCtx {
+    /// This connection's place under connection_max, given back on drop.
+    _slot: crate::broker::ConnectionSlot,
     pub id: u64,
     pub broker: Arc<Broker>,
     pub vhost: Arc<VHost>,
@@ -398,10 +400,21 @@ async fn handshake(
                         hold,
                     ));
                 };
+                let Some(slot) = broker.admit_connection() else {
+                    return Err(closed(
+                        ProtocolError::not_allowed(format!(
+                            "connection refused: node connection limit ({}) is reached",
+                            config.connection_max
+                        ))
+                        .on(10, 40),
+                        delay,
+                    ));
+                };
                 send(AMQPClass::Connection(connection::AMQPMethod::OpenOk(
                     connection::OpenOk {},
                 )));
                 let ctx = ConnCtx {
+                    _slot: slot,
                     id: broker.next_connection_id(),
                     broker: Arc::clone(broker),
                     vhost,

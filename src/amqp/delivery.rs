@@ -16,10 +16,14 @@ use parking_lot::Mutex;
 use super::codec::{self, FRAME_METHOD};
 use super::error::ProtocolError;
 use super::outbox::Outbox;
-use crate::queue::{Entry, Queue};
+use crate::queue::{Entry, Queue, Refused};
 
 /// One consumer (`basic.consume`) on a channel.
 pub struct Consumer {
+    /// Unique for the broker's life, growing: a queue orders consumers by it.
+    pub id: u64,
+    /// Whether its queue parked it (see queue/consumers.rs).
+    pub parked: std::sync::atomic::AtomicBool,
     /// The consumer tag.
     pub tag: String,
     /// The channel that delivers to it.
@@ -46,7 +50,10 @@ impl Consumer {
         prefetch: u32,
         priority: i32,
     ) -> Self {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Consumer {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            parked: Default::default(),
             tag,
             channel,
             no_ack,
@@ -113,31 +120,33 @@ impl ChannelDelivery {
         self.state.lock().global_prefetch = n;
     }
 
-    /// Delivers `entry` to `consumer` if it has credit; otherwise hands the
-    /// entry back. Called by `queue` with the queue's lock held.
+    /// Delivers `entry` to `consumer` if it can take it; otherwise hands
+    /// the entry back with the reason. Called by `queue` with the queue's
+    /// lock held.
     pub fn try_deliver(
         &self,
         consumer: &Arc<Consumer>,
         queue: &Arc<Queue>,
         entry: Entry,
-    ) -> Result<(), Entry> {
+    ) -> Result<(), (Entry, Refused)> {
         let mut st = self.state.lock();
         if !st.open || self.outbox.is_closed() {
-            return Err(entry);
+            return Err((entry, Refused::Closed));
         }
         if !consumer.no_ack {
             if consumer.prefetch != 0
                 && consumer.unacked.load(Ordering::Relaxed) >= consumer.prefetch
             {
-                return Err(entry);
+                return Err((entry, Refused::Credit));
             }
             if st.global_prefetch != 0 && st.unacked.len() + st.held >= st.global_prefetch as usize
             {
-                return Err(entry);
+                return Err((entry, Refused::Credit));
             }
         }
         if self.outbox.is_full(queue) {
-            return Err(entry);
+            let at = Arc::as_ptr(&self.outbox) as usize;
+            return Err((entry, Refused::Outbox(at)));
         }
         let tag = st.next_tag;
         st.next_tag += 1;

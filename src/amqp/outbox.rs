@@ -88,6 +88,9 @@ impl Outbox {
     /// Whether the peer is too far behind to take more deliveries; if so the
     /// queue is remembered and woken when the buffer drains.
     pub fn is_full(&self, queue: &Arc<Queue>) -> bool {
+        if self.buffered.load(Ordering::Relaxed) < self.high_water {
+            return false;
+        }
         let mut inner = self.inner.lock();
         if inner.buf.len() < self.high_water {
             return false;
@@ -97,6 +100,11 @@ impl Outbox {
             inner.waiting.push(weak);
         }
         true
+    }
+
+    /// This outbox's address: how queues know which consumers waited on it.
+    fn addr(&self) -> usize {
+        self as *const Outbox as usize
     }
 
     /// Whether the peer is too far behind for the reader to read more.
@@ -157,7 +165,7 @@ impl Outbox {
             };
             for q in woken {
                 if let Some(q) = q.upgrade() {
-                    q.dispatch();
+                    q.outbox_drained(self.addr());
                 }
             }
             if out.is_empty() {
@@ -215,7 +223,7 @@ impl Outbox {
         // Wake queues that waited on us: they will now see a closed outbox.
         let waiting = std::mem::take(&mut self.inner.lock().waiting);
         for q in waiting.into_iter().filter_map(|q| q.upgrade()) {
-            q.dispatch();
+            q.outbox_drained(self.addr());
         }
     }
 

@@ -13,6 +13,7 @@
 //! TTLs and x-expires).
 
 pub mod args;
+mod consumers;
 pub mod dead_letter;
 mod entry;
 mod expiry;
@@ -20,7 +21,7 @@ mod ready;
 mod unwritten;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -28,6 +29,8 @@ use amq_protocol::types::FieldTable;
 use parking_lot::Mutex;
 
 use args::{Overflow, QueueArgs};
+use consumers::Consumers;
+pub use consumers::Refused;
 use dead_letter::Reason;
 pub use entry::{now_ms, Entry};
 use ready::{Pager, Ready};
@@ -75,7 +78,7 @@ pub struct Queue {
 struct State {
     ready: Ready,
     next_seq: u64,
-    consumers: VecDeque<Arc<Consumer>>,
+    consumers: Consumers,
     /// Deliveries handed out and not yet settled.
     unacked: usize,
     /// Deadlines of messages with a TTL: (deadline ms, seq).
@@ -127,7 +130,7 @@ impl Queue {
             state: Mutex::new(State {
                 ready,
                 next_seq: 1,
-                consumers: VecDeque::new(),
+                consumers: Consumers::default(),
                 unacked: 0,
                 expiry: BinaryHeap::new(),
                 timer_running: false,
@@ -436,73 +439,70 @@ impl Queue {
         self.finish(st);
     }
 
-    /// Delivers ready messages to consumers with credit. Consumers are
-    /// kept in priority order (highest first); the first one with credit
-    /// gets the message and moves to the back of its own priority group, so
-    /// equal priorities round-robin and lower ones get messages only when
-    /// every higher one is out of credit (RabbitMQ's consumer priorities).
+    /// Delivers ready messages to the consumers that can take them (see
+    /// consumers.rs: by priority, round-robin within one; with a single
+    /// active consumer only to the first subscribed). A consumer that
+    /// refuses is parked until what it lacks comes back, so no consumer
+    /// is asked twice for nothing.
     fn dispatch_locked(self: &Arc<Self>, st: &mut State) {
         let pager = self.pager();
-        while !st.consumers.is_empty() {
-            let Some(entry) = st.ready.pop_front(pager.as_ref()) else {
+        let sac = self.args.single_active_consumer;
+        let State {
+            consumers,
+            ready,
+            unacked,
+            dead,
+            ..
+        } = st;
+        while let Some(consumer) = consumers.next(sac) {
+            let Some(entry) = ready.pop_front(pager.as_ref()) else {
                 break;
             };
             // A consumer never receives an expired message.
             if entry.deadline != 0 && entry.expired(now_ms()) {
-                st.dead.push((entry, Reason::Expired));
+                dead.push((entry, Reason::Expired));
                 continue;
             }
-            let mut pending = Some(entry);
-            let mut taken_by = None;
-            // Single active consumer: only the first one registered gets
-            // messages; the next takes over when it goes.
-            let candidates = if self.args.single_active_consumer {
-                1
-            } else {
-                st.consumers.len()
-            };
-            for i in 0..candidates {
-                let Some(entry) = pending.take() else { break };
-                let consumer = &st.consumers[i];
-                let (seq, stored, no_ack) = (entry.seq, entry.stored, consumer.no_ack);
-                if stored {
-                    self.before_delivery(seq);
-                }
-                match consumer.channel.try_deliver(consumer, self, entry) {
-                    Ok(()) => {
-                        if stored {
-                            self.delivered(seq);
-                        }
-                        if !no_ack {
-                            st.unacked += 1;
-                        }
-                        taken_by = Some(i);
-                        break;
+            let (seq, stored, no_ack, id) = (entry.seq, entry.stored, consumer.no_ack, consumer.id);
+            if stored {
+                self.before_delivery(seq);
+            }
+            match consumer.channel.try_deliver(consumer, self, entry) {
+                Ok(()) => {
+                    if stored {
+                        self.delivered(seq);
                     }
-                    Err(back) => pending = Some(back),
+                    if !no_ack {
+                        *unacked += 1;
+                    }
+                    consumers.delivered(id, sac);
                 }
-            }
-            let Some(i) = taken_by else {
-                if let Some(entry) = pending {
-                    st.ready.push_front(entry);
-                }
-                break;
-            };
-            if self.args.single_active_consumer {
-                continue;
-            }
-            let priority = st.consumers[i].priority;
-            let group_end = st
-                .consumers
-                .iter()
-                .rposition(|c| c.priority == priority)
-                .unwrap_or(i);
-            if group_end > i {
-                if let Some(c) = st.consumers.remove(i) {
-                    st.consumers.insert(group_end, c);
+                Err((back, why)) => {
+                    ready.push_front(back);
+                    consumers.park(id, why);
                 }
             }
         }
+    }
+
+    /// The outbox at `at` drained: its consumers may take deliveries again.
+    pub fn outbox_drained(self: &Arc<Self>, at: usize) {
+        let mut st = self.state.lock();
+        st.consumers.unpark_outbox(at);
+        self.dispatch_locked(&mut st);
+        self.finish(st);
+    }
+
+    /// `consumer` may have credit again (its channel's prefetch freed up):
+    /// back among the ready ones, and deliver.
+    pub fn unpark(self: &Arc<Self>, consumer: &Consumer) {
+        if !consumer.parked.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut st = self.state.lock();
+        st.consumers.unpark(consumer.id);
+        self.dispatch_locked(&mut st);
+        self.finish(st);
     }
 
     /// Before a stored message goes out: a stop from now on must bring it
@@ -582,31 +582,30 @@ impl Queue {
 
     /// Settles deliveries taken back from a channel, then delivers into the
     /// credit they freed.
-    pub fn settle(self: &Arc<Self>, entries: impl Iterator<Item = Entry>, how: Settle) {
+    pub fn settle(self: &Arc<Self>, taken: impl Iterator<Item = Unacked>, how: Settle) {
         let mut st = self.state.lock();
-        match how {
-            Settle::Ack => {
-                for entry in entries {
+        // A deleted queue's messages are gone: not dead-lettered (as in
+        // RabbitMQ), not requeued.
+        let deleted = self.deleted.load(Ordering::Relaxed);
+        for u in taken {
+            // The credit it held is free: a parked consumer may take more.
+            if let Some(c) = &u.consumer {
+                if c.parked.load(Ordering::Relaxed) {
+                    st.consumers.unpark(c.id);
+                }
+            }
+            let mut entry = u.entry;
+            match how {
+                Settle::Ack => {
                     st.unacked = st.unacked.saturating_sub(1);
                     self.forget(entry);
                 }
-            }
-            Settle::Reject => {
-                // A deleted queue's messages are gone, not dead-lettered
-                // (as in RabbitMQ).
-                if self.deleted.load(Ordering::Relaxed) {
-                    return;
-                }
-                for entry in entries {
+                _ if deleted => {}
+                Settle::Reject => {
                     st.unacked = st.unacked.saturating_sub(1);
                     st.dead.push((entry, Reason::Rejected));
                 }
-            }
-            Settle::Requeue => {
-                if self.deleted.load(Ordering::Relaxed) {
-                    return;
-                }
-                for mut entry in entries {
+                Settle::Requeue => {
                     st.unacked = st.unacked.saturating_sub(1);
                     entry.redelivered = true;
                     entry.returned = entry.returned.saturating_add(1);
@@ -632,6 +631,9 @@ impl Queue {
                 }
             }
         }
+        if deleted && how != Settle::Ack {
+            return;
+        }
         self.dispatch_locked(&mut st);
         self.finish(st);
     }
@@ -645,34 +647,21 @@ impl Queue {
         if self.deleted.load(Ordering::Relaxed) {
             return Err(ConsumeError::Deleted);
         }
-        if st.consumers.iter().any(|c| c.exclusive) {
+        if st.consumers.exclusive_held() {
             return Err(ConsumeError::ExclusiveHeld);
         }
         if consumer.exclusive && !st.consumers.is_empty() {
             return Err(ConsumeError::InUse);
         }
-        // Consumer priorities: higher first; equal priorities round-robin.
-        // A single-active-consumer queue keeps arrival order instead.
-        let at = if self.args.single_active_consumer {
-            None
-        } else {
-            st.consumers
-                .iter()
-                .position(|c| c.priority < consumer.priority)
-        };
-        match at {
-            Some(i) => st.consumers.insert(i, consumer),
-            None => st.consumers.push_back(consumer),
-        }
+        st.consumers.add(consumer);
         Ok(())
     }
 
     /// Removes a consumer; returns how many remain.
-    pub fn remove_consumer(self: &Arc<Self>, channel: &ChannelDelivery, tag: &str) -> usize {
+    pub fn remove_consumer(self: &Arc<Self>, consumer: &Consumer) -> usize {
         self.touch();
         let mut st = self.state.lock();
-        st.consumers
-            .retain(|c| !(std::ptr::eq(Arc::as_ptr(&c.channel), channel) && c.tag == tag));
+        st.consumers.remove(consumer.id);
         let left = st.consumers.len();
         // With a single active consumer, the next one takes over now.
         self.dispatch_locked(&mut st);
@@ -718,7 +707,7 @@ impl Queue {
         self.timer.notify_one();
         Deleted {
             count,
-            consumers: std::mem::take(&mut st.consumers),
+            consumers: st.consumers.drain(),
         }
     }
 
@@ -731,13 +720,9 @@ impl Queue {
     pub fn settle_all(unacked: &mut Vec<Unacked>, how: Settle) {
         let mut drain = unacked.drain(..).peekable();
         while let Some(first) = drain.next() {
-            let q = first.queue;
-            let rest = std::iter::from_fn(|| {
-                drain
-                    .next_if(|u| Arc::ptr_eq(&u.queue, &q))
-                    .map(|u| u.entry)
-            });
-            let run = std::iter::once(first.entry).chain(rest);
+            let q = Arc::clone(&first.queue);
+            let rest = std::iter::from_fn(|| drain.next_if(|u| Arc::ptr_eq(&u.queue, &q)));
+            let run = std::iter::once(first).chain(rest);
             q.settle(run, how);
         }
     }
@@ -748,7 +733,7 @@ impl Queue {
 /// it until its own reply (delete-ok) is out, so that reply comes first.
 pub struct Deleted {
     pub count: u32,
-    consumers: VecDeque<Arc<Consumer>>,
+    consumers: Vec<Arc<Consumer>>,
 }
 
 impl Drop for Deleted {

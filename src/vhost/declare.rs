@@ -347,6 +347,13 @@ impl VHost {
             q.touch();
             return Ok(q);
         }
+        let max = self.max_queues.load(std::sync::atomic::Ordering::Relaxed);
+        if max != 0 && self.queues.read().len() as u64 >= max {
+            return Err(ProtocolError::precondition_failed(format!(
+                "cannot declare queue '{}': queue limit in vhost '{}' ({max}) is reached",
+                spec.name, self.name
+            )));
+        }
         crate::queue::args::validate(&spec.arguments).map_err(|(arg, why)| {
             ProtocolError::precondition_failed(format!(
                 "invalid arg '{arg}' for {}: {why}",

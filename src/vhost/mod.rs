@@ -37,6 +37,8 @@ pub struct VHost {
     /// of bindings (bindings.rs). Publishers never take it.
     topology: parking_lot::Mutex<bindings::Topology>,
     store: Arc<Store>,
+    /// Most queues it may hold (0 = no limit).
+    max_queues: std::sync::atomic::AtomicU64,
     exchanges: RwLock<HashMap<String, Arc<Exchange>>>,
     queues: RwLock<HashMap<String, Arc<Queue>>>,
 }
@@ -48,8 +50,9 @@ impl VHost {
         store: Arc<Store>,
         plugins: Arc<crate::plugins::Plugins>,
         delayed: Arc<crate::delayed::Scheduler>,
+        max_queues: u64,
     ) -> Arc<VHost> {
-        Arc::new_cyclic(|me| Self::build(name, store, plugins, delayed, me.clone()))
+        Arc::new_cyclic(|me| Self::build(name, store, plugins, delayed, max_queues, me.clone()))
     }
 
     fn build(
@@ -57,6 +60,7 @@ impl VHost {
         store: Arc<Store>,
         plugins: Arc<crate::plugins::Plugins>,
         delayed: Arc<crate::delayed::Scheduler>,
+        max_queues: u64,
         me: std::sync::Weak<VHost>,
     ) -> VHost {
         let vh = VHost {
@@ -66,6 +70,7 @@ impl VHost {
             delayed,
             topology: parking_lot::Mutex::new(bindings::Topology::default()),
             store,
+            max_queues: max_queues.into(),
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),
         };

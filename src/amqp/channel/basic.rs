@@ -143,9 +143,7 @@ impl Channel {
             self.global_prefetch = m.prefetch_count as u32;
             self.delivery.set_global_prefetch(m.prefetch_count as u32);
             // More credit may let queues deliver.
-            for (_, q) in self.consumers.values() {
-                q.dispatch();
-            }
+            self.unpark_consumers();
         } else {
             self.prefetch = m.prefetch_count as u32;
         }
@@ -162,6 +160,12 @@ impl Channel {
         // A consumer whose queue was deleted was cancelled by the server:
         // its tag is free again.
         self.consumers.retain(|_, (_, q)| !q.is_deleted());
+        let max = ctx.broker.config.consumer_max_per_channel;
+        if max != 0 && self.consumers.len() as u64 >= max {
+            return Err(ProtocolError::not_allowed(format!(
+                "reached maximum ({max}) of consumers per channel"
+            )));
+        }
         if self.consumers.contains_key(&tag) {
             return Err(ProtocolError::not_allowed(format!(
                 "attempt to reuse consumer tag '{tag}'"
@@ -214,8 +218,8 @@ impl Channel {
 
     pub(super) fn basic_cancel(&mut self, m: b::Cancel, ctx: &mut ConnCtx) -> Result<()> {
         let tag = m.consumer_tag.as_str();
-        if let Some((_, queue)) = self.consumers.remove(tag) {
-            let left = queue.remove_consumer(&self.delivery, tag);
+        if let Some((consumer, queue)) = self.consumers.remove(tag) {
+            let left = queue.remove_consumer(&consumer);
             if left == 0 && queue.config.auto_delete && !queue.is_deleted() {
                 ctx.vhost.remove_queue(&queue)?;
             }
@@ -292,7 +296,7 @@ impl Channel {
             );
         }
         self.delivery.take_all(&mut self.settle);
-        Queue::settle_all(&mut self.settle, Settle::Requeue);
+        self.settle_taken(Settle::Requeue);
         Ok(())
     }
 }

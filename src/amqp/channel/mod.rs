@@ -333,9 +333,15 @@ impl Channel {
     fn settle_taken(&mut self, how: Settle) {
         Queue::settle_all(&mut self.settle, how);
         if self.global_prefetch != 0 {
-            for (_, q) in self.consumers.values() {
-                q.dispatch();
-            }
+            self.unpark_consumers();
+        }
+    }
+
+    /// The channel's prefetch freed up (or grew): its consumers parked for
+    /// want of credit may take deliveries again.
+    fn unpark_consumers(&self) {
+        for (c, q) in self.consumers.values() {
+            q.unpark(c);
         }
     }
 
@@ -367,8 +373,8 @@ impl Channel {
         // over, with a single active consumer, gets them first and in
         // their original order, then what was waiting behind them.
         Queue::settle_all(&mut self.settle, Settle::Requeue);
-        for (tag, (_, queue)) in self.consumers.drain() {
-            let left = queue.remove_consumer(&self.delivery, &tag);
+        for (_, (consumer, queue)) in self.consumers.drain() {
+            let left = queue.remove_consumer(&consumer);
             if left == 0 && queue.config.auto_delete && !queue.is_deleted() {
                 let _ = ctx.vhost.remove_queue(&queue);
             }

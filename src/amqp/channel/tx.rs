@@ -164,9 +164,7 @@ impl Channel {
         Queue::settle_all(&mut requeues, Settle::Requeue);
         Queue::settle_all(&mut rejects, Settle::Reject);
         if self.global_prefetch != 0 {
-            for (_, q) in self.consumers.values() {
-                q.dispatch();
-            }
+            self.unpark_consumers();
         }
         for (publish, msg, mut routes, hold) in publishes {
             match hold {
