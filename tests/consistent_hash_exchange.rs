@@ -187,3 +187,38 @@ async fn hash_property_routes_by_a_property() {
     let (a, b2) = (drain(&ch, "a").await.len(), drain(&ch, "b").await.len());
     assert!(a == 50 && b2 == 0 || a == 0 && b2 == 50, "a={a} b={b2}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weight_of_a_million_costs_no_more_memory_than_a_weight_of_one() {
+    // Warren used to keep one bucket per unit of weight, rebuilt under the
+    // exchange's lock at every bind: 20 bindings of weight 1,000,000 held
+    // 20 million entries.
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = common::child::ChildBroker::spawn(
+        &tmp.path().join("data"),
+        &tmp.path().join("warren.log"),
+        &[],
+    );
+    let c = broker.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    hash_exchange(&ch, "heavy", FieldTable::default()).await;
+    let before = broker.rss_kib().unwrap();
+    for i in 0..20 {
+        let q = format!("h{i}");
+        declare(&ch, &q).await;
+        bind(&ch, &q, "heavy", "1000000", FieldTable::default()).await;
+    }
+    let grown_mib = broker.rss_kib().unwrap().saturating_sub(before) / 1024;
+    assert!(
+        grown_mib < 32,
+        "20 heavy bindings grew RSS by {grown_mib} MiB"
+    );
+    for i in 0..1000u32 {
+        publish(&ch, "heavy", &format!("k{i}"), b"x").await;
+    }
+    let mut total = 0;
+    for i in 0..20 {
+        total += message_count(&ch, &format!("h{i}")).await;
+    }
+    assert_eq!(total, 1000, "each message went to exactly one queue");
+}

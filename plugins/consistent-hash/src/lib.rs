@@ -7,7 +7,10 @@
 //!
 //! Each binding owns `weight` buckets; a message's hash picks a bucket with
 //! jump consistent hashing (Lamping and Veach), so adding a binding moves
-//! only the share of messages the new buckets take.
+//! only the share of messages the new buckets take. The buckets are not
+//! stored one by one: each binding keeps where its run of buckets ends,
+//! and a bucket's owner is found by binary search, so a weight of
+//! 1,000,000 costs what a weight of 1 does.
 
 use warren_plugin_api::{
     AMQPValue, DestId, ExchangeType, FieldTable, MessageView, RoutingTable, Table,
@@ -85,7 +88,7 @@ impl ExchangeType for ConsistentHash {
         Table::Custom(Box::new(Ring {
             hash_on: hash_on(arguments).unwrap_or(HashOn::RoutingKey),
             bindings: Vec::new(),
-            buckets: Vec::new(),
+            runs: Vec::new(),
         }))
     }
 }
@@ -94,18 +97,30 @@ impl ExchangeType for ConsistentHash {
 struct Ring {
     hash_on: HashOn,
     bindings: Vec<(String, FieldTable, DestId)>,
-    /// One entry per unit of weight, in binding order.
-    buckets: Vec<DestId>,
+    /// Per binding, in binding order: where its run of buckets ends (the
+    /// sum of the weights up to and including it) and its destination.
+    runs: Vec<(u64, DestId)>,
 }
 
 impl Ring {
     fn rebuild(&mut self) {
-        self.buckets.clear();
+        self.runs.clear();
+        let mut end = 0u64;
         for (key, _, dest) in &self.bindings {
-            let weight = key.trim().parse::<u32>().unwrap_or(0);
-            self.buckets
-                .extend(std::iter::repeat_n(*dest, weight as usize));
+            end += key.trim().parse::<u32>().unwrap_or(0) as u64;
+            self.runs.push((end, *dest));
         }
+    }
+
+    /// How many buckets there are (the sum of the weights).
+    fn buckets(&self) -> u64 {
+        self.runs.last().map_or(0, |&(end, _)| end)
+    }
+
+    /// The destination owning bucket `b`.
+    fn owner(&self, b: u64) -> Option<DestId> {
+        let i = self.runs.partition_point(|&(end, _)| end <= b);
+        self.runs.get(i).map(|&(_, d)| d)
     }
 
     fn input(&self, msg: &MessageView<'_>) -> Option<String> {
@@ -153,14 +168,14 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Jump consistent hash: a bucket in 0..n for `key`.
-fn jump(mut key: u64, n: usize) -> usize {
+fn jump(mut key: u64, n: u64) -> u64 {
     let (mut b, mut j): (i64, i64) = (-1, 0);
     while j < n as i64 {
         b = j;
         key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
         j = ((b + 1) as f64 * ((1u64 << 31) as f64 / ((key >> 33) + 1) as f64)) as i64;
     }
-    b.max(0) as usize
+    b.max(0) as u64
 }
 
 impl RoutingTable for Ring {
@@ -209,14 +224,14 @@ impl RoutingTable for Ring {
     }
 
     fn route(&self, msg: &MessageView<'_>, out: &mut Vec<DestId>) {
-        if self.buckets.is_empty() {
+        let n = self.buckets();
+        if n == 0 {
             return;
         }
         // No header / property to hash: RabbitMQ routes such a message nowhere.
         let Some(input) = self.input(msg) else { return };
-        let bucket = jump(fnv1a(input.as_bytes()), self.buckets.len());
-        if let Some(d) = self.buckets.get(bucket) {
-            out.push(*d);
+        if let Some(d) = self.owner(jump(fnv1a(input.as_bytes()), n)) {
+            out.push(d);
         }
     }
 
@@ -288,6 +303,33 @@ mod tests {
             heavy += (out[0] == DestId(1)) as usize;
         }
         assert!((28_000..=32_000).contains(&heavy), "{heavy}");
+    }
+
+    #[test]
+    fn a_huge_weight_costs_no_memory_and_keeps_its_share() {
+        let mut t = Ring {
+            hash_on: HashOn::RoutingKey,
+            bindings: Vec::new(),
+            runs: Vec::new(),
+        };
+        t.bind("1000000", &FieldTable::default(), DestId(0))
+            .unwrap();
+        t.bind("1000000", &FieldTable::default(), DestId(1))
+            .unwrap();
+        assert_eq!(t.runs.len(), 2);
+        assert_eq!(t.buckets(), 2_000_000);
+        let mut counts = [0usize; 2];
+        for i in 0..20_000u32 {
+            let mut out = Vec::new();
+            t.route(&view(&format!("k{i}")), &mut out);
+            counts[out[0].0 as usize] += 1;
+        }
+        assert!((9_000..=11_000).contains(&counts[0]), "{counts:?}");
+        // The owner of each bucket is the binding whose run covers it.
+        assert_eq!(t.owner(0), Some(DestId(0)));
+        assert_eq!(t.owner(999_999), Some(DestId(0)));
+        assert_eq!(t.owner(1_000_000), Some(DestId(1)));
+        assert_eq!(t.owner(2_000_000), None);
     }
 
     #[test]
