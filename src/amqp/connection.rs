@@ -24,6 +24,7 @@ use super::codec::{self, Frame, FRAME_MIN_SIZE};
 use super::error::{code, ProtocolError};
 use super::flow;
 use super::outbox::Outbox;
+use super::pinning::Pinning;
 use crate::broker::Broker;
 use crate::queue::Queue;
 use crate::vhost::VHost;
@@ -140,6 +141,7 @@ pub async fn serve(
             Duration::from_micros(broker.config.read_pause_us),
         ),
         ctx,
+        pinning: Pinning::default(),
         channels: HashMap::new(),
         channel_max,
         heartbeat,
@@ -572,6 +574,8 @@ struct Connection {
     ctx: ConnCtx,
     /// Lets the kernel gather a streaming peer's frames (coalesce.rs).
     coalesce: Coalescer,
+    /// Keeps small messages from pinning large read buffers (pinning.rs).
+    pinning: Pinning,
     channels: HashMap<u16, Channel>,
     channel_max: u16,
     heartbeat: u16,
@@ -635,6 +639,7 @@ impl Connection {
                 match codec::decode(buf, self.ctx.frame_max) {
                     Ok(Some(frame)) => {
                         self.coalesce.frame(&frame);
+                        let frame = self.pinning.detach(frame);
                         if let Err(e) = self.handle_frame(frame).await {
                             return self.close_with(e, rd, buf).await;
                         }
@@ -724,6 +729,7 @@ impl Connection {
                 Some(Ok(0)) => return Closed::Lost("connection lost"),
                 Some(Ok(n)) => {
                     last_read = Instant::now();
+                    self.pinning.after_read(buf);
                     self.coalesce.read(last_read, n == spare);
                     if n == spare {
                         read_chunk = (read_chunk * 2).min(READ_CHUNK_MAX);

@@ -13,3 +13,4 @@ pub mod delivery;
 pub mod error;
 pub mod flow;
 pub mod outbox;
+pub mod pinning;
