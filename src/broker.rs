@@ -34,6 +34,8 @@ pub struct Broker {
     pub delayed: Arc<crate::delayed::Scheduler>,
     /// Raised while memory is over the limit: publishers are blocked.
     pub memory: Arc<crate::alarm::MemoryAlarm>,
+    /// Direct reply-to consumers by token.
+    pub reply_to: crate::amqp::reply_to::ReplyTo,
 }
 
 impl Broker {
@@ -60,6 +62,7 @@ impl Broker {
             next_connection: AtomicU64::new(1),
             open_connections: Arc::new(AtomicU64::new(0)),
             plugins: Arc::new(crate::plugins::Plugins::enabled()),
+            reply_to: Default::default(),
         });
         broker
             .recover()

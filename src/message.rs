@@ -240,6 +240,30 @@ impl Message {
         }
     }
 
+    /// A short-string property, if present (a flag test first: cheap when
+    /// absent).
+    pub fn short_property(&self, field: Field) -> Option<&[u8]> {
+        let p = self.properties();
+        let flags = u16::from_be_bytes([*p.first()?, *p.get(1)?]);
+        if flags & field.flag() == 0 {
+            return None;
+        }
+        props::short_str(p, field)
+    }
+
+    /// A copy with short-string property `field` set to `value`; every
+    /// other property keeps its bytes (copies the body).
+    pub fn with_short_property(&self, field: Field, value: &[u8]) -> Message {
+        let value = &value[..value.len().min(255)];
+        let mut encoded = Vec::with_capacity(value.len() + 1);
+        encoded.push(value.len() as u8);
+        encoded.extend_from_slice(value);
+        match props::with_field(self.properties(), field, Some(&encoded)) {
+            Some(p) => self.with_properties(&p),
+            None => self.clone(),
+        }
+    }
+
     /// A copy with another (broker-encoded) property list (copies the body:
     /// not for the hot path).
     pub fn with_properties(&self, properties: &[u8]) -> Message {

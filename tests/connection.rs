@@ -101,6 +101,7 @@ async fn connection_start_carries_server_properties_and_capabilities() {
         "per_consumer_qos",
         "consumer_priorities",
         "connection.blocked",
+        "direct_reply_to",
     ] {
         assert_eq!(
             caps.get(cap),

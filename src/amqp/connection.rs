@@ -519,6 +519,7 @@ fn server_properties() -> FieldTable {
         "consumer_priorities",
         "authentication_failure_close",
         "per_consumer_qos",
+        "direct_reply_to",
     ] {
         caps.insert(ShortString::from(cap), AMQPValue::Boolean(true));
     }

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use super::codec::{self, FRAME_METHOD};
 use super::error::ProtocolError;
 use super::outbox::Outbox;
+use crate::message::Message;
 use crate::queue::{Entry, Queue, Refused};
 
 /// One consumer (`basic.consume`) on a channel.
@@ -175,6 +176,31 @@ impl ChannelDelivery {
             });
         }
         Ok(())
+    }
+
+    /// Sends a direct reply-to reply to this channel's reply consumer `tag`
+    /// (no ack, so nothing is recorded); false if the channel is closing or
+    /// its outbox is over the high-water mark (the reply is dropped).
+    pub fn deliver_reply(&self, tag: &str, msg: &Message) -> bool {
+        let mut st = self.state.lock();
+        if !st.open || self.outbox.is_closed() || self.outbox.is_backlogged() {
+            return false;
+        }
+        let delivery_tag = st.next_tag;
+        st.next_tag += 1;
+        self.outbox.send(|out| {
+            let at = codec::begin_frame(out, FRAME_METHOD, self.id);
+            out.put_u16(60);
+            out.put_u16(60);
+            codec::put_short_str(out, tag.as_bytes());
+            out.put_u64(delivery_tag);
+            out.put_u8(0);
+            codec::put_short_str(out, msg.exchange());
+            codec::put_short_str(out, msg.routing_key());
+            codec::end_frame(out, at);
+            codec::put_content(out, self.id, msg.properties(), msg.body(), self.frame_max);
+        });
+        true
     }
 
     /// Sends `basic.get-ok` for `entry`; records it as unacked unless no_ack.

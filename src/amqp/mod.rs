@@ -14,3 +14,4 @@ pub mod error;
 pub mod flow;
 pub mod outbox;
 pub mod pinning;
+pub mod reply_to;

@@ -13,8 +13,10 @@ use crate::amqp::codec::{self, FRAME_METHOD};
 use crate::amqp::connection::ConnCtx;
 use crate::amqp::delivery::Consumer;
 use crate::amqp::error::{code, ProtocolError, Result};
+use crate::amqp::reply_to;
 use crate::message::Message;
 use crate::queue::{ConsumeError, Queue, Settle};
+use crate::wire::props::Field;
 
 impl Channel {
     /// A whole message arrived: route it (errors such as a missing
@@ -23,9 +25,30 @@ impl Channel {
     pub(super) fn publish(
         &mut self,
         publish: Publish,
-        msg: Message,
+        mut msg: Message,
         ctx: &mut ConnCtx,
     ) -> Result<()> {
+        // A request that wants its reply by direct reply-to.
+        if msg.short_property(Field::ReplyTo) == Some(reply_to::PSEUDO_QUEUE.as_bytes()) {
+            let Some(r) = &self.reply else {
+                return Err(ProtocolError::precondition_failed(
+                    "fast reply consumer does not exist",
+                )
+                .on(60, 40));
+            };
+            msg = msg.with_short_property(Field::ReplyTo, r.address().as_bytes());
+        }
+        // A reply: straight to the requester's consumer, if it is there
+        // (even in a transaction: replies are not queued, as in RabbitMQ).
+        if publish.exchange.is_empty() && msg.routing_key().starts_with(reply_to::PREFIX.as_bytes())
+        {
+            ctx.broker.reply_to.deliver(msg.routing_key(), &msg);
+            if let Some(c) = self.confirms.as_mut() {
+                let seq = c.next_seq();
+                c.push(seq, 0, false);
+            }
+            return Ok(());
+        }
         let msg = Arc::new(msg);
         let hold = ctx
             .vhost
@@ -157,6 +180,9 @@ impl Channel {
         } else {
             m.consumer_tag.as_str().to_string()
         };
+        if m.queue.as_str() == reply_to::PSEUDO_QUEUE {
+            return self.reply_consume(tag, m.no_ack, m.nowait, ctx);
+        }
         // A consumer whose queue was deleted was cancelled by the server:
         // its tag is free again.
         self.consumers.retain(|_, (_, q)| !q.is_deleted());
@@ -216,8 +242,52 @@ impl Channel {
         Ok(())
     }
 
+    /// basic.consume from the direct reply-to pseudo-queue.
+    fn reply_consume(
+        &mut self,
+        tag: String,
+        no_ack: bool,
+        nowait: bool,
+        ctx: &mut ConnCtx,
+    ) -> Result<()> {
+        if !no_ack {
+            return Err(ProtocolError::precondition_failed(
+                "reply consumer cannot acknowledge",
+            ));
+        }
+        if self.reply.is_some() {
+            return Err(ProtocolError::precondition_failed(
+                "reply consumer already set",
+            ));
+        }
+        if self.consumers.contains_key(&tag) {
+            return Err(ProtocolError::not_allowed(format!(
+                "attempt to reuse consumer tag '{tag}'"
+            )));
+        }
+        let r = ctx
+            .broker
+            .reply_to
+            .register(tag.clone(), Arc::clone(&self.delivery));
+        self.reply = Some(r);
+        if !nowait {
+            ctx.send(
+                self.id,
+                AMQPClass::Basic(b::AMQPMethod::ConsumeOk(b::ConsumeOk {
+                    consumer_tag: ShortString::from(tag),
+                })),
+            );
+        }
+        Ok(())
+    }
+
     pub(super) fn basic_cancel(&mut self, m: b::Cancel, ctx: &mut ConnCtx) -> Result<()> {
         let tag = m.consumer_tag.as_str();
+        if self.reply.as_ref().is_some_and(|r| r.tag == tag) {
+            if let Some(r) = self.reply.take() {
+                ctx.broker.reply_to.unregister(&r);
+            }
+        }
         if let Some((consumer, queue)) = self.consumers.remove(tag) {
             let left = queue.remove_consumer(&consumer);
             if left == 0 && queue.config.auto_delete && !queue.is_deleted() {

@@ -27,6 +27,7 @@ use super::codec::{self, Frame};
 use super::connection::{truncate, ConnCtx};
 use super::delivery::{ChannelDelivery, Consumer, Unacked};
 use super::error::{ProtocolError, Result};
+use super::reply_to::ReplyConsumer;
 use crate::queue::{Queue, Settle};
 use crate::vhost::routing::RouteScratch;
 
@@ -59,6 +60,8 @@ pub struct Channel {
     routes: Vec<Arc<Queue>>,
     scratch: RouteScratch,
     settle: Vec<Unacked>,
+    /// The direct reply-to consumer (reply_to.rs), if there is one.
+    reply: Option<Arc<ReplyConsumer>>,
 }
 
 impl Channel {
@@ -87,6 +90,7 @@ impl Channel {
             routes: Vec::new(),
             scratch: RouteScratch::default(),
             settle: Vec::new(),
+            reply: None,
         }
     }
 
@@ -359,6 +363,9 @@ impl Channel {
     /// (channel or connection closing).
     pub fn release(&mut self, ctx: &mut ConnCtx) {
         self.delivery.close();
+        if let Some(r) = self.reply.take() {
+            ctx.broker.reply_to.unregister(&r);
+        }
         // No confirms go out on a closed channel.
         self.confirms = None;
         if let Some(tx) = self.tx.as_mut() {

@@ -19,6 +19,30 @@ impl Channel {
         } else {
             self.queue_name(m.queue.as_str())?
         };
+        // The direct reply-to pseudo-queue, and reply-to names of live
+        // requesters: there, with no messages and one consumer.
+        if name == crate::amqp::reply_to::PSEUDO_QUEUE
+            || (name.starts_with(crate::amqp::reply_to::PREFIX)
+                && ctx.broker.reply_to.lookup(name.as_bytes()).is_some())
+        {
+            if !m.nowait {
+                ctx.send(
+                    self.id,
+                    AMQPClass::Queue(q::AMQPMethod::DeclareOk(q::DeclareOk {
+                        queue: ShortString::from(name),
+                        message_count: 0,
+                        consumer_count: 1,
+                    })),
+                );
+            }
+            return Ok(());
+        }
+        if name.starts_with(crate::amqp::reply_to::PREFIX) {
+            return Err(crate::amqp::error::ProtocolError::not_found(format!(
+                "no {}",
+                ctx.vhost.describe("queue", &name)
+            )));
+        }
         let spec = QueueSpec {
             name: name.clone(),
             durable: m.durable,
