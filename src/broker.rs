@@ -36,6 +36,8 @@ pub struct Broker {
     pub memory: Arc<crate::alarm::MemoryAlarm>,
     /// Direct reply-to consumers by token.
     pub reply_to: crate::amqp::reply_to::ReplyTo,
+    /// Watches deliveries for their consumer timeout.
+    pub consumer_timeouts: Arc<crate::amqp::consumer_timeout::Sweeper>,
 }
 
 impl Broker {
@@ -63,6 +65,7 @@ impl Broker {
             open_connections: Arc::new(AtomicU64::new(0)),
             plugins: Arc::new(crate::plugins::Plugins::enabled()),
             reply_to: Default::default(),
+            consumer_timeouts: Default::default(),
         });
         broker
             .recover()
@@ -74,6 +77,7 @@ impl Broker {
         }
         broker.delayed.start(Arc::downgrade(&broker));
         broker.memory.start();
+        broker.consumer_timeouts.start(Arc::downgrade(&broker));
         Ok(broker)
     }
 

@@ -69,6 +69,10 @@ pub struct Config {
     /// Most queues in one vhost (0 = no limit; RabbitMQ's max-queues vhost
     /// limit, unlimited there).
     pub vhost_max_queues: u64,
+    /// How long a delivery may stay unacked before it is requeued and its
+    /// consumer cancelled, milliseconds (0 = never; RabbitMQ's
+    /// consumer_timeout). Queue and consumer `x-consumer-timeout` win.
+    pub consumer_timeout: u64,
 }
 
 impl Default for Config {
@@ -95,6 +99,7 @@ impl Default for Config {
             connection_max: 65_536,
             consumer_max_per_channel: 10_000,
             vhost_max_queues: 1_000_000,
+            consumer_timeout: 1_800_000,
         }
     }
 }
@@ -164,6 +169,9 @@ pub struct Cli {
     /// Most queues in one vhost; 0 = no limit [default: 1000000].
     #[arg(long, value_name = "N")]
     pub vhost_max_queues: Option<u64>,
+    /// How long a delivery may stay unacked, ms; 0 = never [default: 1800000].
+    #[arg(long, value_name = "MS")]
+    pub consumer_timeout: Option<u64>,
 }
 
 impl Config {
@@ -240,6 +248,9 @@ impl Cli {
         }
         if let Some(v) = self.vhost_max_queues {
             c.vhost_max_queues = v;
+        }
+        if let Some(v) = self.consumer_timeout {
+            c.consumer_timeout = v;
         }
         if c.outbox_high_water_bytes < 4096 {
             return Err("outbox_high_water_bytes must be at least 4096".into());

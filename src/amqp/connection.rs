@@ -693,6 +693,12 @@ impl Connection {
                 _ = self.coalesce.pause_over(), if reading && self.coalesce.paused() => {
                     got = Some(self.coalesce.resume(buf));
                 }
+                _ = self.ctx.outbox.woken() => {
+                    let now = super::consumer_timeout::coarse_now_ms();
+                    for ch in self.channels.values_mut() {
+                        ch.expire_deliveries(now, &mut self.ctx);
+                    }
+                }
                 _ = self.ctx.outbox.drained(), if backlogged => {
                     if self.ctx.outbox.is_closed() {
                         return Closed::Lost("peer stopped reading (send_timeout)");

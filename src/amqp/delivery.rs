@@ -37,6 +37,8 @@ pub struct Consumer {
     pub prefetch: u32,
     /// `x-priority` consumer argument.
     pub priority: i32,
+    /// How long a delivery may stay unacked, ms (0 = forever).
+    pub timeout_ms: u64,
     /// Deliveries not yet acked.
     unacked: AtomicU32,
 }
@@ -50,6 +52,7 @@ impl Consumer {
         exclusive: bool,
         prefetch: u32,
         priority: i32,
+        timeout_ms: u64,
     ) -> Self {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Consumer {
@@ -61,6 +64,7 @@ impl Consumer {
             exclusive,
             prefetch,
             priority,
+            timeout_ms,
             unacked: AtomicU32::new(0),
         }
     }
@@ -73,6 +77,8 @@ pub struct Unacked {
     pub entry: Entry,
     /// None for `basic.get`.
     pub consumer: Option<Arc<Consumer>>,
+    /// When it times out (consumer_timeout.rs's clock, ms); 0 = never.
+    pub deadline: u64,
 }
 
 struct State {
@@ -84,6 +90,23 @@ struct State {
     /// but still holding prefetch credit until commit or rollback.
     held: usize,
     open: bool,
+    /// No unacked delivery times out before this (it may be earlier than
+    /// the real first deadline after acks; u64::MAX = none).
+    earliest: u64,
+    /// Tags that timed out, most recent last, so a late ack of one is
+    /// ignored rather than a 406 (bounded: the oldest are forgotten).
+    timed_out: VecDeque<u64>,
+}
+
+/// How many timed-out tags a channel remembers.
+const TIMED_OUT_KEPT: usize = 10_000;
+
+/// The deadline of a delivery that may stay unacked `timeout_ms` (0 = never).
+fn deadline_in(timeout_ms: u64) -> u64 {
+    match timeout_ms {
+        0 => 0,
+        ms => super::consumer_timeout::coarse_now_ms().saturating_add(ms),
+    }
 }
 
 /// Delivery state of one channel.
@@ -112,6 +135,8 @@ impl ChannelDelivery {
                 global_prefetch: 0,
                 held: 0,
                 open: true,
+                earliest: u64::MAX,
+                timed_out: VecDeque::new(),
             }),
         }
     }
@@ -168,11 +193,16 @@ impl ChannelDelivery {
             queue.settle_delivered(entry);
         } else {
             consumer.unacked.fetch_add(1, Ordering::Relaxed);
+            let deadline = deadline_in(consumer.timeout_ms);
+            if deadline != 0 && deadline < st.earliest {
+                st.earliest = deadline;
+            }
             st.unacked.push_back(Unacked {
                 tag,
                 queue: Arc::clone(queue),
                 entry,
                 consumer: Some(Arc::clone(consumer)),
+                deadline,
             });
         }
         Ok(())
@@ -211,6 +241,7 @@ impl ChannelDelivery {
         entry: Entry,
         message_count: u32,
         no_ack: bool,
+        timeout_ms: u64,
     ) -> Option<Entry> {
         let mut st = self.state.lock();
         let tag = st.next_tag;
@@ -231,11 +262,16 @@ impl ChannelDelivery {
         if no_ack {
             return Some(entry);
         }
+        let deadline = deadline_in(timeout_ms);
+        if deadline != 0 && deadline < st.earliest {
+            st.earliest = deadline;
+        }
         st.unacked.push_back(Unacked {
             tag,
             queue: Arc::clone(queue),
             entry,
             consumer: None,
+            deadline,
         });
         None
     }
@@ -251,6 +287,14 @@ impl ChannelDelivery {
         out: &mut Vec<Unacked>,
     ) -> Result<(), ProtocolError> {
         let mut st = self.state.lock();
+        let unknown = || {
+            Err(ProtocolError::precondition_failed(format!(
+                "unknown delivery tag {tag}"
+            )))
+        };
+        // A tag that timed out was requeued already: a late ack, nack or
+        // reject of it is ignored (with multiple, what is still
+        // outstanding below it goes).
         if multiple {
             if tag == 0 {
                 out.extend(st.unacked.drain(..));
@@ -258,26 +302,20 @@ impl ChannelDelivery {
                 // As RabbitMQ's collect_acks: the named tag itself must be
                 // outstanding; everything up to it goes with it.
                 let n = st.unacked.partition_point(|u| u.tag <= tag);
-                if n == 0 || st.unacked[n - 1].tag != tag {
-                    return Err(ProtocolError::precondition_failed(format!(
-                        "unknown delivery tag {tag}"
-                    )));
+                let named = n > 0 && st.unacked[n - 1].tag == tag;
+                if !named && !st.forget_timed_out(tag) {
+                    return unknown();
                 }
                 out.extend(st.unacked.drain(..n));
             }
         } else {
             let i = st.unacked.partition_point(|u| u.tag < tag);
-            match st.unacked.get(i) {
-                Some(u) if u.tag == tag => {
-                    if let Some(u) = st.unacked.remove(i) {
-                        out.push(u);
-                    }
+            if st.unacked.get(i).is_some_and(|u| u.tag == tag) {
+                if let Some(u) = st.unacked.remove(i) {
+                    out.push(u);
                 }
-                _ => {
-                    return Err(ProtocolError::precondition_failed(format!(
-                        "unknown delivery tag {tag}"
-                    )))
-                }
+            } else if !st.forget_timed_out(tag) {
+                return unknown();
             }
         }
         if hold {
@@ -286,6 +324,40 @@ impl ChannelDelivery {
             release_credit(out);
         }
         Ok(())
+    }
+
+    /// Whether some delivery may be past its deadline at `now` (cheap: a
+    /// lower bound kept on delivery).
+    pub fn has_expired(&self, now: u64) -> bool {
+        self.state.lock().earliest <= now
+    }
+
+    /// Takes the deliveries past their deadline at `now` into `out` (their
+    /// tags are remembered as timed out, their credit freed).
+    pub fn take_expired(&self, now: u64, out: &mut Vec<Unacked>) {
+        let start = out.len();
+        let mut st = self.state.lock();
+        let mut earliest = u64::MAX;
+        let mut i = 0;
+        while i < st.unacked.len() {
+            let d = st.unacked[i].deadline;
+            if d != 0 && d <= now {
+                if let Some(u) = st.unacked.remove(i) {
+                    st.timed_out.push_back(u.tag);
+                    out.push(u);
+                }
+                continue;
+            }
+            if d != 0 {
+                earliest = earliest.min(d);
+            }
+            i += 1;
+        }
+        while st.timed_out.len() > TIMED_OUT_KEPT {
+            st.timed_out.pop_front();
+        }
+        st.earliest = earliest;
+        release_credit(&out[start..]);
     }
 
     /// Takes every outstanding delivery (basic.recover, channel close).
@@ -339,6 +411,19 @@ impl ChannelDelivery {
         back.extend(st.unacked.drain(..));
         back.sort_by_key(|u| u.tag);
         st.unacked = back.into();
+    }
+}
+
+impl State {
+    /// Whether `tag` timed out; it is forgotten either way.
+    fn forget_timed_out(&mut self, tag: u64) -> bool {
+        match self.timed_out.iter().position(|&t| t == tag) {
+            Some(i) => {
+                self.timed_out.remove(i);
+                true
+            }
+            None => false,
+        }
     }
 }
 

@@ -9,6 +9,7 @@ pub mod channel;
 pub mod coalesce;
 pub mod codec;
 pub mod connection;
+pub mod consumer_timeout;
 pub mod delivery;
 pub mod error;
 pub mod flow;

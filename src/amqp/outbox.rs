@@ -34,6 +34,8 @@ pub struct Outbox {
     notify: Notify,
     /// Woken after each write, and when the writer ends.
     drained: Notify,
+    /// Wakes the connection's reader for work it owns (a delivery timed out).
+    reader: Notify,
     /// Above this many buffered bytes, queues stop delivering to the
     /// connection and its reader stops reading until the writer drained it.
     high_water: usize,
@@ -65,6 +67,7 @@ impl Outbox {
             }),
             notify: Notify::new(),
             drained: Notify::new(),
+            reader: Notify::new(),
             high_water,
             send_timeout,
             buffered: AtomicUsize::new(0),
@@ -100,6 +103,16 @@ impl Outbox {
             inner.waiting.push(weak);
         }
         true
+    }
+
+    /// Wakes the connection's reader (see `woken`).
+    pub fn wake_reader(&self) {
+        self.reader.notify_one();
+    }
+
+    /// Resolves when `wake_reader` was called.
+    pub async fn woken(&self) {
+        self.reader.notified().await
     }
 
     /// This outbox's address: how queues know which consumers waited on it.

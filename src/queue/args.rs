@@ -63,6 +63,9 @@ pub struct QueueArgs {
     pub single_active_consumer: bool,
     /// `x-delivery-limit`: redeliveries allowed before dead-lettering.
     pub delivery_limit: Option<u64>,
+    /// `x-consumer-timeout`, ms (0 = none): how long a delivery may stay
+    /// unacked (RabbitMQ 3.12+).
+    pub consumer_timeout: Option<u64>,
 }
 
 impl QueueArgs {
@@ -90,6 +93,7 @@ impl QueueArgs {
                 Some(AMQPValue::Boolean(true))
             ),
             delivery_limit: uint("x-delivery-limit"),
+            consumer_timeout: uint("x-consumer-timeout"),
         }
     }
 }
@@ -123,9 +127,8 @@ fn check(key: &str, value: &AMQPValue, args: &FieldTable) -> Result<(), String> 
         Some(n) => Ok(n),
     };
     match key {
-        "x-message-ttl" | "x-max-length" | "x-max-length-bytes" | "x-delivery-limit" => {
-            int().map(drop)
-        }
+        "x-message-ttl" | "x-max-length" | "x-max-length-bytes" | "x-delivery-limit"
+        | "x-consumer-timeout" => int().map(drop),
         "x-expires" => match int()? {
             0 => Err("{value_zero,0}".into()),
             _ => Ok(()),

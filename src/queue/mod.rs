@@ -523,7 +523,8 @@ impl Queue {
 
     /// `basic.get`: hands the head message to `channel`. Returns false when
     /// the queue is empty.
-    pub fn get(self: &Arc<Self>, channel: &ChannelDelivery, no_ack: bool) -> bool {
+    /// `timeout_ms` is how long the delivery may stay unacked (0 = forever).
+    pub fn get(self: &Arc<Self>, channel: &ChannelDelivery, no_ack: bool, timeout_ms: u64) -> bool {
         self.touch();
         let mut st = self.state.lock();
         let pager = self.pager();
@@ -545,7 +546,7 @@ impl Queue {
             self.delivered(seq);
         }
         let remaining = st.ready.len() as u32;
-        match channel.deliver_get(self, entry, remaining, no_ack) {
+        match channel.deliver_get(self, entry, remaining, no_ack, timeout_ms) {
             Some(entry) => self.forget(entry),
             None => st.unacked += 1,
         }

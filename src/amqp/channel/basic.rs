@@ -205,6 +205,18 @@ impl Channel {
                 .and_then(|n| i32::try_from(n).ok())
                 .ok_or_else(|| ProtocolError::precondition_failed("invalid x-priority argument"))?,
         };
+        // Precedence: the consumer's own, the queue's, the broker's.
+        let timeout_ms = match m.arguments.inner().get("x-consumer-timeout") {
+            None => queue
+                .args
+                .consumer_timeout
+                .unwrap_or(ctx.broker.config.consumer_timeout),
+            Some(v) => crate::queue::args::int_arg(v)
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| {
+                    ProtocolError::precondition_failed("invalid x-consumer-timeout argument")
+                })?,
+        };
         let consumer = Arc::new(Consumer::new(
             tag.clone(),
             Arc::clone(&self.delivery),
@@ -212,6 +224,7 @@ impl Channel {
             m.exclusive,
             self.prefetch,
             priority,
+            timeout_ms,
         ));
         queue
             .add_consumer(Arc::clone(&consumer))
@@ -240,6 +253,64 @@ impl Channel {
         // Deliveries start after consume-ok.
         queue.dispatch();
         Ok(())
+    }
+
+    /// Takes consumer `tag` off its queue (which goes if it is auto-delete
+    /// and that was its last consumer).
+    pub(super) fn drop_consumer(&mut self, tag: &str, ctx: &mut ConnCtx) -> Result<()> {
+        if let Some((consumer, queue)) = self.consumers.remove(tag) {
+            let left = queue.remove_consumer(&consumer);
+            if left == 0 && queue.config.auto_delete && !queue.is_deleted() {
+                ctx.vhost.remove_queue(&queue)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deliveries past their consumer timeout (consumer_timeout.rs) are
+    /// requeued, redelivered; each consumer that had one is cancelled with
+    /// a server-sent basic.cancel and the channel stays open. A client
+    /// that does not take basic.cancel gets RabbitMQ's 406 channel close.
+    pub fn expire_deliveries(&mut self, now: u64, ctx: &mut ConnCtx) {
+        if self.is_closed() || self.is_closing() {
+            return;
+        }
+        let mut expired = Vec::new();
+        self.delivery.take_expired(now, &mut expired);
+        if expired.is_empty() {
+            return;
+        }
+        let first = expired
+            .iter()
+            .find_map(|u| u.consumer.as_ref().map(|c| c.timeout_ms));
+        if let (Some(timeout), false) = (first, self.delivery.cancel_notify) {
+            self.settle.append(&mut expired);
+            let e = ProtocolError::precondition_failed(format!(
+                "delivery acknowledgement on channel {} timed out. Timeout value used: {timeout} ms. \
+                 This timeout value can be configured, see consumers doc guide to learn more",
+                self.id
+            ));
+            self.close_with(e, ctx);
+            return;
+        }
+        // Cancelled first, so the requeued messages do not go straight back.
+        for u in &expired {
+            let Some(c) = &u.consumer else { continue };
+            if self
+                .consumers
+                .get(&c.tag)
+                .is_some_and(|(k, _)| Arc::ptr_eq(k, c))
+            {
+                tracing::info!(channel = self.id, consumer = %c.tag, "delivery timed out: cancelling its consumer");
+                if let Err(e) = self.drop_consumer(&c.tag, ctx) {
+                    tracing::warn!("cannot delete the auto-delete queue: {e}");
+                }
+                self.delivery.send_cancel(&c.tag);
+            }
+        }
+        self.settle.append(&mut expired);
+        self.settle.sort_by_key(|u| u.tag);
+        self.settle_taken(Settle::Requeue);
     }
 
     /// basic.consume from the direct reply-to pseudo-queue.
@@ -288,12 +359,7 @@ impl Channel {
                 ctx.broker.reply_to.unregister(&r);
             }
         }
-        if let Some((consumer, queue)) = self.consumers.remove(tag) {
-            let left = queue.remove_consumer(&consumer);
-            if left == 0 && queue.config.auto_delete && !queue.is_deleted() {
-                ctx.vhost.remove_queue(&queue)?;
-            }
-        }
+        self.drop_consumer(tag, ctx)?;
         if !m.nowait {
             ctx.send(
                 self.id,
@@ -308,7 +374,11 @@ impl Channel {
     pub(super) fn basic_get(&mut self, m: b::Get, ctx: &mut ConnCtx) -> Result<()> {
         let name = self.queue_name(m.queue.as_str())?;
         let queue = ctx.vhost.queue_for(&name, ctx.id)?;
-        if !queue.get(&self.delivery, m.no_ack) {
+        let timeout_ms = queue
+            .args
+            .consumer_timeout
+            .unwrap_or(ctx.broker.config.consumer_timeout);
+        if !queue.get(&self.delivery, m.no_ack, timeout_ms) {
             ctx.send(
                 self.id,
                 AMQPClass::Basic(b::AMQPMethod::GetEmpty(b::GetEmpty {})),

@@ -71,15 +71,17 @@ impl Channel {
             id,
             AMQPClass::Channel(channel::AMQPMethod::OpenOk(channel::OpenOk {})),
         );
+        let delivery = Arc::new(ChannelDelivery::new(
+            id,
+            Arc::clone(&ctx.outbox),
+            ctx.frame_max,
+            ctx.caps.consumer_cancel_notify,
+        ));
+        ctx.broker.consumer_timeouts.watch(&delivery);
         Channel {
             id,
             state: State::Open,
-            delivery: Arc::new(ChannelDelivery::new(
-                id,
-                Arc::clone(&ctx.outbox),
-                ctx.frame_max,
-                ctx.caps.consumer_cancel_notify,
-            )),
+            delivery,
             assembler: Assembler::default(),
             consumers: HashMap::new(),
             prefetch: 0,
@@ -97,6 +99,11 @@ impl Channel {
     /// Whether the connection can forget this channel.
     pub fn is_closed(&self) -> bool {
         self.state == State::Closed
+    }
+
+    /// Whether we closed it and wait for close-ok.
+    fn is_closing(&self) -> bool {
+        self.state == State::Closing
     }
 
     /// Handles one frame. Soft errors are dealt with here (channel.close);
