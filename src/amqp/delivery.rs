@@ -25,6 +25,9 @@ pub struct Consumer {
     pub id: u64,
     /// Whether its queue parked it (see queue/consumers.rs).
     pub parked: std::sync::atomic::AtomicBool,
+    /// Bumped by its queue whenever it leaves or rejoins the ready ring
+    /// (see queue/consumers.rs).
+    pub generation: AtomicU32,
     /// The consumer tag.
     pub tag: String,
     /// The channel that delivers to it.
@@ -58,6 +61,7 @@ impl Consumer {
         Consumer {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             parked: Default::default(),
+            generation: AtomicU32::new(0),
             tag,
             channel,
             no_ack,

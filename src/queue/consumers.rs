@@ -1,19 +1,24 @@
 //! A queue's consumers: all of them in the order they subscribed (the
 //! first is the single active consumer), and the *ready* ones, those that
-//! may take a delivery now, ordered by priority (highest first) and then
-//! round-robin. A consumer that refuses a delivery (out of prefetch
-//! credit, its connection's outbox full, its channel closing) is *parked*:
-//! out of the ready set until what it waited for happens (an ack frees its
-//! credit, the outbox drains). So a delivery looks only at consumers that
-//! can take it, and adding, removing, parking and unparking are O(log n):
-//! ten thousand consumers out of credit cost a publish nothing.
+//! may take a delivery now, in one round-robin ring per priority (highest
+//! first). A consumer that refuses a delivery (out of prefetch credit, its
+//! connection's outbox full, its channel closing) is *parked*: out of the
+//! ready rings until what it waited for happens (an ack frees its credit,
+//! the outbox drains). So a delivery looks only at consumers that can take
+//! it: ten thousand consumers out of credit cost a publish nothing.
 //!
-//! The queue's lock guards this; `Consumer::parked` mirrors the parked
-//! state so that an ack can tell, without the structure, whether there is
+//! Costs: a delivery is O(1) (the ring's front goes to its back); adding,
+//! removing, parking and unparking are O(log n) or O(1) amortized. A ring
+//! entry carries the consumer's generation: parking or removing a consumer
+//! bumps it, which turns its entry stale, and stale entries are dropped
+//! when they reach the front (or when they outnumber the live ones).
+//!
+//! The queue's lock guards all of this; the consumer's own atomics only
+//! mirror it, so that an ack can tell without the lock whether there is
 //! anything to unpark.
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -31,22 +36,53 @@ pub enum Refused {
     Closed,
 }
 
-/// Ready-set key: priority (highest first), then a stamp (round-robin).
-type Key = (Reverse<i32>, u64);
+/// One priority's consumers.
+#[derive(Default)]
+struct Level {
+    /// Ready consumers in round-robin order, with the generation they had
+    /// when queued (older generations are stale entries).
+    ring: VecDeque<(Arc<Consumer>, u32)>,
+    /// How many entries of `ring` are live.
+    ready: usize,
+    /// How many consumers of this priority are subscribed.
+    subscribed: usize,
+}
 
-struct Slot {
-    consumer: Arc<Consumer>,
-    /// Where it is in the ready set; None while parked.
-    ready: Option<Key>,
+impl Level {
+    fn is_live(entry: &(Arc<Consumer>, u32)) -> bool {
+        let (c, generation) = entry;
+        !c.parked.load(Ordering::Relaxed) && c.generation.load(Ordering::Relaxed) == *generation
+    }
+
+    /// Drops stale entries from the front; the live front, if any.
+    fn front(&mut self) -> Option<&Arc<Consumer>> {
+        while let Some(e) = self.ring.front() {
+            if Self::is_live(e) {
+                break;
+            }
+            self.ring.pop_front();
+        }
+        self.ring.front().map(|(c, _)| c)
+    }
+
+    fn push(&mut self, c: Arc<Consumer>) {
+        let generation = c.generation.load(Ordering::Relaxed);
+        self.ring.push_back((c, generation));
+        self.ready += 1;
+        // Many park / unpark cycles without a delivery leave stale
+        // entries behind: keep them from outgrowing the live ones.
+        if self.ring.len() > 2 * self.ready + 32 {
+            self.ring.retain(Self::is_live);
+        }
+    }
 }
 
 /// The consumers of one queue.
 #[derive(Default)]
 pub struct Consumers {
     /// By consumer id: ids grow, so this is subscription order.
-    all: BTreeMap<u64, Slot>,
-    ready: BTreeMap<Key, u64>,
-    next_stamp: u64,
+    all: BTreeMap<u64, Arc<Consumer>>,
+    levels: BTreeMap<Reverse<i32>, Level>,
     /// Consumers parked on a full outbox: (outbox address, consumer id).
     on_outbox: Vec<(usize, u64)>,
 }
@@ -64,101 +100,111 @@ impl Consumers {
 
     /// Whether an exclusive consumer holds the queue (then it is the only one).
     pub fn exclusive_held(&self) -> bool {
-        self.all
-            .first_key_value()
-            .is_some_and(|(_, s)| s.consumer.exclusive)
+        self.all.first_key_value().is_some_and(|(_, c)| c.exclusive)
     }
 
-    fn stamp(&mut self, priority: i32) -> Key {
-        self.next_stamp += 1;
-        (Reverse(priority), self.next_stamp)
+    /// Makes `c`'s ring entries stale.
+    fn retire(c: &Consumer) {
+        c.generation.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Adds a consumer, ready.
-    pub fn add(&mut self, consumer: Arc<Consumer>) {
-        let key = self.stamp(consumer.priority);
-        consumer.parked.store(false, Ordering::Relaxed);
-        self.ready.insert(key, consumer.id);
-        self.all.insert(
-            consumer.id,
-            Slot {
-                consumer,
-                ready: Some(key),
-            },
-        );
+    pub fn add(&mut self, c: Arc<Consumer>) {
+        c.parked.store(false, Ordering::Relaxed);
+        Self::retire(&c);
+        let level = self.levels.entry(Reverse(c.priority)).or_default();
+        level.subscribed += 1;
+        level.push(Arc::clone(&c));
+        self.all.insert(c.id, c);
     }
 
     /// Removes consumer `id`.
     pub fn remove(&mut self, id: u64) -> Option<Arc<Consumer>> {
-        let slot = self.all.remove(&id)?;
-        if let Some(key) = slot.ready {
-            self.ready.remove(&key);
+        let c = self.all.remove(&id)?;
+        let key = Reverse(c.priority);
+        if let Some(level) = self.levels.get_mut(&key) {
+            if !c.parked.load(Ordering::Relaxed) {
+                level.ready -= 1;
+            }
+            level.subscribed -= 1;
+            if level.subscribed == 0 {
+                self.levels.remove(&key);
+            }
         }
-        self.on_outbox.retain(|&(_, c)| c != id);
-        Some(slot.consumer)
+        // Parked, so an ack cannot unpark it, and its entries stale.
+        c.parked.store(true, Ordering::Relaxed);
+        Self::retire(&c);
+        self.on_outbox.retain(|&(_, other)| other != id);
+        Some(c)
     }
 
     /// The consumer the next delivery goes to, if any may take one: with
-    /// a single active consumer only the first subscribed, else the first
-    /// ready one.
-    pub fn next(&self, single_active: bool) -> Option<&Arc<Consumer>> {
+    /// a single active consumer only the first subscribed, else the front
+    /// of the highest-priority ring with a ready consumer.
+    pub fn next(&mut self, single_active: bool) -> Option<&Arc<Consumer>> {
         if single_active {
-            let (_, slot) = self.all.first_key_value()?;
-            return slot.ready.is_some().then_some(&slot.consumer);
+            let (_, c) = self.all.first_key_value()?;
+            return (!c.parked.load(Ordering::Relaxed)).then_some(c);
         }
-        let (_, id) = self.ready.first_key_value()?;
-        self.all.get(id).map(|s| &s.consumer)
+        let level = self.levels.values_mut().find(|l| l.ready > 0)?;
+        level.front()
     }
 
-    /// After a delivery to `id`: it goes to the back of its priority group
-    /// (round-robin). A single active consumer keeps its place.
-    pub fn delivered(&mut self, id: u64, single_active: bool) {
+    /// After a delivery to the consumer `next` returned: it goes to the
+    /// back of its ring (round-robin). A single active consumer keeps its
+    /// place.
+    pub fn delivered(&mut self, single_active: bool) {
         if single_active {
             return;
         }
-        let Some(priority) = self.all.get(&id).map(|s| s.consumer.priority) else {
-            return;
-        };
-        let key = self.stamp(priority);
-        let Some(slot) = self.all.get_mut(&id) else {
-            return;
-        };
-        if let Some(old) = slot.ready.replace(key) {
-            self.ready.remove(&old);
+        if let Some(level) = self.levels.values_mut().find(|l| l.ready > 0) {
+            if level.ready > 1 {
+                if let Some(front) = level.ring.pop_front() {
+                    level.ring.push_back(front);
+                }
+            }
         }
-        self.ready.insert(key, id);
     }
 
-    /// Takes `id` out of the ready set for `why`.
-    pub fn park(&mut self, id: u64, why: Refused) {
-        let Some(slot) = self.all.get_mut(&id) else {
-            return;
+    /// Parks the consumer `next` returned, for `why`: out of the ready
+    /// rings until `unpark`.
+    pub fn park_next(&mut self, single_active: bool, why: Refused) {
+        let c = if single_active {
+            self.all.first_key_value().map(|(_, c)| Arc::clone(c))
+        } else {
+            self.levels
+                .values_mut()
+                .find(|l| l.ready > 0)
+                .and_then(|l| l.ring.pop_front())
+                .map(|(c, _)| c)
         };
-        if let Some(key) = slot.ready.take() {
-            self.ready.remove(&key);
+        let Some(c) = c else { return };
+        if c.parked.swap(true, Ordering::Relaxed) {
+            return;
         }
-        slot.consumer.parked.store(true, Ordering::Relaxed);
+        Self::retire(&c);
+        if let Some(level) = self.levels.get_mut(&Reverse(c.priority)) {
+            level.ready -= 1;
+        }
         if let Refused::Outbox(at) = why {
-            self.on_outbox.push((at, id));
+            self.on_outbox.push((at, c.id));
         }
     }
 
-    /// Puts `id` back in the ready set (its credit or outbox freed up).
+    /// Puts consumer `id` back among the ready ones (its credit or outbox
+    /// freed up).
     pub fn unpark(&mut self, id: u64) {
-        let Some(priority) = self
-            .all
-            .get(&id)
-            .filter(|s| s.ready.is_none())
-            .map(|s| s.consumer.priority)
-        else {
+        let Some(c) = self.all.get(&id) else {
             return;
         };
-        let key = self.stamp(priority);
-        if let Some(slot) = self.all.get_mut(&id) {
-            slot.ready = Some(key);
-            slot.consumer.parked.store(false, Ordering::Relaxed);
+        if !c.parked.swap(false, Ordering::Relaxed) {
+            return;
         }
-        self.ready.insert(key, id);
+        Self::retire(c);
+        let c = Arc::clone(c);
+        if let Some(level) = self.levels.get_mut(&Reverse(c.priority)) {
+            level.push(c);
+        }
     }
 
     /// Unparks the consumers that waited for the outbox at `at` to drain.
@@ -176,11 +222,13 @@ impl Consumers {
 
     /// Takes every consumer out (the queue is deleted).
     pub fn drain(&mut self) -> Vec<Arc<Consumer>> {
-        self.ready.clear();
+        self.levels.clear();
         self.on_outbox.clear();
-        std::mem::take(&mut self.all)
-            .into_values()
-            .map(|s| s.consumer)
-            .collect()
+        let all: Vec<Arc<Consumer>> = std::mem::take(&mut self.all).into_values().collect();
+        for c in &all {
+            c.parked.store(true, Ordering::Relaxed);
+            Self::retire(c);
+        }
+        all
     }
 }

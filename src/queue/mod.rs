@@ -463,7 +463,7 @@ impl Queue {
                 dead.push((entry, Reason::Expired));
                 continue;
             }
-            let (seq, stored, no_ack, id) = (entry.seq, entry.stored, consumer.no_ack, consumer.id);
+            let (seq, stored, no_ack) = (entry.seq, entry.stored, consumer.no_ack);
             if stored {
                 self.before_delivery(seq);
             }
@@ -475,11 +475,11 @@ impl Queue {
                     if !no_ack {
                         *unacked += 1;
                     }
-                    consumers.delivered(id, sac);
+                    consumers.delivered(sac);
                 }
                 Err((back, why)) => {
                     ready.push_front(back);
-                    consumers.park(id, why);
+                    consumers.park_next(sac, why);
                 }
             }
         }
