@@ -18,6 +18,8 @@ pub mod broker;
 pub mod config;
 pub mod delayed;
 pub mod exchange;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod message;
 pub mod plugins;
 pub mod queue;
