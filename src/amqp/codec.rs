@@ -20,6 +20,9 @@ pub const FRAME_END: u8 = 0xCE;
 pub const FRAME_OVERHEAD: usize = 8;
 /// The smallest frame_max a peer may negotiate (AMQP 0-9-1 section 4.2.3).
 pub const FRAME_MIN_SIZE: u32 = 4096;
+/// The most room reserved ahead for a frame still arriving; a larger one
+/// grows the buffer as its bytes come.
+const RESERVE_AHEAD_MAX: usize = 1 << 20;
 
 /// One frame, its payload still raw (a slice of the read buffer, no copy).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +114,9 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
     }
     let total = size as usize + FRAME_OVERHEAD;
     if buf.len() < total {
-        buf.reserve(total - buf.len());
+        // Room for what is announced, but not all of it up front: a header
+        // may announce far more than ever arrives (with frame_max 0, 4 GiB).
+        buf.reserve((total - buf.len()).min(RESERVE_AHEAD_MAX));
         return Ok(None);
     }
     if buf[total - 1] != FRAME_END {
@@ -137,7 +142,7 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
                 }));
             }
             Triple::Wait(len) => {
-                buf.reserve(len.saturating_sub(buf.len()));
+                buf.reserve(len.saturating_sub(buf.len()).min(RESERVE_AHEAD_MAX));
                 return Ok(None);
             }
             Triple::Apart => {}
@@ -571,6 +576,15 @@ mod tests {
             Ok(Some(Frame::Heartbeat { channel: 0 }))
         );
         assert_eq!(decode(&mut buf, 4096), Ok(None));
+    }
+
+    #[test]
+    fn a_huge_announced_frame_reserves_little() {
+        // Found by fuzz/frame_cutter: with frame_max 0 (no limit) a header
+        // announcing 4 GiB made decode reserve 4 GiB at once.
+        let mut b = BytesMut::from(&[8u8, 0, 0, 0xff, 0xff, 0xff, 0xff, 0][..]);
+        assert_eq!(decode(&mut b, 0), Ok(None));
+        assert!(b.capacity() <= RESERVE_AHEAD_MAX + 64);
     }
 
     #[test]
