@@ -309,6 +309,24 @@ pub fn read_meta(props: &[u8]) -> Result<Meta, PropertiesError> {
         TableError::TooDeep => PropertiesError::TooDeep,
         TableError::Malformed => PropertiesError::Malformed,
     })?;
+    meta_of(props, &layout)
+}
+
+/// `read_meta` for a stored record: a headers table nested deeper than
+/// the wire now allows (an older version stored it) does not make the
+/// record unreadable; such headers are kept as they are and read as
+/// absent (`Message::headers` refuses to decode them).
+pub fn read_meta_stored(props: &[u8]) -> Result<Meta, PropertiesError> {
+    match read_meta(props) {
+        Err(PropertiesError::TooDeep) => {
+            let layout = props::layout_unchecked(props).map_err(|_| PropertiesError::Malformed)?;
+            meta_of(props, &layout)
+        }
+        other => other,
+    }
+}
+
+fn meta_of(props: &[u8], layout: &props::Layout) -> Result<Meta, PropertiesError> {
     let byte = |f: Field| layout.span(f).and_then(|s| props.get(s.start)).copied();
     let mut meta = Meta {
         delivery_mode: byte(Field::DeliveryMode).unwrap_or(0),
@@ -378,6 +396,31 @@ mod tests {
             assert!(Message::from_parts(raw, 0..0, 0, Meta::default()).is_none());
         }
     }
+
+    #[test]
+    fn a_stored_record_with_headers_deeper_than_allowed_still_reads() {
+        // An older version stored headers of any depth; they must not stop
+        // recovery now: read as absent, kept as they are.
+        let mut t = vec![0u8, 0, 0, 0];
+        for _ in 0..100 {
+            let mut outer = ((3 + t.len()) as u32).to_be_bytes().to_vec();
+            outer.extend_from_slice(&[1, b'k', b'F']);
+            outer.extend_from_slice(&t);
+            t = outer;
+        }
+        let mut props = (HEADERS_FLAG | DELIVERY_FLAG).to_be_bytes().to_vec();
+        props.extend_from_slice(&t);
+        props.push(2);
+        assert_eq!(read_meta(&props), Err(PropertiesError::TooDeep));
+        let meta = read_meta_stored(&props).unwrap();
+        assert_eq!(meta.delivery_mode, 2);
+        let m = Message::new(b"", b"q", &props, b"x", meta);
+        assert!(m.headers().is_none());
+        assert_eq!(m.properties(), &props[..]);
+    }
+
+    const HEADERS_FLAG: u16 = 1 << 13;
+    const DELIVERY_FLAG: u16 = 1 << 12;
 
     #[test]
     fn empty_properties() {

@@ -120,3 +120,76 @@ async fn helpers_queue_exists(conn: &lapin::Connection, name: &str) -> bool {
         Err(e) => reply_code(&e) == Some(405),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_piling_up_do_not_stop_the_broker_reading_publishes() {
+    // A client that consumes without a prefetch limit and publishes on the
+    // same connection without reading (say, blocked in its callback on
+    // the write): only replies to its own requests stop the reader, so its
+    // publishes keep being taken while deliveries wait for it (a review
+    // found the reader stopped on deliveries too: a deadlock that ended
+    // with send_timeout).
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = config(tmp.path());
+    c.outbox_high_water_bytes = 256 << 10;
+    let b = start_with(c).await;
+    let (_c, ch) = b.channel().await;
+    declare(&ch, "flood").await;
+    declare(&ch, "sink").await;
+    let big = vec![0u8; 8 << 10];
+    for _ in 0..2000 {
+        publish(&ch, "", "flood", &big).await;
+    }
+    let mut r = Raw::open(b.addr).await;
+    r.open_channel(1).await;
+    r.send(&raw::method(
+        1,
+        amq_protocol::protocol::AMQPClass::Basic(
+            amq_protocol::protocol::basic::AMQPMethod::Consume(
+                amq_protocol::protocol::basic::Consume {
+                    queue: "flood".into(),
+                    consumer_tag: "c".into(),
+                    no_local: false,
+                    no_ack: true,
+                    exclusive: false,
+                    nowait: true,
+                    arguments: Default::default(),
+                },
+            ),
+        ),
+    ))
+    .await;
+    // Never reading: 1000 publishes, each a few hundred bytes.
+    let mut batch = Vec::new();
+    for i in 0..1000u32 {
+        batch.extend(raw::publish_message(1, "", "sink", &i.to_be_bytes()));
+    }
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    let _writer = flood(r, batch, stop_rx);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = helpers_count(&ch, "sink").await;
+        if n >= 1000 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {n} publishes were read while deliveries waited"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn helpers_count(ch: &lapin::Channel, queue: &str) -> u32 {
+    ch.queue_declare(
+        queue.into(),
+        lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .unwrap()
+    .message_count()
+}

@@ -261,10 +261,13 @@ pub fn method_ids(payload: &[u8]) -> Option<(u16, u16)> {
 
 /// Where the field table of a method that carries one starts (the
 /// arguments before it, from the AMQP 0-9-1 method definitions: `q` a
-/// short integer, `s` a short string, `b` an octet of bits).
+/// short integer, `s` a short string, `b` an octet). Every method with a
+/// table is listed, those only a server sends too: amq-protocol parses
+/// whatever arrives before the state machine can refuse it.
 fn table_at(payload: &[u8]) -> Option<usize> {
     let (class, method) = method_ids(payload)?;
     let before: &[u8] = match (class, method) {
+        (10, 10) => b"bb",               // connection.start (server-only, yet parsed)
         (10, 11) => b"",                 // connection.start-ok: client-properties
         (40, 10) => b"qssb",             // exchange.declare
         (40, 30) | (40, 40) => b"qsssb", // exchange.bind / unbind
@@ -614,6 +617,26 @@ mod tests {
         }
         assert_eq!(n, 1 + 3);
         assert_eq!(body_len, 10_000);
+    }
+
+    #[test]
+    fn a_deep_table_in_any_method_is_502_before_it_is_parsed() {
+        // connection.start (which only servers send) with server properties
+        // holding arrays in arrays 1000 deep: found in review; amq-protocol
+        // would have recursed through them.
+        let mut a = vec![0u8, 0, 0, 0];
+        for _ in 0..1000 {
+            let mut outer = ((a.len() + 1) as u32).to_be_bytes().to_vec();
+            outer.push(b'A');
+            outer.extend_from_slice(&a);
+            a = outer;
+        }
+        let mut payload = vec![0, 10, 0, 10, 0, 9];
+        payload.extend_from_slice(&((a.len() + 3) as u32).to_be_bytes());
+        payload.extend_from_slice(&[1, b'k', b'A']);
+        payload.extend_from_slice(&a);
+        payload.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(parse_method(&payload).unwrap_err().code, 502);
     }
 
     #[test]

@@ -181,7 +181,7 @@ impl ChannelDelivery {
         let tag = st.next_tag;
         st.next_tag += 1;
         let msg = &entry.msg;
-        self.outbox.send(|out| {
+        self.outbox.send_delivery(|out| {
             let at = codec::begin_frame(out, FRAME_METHOD, self.id);
             out.put_u16(60);
             out.put_u16(60);
@@ -217,12 +217,12 @@ impl ChannelDelivery {
     /// its outbox is over the high-water mark (the reply is dropped).
     pub fn deliver_reply(&self, tag: &str, msg: &Message) -> bool {
         let mut st = self.state.lock();
-        if !st.open || self.outbox.is_closed() || self.outbox.is_backlogged() {
+        if !st.open || self.outbox.is_closed() || self.outbox.is_over_high_water() {
             return false;
         }
         let delivery_tag = st.next_tag;
         st.next_tag += 1;
-        self.outbox.send(|out| {
+        self.outbox.send_delivery(|out| {
             let at = codec::begin_frame(out, FRAME_METHOD, self.id);
             out.put_u16(60);
             out.put_u16(60);
@@ -342,20 +342,20 @@ impl ChannelDelivery {
         let start = out.len();
         let mut st = self.state.lock();
         let mut earliest = u64::MAX;
-        let mut i = 0;
-        while i < st.unacked.len() {
-            let d = st.unacked[i].deadline;
-            if d != 0 && d <= now {
-                if let Some(u) = st.unacked.remove(i) {
+        // One pass, keeping the order of what stays.
+        let all = std::mem::take(&mut st.unacked);
+        for u in all {
+            match u.deadline {
+                0 => st.unacked.push_back(u),
+                d if d <= now => {
                     st.timed_out.push_back(u.tag);
                     out.push(u);
                 }
-                continue;
+                d => {
+                    earliest = earliest.min(d);
+                    st.unacked.push_back(u);
+                }
             }
-            if d != 0 {
-                earliest = earliest.min(d);
-            }
-            i += 1;
         }
         while st.timed_out.len() > TIMED_OUT_KEPT {
             st.timed_out.pop_front();
@@ -387,7 +387,7 @@ impl ChannelDelivery {
         if !self.cancel_notify || !self.state.lock().open {
             return;
         }
-        self.outbox.send(|out: &mut BytesMut| {
+        self.outbox.send_delivery(|out: &mut BytesMut| {
             let at = codec::begin_frame(out, FRAME_METHOD, self.id);
             out.put_u16(60);
             out.put_u16(30);

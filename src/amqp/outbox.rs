@@ -43,6 +43,12 @@ pub struct Outbox {
     send_timeout: Duration,
     /// The buffer's length as of the last change (read without the lock).
     buffered: AtomicUsize,
+    /// How much of the buffer is replies to the peer's own requests (all
+    /// but deliveries): what stops the reader, so that a peer cannot make
+    /// the broker answer without end while never reading, while deliveries
+    /// (already bounded: queues skip a full outbox) never stop a peer that
+    /// is busy sending, say, the publishes it makes while consuming.
+    replies: AtomicUsize,
     /// Heartbeat interval in seconds agreed at tune (0 = none).
     heartbeat: AtomicU64,
     closed: AtomicBool,
@@ -71,17 +77,34 @@ impl Outbox {
             high_water,
             send_timeout,
             buffered: AtomicUsize::new(0),
+            replies: AtomicUsize::new(0),
             heartbeat: AtomicU64::new(0),
             closed: AtomicBool::new(false),
         }
     }
 
-    /// Encodes frames with `f` into the buffer and wakes the writer.
+    /// Encodes a reply (anything but a delivery) with `f` into the buffer
+    /// and wakes the writer.
     pub fn send<R>(&self, f: impl FnOnce(&mut BytesMut) -> R) -> R {
+        self.append(f, true)
+    }
+
+    /// Encodes a delivery (basic.deliver, a server-sent basic.cancel) with
+    /// `f` into the buffer and wakes the writer.
+    pub fn send_delivery<R>(&self, f: impl FnOnce(&mut BytesMut) -> R) -> R {
+        self.append(f, false)
+    }
+
+    fn append<R>(&self, f: impl FnOnce(&mut BytesMut) -> R, reply: bool) -> R {
         let r = {
             let mut inner = self.inner.lock();
+            let before = inner.buf.len();
             let r = f(&mut inner.buf);
-            self.buffered.store(inner.buf.len(), Ordering::Relaxed);
+            let len = inner.buf.len();
+            self.buffered.store(len, Ordering::Relaxed);
+            if reply {
+                self.replies.fetch_add(len - before, Ordering::Relaxed);
+            }
             r
         };
         self.notify.notify_one();
@@ -120,17 +143,24 @@ impl Outbox {
         self as *const Outbox as usize
     }
 
-    /// Whether the peer is too far behind for the reader to read more.
+    /// Whether the peer is too far behind on replies for the reader to read
+    /// more of its requests.
     pub fn is_backlogged(&self) -> bool {
+        self.replies.load(Ordering::Relaxed) >= self.high_water
+    }
+
+    /// Whether the buffer is over the high-water mark (no registration:
+    /// for a delivery that is dropped rather than waited for).
+    pub fn is_over_high_water(&self) -> bool {
         self.buffered.load(Ordering::Relaxed) >= self.high_water
     }
 
-    /// Waits until the buffer is below half the high-water mark, or the
-    /// writer is gone.
+    /// Waits until the replies buffered are below half the high-water
+    /// mark, or the writer is gone.
     pub async fn drained(&self) {
         loop {
             let woken = self.drained.notified();
-            if self.is_closed() || self.buffered.load(Ordering::Relaxed) < self.high_water / 2 {
+            if self.is_closed() || self.replies.load(Ordering::Relaxed) < self.high_water / 2 {
                 return;
             }
             woken.await;
@@ -174,6 +204,7 @@ impl Outbox {
                 };
                 let out = std::mem::replace(&mut inner.buf, spare);
                 self.buffered.store(0, Ordering::Relaxed);
+                self.replies.store(0, Ordering::Relaxed);
                 (out, inner.finish, woken)
             };
             for q in woken {

@@ -187,7 +187,9 @@ impl Consumers {
             level.ready -= 1;
         }
         if let Refused::Outbox(at) = why {
-            self.on_outbox.push((at, c.id));
+            if !self.on_outbox.contains(&(at, c.id)) {
+                self.on_outbox.push((at, c.id));
+            }
         }
     }
 

@@ -64,7 +64,9 @@ pub fn dead_letter(
     dlrk: Option<&str>,
     now: u64,
 ) -> Message {
-    let raw_headers = msg.raw_headers();
+    // Checked here, since to_amqp recurses: a record an older version
+    // stored with headers nested too deep has its headers read as absent.
+    let raw_headers = msg.raw_headers().filter(|h| table::check_table(h).is_ok());
     let old = |key: &str| raw_headers.and_then(|h| table::get(h, key.as_bytes()));
     let mut deaths: Vec<AMQPValue> = match old("x-death").map(table::to_amqp) {
         Some(AMQPValue::FieldArray(a)) => a.as_slice().to_vec(),

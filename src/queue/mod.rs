@@ -494,11 +494,10 @@ impl Queue {
     }
 
     /// `consumer` may have credit again (its channel's prefetch freed up):
-    /// back among the ready ones, and deliver.
+    /// back among the ready ones, and deliver. The parked flag is read
+    /// under the lock: a dispatcher that found the channel out of credit
+    /// may be about to park the consumer, and must not miss this.
     pub fn unpark(self: &Arc<Self>, consumer: &Consumer) {
-        if !consumer.parked.load(Ordering::Relaxed) {
-            return;
-        }
         let mut st = self.state.lock();
         st.consumers.unpark(consumer.id);
         self.dispatch_locked(&mut st);

@@ -139,15 +139,20 @@ impl DeliveredLog {
     pub fn before_delivery(&self, queue_id: u64, mark: &Mark, seq: u64) -> Result<()> {
         if seq > mark.reserved.load(Ordering::Acquire) {
             let upto = seq.saturating_add(RESERVE_AHEAD);
-            if let Some(file) = &self.file {
-                let mut f = file.lock();
-                f.append(&encode(queue_id, upto))?;
-                if f.records >= COMPACT_AT {
-                    let all = self.snapshot(|m| m.reserved.load(Ordering::Acquire));
-                    *f = rewrite(&f.path, &all, false)?;
-                }
-            }
+            let Some(file) = &self.file else {
+                mark.reserved.fetch_max(upto, Ordering::AcqRel);
+                return Ok(());
+            };
+            // Appended and raised under the file's lock, so a compaction
+            // (which snapshots every mark under it) sees every reservation
+            // in the log.
+            let mut f = file.lock();
+            f.append(&encode(queue_id, upto))?;
             mark.reserved.fetch_max(upto, Ordering::AcqRel);
+            if f.records >= COMPACT_AT {
+                let all = self.snapshot(|m| m.reserved.load(Ordering::Acquire));
+                *f = rewrite(&f.path, &all, false)?;
+            }
         }
         Ok(())
     }
@@ -277,6 +282,23 @@ mod tests {
         let log = DeliveredLog::open(dir.path(), [(8, 9)].into()).unwrap();
         assert_eq!(log.register(7).0, start + 3);
         assert_eq!(log.register(8).0, 9, "legacy marks are taken");
+    }
+
+    #[test]
+    fn compaction_keeps_the_reservation_that_triggered_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = DeliveredLog::open(dir.path(), HashMap::new()).unwrap();
+        let (_, m) = log.register(3);
+        let mut seq = 1;
+        let mut last = 0;
+        for _ in 0..COMPACT_AT + 10 {
+            log.before_delivery(3, &m, seq).unwrap();
+            last = seq + RESERVE_AHEAD;
+            seq += RESERVE_AHEAD + 1;
+        }
+        drop(log);
+        let log = DeliveredLog::open(dir.path(), HashMap::new()).unwrap();
+        assert_eq!(log.register(3).0, last);
     }
 
     #[test]

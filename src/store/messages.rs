@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::{Error, Result, Store};
-use crate::message::{read_meta, Message};
+use crate::message::{read_meta_stored, Message};
 
 /// Record kinds (the first octet).
 const PERSISTENT: u8 = 1;
@@ -104,7 +104,7 @@ fn decode_record(raw: Bytes) -> Result<(Message, u64)> {
     let route_end = route_at + 1 + ex + 1 + rk;
     let p_at = route_end + 4;
     let b_at = p_at + pl;
-    let meta = read_meta(&raw[p_at..b_at]).map_err(|_| bad())?;
+    let meta = read_meta_stored(&raw[p_at..b_at]).map_err(|_| bad())?;
     let msg = Message::from_parts(
         raw.slice(route_at..),
         p_at - route_at..b_at - route_at,

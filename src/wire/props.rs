@@ -72,6 +72,18 @@ impl Layout {
 /// flag bits, a field cut short, bytes left over, or a headers table that
 /// `table::check_table` refuses (its error is returned as Err).
 pub fn layout(props: &[u8]) -> Result<Layout, table::TableError> {
+    layout_with(props, true)
+}
+
+/// `layout` with the headers table skipped by its length, not checked: for
+/// a list that was checked before (no second walk of its headers), and for
+/// records an older version stored with headers nested deeper than
+/// `table::MAX_DEPTH` allows now.
+pub fn layout_unchecked(props: &[u8]) -> Result<Layout, table::TableError> {
+    layout_with(props, false)
+}
+
+fn layout_with(props: &[u8], check_headers: bool) -> Result<Layout, table::TableError> {
     use table::TableError::Malformed;
     let mut r = FieldReader::new(props);
     let flags = r.u16().ok_or(Malformed)?;
@@ -86,9 +98,12 @@ pub fn layout(props: &[u8]) -> Result<Layout, table::TableError> {
         }
         let start = props.len() - r.remaining();
         match field {
-            Field::Headers => {
+            Field::Headers if check_headers => {
                 let n = table::check_table(r.rest())?;
                 r.take(n).ok_or(Malformed)?;
+            }
+            Field::Headers => {
+                r.long_str().ok_or(Malformed)?;
             }
             Field::DeliveryMode | Field::Priority => {
                 r.u8().ok_or(Malformed)?;
@@ -108,15 +123,18 @@ pub fn layout(props: &[u8]) -> Result<Layout, table::TableError> {
     Ok(Layout { flags, spans })
 }
 
-/// The headers table (with its length), if present and well formed.
+/// The headers table (with its length), if present, in a list that was
+/// checked before (the table is not walked here: `table::decode_table`
+/// checks what it decodes).
 pub fn headers(props: &[u8]) -> Option<&[u8]> {
-    let span = layout(props).ok()?.span(Field::Headers)?;
+    let span = layout_unchecked(props).ok()?.span(Field::Headers)?;
     props.get(span)
 }
 
-/// A short-string field's bytes, if present.
+/// A short-string field's bytes, if present, in a list that was checked
+/// before (its headers are not walked again).
 pub fn short_str(props: &[u8], field: Field) -> Option<&[u8]> {
-    let span = layout(props).ok()?.span(field)?;
+    let span = layout_unchecked(props).ok()?.span(field)?;
     props.get(span.start + 1..span.end)
 }
 
