@@ -337,3 +337,41 @@ async fn frame_max_above_the_old_cap_and_a_deep_durable_argument() {
         .await
         .expect("64 levels");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_header_key_that_is_not_utf8_routes_through_a_headers_exchange() {
+    // Found by fuzz/field_table: a 255-byte key of invalid UTF-8 read
+    // lossily became 765 bytes, and amq-protocol's ShortString panicked.
+    let b = start().await;
+    let (_c, ch) = b.channel().await;
+    declare(&ch, "hq").await;
+    bind(
+        &ch,
+        "hq",
+        "amq.headers",
+        "",
+        table(&[("x-match", s("any")), ("k", s("v"))]),
+    )
+    .await;
+    let mut body = vec![255u8];
+    body.extend(std::iter::repeat_n(0xffu8, 255));
+    body.extend_from_slice(&[b'S', 0, 0, 0, 1, b'x']);
+    body.extend_from_slice(&[1, b'k', b'S', 0, 0, 0, 1, b'v']);
+    let mut headers = (body.len() as u32).to_be_bytes().to_vec();
+    headers.extend_from_slice(&body);
+    let props = odd_props(&headers);
+    let mut r = Raw::open(b.addr).await;
+    r.open_channel(1).await;
+    let mut frames = raw::basic_publish(1, "amq.headers", "", false, false);
+    let mut h = vec![0, 60, 0, 0];
+    h.extend_from_slice(&1u64.to_be_bytes());
+    h.extend_from_slice(&props);
+    frames.extend(raw::frame(raw::FRAME_HEADER, 1, &h));
+    frames.extend(raw::body(1, b"z"));
+    r.send(&frames).await;
+    assert_eq!(
+        get_props(&mut r, 1, "hq").await,
+        Some(props),
+        "routed by k=v"
+    );
+}

@@ -383,10 +383,25 @@ pub fn decode_table(table: &[u8]) -> Option<FieldTable> {
 fn to_field_table(entries: Entries<'_>) -> FieldTable {
     let mut t = FieldTable::default();
     for (k, v) in entries {
-        let key = ShortString::from(String::from_utf8_lossy(k).into_owned());
-        t.insert(key, to_amqp(v));
+        t.insert(lossy_key(k), to_amqp(v));
     }
     t
+}
+
+/// A key as amq-protocol's short string: UTF-8 (invalid bytes replaced),
+/// at most 255 bytes. A replacement character takes three bytes, so a
+/// 255-byte key that is not UTF-8 is cut at a character boundary (found by
+/// fuzz/field_table: ShortString::from panics past 255 bytes).
+fn lossy_key(k: &[u8]) -> ShortString {
+    let mut s = String::from_utf8_lossy(k).into_owned();
+    if s.len() > 255 {
+        let mut end = 255;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    ShortString::from(s)
 }
 
 /// One value as amq-protocol's (the recursion is bounded: tables reaching
@@ -473,7 +488,7 @@ mod tests {
             Err(TableError::TooDeep)
         );
         // Deeper than any stack would take recursively: still just refused.
-        assert_eq!(check_table(&nested(100_000)), Err(TableError::TooDeep));
+        assert_eq!(check_table(&nested(20_000)), Err(TableError::TooDeep));
         // Arrays count as levels too.
         let mut a = vec![0, 0, 0, 0];
         for _ in 0..MAX_DEPTH {
@@ -525,6 +540,17 @@ mod tests {
         let back = decode_table(&bytes).unwrap();
         // NaN != NaN: compare encodings.
         assert_eq!(encode_table(&back), bytes);
+    }
+
+    #[test]
+    fn a_long_key_that_is_not_utf8_decodes() {
+        let mut body = vec![255u8];
+        body.extend(std::iter::repeat_n(0xffu8, 255));
+        body.extend_from_slice(&[b't', 1]);
+        let mut t = (body.len() as u32).to_be_bytes().to_vec();
+        t.extend_from_slice(&body);
+        let decoded = decode_table(&t).expect("decodes");
+        assert!(decoded.inner().keys().all(|k| k.as_str().len() <= 255));
     }
 
     #[test]
