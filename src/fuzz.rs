@@ -149,6 +149,18 @@ fn harness() -> &'static Harness {
             .build()
             .expect("a runtime");
         let dir = std::env::temp_dir().join(format!("warren-fuzz-{}", std::process::id()));
+        // Removed when the process exits normally (a test run); a fuzzer
+        // that aborts on a crash leaves it, with the crash to look at.
+        static DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
+        extern "C" fn remove_dir() {
+            if let Some(d) = DIR.get() {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+        if DIR.set(dir.clone()).is_ok() {
+            // SAFETY: registers a plain function to run at exit.
+            unsafe { libc::atexit(remove_dir) };
+        }
         let config = crate::Config {
             bind: [127, 0, 0, 1].into(),
             port: 0,
