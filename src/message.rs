@@ -305,11 +305,7 @@ pub enum PropertiesError {
 /// `wire::table::check_table`), so that what is re-sent to consumers is
 /// valid. Nothing is decoded but the fields the broker acts on.
 pub fn read_meta(props: &[u8]) -> Result<Meta, PropertiesError> {
-    let layout = props::layout(props).map_err(|e| match e {
-        TableError::TooDeep => PropertiesError::TooDeep,
-        TableError::Malformed => PropertiesError::Malformed,
-    })?;
-    meta_of(props, &layout)
+    meta_of(props, true)
 }
 
 /// `read_meta` for a stored record: a headers table nested deeper than
@@ -318,23 +314,26 @@ pub fn read_meta(props: &[u8]) -> Result<Meta, PropertiesError> {
 /// absent (`Message::headers` refuses to decode them).
 pub fn read_meta_stored(props: &[u8]) -> Result<Meta, PropertiesError> {
     match read_meta(props) {
-        Err(PropertiesError::TooDeep) => {
-            let layout = props::layout_unchecked(props).map_err(|_| PropertiesError::Malformed)?;
-            meta_of(props, &layout)
-        }
+        Err(PropertiesError::TooDeep) => meta_of(props, false),
         other => other,
     }
 }
 
-fn meta_of(props: &[u8], layout: &props::Layout) -> Result<Meta, PropertiesError> {
-    let byte = |f: Field| layout.span(f).and_then(|s| props.get(s.start)).copied();
-    let mut meta = Meta {
-        delivery_mode: byte(Field::DeliveryMode).unwrap_or(0),
-        priority: byte(Field::Priority).unwrap_or(0),
-        has_headers: layout.span(Field::Headers).is_some(),
-        ..Meta::default()
-    };
-    if let Some(span) = layout.span(Field::Expiration) {
+fn meta_of(props: &[u8], check_headers: bool) -> Result<Meta, PropertiesError> {
+    let mut meta = Meta::default();
+    let mut expiration = None;
+    props::walk(props, check_headers, |field, span| match field {
+        Field::DeliveryMode => meta.delivery_mode = props.get(span.start).copied().unwrap_or(0),
+        Field::Priority => meta.priority = props.get(span.start).copied().unwrap_or(0),
+        Field::Headers => meta.has_headers = true,
+        Field::Expiration => expiration = Some(span),
+        _ => {}
+    })
+    .map_err(|e| match e {
+        TableError::TooDeep => PropertiesError::TooDeep,
+        TableError::Malformed => PropertiesError::Malformed,
+    })?;
+    if let Some(span) = expiration {
         let s = props.get(span.start + 1..span.end).unwrap_or_default();
         let text = std::str::from_utf8(s).map_err(|_| PropertiesError::Malformed)?;
         let ms = text

@@ -103,7 +103,9 @@ impl Outbox {
             let len = inner.buf.len();
             self.buffered.store(len, Ordering::Relaxed);
             if reply {
-                self.replies.fetch_add(len - before, Ordering::Relaxed);
+                // Written under the buffer's lock: no read-modify-write.
+                let n = self.replies.load(Ordering::Relaxed);
+                self.replies.store(n + (len - before), Ordering::Relaxed);
             }
             r
         };

@@ -17,7 +17,6 @@
 //! mirror it, so that an ack can tell without the lock whether there is
 //! anything to unpark.
 
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -82,7 +81,9 @@ impl Level {
 pub struct Consumers {
     /// By consumer id: ids grow, so this is subscription order.
     all: BTreeMap<u64, Arc<Consumer>>,
-    levels: BTreeMap<Reverse<i32>, Level>,
+    /// By priority, highest first (a queue has few priorities: a short
+    /// list beats a map on every delivery).
+    levels: Vec<(i32, Level)>,
     /// Consumers parked on a full outbox: (outbox address, consumer id).
     on_outbox: Vec<(usize, u64)>,
 }
@@ -103,6 +104,21 @@ impl Consumers {
         self.all.first_key_value().is_some_and(|(_, c)| c.exclusive)
     }
 
+    fn level(&mut self, priority: i32) -> Option<&mut Level> {
+        self.levels
+            .iter_mut()
+            .find(|(p, _)| *p == priority)
+            .map(|(_, l)| l)
+    }
+
+    /// The highest-priority level with a ready consumer.
+    fn first_ready(&mut self) -> Option<&mut Level> {
+        self.levels
+            .iter_mut()
+            .find(|(_, l)| l.ready > 0)
+            .map(|(_, l)| l)
+    }
+
     /// Makes `c`'s ring entries stale.
     fn retire(c: &Consumer) {
         c.generation.fetch_add(1, Ordering::Relaxed);
@@ -112,7 +128,18 @@ impl Consumers {
     pub fn add(&mut self, c: Arc<Consumer>) {
         c.parked.store(false, Ordering::Relaxed);
         Self::retire(&c);
-        let level = self.levels.entry(Reverse(c.priority)).or_default();
+        let at = match self.levels.iter().position(|(p, _)| *p <= c.priority) {
+            Some(i) if self.levels[i].0 == c.priority => i,
+            Some(i) => {
+                self.levels.insert(i, (c.priority, Level::default()));
+                i
+            }
+            None => {
+                self.levels.push((c.priority, Level::default()));
+                self.levels.len() - 1
+            }
+        };
+        let level = &mut self.levels[at].1;
         level.subscribed += 1;
         level.push(Arc::clone(&c));
         self.all.insert(c.id, c);
@@ -121,14 +148,14 @@ impl Consumers {
     /// Removes consumer `id`.
     pub fn remove(&mut self, id: u64) -> Option<Arc<Consumer>> {
         let c = self.all.remove(&id)?;
-        let key = Reverse(c.priority);
-        if let Some(level) = self.levels.get_mut(&key) {
+        if let Some(i) = self.levels.iter().position(|(p, _)| *p == c.priority) {
+            let level = &mut self.levels[i].1;
             if !c.parked.load(Ordering::Relaxed) {
                 level.ready -= 1;
             }
             level.subscribed -= 1;
             if level.subscribed == 0 {
-                self.levels.remove(&key);
+                self.levels.remove(i);
             }
         }
         // Parked, so an ack cannot unpark it, and its entries stale.
@@ -146,8 +173,7 @@ impl Consumers {
             let (_, c) = self.all.first_key_value()?;
             return (!c.parked.load(Ordering::Relaxed)).then_some(c);
         }
-        let level = self.levels.values_mut().find(|l| l.ready > 0)?;
-        level.front()
+        self.first_ready()?.front()
     }
 
     /// After a delivery to the consumer `next` returned: it goes to the
@@ -157,7 +183,7 @@ impl Consumers {
         if single_active {
             return;
         }
-        if let Some(level) = self.levels.values_mut().find(|l| l.ready > 0) {
+        if let Some(level) = self.first_ready() {
             if level.ready > 1 {
                 if let Some(front) = level.ring.pop_front() {
                     level.ring.push_back(front);
@@ -172,9 +198,7 @@ impl Consumers {
         let c = if single_active {
             self.all.first_key_value().map(|(_, c)| Arc::clone(c))
         } else {
-            self.levels
-                .values_mut()
-                .find(|l| l.ready > 0)
+            self.first_ready()
                 .and_then(|l| l.ring.pop_front())
                 .map(|(c, _)| c)
         };
@@ -183,7 +207,7 @@ impl Consumers {
             return;
         }
         Self::retire(&c);
-        if let Some(level) = self.levels.get_mut(&Reverse(c.priority)) {
+        if let Some(level) = self.level(c.priority) {
             level.ready -= 1;
         }
         if let Refused::Outbox(at) = why {
@@ -204,7 +228,7 @@ impl Consumers {
         }
         Self::retire(c);
         let c = Arc::clone(c);
-        if let Some(level) = self.levels.get_mut(&Reverse(c.priority)) {
+        if let Some(level) = self.level(c.priority) {
             level.push(c);
         }
     }

@@ -84,6 +84,22 @@ pub fn layout_unchecked(props: &[u8]) -> Result<Layout, table::TableError> {
 }
 
 fn layout_with(props: &[u8], check_headers: bool) -> Result<Layout, table::TableError> {
+    let mut spans: [Option<Range<usize>>; 14] = Default::default();
+    let flags = walk(props, check_headers, |field, span| {
+        spans[field as usize] = Some(span);
+    })?;
+    Ok(Layout { flags, spans })
+}
+
+/// Walks the fields present in an encoded property list, in order, calling
+/// `f` with each and its span (as `Layout::span` gives it); returns the
+/// flags. Refuses what `layout` refuses. The publish path reads `Meta`
+/// with this (no layout to build).
+pub fn walk(
+    props: &[u8],
+    check_headers: bool,
+    mut f: impl FnMut(Field, Range<usize>),
+) -> Result<u16, table::TableError> {
     use table::TableError::Malformed;
     let mut r = FieldReader::new(props);
     let flags = r.u16().ok_or(Malformed)?;
@@ -91,11 +107,12 @@ fn layout_with(props: &[u8], check_headers: bool) -> Result<Layout, table::Table
     if flags & 0b11 != 0 {
         return Err(Malformed);
     }
-    let mut spans: [Option<Range<usize>>; 14] = Default::default();
-    for field in FIELDS {
-        if flags & field.flag() == 0 {
-            continue;
-        }
+    // Only the bits that are set, most significant first.
+    let mut bits = flags;
+    while bits != 0 {
+        let i = bits.leading_zeros() as usize;
+        bits &= !(1 << (15 - i));
+        let field = FIELDS[i];
         let start = props.len() - r.remaining();
         match field {
             Field::Headers if check_headers => {
@@ -115,12 +132,12 @@ fn layout_with(props: &[u8], check_headers: bool) -> Result<Layout, table::Table
                 r.short_str().ok_or(Malformed)?;
             }
         }
-        spans[field as usize] = Some(start..props.len() - r.remaining());
+        f(field, start..props.len() - r.remaining());
     }
     if r.remaining() != 0 {
         return Err(Malformed);
     }
-    Ok(Layout { flags, spans })
+    Ok(flags)
 }
 
 /// The headers table (with its length), if present, in a list that was
