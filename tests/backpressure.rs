@@ -7,6 +7,7 @@
 //! disconnected and its resources (here an exclusive queue) released.
 
 mod common;
+mod helpers;
 
 use std::time::Duration;
 
@@ -83,7 +84,7 @@ async fn a_peer_that_stops_reading_is_dropped_after_send_timeout() {
         .await;
     r.expect_method().await;
     let observer = b.connect().await;
-    assert!(helpers_queue_exists(&observer, "held").await);
+    assert!(exists_for_observer(&observer, "held").await);
     let (_stop, stop_rx) = tokio::sync::watch::channel(false);
     let writer = flood(r, passive_declares("held", 10_000), stop_rx);
     // The broker gives up on it: the writes fail and the queue goes.
@@ -93,7 +94,7 @@ async fn a_peer_that_stops_reading_is_dropped_after_send_timeout() {
         .unwrap();
     eprintln!("sent {} KiB before being disconnected", sent >> 10);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while helpers_queue_exists(&observer, "held").await {
+    while exists_for_observer(&observer, "held").await {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the exclusive queue outlived its connection"
@@ -102,8 +103,9 @@ async fn a_peer_that_stops_reading_is_dropped_after_send_timeout() {
     }
 }
 
-/// Whether `name` exists (passive declare on a fresh channel).
-async fn helpers_queue_exists(conn: &lapin::Connection, name: &str) -> bool {
+/// Whether `name` exists, seen from another connection (passive declare
+/// on a fresh channel; 405 is another connection's exclusive queue).
+async fn exists_for_observer(conn: &lapin::Connection, name: &str) -> bool {
     let ch = conn.create_channel().await.unwrap();
     let r = ch
         .queue_declare(
@@ -168,7 +170,7 @@ async fn deliveries_piling_up_do_not_stop_the_broker_reading_publishes() {
     let _writer = flood(r, batch, stop_rx);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let n = helpers_count(&ch, "sink").await;
+        let n = helpers::message_count(&ch, "sink").await;
         if n >= 1000 {
             break;
         }
@@ -178,18 +180,4 @@ async fn deliveries_piling_up_do_not_stop_the_broker_reading_publishes() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-async fn helpers_count(ch: &lapin::Channel, queue: &str) -> u32 {
-    ch.queue_declare(
-        queue.into(),
-        lapin::options::QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        },
-        lapin::types::FieldTable::default(),
-    )
-    .await
-    .unwrap()
-    .message_count()
 }

@@ -6,6 +6,7 @@
 //! the broker's memory grows about as much as for the small ones alone.
 
 mod common;
+mod helpers;
 
 use common::child::ChildBroker;
 use common::raw::{self, Raw};
@@ -45,7 +46,7 @@ async fn queued_growth(large: usize) -> u64 {
     r.send(&batch).await;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
-        let n = helpers_count(&ch).await;
+        let n = helpers::message_count(&ch, "small").await;
         if n as usize == N {
             break;
         }
@@ -53,20 +54,6 @@ async fn queued_growth(large: usize) -> u64 {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     broker.rss_kib().unwrap().saturating_sub(before) / 1024
-}
-
-async fn helpers_count(ch: &lapin::Channel) -> u32 {
-    ch.queue_declare(
-        "small".into(),
-        lapin::options::QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        },
-        lapin::types::FieldTable::default(),
-    )
-    .await
-    .unwrap()
-    .message_count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
