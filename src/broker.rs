@@ -34,10 +34,6 @@ pub struct Broker {
     pub delayed: Arc<crate::delayed::Scheduler>,
     /// Raised while memory is over the limit: publishers are blocked.
     pub memory: Arc<crate::alarm::MemoryAlarm>,
-    /// Direct reply-to consumers by token.
-    pub reply_to: crate::amqp::reply_to::ReplyTo,
-    /// Watches deliveries for their consumer timeout.
-    pub consumer_timeouts: Arc<crate::amqp::consumer_timeout::Sweeper>,
 }
 
 impl Broker {
@@ -64,8 +60,6 @@ impl Broker {
             next_connection: AtomicU64::new(1),
             open_connections: Arc::new(AtomicU64::new(0)),
             plugins: Arc::new(crate::plugins::Plugins::enabled()),
-            reply_to: Default::default(),
-            consumer_timeouts: Default::default(),
         });
         broker
             .recover()
@@ -75,13 +69,13 @@ impl Broker {
                 x.held.fetch_add(1, Ordering::Relaxed);
             }
         }
-        broker.delayed.start(Arc::downgrade(&broker));
+        let releaser: std::sync::Weak<dyn crate::delayed::Release> = Arc::downgrade(&broker) as _;
+        broker.delayed.start(releaser);
         broker.memory.start();
-        broker.consumer_timeouts.start(Arc::downgrade(&broker));
         Ok(broker)
     }
 
-    fn recover(&self) -> Result<(), crate::amqp::error::ProtocolError> {
+    fn recover(&self) -> crate::vhost::error::Result<()> {
         let started = std::time::Instant::now();
         let mut names = self.store.vhosts()?;
         if names.is_empty() {
@@ -102,11 +96,8 @@ impl Broker {
         }
         // A definition that cannot be restored stops the start, naming it:
         // skipping a queue would lose its messages.
-        let fail = |what: &str, name: &str, e: crate::amqp::error::ProtocolError| {
-            crate::amqp::error::ProtocolError::internal(format!(
-                "{what} '{name}' cannot be restored: {}",
-                e.text
-            ))
+        let fail = |what: &str, name: &str, e: crate::vhost::Error| {
+            crate::vhost::Error::internal(format!("{what} '{name}' cannot be restored: {}", e.text))
         };
         for def in self.store.exchanges()? {
             if let Some(vh) = self.vhost(&def.vhost) {
@@ -182,5 +173,18 @@ impl Broker {
     /// Flushes the store (shutdown).
     pub fn flush(&self) -> store::Result<()> {
         self.store.flush_now()
+    }
+}
+
+/// Delayed messages that are due go back through their vhost.
+impl crate::delayed::Release for Broker {
+    fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn release(&self, vhost: &str, delay_ms: u64, msg: crate::message::Message) {
+        if let Some(vh) = self.vhost(vhost) {
+            vh.release_held(delay_ms, msg);
+        }
     }
 }

@@ -262,10 +262,10 @@ impl Cli {
             return Err("memory_high_watermark must be between 0 and 1".into());
         }
         // 0 means no limit, as in RabbitMQ.
-        if c.frame_max != 0 && c.frame_max < crate::amqp::codec::FRAME_MIN_SIZE {
+        if c.frame_max != 0 && c.frame_max < crate::wire::FRAME_MIN_SIZE {
             return Err(format!(
                 "frame_max must be 0 (no limit) or at least {}",
-                crate::amqp::codec::FRAME_MIN_SIZE
+                crate::wire::FRAME_MIN_SIZE
             ));
         }
         Ok(c)

@@ -1,8 +1,9 @@
 //! The holding side of delayed-message exchanges: `hold` puts a message in
 //! the store keyed by its due time; one scheduler task per broker sleeps
-//! until the earliest due time (or until an earlier message arrives),
-//! releases what is due through the exchange's routing, and sleeps again.
-//! Nothing is kept in memory per held message.
+//! until the earliest due time (or until an earlier message arrives), hands
+//! what is due to its `Release` (the broker, which routes it through the
+//! exchange), removes the held record, and sleeps again. Nothing is kept in
+//! memory per held message. It knows the store and messages, nothing above.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -10,16 +11,22 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::broker::Broker;
 use crate::message::Message;
-use crate::queue::now_ms;
 use crate::store::{self, Store};
-
-use crate::vhost::routing::RouteScratch;
-use crate::vhost::VHost;
+use crate::util::now_ms;
 
 /// Messages released per store read.
 const BATCH: usize = 512;
+
+/// Where due messages go.
+pub trait Release: Send + Sync {
+    /// The store that holds them.
+    fn store(&self) -> &Store;
+    /// Routes `msg`, held `delay_ms` for a delayed exchange of `vhost`,
+    /// now that it is due. Its held record is removed after this returns,
+    /// so copies it stores are written before the original goes.
+    fn release(&self, vhost: &str, delay_ms: u64, msg: Message);
+}
 
 /// Holds and releases delayed messages.
 pub struct Scheduler {
@@ -45,42 +52,39 @@ impl Scheduler {
     pub fn hold(
         &self,
         store: &Store,
-        vhost: &VHost,
+        vhost: &str,
         msg: &Message,
         delay_ms: u64,
     ) -> store::Result<()> {
         let due = now_ms().saturating_add(delay_ms);
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        store.put_delayed(due, seq, &vhost.name, delay_ms, msg)?;
-        if let Some(x) = vhost.exchange(&msg.exchange_str()) {
-            x.held.fetch_add(1, Ordering::Relaxed);
-        }
+        store.put_delayed(due, seq, vhost, delay_ms, msg)?;
         if due < self.sleeping_until.load(Ordering::Relaxed) {
             self.wake.notify_one();
         }
         Ok(())
     }
 
-    /// Runs the release loop until the broker goes away.
-    pub fn start(self: &Arc<Self>, broker: Weak<Broker>) {
+    /// Runs the release loop until `owner` goes away.
+    pub fn start(self: &Arc<Self>, owner: Weak<dyn Release>) {
         let this = Arc::clone(self);
         tokio::spawn(async move {
             loop {
-                let Some(b) = broker.upgrade() else { return };
-                let released = match this.release_due(&b) {
+                let Some(r) = owner.upgrade() else { return };
+                let released = match this.release_due(r.as_ref()) {
                     Ok(n) => n,
                     Err(e) => {
                         tracing::error!("releasing delayed messages failed: {e}");
                         0
                     }
                 };
-                let next = b.store.next_delayed().ok().flatten().unwrap_or(u64::MAX);
-                drop(b);
+                let next = r.store().next_delayed().ok().flatten().unwrap_or(u64::MAX);
+                drop(r);
                 if released == BATCH {
                     continue;
                 }
                 this.sleeping_until.store(next, Ordering::Relaxed);
-                // Never sleep long: the broker may have gone away.
+                // Never sleep long: the owner may have gone away.
                 let wait = next.saturating_sub(now_ms()).clamp(1, 1000);
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
@@ -90,47 +94,15 @@ impl Scheduler {
         });
     }
 
-    /// Routes the messages that are due; returns how many.
-    fn release_due(&self, broker: &Broker) -> store::Result<usize> {
-        let due = broker.store.due_delayed(now_ms(), BATCH)?;
+    /// Hands the messages that are due to `r`; returns how many.
+    fn release_due(&self, r: &dyn Release) -> store::Result<usize> {
+        let due = r.store().due_delayed(now_ms(), BATCH)?;
         let n = due.len();
-        let mut scratch = RouteScratch::default();
-        let mut routes = Vec::new();
         for m in due {
-            if let Some(vhost) = broker.vhost(&m.vhost) {
-                let exchange = vhost.exchange(&m.message.exchange_str());
-                let mut msg = m.message;
-                if let Some(x) = &exchange {
-                    let _ = x
-                        .held
-                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-                    if let Some(plugin) = &x.plugin {
-                        for (name, value) in plugin.released(m.delay_ms) {
-                            msg = msg.with_header(name, value);
-                        }
-                    }
-                }
-                // A deleted exchange: the message is dropped, as in RabbitMQ.
-                if exchange.is_some()
-                    && vhost
-                        .route_released(&msg, &mut scratch, &mut routes)
-                        .is_ok()
-                {
-                    let msg = Arc::new(msg);
-                    for q in routes.drain(..) {
-                        if let Err(e) = q.push_written(&msg) {
-                            tracing::error!(
-                                queue = q.name(),
-                                "cannot enqueue a released delayed message: {e}"
-                            );
-                        }
-                    }
-                }
-                routes.clear();
-            }
+            r.release(&m.vhost, m.delay_ms, m.message);
             // The copies are stored (unflushed) before the held record goes:
             // a crash in between can duplicate, never lose.
-            broker.store.remove_delayed(&m.key)?;
+            r.store().remove_delayed(&m.key)?;
         }
         Ok(n)
     }

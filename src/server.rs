@@ -37,7 +37,14 @@ impl Server {
         info!(%addr, "AMQP listener started");
         let (stop, stop_rx) = watch::channel(false);
         let (alive, connections_done) = mpsc::channel::<()>(1);
-        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&broker), stop_rx, alive));
+        let node = crate::amqp::node::Node::start();
+        let accept = tokio::spawn(accept_loop(
+            listener,
+            Arc::clone(&broker),
+            node,
+            stop_rx,
+            alive,
+        ));
         Ok(Server {
             addr,
             broker,
@@ -64,6 +71,7 @@ impl Server {
 async fn accept_loop(
     listener: TcpListener,
     broker: Arc<Broker>,
+    node: Arc<crate::amqp::node::Node>,
     mut stop: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
 ) {
@@ -72,10 +80,11 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
                     let broker = Arc::clone(&broker);
+                    let node = Arc::clone(&node);
                     let stop = stop.clone();
                     let alive = alive.clone();
                     tokio::spawn(async move {
-                        connection::serve(socket, peer, broker, stop).await;
+                        connection::serve(socket, peer, broker, node, stop).await;
                         drop(alive);
                     });
                 }

@@ -18,8 +18,7 @@ pub const FRAME_HEARTBEAT: u8 = 8;
 pub const FRAME_END: u8 = 0xCE;
 /// Bytes of framing around a payload: type, channel, size, frame-end.
 pub const FRAME_OVERHEAD: usize = 8;
-/// The smallest frame_max a peer may negotiate (AMQP 0-9-1 section 4.2.3).
-pub const FRAME_MIN_SIZE: u32 = 4096;
+pub use crate::wire::{put_short_str, FRAME_MIN_SIZE};
 /// The most room reserved ahead for a frame still arriving; a larger one
 /// grows the buffer as its bytes come.
 const RESERVE_AHEAD_MAX: usize = 1 << 20;
@@ -389,13 +388,6 @@ pub fn put_method(out: &mut BytesMut, channel: u16, method: AMQPClass) {
 /// Appends a heartbeat frame.
 pub fn put_heartbeat(out: &mut BytesMut) {
     out.extend_from_slice(&[FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END]);
-}
-
-/// Appends a short string, truncated to 255 bytes.
-pub fn put_short_str(out: &mut BytesMut, s: &[u8]) {
-    let s = &s[..s.len().min(255)];
-    out.put_u8(s.len() as u8);
-    out.extend_from_slice(s);
 }
 
 /// Starts a frame; returns the offset of its size field for `end_frame`.

@@ -55,6 +55,8 @@ pub struct ClientCaps {
 pub struct ConnCtx {
     /// This connection's place under connection_max, given back on drop.
     _slot: crate::broker::ConnectionSlot,
+    /// What all connections share (reply-to consumers, timeouts).
+    pub node: Arc<super::node::Node>,
     pub id: u64,
     pub broker: Arc<Broker>,
     pub vhost: Arc<VHost>,
@@ -93,6 +95,7 @@ pub async fn serve(
     socket: TcpStream,
     peer: SocketAddr,
     broker: Arc<Broker>,
+    node: Arc<super::node::Node>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let _ = socket.set_nodelay(true);
@@ -106,7 +109,7 @@ pub async fn serve(
     let mut buf = BytesMut::with_capacity(1024);
     let opened = tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
-        handshake(&mut rd, &mut buf, &outbox, peer, &broker),
+        handshake(&mut rd, &mut buf, &outbox, peer, &broker, &node),
     )
     .await;
     let (ctx, heartbeat, channel_max) = match opened {
@@ -269,6 +272,7 @@ async fn handshake(
     outbox: &Arc<Outbox>,
     peer: SocketAddr,
     broker: &Arc<Broker>,
+    node: &Arc<super::node::Node>,
 ) -> Result<(ConnCtx, u16, u16), Refusal> {
     while buf.len() < 8 {
         read_more(rd, buf).await?;
@@ -417,6 +421,7 @@ async fn handshake(
                 )));
                 let ctx = ConnCtx {
                     _slot: slot,
+                    node: Arc::clone(node),
                     id: broker.next_connection_id(),
                     broker: Arc::clone(broker),
                     vhost,

@@ -7,7 +7,6 @@
 //! outbox. Nothing here calls back into a queue while holding its lock.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bytes::{BufMut, BytesMut};
@@ -17,73 +16,7 @@ use super::codec::{self, FRAME_METHOD};
 use super::error::ProtocolError;
 use super::outbox::Outbox;
 use crate::message::Message;
-use crate::queue::{Entry, Queue, Refused};
-
-/// One consumer (`basic.consume`) on a channel.
-pub struct Consumer {
-    /// Unique for the broker's life, growing: a queue orders consumers by it.
-    pub id: u64,
-    /// Whether its queue parked it (see queue/consumers.rs).
-    pub parked: std::sync::atomic::AtomicBool,
-    /// Bumped by its queue whenever it leaves or rejoins the ready ring
-    /// (see queue/consumers.rs).
-    pub generation: AtomicU32,
-    /// The consumer tag.
-    pub tag: String,
-    /// The channel that delivers to it.
-    pub channel: Arc<ChannelDelivery>,
-    /// Deliveries need no ack.
-    pub no_ack: bool,
-    /// Asked for exclusive access to the queue.
-    pub exclusive: bool,
-    /// Per-consumer prefetch (0 = unlimited), fixed when it was created.
-    pub prefetch: u32,
-    /// `x-priority` consumer argument.
-    pub priority: i32,
-    /// How long a delivery may stay unacked, ms (0 = forever).
-    pub timeout_ms: u64,
-    /// Deliveries not yet acked.
-    unacked: AtomicU32,
-}
-
-impl Consumer {
-    /// A consumer of `channel`.
-    pub fn new(
-        tag: String,
-        channel: Arc<ChannelDelivery>,
-        no_ack: bool,
-        exclusive: bool,
-        prefetch: u32,
-        priority: i32,
-        timeout_ms: u64,
-    ) -> Self {
-        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        Consumer {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            parked: Default::default(),
-            generation: AtomicU32::new(0),
-            tag,
-            channel,
-            no_ack,
-            exclusive,
-            prefetch,
-            priority,
-            timeout_ms,
-            unacked: AtomicU32::new(0),
-        }
-    }
-}
-
-/// A delivery waiting for its ack.
-pub struct Unacked {
-    pub tag: u64,
-    pub queue: Arc<Queue>,
-    pub entry: Entry,
-    /// None for `basic.get`.
-    pub consumer: Option<Arc<Consumer>>,
-    /// When it times out (consumer_timeout.rs's clock, ms); 0 = never.
-    pub deadline: u64,
-}
+use crate::queue::{Consumer, Entry, Queue, Refused, Sink, Unacked};
 
 struct State {
     next_tag: u64,
@@ -164,9 +97,7 @@ impl ChannelDelivery {
             return Err((entry, Refused::Closed));
         }
         if !consumer.no_ack {
-            if consumer.prefetch != 0
-                && consumer.unacked.load(Ordering::Relaxed) >= consumer.prefetch
-            {
+            if consumer.prefetch != 0 && consumer.unacked() >= consumer.prefetch {
                 return Err((entry, Refused::Credit));
             }
             if st.global_prefetch != 0 && st.unacked.len() + st.held >= st.global_prefetch as usize
@@ -196,7 +127,7 @@ impl ChannelDelivery {
         if consumer.no_ack {
             queue.settle_delivered(entry);
         } else {
-            consumer.unacked.fetch_add(1, Ordering::Relaxed);
+            consumer.take_credit();
             let deadline = deadline_in(consumer.timeout_ms);
             if deadline != 0 && deadline < st.earliest {
                 st.earliest = deadline;
@@ -431,11 +362,38 @@ impl State {
     }
 }
 
+/// A channel is where its consumers' deliveries go.
+impl Sink for ChannelDelivery {
+    fn try_deliver(
+        &self,
+        consumer: &Arc<Consumer>,
+        queue: &Arc<Queue>,
+        entry: Entry,
+    ) -> Result<(), (Entry, Refused)> {
+        ChannelDelivery::try_deliver(self, consumer, queue, entry)
+    }
+
+    fn deliver_get(
+        &self,
+        queue: &Arc<Queue>,
+        entry: Entry,
+        message_count: u32,
+        no_ack: bool,
+        timeout_ms: u64,
+    ) -> Option<Entry> {
+        ChannelDelivery::deliver_get(self, queue, entry, message_count, no_ack, timeout_ms)
+    }
+
+    fn cancelled(&self, tag: &str) {
+        self.send_cancel(tag)
+    }
+}
+
 /// Frees the per-consumer credit of settled deliveries.
 fn release_credit(entries: &[Unacked]) {
     for u in entries {
         if let Some(c) = &u.consumer {
-            c.unacked.fetch_sub(1, Ordering::Relaxed);
+            c.give_credit();
         }
     }
 }

@@ -1,6 +1,6 @@
 //! `ProtocolError`: the one place that knows AMQP reply codes and decides
 //! whether an error closes the channel (soft) or the whole connection (hard).
-//! Domain errors (`vhost::Error`, `store::Error`, ...) convert into it here.
+//! Domain errors (`vhost::Error`, `store::Error`) convert into it here.
 
 use std::fmt;
 
@@ -146,6 +146,22 @@ impl fmt::Display for ProtocolError {
 }
 
 impl std::error::Error for ProtocolError {}
+
+/// The one place a vhost error's kind becomes a reply code.
+impl From<crate::vhost::Error> for ProtocolError {
+    fn from(e: crate::vhost::Error) -> Self {
+        use crate::vhost::error::Kind;
+        let code = match e.kind {
+            Kind::NotFound => code::NOT_FOUND,
+            Kind::AccessRefused => code::ACCESS_REFUSED,
+            Kind::ResourceLocked => code::RESOURCE_LOCKED,
+            Kind::PreconditionFailed => code::PRECONDITION_FAILED,
+            Kind::CommandInvalid => code::COMMAND_INVALID,
+            Kind::Internal => code::INTERNAL_ERROR,
+        };
+        ProtocolError::new(code, e.text)
+    }
+}
 
 impl From<crate::store::Error> for ProtocolError {
     fn from(e: crate::store::Error) -> Self {

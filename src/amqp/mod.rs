@@ -13,6 +13,7 @@ pub mod consumer_timeout;
 pub mod delivery;
 pub mod error;
 pub mod flow;
+pub mod node;
 pub mod outbox;
 pub mod pinning;
 pub mod reply_to;

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::amqp::delivery::Consumer;
+use super::Consumer;
 
 /// Why a consumer did not take a delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

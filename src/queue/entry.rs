@@ -28,10 +28,3 @@ impl Entry {
         self.deadline != 0 && self.deadline < now
     }
 }
-
-/// Milliseconds since the epoch.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}

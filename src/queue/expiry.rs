@@ -58,14 +58,12 @@ pub(super) fn watch_unused(queue: &Arc<Queue>, ms: u64) {
                 continue;
             }
             if now.saturating_sub(idle_since) >= ms {
-                if let Some(vhost) = q.vhost.upgrade() {
+                if let Some(host) = q.host.upgrade() {
                     tracing::info!(
                         queue = q.name(),
                         "deleting queue unused for {ms} ms (x-expires)"
                     );
-                    if let Err(e) = vhost.remove_queue(&q) {
-                        tracing::warn!(queue = q.name(), "x-expires delete failed: {e}");
-                    }
+                    host.expire(&q);
                 }
                 return;
             }

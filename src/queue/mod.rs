@@ -13,10 +13,12 @@
 //! TTLs and x-expires).
 
 pub mod args;
+mod consumer;
 mod consumers;
 pub mod dead_letter;
 mod entry;
 mod expiry;
+mod host;
 mod ready;
 mod unwritten;
 
@@ -28,17 +30,18 @@ use std::sync::{Arc, Weak};
 use amq_protocol::types::FieldTable;
 use parking_lot::Mutex;
 
+pub use crate::util::now_ms;
 use args::{Overflow, QueueArgs};
+pub use consumer::{Consumer, Sink, Unacked};
 use consumers::Consumers;
 pub use consumers::Refused;
 use dead_letter::Reason;
-pub use entry::{now_ms, Entry};
+pub use entry::Entry;
+pub use host::Host;
 use ready::{Pager, Ready};
 
-use crate::amqp::delivery::{ChannelDelivery, Consumer, Unacked};
 use crate::message::Message;
 use crate::store::{self, Store};
-use crate::vhost::VHost;
 
 /// A queue's identity and settings, fixed at declare.
 #[derive(Debug, Clone)]
@@ -61,7 +64,7 @@ pub struct Queue {
     pub args: QueueArgs,
     store: Arc<Store>,
     /// Its vhost, for dead-lettering and x-expires.
-    vhost: Weak<VHost>,
+    host: Weak<dyn Host>,
     /// Wakes the expiry timer when an earlier deadline arrives.
     timer: Arc<tokio::sync::Notify>,
     /// Last time it was used (ms since the epoch), for x-expires.
@@ -114,7 +117,7 @@ pub enum Settle {
 
 impl Queue {
     /// A new, empty queue of `vhost`.
-    pub fn new(config: QueueConfig, store: Arc<Store>, vhost: Weak<VHost>) -> Arc<Queue> {
+    pub fn new(config: QueueConfig, store: Arc<Store>, host: Weak<dyn Host>) -> Arc<Queue> {
         let mark = (config.store_id != 0).then(|| store.delivery_mark(config.store_id));
         let args = QueueArgs::from_table(&config.arguments);
         let ready = Ready::with_max_priority(args.max_priority.unwrap_or(0));
@@ -122,7 +125,7 @@ impl Queue {
             config,
             args,
             store,
-            vhost,
+            host,
             timer: Arc::new(tokio::sync::Notify::new()),
             last_used: AtomicU64::new(now_ms()),
             mark,
@@ -376,7 +379,7 @@ impl Queue {
             self.args
                 .dead_letter_exchange
                 .as_deref()
-                .zip(self.vhost.upgrade())
+                .zip(self.host.upgrade())
         } else {
             tracing::warn!(queue = self.name(), "dead-letter chain too long: dropping");
             None
@@ -386,12 +389,10 @@ impl Queue {
         DEPTH.with(|d| d.set(depth));
     }
 
-    fn dead_letter_each(&self, dead: Vec<(Entry, Reason)>, target: Option<(&str, Arc<VHost>)>) {
+    fn dead_letter_each(&self, dead: Vec<(Entry, Reason)>, target: Option<(&str, Arc<dyn Host>)>) {
         let now_secs = now_ms() / 1000;
-        let mut scratch = crate::vhost::routing::RouteScratch::default();
-        let mut routes = Vec::new();
         for (entry, reason) in dead {
-            if let Some((dlx, vhost)) = &target {
+            if let Some((dlx, host)) = &target {
                 let dlrk = self.args.dead_letter_routing_key.as_deref();
                 let msg = Arc::new(dead_letter::dead_letter(
                     &entry.msg,
@@ -401,32 +402,7 @@ impl Queue {
                     dlrk,
                     now_secs,
                 ));
-                let routed = vhost.route(&msg, &mut scratch, &mut routes);
-                if let Ok(Some(delay_ms)) = routed {
-                    // A delayed-message exchange as the dead-letter
-                    // exchange holds the copy, as the plugin would.
-                    routes.clear();
-                    if let Err(e) = vhost.hold(&msg, delay_ms) {
-                        tracing::error!(
-                            queue = self.name(),
-                            "cannot hold a dead-lettered message: {e}"
-                        );
-                    }
-                }
-                if let Ok(None) = routed {
-                    for q in routes.drain(..) {
-                        if dead_letter::is_cycle(&msg, q.name()) {
-                            continue;
-                        }
-                        if let Err(e) = q.push_written(&msg) {
-                            tracing::error!(
-                                queue = q.name(),
-                                "cannot store a dead-lettered message: {e}"
-                            );
-                        }
-                    }
-                }
-                routes.clear();
+                host.dead_letter(&msg);
             }
             self.forget(entry);
         }
@@ -467,7 +443,7 @@ impl Queue {
             if stored {
                 self.before_delivery(seq);
             }
-            match consumer.channel.try_deliver(consumer, self, entry) {
+            match consumer.sink.try_deliver(consumer, self, entry) {
                 Ok(()) => {
                     if stored {
                         self.delivered(seq);
@@ -523,7 +499,7 @@ impl Queue {
     /// `basic.get`: hands the head message to `channel`. Returns false when
     /// the queue is empty.
     /// `timeout_ms` is how long the delivery may stay unacked (0 = forever).
-    pub fn get(self: &Arc<Self>, channel: &ChannelDelivery, no_ack: bool, timeout_ms: u64) -> bool {
+    pub fn get(self: &Arc<Self>, sink: &dyn Sink, no_ack: bool, timeout_ms: u64) -> bool {
         self.touch();
         let mut st = self.state.lock();
         let pager = self.pager();
@@ -545,7 +521,7 @@ impl Queue {
             self.delivered(seq);
         }
         let remaining = st.ready.len() as u32;
-        match channel.deliver_get(self, entry, remaining, no_ack, timeout_ms) {
+        match sink.deliver_get(self, entry, remaining, no_ack, timeout_ms) {
             Some(entry) => self.forget(entry),
             None => st.unacked += 1,
         }
@@ -739,7 +715,7 @@ pub struct Deleted {
 impl Drop for Deleted {
     fn drop(&mut self) {
         for c in self.consumers.drain(..) {
-            c.channel.send_cancel(&c.tag);
+            c.sink.cancelled(&c.tag);
         }
     }
 }

@@ -60,7 +60,7 @@ impl Store {
         encode_message(msg, false, &mut record);
         let mut v = BytesMut::with_capacity(record.len() + vhost.len() + 16);
         v.put_u8(msg.persistent() as u8);
-        crate::amqp::codec::put_short_str(&mut v, vhost.as_bytes());
+        crate::wire::put_short_str(&mut v, vhost.as_bytes());
         v.put_u64(delay_ms);
         v.extend_from_slice(&record);
         self.delayed.insert(key(due, seq), &v[..])?;

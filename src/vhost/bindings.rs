@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use amq_protocol::types::FieldTable;
 
+use super::error::{Error, Result};
 use super::{Destination, Exchange, VHost};
-use crate::amqp::error::{ProtocolError, Result};
 use crate::exchange::ExchangeKind;
 use crate::store::BindingDef;
 
@@ -79,28 +79,25 @@ impl VHost {
 
     fn source_for_binding(&self, name: &str) -> Result<Arc<Exchange>> {
         if name.is_empty() {
-            return Err(ProtocolError::access_refused(
+            return Err(Error::access_refused(
                 "operation not permitted on the default exchange",
             ));
         }
-        self.exchange(name).ok_or_else(|| {
-            ProtocolError::not_found(format!("no {}", self.describe("exchange", name)))
-        })
+        self.exchange(name)
+            .ok_or_else(|| Error::not_found(format!("no {}", self.describe("exchange", name))))
     }
 
     /// Resolves the destination of a bind.
     pub fn destination(&self, name: &str, to_exchange: bool, conn_id: u64) -> Result<Destination> {
         if to_exchange {
             if name.is_empty() {
-                return Err(ProtocolError::access_refused(
+                return Err(Error::access_refused(
                     "operation not permitted on the default exchange",
                 ));
             }
             self.exchange(name)
                 .map(Destination::Exchange)
-                .ok_or_else(|| {
-                    ProtocolError::not_found(format!("no {}", self.describe("exchange", name)))
-                })
+                .ok_or_else(|| Error::not_found(format!("no {}", self.describe("exchange", name))))
         } else {
             self.queue_for(name, conn_id).map(Destination::Queue)
         }
@@ -121,20 +118,19 @@ impl VHost {
                 Destination::Queue(_) => "queue",
                 Destination::Exchange(_) => "exchange",
             };
-            return Err(ProtocolError::not_found(format!(
+            return Err(Error::not_found(format!(
                 "no {}",
                 self.describe(what, dest.name())
             )));
         }
         if x.kind == Some(ExchangeKind::Headers) {
-            crate::exchange::headers::validate_args(args)
-                .map_err(ProtocolError::precondition_failed)?;
+            crate::exchange::headers::validate_args(args).map_err(Error::precondition_failed)?;
         }
         let added = x
             .bindings
             .write()
             .bind(key, args, dest.clone())
-            .map_err(ProtocolError::precondition_failed)?;
+            .map_err(Error::precondition_failed)?;
         if added {
             x.ever_bound.store(true, Ordering::Relaxed);
             topology.add(&dest, &x);
@@ -160,7 +156,7 @@ impl VHost {
         conn_id: u64,
     ) -> Result<()> {
         if source.is_empty() || (to_exchange && dest.is_empty()) {
-            return Err(ProtocolError::access_refused(
+            return Err(Error::access_refused(
                 "operation not permitted on the default exchange",
             ));
         }

@@ -9,9 +9,9 @@ use amq_protocol::types::{AMQPValue, FieldTable};
 use parking_lot::RwLock;
 
 use super::bindings::Topology;
+use super::error::{Error, Result};
 use super::table::{PluginTable, Table};
 use super::{Destination, Exchange, VHost};
-use crate::amqp::error::{ProtocolError, Result};
 use crate::exchange::{Bindings, ExchangeKind};
 use crate::queue::{Deleted, Queue, QueueConfig};
 use crate::store::{ExchangeDef, QueueDef};
@@ -122,15 +122,8 @@ fn same_value(a: &AMQPValue, b: &AMQPValue) -> bool {
 }
 
 impl VHost {
-    fn inequivalent(
-        &self,
-        field: &str,
-        what: &str,
-        name: &str,
-        got: &str,
-        have: &str,
-    ) -> ProtocolError {
-        ProtocolError::precondition_failed(format!(
+    fn inequivalent(&self, field: &str, what: &str, name: &str, got: &str, have: &str) -> Error {
+        Error::precondition_failed(format!(
             "inequivalent arg '{field}' for {}: received '{got}' but current is '{have}'",
             self.describe(what, name)
         ))
@@ -156,7 +149,7 @@ impl VHost {
                     Some(v) => format!("the value '{}' of type '{}'", value_text(v), value_type(v)),
                     None => "none".to_string(),
                 };
-                return Err(ProtocolError::precondition_failed(format!(
+                return Err(Error::precondition_failed(format!(
                     "inequivalent arg '{key}' for {}: received {} but current is {}",
                     self.describe(what, name),
                     describe(g),
@@ -170,13 +163,13 @@ impl VHost {
     /// `exchange.declare`.
     pub fn declare_exchange(&self, spec: &ExchangeSpec, passive: bool) -> Result<Arc<Exchange>> {
         if spec.name.is_empty() {
-            return Err(ProtocolError::access_refused(
+            return Err(Error::access_refused(
                 "operation not permitted on the default exchange",
             ));
         }
         if passive {
             return self.exchange(&spec.name).ok_or_else(|| {
-                ProtocolError::not_found(format!("no {}", self.describe("exchange", &spec.name)))
+                Error::not_found(format!("no {}", self.describe("exchange", &spec.name)))
             });
         }
         // The check, the stored definition and the registry entry happen as
@@ -187,7 +180,7 @@ impl VHost {
         let plugin = match kind {
             Some(_) => None,
             None => Some(self.plugins.exchange_type(&spec.kind).ok_or_else(|| {
-                ProtocolError::command_invalid(format!("invalid exchange type '{}'", spec.kind))
+                Error::command_invalid(format!("invalid exchange type '{}'", spec.kind))
             })?),
         };
         if let Some(x) = self.exchange(&spec.name) {
@@ -220,7 +213,7 @@ impl VHost {
             return Ok(x);
         }
         if spec.name.starts_with("amq.") {
-            return Err(ProtocolError::access_refused(format!(
+            return Err(Error::access_refused(format!(
                 "exchange name '{}' contains reserved prefix 'amq.*'",
                 spec.name
             )));
@@ -229,23 +222,21 @@ impl VHost {
             (Some(k), _) => Table::Builtin(Bindings::new(k)),
             (None, Some(t)) => {
                 t.validate(&spec.arguments)
-                    .map_err(ProtocolError::precondition_failed)?;
+                    .map_err(Error::precondition_failed)?;
                 match t.new_table(&spec.arguments) {
                     warren_plugin_api::Table::Custom(table) => {
                         Table::Plugin(PluginTable::new(table))
                     }
                     warren_plugin_api::Table::Builtin(name) => {
                         let inner = ExchangeKind::parse(name).ok_or_else(|| {
-                            ProtocolError::internal(format!(
-                                "plugin asked for unknown type '{name}'"
-                            ))
+                            Error::internal(format!("plugin asked for unknown type '{name}'"))
                         })?;
                         Table::Builtin(Bindings::new(inner))
                     }
                 }
             }
             (None, None) => {
-                return Err(ProtocolError::command_invalid(format!(
+                return Err(Error::command_invalid(format!(
                     "invalid exchange type '{}'",
                     spec.kind
                 )))
@@ -292,12 +283,12 @@ impl VHost {
     /// `exchange.delete`. A missing exchange is not an error (RabbitMQ 3.x).
     pub fn delete_exchange(&self, name: &str, if_unused: bool) -> Result<()> {
         if name.is_empty() {
-            return Err(ProtocolError::access_refused(
+            return Err(Error::access_refused(
                 "operation not permitted on the default exchange",
             ));
         }
         if name.starts_with("amq.") {
-            return Err(ProtocolError::access_refused(format!(
+            return Err(Error::access_refused(format!(
                 "deletion of system {} not allowed",
                 self.describe("exchange", name)
             )));
@@ -307,7 +298,7 @@ impl VHost {
             return Ok(());
         };
         if if_unused && !x.bindings.read().is_empty() {
-            return Err(ProtocolError::precondition_failed(format!(
+            return Err(Error::precondition_failed(format!(
                 "{} in use",
                 self.describe("exchange", name)
             )));
@@ -324,7 +315,7 @@ impl VHost {
     ) -> Result<Arc<Queue>> {
         if passive {
             let q = self.queue(&spec.name).ok_or_else(|| {
-                ProtocolError::not_found(format!("no {}", self.describe("queue", &spec.name)))
+                Error::not_found(format!("no {}", self.describe("queue", &spec.name)))
             })?;
             self.check_exclusive(&q, conn_id)?;
             return Ok(q);
@@ -336,7 +327,7 @@ impl VHost {
         // RabbitMQ refuses the reserved prefix before looking the name up,
         // so even an existing amq.gen- queue cannot be redeclared by name.
         if spec.name.starts_with("amq.") && !spec.server_named {
-            return Err(ProtocolError::access_refused(format!(
+            return Err(Error::access_refused(format!(
                 "queue name '{}' contains reserved prefix 'amq.*'",
                 spec.name
             )));
@@ -349,13 +340,13 @@ impl VHost {
         }
         let max = self.max_queues.load(std::sync::atomic::Ordering::Relaxed);
         if max != 0 && self.queues.read().len() as u64 >= max {
-            return Err(ProtocolError::precondition_failed(format!(
+            return Err(Error::precondition_failed(format!(
                 "cannot declare queue '{}': queue limit in vhost '{}' ({max}) is reached",
                 spec.name, self.name
             )));
         }
         crate::queue::args::validate(&spec.arguments).map_err(|(arg, why)| {
-            ProtocolError::precondition_failed(format!(
+            Error::precondition_failed(format!(
                 "invalid arg '{arg}' for {}: {why}",
                 self.describe("queue", &spec.name)
             ))
@@ -422,8 +413,8 @@ impl VHost {
         )
     }
 
-    pub(super) fn locked(&self, name: &str) -> ProtocolError {
-        ProtocolError::resource_locked(format!(
+    pub(super) fn locked(&self, name: &str) -> Error {
+        Error::resource_locked(format!(
             "cannot obtain exclusive access to locked {}. It could be originally declared on another \
              connection or the exclusive property value does not match that of the original declaration.",
             self.describe("queue", name)
@@ -440,9 +431,9 @@ impl VHost {
 
     /// The queue `name`, usable by connection `conn_id`, or 404 / 405.
     pub fn queue_for(&self, name: &str, conn_id: u64) -> Result<Arc<Queue>> {
-        let q = self.queue(name).ok_or_else(|| {
-            ProtocolError::not_found(format!("no {}", self.describe("queue", name)))
-        })?;
+        let q = self
+            .queue(name)
+            .ok_or_else(|| Error::not_found(format!("no {}", self.describe("queue", name))))?;
         self.check_exclusive(&q, conn_id)?;
         Ok(q)
     }
@@ -462,13 +453,13 @@ impl VHost {
         };
         self.check_exclusive(&q, conn_id)?;
         if if_unused && q.consumer_count() > 0 {
-            return Err(ProtocolError::precondition_failed(format!(
+            return Err(Error::precondition_failed(format!(
                 "{} in use",
                 self.describe("queue", name)
             )));
         }
         if if_empty && q.message_count() > 0 {
-            return Err(ProtocolError::precondition_failed(format!(
+            return Err(Error::precondition_failed(format!(
                 "{} not empty",
                 self.describe("queue", name)
             )));

@@ -5,6 +5,8 @@
 mod bindings;
 mod declare;
 mod entities;
+pub mod error;
+mod host;
 pub mod routing;
 mod table;
 
@@ -17,6 +19,7 @@ use parking_lot::RwLock;
 
 pub use declare::{ExchangeSpec, QueueSpec};
 pub use entities::{Destination, Exchange};
+pub use error::Error;
 pub use table::Table;
 
 use crate::exchange::{Bindings, ExchangeKind};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use amq_protocol::types::{AMQPValue, FieldTable};
 
+use super::error::{Error, Result};
 use super::{Destination, Exchange, VHost};
-use crate::amqp::error::{ProtocolError, Result};
 use crate::exchange::ExchangeKind;
 use crate::message::Message;
 use crate::queue::Queue;
@@ -65,7 +65,49 @@ impl VHost {
     /// Holds `msg` (published to a delayed-message exchange of this vhost)
     /// for `delay_ms`; stored now, durable after the next flush.
     pub fn hold(&self, msg: &Message, delay_ms: u64) -> crate::store::Result<()> {
-        self.delayed.hold(&self.store, self, msg, delay_ms)
+        self.delayed.hold(&self.store, &self.name, msg, delay_ms)?;
+        if let Some(x) = self.exchange(&msg.exchange_str()) {
+            x.held.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Routes a held message of a delayed-message exchange that is now due
+    /// (see delayed.rs): with the headers the exchange's type sets on
+    /// release, to the queues it routes to now (each copy written at once,
+    /// before the held record goes). A deleted exchange drops it, as in
+    /// RabbitMQ.
+    pub fn release_held(&self, delay_ms: u64, mut msg: Message) {
+        let Some(x) = self.exchange(&msg.exchange_str()) else {
+            return;
+        };
+        let _ = x.held.fetch_update(
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+            |n| n.checked_sub(1),
+        );
+        if let Some(plugin) = &x.plugin {
+            for (name, value) in plugin.released(delay_ms) {
+                msg = msg.with_header(name, value);
+            }
+        }
+        let mut scratch = RouteScratch::default();
+        let mut routes = Vec::new();
+        if self
+            .route_released(&msg, &mut scratch, &mut routes)
+            .is_err()
+        {
+            return;
+        }
+        let msg = Arc::new(msg);
+        for q in routes {
+            if let Err(e) = q.push_written(&msg) {
+                tracing::error!(
+                    queue = q.name(),
+                    "cannot enqueue a released delayed message: {e}"
+                );
+            }
+        }
     }
 
     /// Routes a held message that is now due (never held again).
@@ -85,9 +127,8 @@ impl VHost {
         out: &mut Vec<Arc<Queue>>,
         may_hold: bool,
     ) -> Result<Option<u64>> {
-        let name = std::str::from_utf8(msg.exchange()).map_err(|_| {
-            ProtocolError::not_found(format!("no {}", self.describe("exchange", "?")))
-        })?;
+        let name = std::str::from_utf8(msg.exchange())
+            .map_err(|_| Error::not_found(format!("no {}", self.describe("exchange", "?"))))?;
         let key = String::from_utf8_lossy(msg.routing_key());
         // Sender-selected distribution: CC and BCC headers add routing keys.
         let extra = sender_selected_keys(msg);
@@ -103,11 +144,11 @@ impl VHost {
             }
             return Ok(None);
         }
-        let x = self.exchange(name).ok_or_else(|| {
-            ProtocolError::not_found(format!("no {}", self.describe("exchange", name)))
-        })?;
+        let x = self
+            .exchange(name)
+            .ok_or_else(|| Error::not_found(format!("no {}", self.describe("exchange", name))))?;
         if x.internal {
-            return Err(ProtocolError::access_refused(format!(
+            return Err(Error::access_refused(format!(
                 "cannot publish to internal {}",
                 self.describe("exchange", name)
             )));

@@ -11,3 +11,14 @@ pub mod table;
 
 pub use reader::FieldReader;
 pub use table::{type_name, TableError, MAX_DEPTH};
+
+/// The smallest frame_max a peer may negotiate (AMQP 0-9-1 section 4.2.3),
+/// and the largest frame either side may send before tuning.
+pub const FRAME_MIN_SIZE: u32 = 4096;
+
+/// Appends a short string, cut to 255 bytes.
+pub fn put_short_str(out: &mut impl bytes::BufMut, s: &[u8]) {
+    let s = &s[..s.len().min(255)];
+    out.put_u8(s.len() as u8);
+    out.put_slice(s);
+}

@@ -11,10 +11,10 @@ use super::Channel;
 use crate::amqp::assembler::Publish;
 use crate::amqp::codec::{self, FRAME_METHOD};
 use crate::amqp::connection::ConnCtx;
-use crate::amqp::delivery::Consumer;
 use crate::amqp::error::{code, ProtocolError, Result};
 use crate::amqp::reply_to;
 use crate::message::Message;
+use crate::queue::Consumer;
 use crate::queue::{ConsumeError, Queue, Settle};
 use crate::wire::props::Field;
 
@@ -42,7 +42,7 @@ impl Channel {
         // (even in a transaction: replies are not queued, as in RabbitMQ).
         if publish.exchange.is_empty() && msg.routing_key().starts_with(reply_to::PREFIX.as_bytes())
         {
-            ctx.broker.reply_to.deliver(msg.routing_key(), &msg);
+            ctx.node.reply_to.deliver(msg.routing_key(), &msg);
             if let Some(c) = self.confirms.as_mut() {
                 let seq = c.next_seq();
                 c.push(seq, 0, false);
@@ -53,7 +53,7 @@ impl Channel {
         let hold = ctx
             .vhost
             .route(&msg, &mut self.scratch, &mut self.routes)
-            .map_err(|e| e.on(60, 40))?;
+            .map_err(|e| ProtocolError::from(e).on(60, 40))?;
         let msg = match crate::vhost::routing::strip_bcc(&msg) {
             Some(stripped) => Arc::new(stripped),
             None => msg,
@@ -219,7 +219,7 @@ impl Channel {
         };
         let consumer = Arc::new(Consumer::new(
             tag.clone(),
-            Arc::clone(&self.delivery),
+            Arc::clone(&self.delivery) as Arc<dyn crate::queue::Sink>,
             m.no_ack,
             m.exclusive,
             self.prefetch,
@@ -337,7 +337,7 @@ impl Channel {
             )));
         }
         let r = ctx
-            .broker
+            .node
             .reply_to
             .register(tag.clone(), Arc::clone(&self.delivery));
         self.reply = Some(r);
@@ -356,7 +356,7 @@ impl Channel {
         let tag = m.consumer_tag.as_str();
         if self.reply.as_ref().is_some_and(|r| r.tag == tag) {
             if let Some(r) = self.reply.take() {
-                ctx.broker.reply_to.unregister(&r);
+                ctx.node.reply_to.unregister(&r);
             }
         }
         self.drop_consumer(tag, ctx)?;
@@ -378,7 +378,7 @@ impl Channel {
             .args
             .consumer_timeout
             .unwrap_or(ctx.broker.config.consumer_timeout);
-        if !queue.get(&self.delivery, m.no_ack, timeout_ms) {
+        if !queue.get(self.delivery.as_ref(), m.no_ack, timeout_ms) {
             ctx.send(
                 self.id,
                 AMQPClass::Basic(b::AMQPMethod::GetEmpty(b::GetEmpty {})),

@@ -25,9 +25,10 @@ use tracing::warn;
 use super::assembler::{self, Assembler, Step};
 use super::codec::{self, Frame};
 use super::connection::{truncate, ConnCtx};
-use super::delivery::{ChannelDelivery, Consumer, Unacked};
+use super::delivery::ChannelDelivery;
 use super::error::{ProtocolError, Result};
 use super::reply_to::ReplyConsumer;
+use crate::queue::{Consumer, Unacked};
 use crate::queue::{Queue, Settle};
 use crate::vhost::routing::RouteScratch;
 
@@ -77,7 +78,7 @@ impl Channel {
             ctx.frame_max,
             ctx.caps.consumer_cancel_notify,
         ));
-        ctx.broker.consumer_timeouts.watch(&delivery);
+        ctx.node.consumer_timeouts.watch(&delivery);
         Channel {
             id,
             state: State::Open,
@@ -371,7 +372,7 @@ impl Channel {
     pub fn release(&mut self, ctx: &mut ConnCtx) {
         self.delivery.close();
         if let Some(r) = self.reply.take() {
-            ctx.broker.reply_to.unregister(&r);
+            ctx.node.reply_to.unregister(&r);
         }
         // No confirms go out on a closed channel.
         self.confirms = None;

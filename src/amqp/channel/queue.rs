@@ -23,7 +23,7 @@ impl Channel {
         // requesters: there, with no messages and one consumer.
         if name == crate::amqp::reply_to::PSEUDO_QUEUE
             || (name.starts_with(crate::amqp::reply_to::PREFIX)
-                && ctx.broker.reply_to.lookup(name.as_bytes()).is_some())
+                && ctx.node.reply_to.lookup(name.as_bytes()).is_some())
         {
             if !m.nowait {
                 ctx.send(

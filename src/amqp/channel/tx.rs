@@ -11,9 +11,9 @@ use super::Channel;
 use crate::amqp::assembler::Publish;
 use crate::amqp::codec;
 use crate::amqp::connection::ConnCtx;
-use crate::amqp::delivery::Unacked;
 use crate::amqp::error::{ProtocolError, Result};
 use crate::message::Message;
+use crate::queue::Unacked;
 use crate::queue::{Queue, Settle};
 
 /// Confirm-mode state: publishes not yet confirmed, in order.
