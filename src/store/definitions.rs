@@ -13,6 +13,7 @@
 use amq_protocol::types::FieldTable;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
+use super::op::{Applied, Op};
 use super::{Error, Result, Store};
 
 /// A durable exchange.
@@ -143,24 +144,66 @@ impl BindingDef {
     }
 }
 
-impl Store {
-    /// Writes a definition, once it is known to read back as itself.
-    fn put_def<T: Serialize + DeserializeOwned>(&self, k: Vec<u8>, v: &T) -> Result<()> {
-        let bytes = serde_json::to_vec(v).map_err(|e| Error::Corrupt(e.to_string()))?;
-        let back = serde_json::from_slice::<T>(&bytes)
-            .ok()
-            .and_then(|t| serde_json::to_vec(&t).ok());
-        if back.as_deref() != Some(&bytes[..]) {
-            return Err(Error::Corrupt(format!(
-                "definition {} would not read back",
-                String::from_utf8_lossy(&k)
-            )));
-        }
-        self.defs.insert(k, bytes)?;
-        self.defs_changed();
-        Ok(())
+/// Writes a definition, once it is known to read back as itself.
+fn put_def<T: Serialize + DeserializeOwned>(tree: &sled::Tree, k: Vec<u8>, v: &T) -> Result<()> {
+    let bytes = serde_json::to_vec(v).map_err(|e| Error::Corrupt(e.to_string()))?;
+    let back = serde_json::from_slice::<T>(&bytes)
+        .ok()
+        .and_then(|t| serde_json::to_vec(&t).ok());
+    if back.as_deref() != Some(&bytes[..]) {
+        return Err(Error::Corrupt(format!(
+            "definition {} would not read back",
+            String::from_utf8_lossy(&k)
+        )));
     }
+    tree.insert(k, bytes)?;
+    Ok(())
+}
 
+/// Applies the definition operations to the definitions tree. The caller
+/// (the applier) runs them one at a time.
+pub(super) fn apply(tree: &sled::Tree, op: &Op<'_>) -> Result<Applied> {
+    match *op {
+        Op::PutVhost { name } => put_def(tree, key(VHOST, &[name]), &name.to_string())?,
+        Op::PutExchange(def) => put_def(tree, key(EXCHANGE, &[&def.vhost, &def.name]), def)?,
+        Op::DeleteExchange { vhost, name } => {
+            tree.remove(key(EXCHANGE, &[vhost, name]))?;
+        }
+        Op::DeclareQueue(def) => return declare_queue(tree, def).map(Applied::Queue),
+        Op::DeleteQueue { vhost, name, .. } => {
+            tree.remove(key(QUEUE, &[vhost, name]))?;
+        }
+        Op::PutBinding(def) => put_def(tree, def.key(), def)?,
+        Op::DeleteBinding(def) => {
+            tree.remove(def.key())?;
+            tree.remove(def.legacy_key())?;
+        }
+        _ => {}
+    }
+    Ok(Applied::Done)
+}
+
+/// Records a durable queue under the next id, or returns the id it has.
+fn declare_queue(tree: &sled::Tree, def: &QueueDef) -> Result<u64> {
+    let k = key(QUEUE, &[&def.vhost, &def.name]);
+    if let Some(v) = tree.get(&k)? {
+        let have: QueueDef =
+            serde_json::from_slice(&v).map_err(|e| Error::Corrupt(e.to_string()))?;
+        return Ok(have.id);
+    }
+    let n = match tree.get(NEXT_QUEUE_ID)? {
+        Some(b) => <[u8; 8]>::try_from(&b[..])
+            .map(u64::from_be_bytes)
+            .map_err(|_| Error::Corrupt("queue id counter".into()))?,
+        None => 0,
+    };
+    let id = n + 1;
+    tree.insert(NEXT_QUEUE_ID, &id.to_be_bytes())?;
+    put_def(tree, k, &QueueDef { id, ..def.clone() })?;
+    Ok(id)
+}
+
+impl Store {
     fn scan_defs<T: DeserializeOwned>(&self, kind: &str) -> Result<Vec<T>> {
         let mut prefix = kind.as_bytes().to_vec();
         prefix.push(0);
@@ -181,7 +224,7 @@ impl Store {
 
     /// Records a vhost.
     pub fn put_vhost(&self, name: &str) -> Result<()> {
-        self.put_def(key(VHOST, &[name]), &name.to_string())
+        self.submit(&Op::PutVhost { name }).map(drop)
     }
     /// Every recorded vhost.
     pub fn vhosts(&self) -> Result<Vec<String>> {
@@ -190,59 +233,42 @@ impl Store {
 
     /// Records a durable exchange.
     pub fn put_exchange(&self, def: &ExchangeDef) -> Result<()> {
-        self.put_def(key(EXCHANGE, &[&def.vhost, &def.name]), def)
+        self.submit(&Op::PutExchange(def)).map(drop)
     }
     /// Forgets an exchange.
     pub fn delete_exchange(&self, vhost: &str, name: &str) -> Result<()> {
-        self.defs.remove(key(EXCHANGE, &[vhost, name]))?;
-        self.defs_changed();
-        Ok(())
+        self.submit(&Op::DeleteExchange { vhost, name }).map(drop)
     }
     /// Every durable exchange.
     pub fn exchanges(&self) -> Result<Vec<ExchangeDef>> {
         self.scan_defs(EXCHANGE)
     }
 
-    /// Records a durable queue.
-    pub fn put_queue(&self, def: &QueueDef) -> Result<()> {
-        self.put_def(key(QUEUE, &[&def.vhost, &def.name]), def)
+    /// Records a durable queue (its `id` is ignored) and returns its id:
+    /// a new one for a new queue, never reused; the recorded one if the
+    /// queue is recorded already.
+    pub fn declare_queue(&self, def: &QueueDef) -> Result<u64> {
+        match self.submit(&Op::DeclareQueue(def))? {
+            Applied::Queue(id) => Ok(id),
+            Applied::Done => Err(Error::Corrupt("queue declare gave no id".into())),
+        }
     }
     /// Forgets a queue and deletes its messages.
     pub fn delete_queue(&self, vhost: &str, name: &str, id: u64) -> Result<()> {
-        self.defs.remove(key(QUEUE, &[vhost, name]))?;
-        self.defs_changed();
-        self.delivered.forget(id);
-        self.purge_messages(id)?;
-        Ok(())
+        self.submit(&Op::DeleteQueue { vhost, name, id }).map(drop)
     }
     /// Every durable queue.
     pub fn queues(&self) -> Result<Vec<QueueDef>> {
         self.scan_defs(QUEUE)
     }
-    /// A fresh queue id, never reused.
-    pub fn next_queue_id(&self) -> Result<u64> {
-        let next = self.defs.update_and_fetch(NEXT_QUEUE_ID, |old| {
-            let n = old
-                .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                .map(u64::from_be_bytes)
-                .unwrap_or(0);
-            Some((n + 1).to_be_bytes().to_vec())
-        })?;
-        next.and_then(|b| <[u8; 8]>::try_from(&b[..]).ok())
-            .map(u64::from_be_bytes)
-            .ok_or_else(|| Error::Corrupt("queue id counter".into()))
-    }
 
     /// Records a binding.
     pub fn put_binding(&self, def: &BindingDef) -> Result<()> {
-        self.put_def(def.key(), def)
+        self.submit(&Op::PutBinding(def)).map(drop)
     }
     /// Forgets a binding.
     pub fn delete_binding(&self, def: &BindingDef) -> Result<()> {
-        self.defs.remove(def.key())?;
-        self.defs.remove(def.legacy_key())?;
-        self.defs_changed();
-        Ok(())
+        self.submit(&Op::DeleteBinding(def)).map(drop)
     }
     /// Every durable binding.
     pub fn bindings(&self) -> Result<Vec<BindingDef>> {
@@ -268,16 +294,20 @@ mod tests {
             arguments: FieldTable::default(),
         };
         s.put_exchange(&x).unwrap();
-        let id = s.next_queue_id().unwrap();
-        assert_eq!(s.next_queue_id().unwrap(), id + 1);
-        let q = QueueDef {
+        let mut q = QueueDef {
             vhost: "/".into(),
             name: "q".into(),
-            id,
+            id: 0,
             auto_delete: false,
             arguments: FieldTable::default(),
         };
-        s.put_queue(&q).unwrap();
+        let id = s.declare_queue(&q).unwrap();
+        assert_eq!(
+            s.declare_queue(&q).unwrap(),
+            id,
+            "a recorded queue keeps its id"
+        );
+        q.id = id;
         let b = BindingDef {
             vhost: "/".into(),
             source: "x".into(),
@@ -295,6 +325,7 @@ mod tests {
         s.delete_queue("/", "q", id).unwrap();
         assert!(s.bindings().unwrap().is_empty());
         assert!(s.queues().unwrap().is_empty());
+        assert_eq!(s.declare_queue(&q).unwrap(), id + 1, "ids are never reused");
     }
 
     #[test]
@@ -319,7 +350,7 @@ mod tests {
             auto_delete: false,
             arguments: args.clone(),
         };
-        s.put_queue(&q).unwrap();
+        s.declare_queue(&q).unwrap();
         let back = s.queues().unwrap();
         let enc = crate::wire::table::encode_table;
         assert_eq!(enc(&back[0].arguments), enc(&args));

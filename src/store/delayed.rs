@@ -7,6 +7,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::messages::{decode_message, encode_message};
+use super::op::Op;
 use super::{Error, Result, Store};
 use crate::message::Message;
 use crate::wire::FieldReader;
@@ -46,25 +47,57 @@ fn decode(k: &[u8], v: &[u8]) -> Result<(bool, DueMessage)> {
     ))
 }
 
+fn split(key: &[u8]) -> Option<(u64, u64)> {
+    let due = <[u8; 8]>::try_from(key.get(..8)?).ok()?;
+    let seq = <[u8; 8]>::try_from(key.get(8..16)?).ok()?;
+    Some((u64::from_be_bytes(due), u64::from_be_bytes(seq)))
+}
+
+/// Applies `Op::Hold`.
+pub(super) fn hold(
+    tree: &sled::Tree,
+    due: u64,
+    seq: u64,
+    vhost: &str,
+    delay_ms: u64,
+    msg: &Message,
+) -> Result<()> {
+    let mut record = BytesMut::new();
+    encode_message(msg, false, &mut record);
+    let mut v = BytesMut::with_capacity(record.len() + vhost.len() + 16);
+    v.put_u8(msg.persistent() as u8);
+    crate::wire::put_short_str(&mut v, vhost.as_bytes());
+    v.put_u64(delay_ms);
+    v.extend_from_slice(&record);
+    tree.insert(key(due, seq), &v[..])?;
+    Ok(())
+}
+
+/// Applies `Op::Unhold`.
+pub(super) fn unhold(tree: &sled::Tree, due: u64, seq: u64) -> Result<()> {
+    tree.remove(key(due, seq))?;
+    Ok(())
+}
+
 impl Store {
-    /// Holds `msg` until `due` (ms since the epoch).
+    /// Holds `message` until `due` (ms since the epoch); `seq` tells apart
+    /// messages due at the same ms.
     pub fn put_delayed(
         &self,
         due: u64,
         seq: u64,
         vhost: &str,
         delay_ms: u64,
-        msg: &Message,
+        message: &Message,
     ) -> Result<()> {
-        let mut record = BytesMut::new();
-        encode_message(msg, false, &mut record);
-        let mut v = BytesMut::with_capacity(record.len() + vhost.len() + 16);
-        v.put_u8(msg.persistent() as u8);
-        crate::wire::put_short_str(&mut v, vhost.as_bytes());
-        v.put_u64(delay_ms);
-        v.extend_from_slice(&record);
-        self.delayed.insert(key(due, seq), &v[..])?;
-        Ok(())
+        self.submit(&Op::Hold {
+            due,
+            seq,
+            vhost,
+            delay_ms,
+            message,
+        })
+        .map(drop)
     }
 
     /// Up to `limit` held messages due by `now`, earliest first.
@@ -76,7 +109,7 @@ impl Store {
                 Ok((_, m)) => out.push(m),
                 Err(e) => {
                     tracing::error!("dropping an unreadable delayed message: {e}");
-                    self.delayed.remove(k)?;
+                    self.remove_delayed(&k)?;
                 }
             }
         }
@@ -92,10 +125,10 @@ impl Store {
             .map(u64::from_be_bytes))
     }
 
-    /// Forgets a released message.
-    pub fn remove_delayed(&self, key: &[u8; 16]) -> Result<()> {
-        self.delayed.remove(key)?;
-        Ok(())
+    /// Forgets a held message by its key.
+    pub fn remove_delayed(&self, key: &[u8]) -> Result<()> {
+        let (due, seq) = split(key).ok_or_else(|| Error::Corrupt("delayed key".into()))?;
+        self.submit(&Op::Unhold { due, seq }).map(drop)
     }
 
     /// At start: drops held transient messages (they do not survive a
@@ -109,17 +142,15 @@ impl Store {
             let (persistent, m) = match decode(&k, &v) {
                 Ok(x) => x,
                 Err(_) => {
-                    self.delayed.remove(k)?;
+                    self.remove_delayed(&k)?;
                     continue;
                 }
             };
             if !persistent {
-                self.delayed.remove(k)?;
+                self.remove_delayed(&k)?;
                 continue;
             }
-            max_seq = max_seq.max(u64::from_be_bytes(
-                m.key[8..].try_into().unwrap_or_default(),
-            ));
+            max_seq = max_seq.max(split(&m.key).map_or(0, |(_, seq)| seq));
             kept.push((m.vhost, m.message.exchange_str().into_owned()));
         }
         Ok((kept, max_seq))

@@ -56,7 +56,7 @@ impl Mark {
         self.delivered.load(Ordering::Relaxed)
     }
 
-    /// Records that `seq` went out (after `DeliveredLog::before_delivery`).
+    /// Records that `seq` went out (after its reservation, see `DeliveredLog::reservation_for`).
     pub fn delivered_now(&self, seq: u64) {
         self.delivered.fetch_max(seq, Ordering::Relaxed);
     }
@@ -133,26 +133,36 @@ impl DeliveredLog {
         (start, mark)
     }
 
-    /// Called before `seq` of queue `queue_id` may be delivered: makes sure
-    /// a reservation covers it. The delivered mark is raised apart, once
-    /// the delivery happened (`Mark::delivered_now`).
-    pub fn before_delivery(&self, queue_id: u64, mark: &Mark, seq: u64) -> Result<()> {
-        if seq > mark.reserved.load(Ordering::Acquire) {
-            let upto = seq.saturating_add(RESERVE_AHEAD);
-            let Some(file) = &self.file else {
-                mark.reserved.fetch_max(upto, Ordering::AcqRel);
-                return Ok(());
-            };
-            // Appended and raised under the file's lock, so a compaction
-            // (which snapshots every mark under it) sees every reservation
-            // in the log.
-            let mut f = file.lock();
-            f.append(&encode(queue_id, upto))?;
-            mark.reserved.fetch_max(upto, Ordering::AcqRel);
-            if f.records >= COMPACT_AT {
-                let all = self.snapshot(|m| m.reserved.load(Ordering::Acquire));
-                *f = rewrite(&f.path, &all, false)?;
+    /// Called before `seq` may be delivered: the reservation to record
+    /// first (`reserve`), if the one in the log does not cover it. The
+    /// delivered mark is raised apart, once the delivery happened
+    /// (`Mark::delivered_now`).
+    pub fn reservation_for(mark: &Mark, seq: u64) -> Option<u64> {
+        (seq > mark.reserved.load(Ordering::Acquire)).then(|| seq.saturating_add(RESERVE_AHEAD))
+    }
+
+    /// Applies `Op::Reserve`: appends the reservation and raises the
+    /// queue's mark (if the queue is registered here).
+    pub fn reserve(&self, queue_id: u64, upto: u64) -> Result<()> {
+        let mark = self.marks.read().get(&queue_id).cloned();
+        let raise = || {
+            if let Some(m) = &mark {
+                m.reserved.fetch_max(upto, Ordering::AcqRel);
             }
+        };
+        let Some(file) = &self.file else {
+            raise();
+            return Ok(());
+        };
+        // Appended and raised under the file's lock, so a compaction
+        // (which snapshots every mark under it) sees every reservation in
+        // the log.
+        let mut f = file.lock();
+        f.append(&encode(queue_id, upto))?;
+        raise();
+        if f.records >= COMPACT_AT {
+            let all = self.snapshot(|m| m.reserved.load(Ordering::Acquire));
+            *f = rewrite(&f.path, &all, false)?;
         }
         Ok(())
     }
@@ -253,24 +263,31 @@ fn rewrite(path: &Path, marks: &HashMap<u64, u64>, clean: bool) -> Result<LogFil
 mod tests {
     use super::*;
 
+    /// What the store does before a delivery.
+    fn before(log: &DeliveredLog, queue_id: u64, m: &Mark, seq: u64) {
+        if let Some(upto) = DeliveredLog::reservation_for(m, seq) {
+            log.reserve(queue_id, upto).unwrap();
+        }
+    }
+
     #[test]
     fn a_crash_recovers_reservations_and_a_clean_stop_exact_marks() {
         let dir = tempfile::tempdir().unwrap();
         let log = DeliveredLog::open(dir.path(), HashMap::new()).unwrap();
         let (start, m) = log.register(7);
         assert_eq!(start, 0);
-        log.before_delivery(7, &m, 5).unwrap();
-        log.before_delivery(7, &m, 6).unwrap();
+        before(&log, 7, &m, 5);
+        before(&log, 7, &m, 6);
         m.delivered_now(6);
         drop(log);
         // A crash: the reservation, a window past the last delivery.
         let log = DeliveredLog::open(dir.path(), HashMap::new()).unwrap();
         let (start, m) = log.register(7);
         assert_eq!(start, 5 + RESERVE_AHEAD);
-        log.before_delivery(7, &m, start + 3).unwrap();
+        before(&log, 7, &m, start + 3);
         m.delivered_now(start + 3);
         // Tried, not delivered: not in the exact mark.
-        log.before_delivery(7, &m, start + 4).unwrap();
+        before(&log, 7, &m, start + 4);
         log.close_clean().unwrap();
         drop(log);
         // A clean stop: exact.
@@ -292,7 +309,7 @@ mod tests {
         let mut seq = 1;
         let mut last = 0;
         for _ in 0..COMPACT_AT + 10 {
-            log.before_delivery(3, &m, seq).unwrap();
+            before(&log, 3, &m, seq);
             last = seq + RESERVE_AHEAD;
             seq += RESERVE_AHEAD + 1;
         }
@@ -307,7 +324,7 @@ mod tests {
         let log = DeliveredLog::open(dir.path(), HashMap::new()).unwrap();
         let (_, m) = log.register(1);
         for seq in 1..=3 * RESERVE_AHEAD {
-            log.before_delivery(1, &m, seq).unwrap();
+            before(&log, 1, &m, seq);
         }
         let len = std::fs::metadata(dir.path().join(FILE)).unwrap().len();
         assert_eq!(len, 3 * 16);

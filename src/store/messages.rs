@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use super::op::Op;
 use super::{Error, Result, Store};
 use crate::message::{read_meta_stored, Message};
 
@@ -54,7 +55,7 @@ pub fn encode_message(msg: &Message, transient: bool, out: &mut BytesMut) {
 }
 
 /// Encodes a message record with its expiry deadline (0: none) into `out`.
-fn encode_record(msg: &Message, transient: bool, deadline: u64, out: &mut BytesMut) {
+pub(super) fn encode_record(msg: &Message, transient: bool, deadline: u64, out: &mut BytesMut) {
     out.clear();
     out.reserve(24 + msg.size());
     let kind = if transient { PAGED } else { PERSISTENT };
@@ -80,11 +81,12 @@ fn is_paged(raw: &[u8]) -> bool {
 
 /// Decodes a message record. `raw` is kept as the backing buffer: no copy.
 pub fn decode_message(raw: Bytes) -> Result<Message> {
-    decode_record(raw).map(|(m, _)| m)
+    decode_record(raw).map(|(m, _, _)| m)
 }
 
-/// Decodes a message record and its deadline (0: none).
-fn decode_record(raw: Bytes) -> Result<(Message, u64)> {
+/// Decodes a message record, whether it is a paged transient one, and its
+/// deadline (0: none).
+pub(super) fn decode_record(raw: Bytes) -> Result<(Message, bool, u64)> {
     let bad = || Error::Corrupt("message record".into());
     let mut r = crate::wire::FieldReader::new(&raw);
     let kind = r.u8().ok_or_else(bad)?;
@@ -112,63 +114,86 @@ fn decode_record(raw: Bytes) -> Result<(Message, u64)> {
         meta,
     )
     .ok_or_else(bad)?;
-    Ok((msg, deadline))
+    Ok((msg, kind & !HAS_DEADLINE == PAGED, deadline))
 }
 
 thread_local! {
     static SCRATCH: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }
 
+/// Applies `Op::PutMessage`.
+pub(super) fn put(
+    tree: &sled::Tree,
+    queue_id: u64,
+    seq: u64,
+    msg: &Message,
+    paged: bool,
+    deadline: u64,
+) -> Result<()> {
+    SCRATCH.with(|s| {
+        let mut buf = s.borrow_mut();
+        encode_record(msg, paged, deadline, &mut buf);
+        tree.insert(message_key(queue_id, seq), &buf[..])?;
+        Ok(())
+    })
+}
+
+/// Applies `Op::PurgeFrom`.
+pub(super) fn purge_from(tree: &sled::Tree, queue_id: u64, from: u64) -> Result<()> {
+    let mut batch = sled::Batch::default();
+    let range = message_key(queue_id, from)..=message_key(queue_id, u64::MAX);
+    for item in tree.range(range) {
+        let (k, _) = item?;
+        batch.remove(k);
+    }
+    tree.apply_batch(batch)?;
+    Ok(())
+}
+
 impl Store {
-    /// Writes a message of a durable queue (durable after the next flush)
-    /// with its expiry deadline (0: none).
+    /// Writes a message of a durable queue (durable after the next group
+    /// commit) with its expiry deadline (0: none).
     pub fn put_message(&self, queue_id: u64, seq: u64, msg: &Message, deadline: u64) -> Result<()> {
-        self.put_record(queue_id, seq, msg, false, deadline)
+        self.submit_put(queue_id, seq, msg, false, deadline)
     }
 
-    /// Writes a transient message paged out of memory (never flushed for
-    /// its own sake; dropped at the next start).
+    /// Writes a message paged out of memory: a transient one is never
+    /// committed for its own sake and is dropped at the next start.
     pub fn put_paged(&self, queue_id: u64, seq: u64, msg: &Message, deadline: u64) -> Result<()> {
-        self.put_record(queue_id, seq, msg, !msg.persistent(), deadline)
+        self.submit_put(queue_id, seq, msg, !msg.persistent(), deadline)
     }
 
-    fn put_record(
+    fn submit_put(
         &self,
         queue_id: u64,
         seq: u64,
-        msg: &Message,
-        transient: bool,
+        message: &Message,
+        paged: bool,
         deadline: u64,
     ) -> Result<()> {
-        SCRATCH.with(|s| {
-            let mut buf = s.borrow_mut();
-            encode_record(msg, transient, deadline, &mut buf);
-            self.msgs.insert(message_key(queue_id, seq), &buf[..])?;
-            Ok(())
+        self.submit(&Op::PutMessage {
+            queue_id,
+            seq,
+            deadline,
+            paged,
+            message,
         })
+        .map(drop)
     }
 
     /// Removes an acked message.
     pub fn remove_message(&self, queue_id: u64, seq: u64) -> Result<()> {
-        self.msgs.remove(message_key(queue_id, seq))?;
-        Ok(())
+        self.submit(&Op::RemoveMessage { queue_id, seq }).map(drop)
     }
 
-    /// Deletes every message of a queue (delete).
+    /// Deletes every message of a queue.
     pub fn purge_messages(&self, queue_id: u64) -> Result<()> {
         self.purge_from(queue_id, 0)
     }
 
     /// Deletes the messages of a queue from sequence `from` on.
     pub fn purge_from(&self, queue_id: u64, from: u64) -> Result<()> {
-        let mut batch = sled::Batch::default();
-        let range = message_key(queue_id, from)..=message_key(queue_id, u64::MAX);
-        for item in self.msgs.range(range) {
-            let (k, _) = item?;
-            batch.remove(k);
-        }
-        self.msgs.apply_batch(batch)?;
-        Ok(())
+        self.submit(&Op::PurgeFrom { queue_id, from }).map(drop)
     }
 
     /// Deletes the records of every queue id not in `live` (recovery): a
@@ -209,11 +234,11 @@ impl Store {
                     let (_, seq) =
                         split_key(&k).ok_or_else(|| Error::Corrupt("message key".into()))?;
                     if is_paged(&v) {
-                        self.msgs.remove(k)?;
+                        self.remove_message(queue_id, seq)?;
                         return Ok(None);
                     }
                     match decode_record(Bytes::copy_from_slice(&v)) {
-                        Ok((m, deadline)) => Ok(Some(StoredMessage {
+                        Ok((m, _, deadline)) => Ok(Some(StoredMessage {
                             seq,
                             message: Arc::new(m),
                             deadline,

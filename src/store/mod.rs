@@ -1,24 +1,34 @@
 //! Durability on sled, behind a small interface: definitions (vhosts,
-//! exchanges, queues, bindings) and persistent messages. Nothing outside this
-//! module knows sled exists. Writes are applied at once (in memory, in sled's
-//! log); `Store::ticket` + the flusher (`sync.rs`) make them durable in
-//! groups: one fsync covers every write made before it started.
+//! exchanges, queues, bindings), persistent messages, delivered marks and
+//! held delayed messages. Nothing outside this module knows sled exists.
+//!
+//! Every change is an operation (op.rs) submitted to the journal
+//! (journal.rs): one ordered stream, applied to sled by the applier
+//! (apply.rs) and made durable by group commit (sync.rs): a writer takes a
+//! ticket, and one sync covers every operation submitted before it started.
+//! Reads go to the applied state directly.
 
+mod apply;
 mod deferred;
 mod definitions;
 mod delayed;
 mod delivered;
+mod journal;
 mod messages;
+pub mod op;
 mod sync;
 
 use std::path::Path;
 use std::sync::Arc;
 
+pub use apply::Applier;
 pub use deferred::DeferredWrites;
 pub use definitions::{BindingDef, ExchangeDef, QueueDef};
 pub use delayed::DueMessage;
 pub use delivered::Mark;
+pub use journal::{Journal, LocalJournal};
 pub use messages::{decode_message, encode_message, StoredMessage};
+pub use op::{Applied, Op};
 pub use sync::{DiskSync, Flusher, Syncer};
 
 /// Store failures.
@@ -44,20 +54,16 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// The broker's durable state.
 pub struct Store {
     db: sled::Db,
+    /// The applied state, read directly.
     defs: sled::Tree,
     msgs: sled::Tree,
     /// Messages held by delayed-message exchanges.
     delayed: sled::Tree,
-    flusher: Arc<Flusher>,
-    /// What a group commit calls to make writes durable.
-    syncer: Arc<dyn Syncer>,
-    /// Per-queue delivered marks (delivered.rs).
-    delivered: delivered::DeliveredLog,
-    /// Holders of writes deferred to the next flush.
+    applier: Arc<Applier>,
+    /// Where every change goes.
+    journal: Arc<dyn Journal>,
+    /// Holders of writes deferred to the next commit.
     deferred: Arc<deferred::Registry>,
-    /// Bumped on every definitions write, so callers can tell whether an
-    /// operation touched durable state and must wait for a flush.
-    defs_version: std::sync::atomic::AtomicU64,
 }
 
 impl Store {
@@ -72,10 +78,11 @@ impl Store {
             .open()?;
         let dir_handle = std::fs::File::open(dir)?;
         let syncer = Arc::new(DiskSync::new(db.clone(), Some(dir_handle)));
-        let defs = db.open_tree("definitions")?;
-        let legacy = delivered::take_legacy_marks(&defs)?;
+        // A file-format migration of this node's own files, not a change
+        // of state: older versions kept the marks in the definitions tree.
+        let legacy = delivered::take_legacy_marks(&db.open_tree("definitions")?)?;
         let marks = delivered::DeliveredLog::open(dir, legacy)?;
-        Self::from_db(db, syncer, marks)
+        Self::from_db(db, syncer, marks, |local| local)
     }
 
     /// A store that lives in a temp dir and vanishes on drop (unit tests).
@@ -87,112 +94,101 @@ impl Store {
     /// A temporary store over `db` whose group commits call `syncer`
     /// (tests of the sync seam).
     pub fn temporary_with(db: sled::Db, syncer: Arc<dyn Syncer>) -> Result<Arc<Store>> {
-        Self::from_db(db, syncer, delivered::DeliveredLog::in_memory())
+        Self::from_db(db, syncer, delivered::DeliveredLog::in_memory(), |j| j)
+    }
+
+    /// A temporary store whose journal is `wrap` of the local one (tests
+    /// of the journal seam).
+    pub fn temporary_wrapped(
+        wrap: impl FnOnce(Arc<dyn Journal>) -> Arc<dyn Journal>,
+    ) -> Result<Arc<Store>> {
+        let db = sled::Config::new().temporary(true).open()?;
+        let syncer = Arc::new(DiskSync::new(db.clone(), None));
+        Self::from_db(db, syncer, delivered::DeliveredLog::in_memory(), wrap)
     }
 
     fn from_db(
         db: sled::Db,
         syncer: Arc<dyn Syncer>,
         delivered: delivered::DeliveredLog,
+        wrap: impl FnOnce(Arc<dyn Journal>) -> Arc<dyn Journal>,
     ) -> Result<Arc<Store>> {
-        let defs = db.open_tree("definitions")?;
-        let msgs = db.open_tree("messages")?;
-        let delayed = db.open_tree("delayed")?;
+        let applier = Arc::new(Applier::new(&db, delivered)?);
         let deferred = Arc::new(deferred::Registry::default());
-        let before_flush: Box<dyn Fn() -> bool + Send> = {
-            let deferred = Arc::clone(&deferred);
-            Box::new(move || deferred.write_all())
-        };
-        let flusher = Flusher::start(Arc::clone(&syncer), before_flush);
+        let local = LocalJournal::start(Arc::clone(&applier), syncer, Arc::clone(&deferred));
         Ok(Arc::new(Store {
+            defs: applier.defs.clone(),
+            msgs: applier.msgs.clone(),
+            delayed: applier.delayed.clone(),
             db,
-            defs,
-            msgs,
-            delayed,
-            flusher,
-            syncer,
-            delivered,
+            applier,
+            journal: wrap(Arc::new(local)),
             deferred,
-            defs_version: Default::default(),
         }))
     }
 
-    /// Asks for a flush covering every write made so far; returns the flush
-    /// epoch to wait for (see `Flusher`).
-    pub fn ticket(&self) -> u64 {
-        self.flusher.ticket()
+    /// Submits one operation to the journal.
+    pub fn submit(&self, op: &Op<'_>) -> Result<Applied> {
+        self.journal.submit(op)
     }
 
-    /// Registers a holder of writes to make before the next flush (see
+    /// Asks for a commit covering every operation submitted so far;
+    /// returns the commit number to wait for (see `committed`).
+    pub fn ticket(&self) -> u64 {
+        self.journal.ticket()
+    }
+
+    /// Registers a holder of writes to submit before the next commit (see
     /// deferred.rs). Register before taking the ticket that must cover them.
     pub fn defer(&self, holder: std::sync::Weak<dyn DeferredWrites>) {
         self.deferred.register(holder);
     }
 
-    /// Watches the last completed flush epoch.
+    /// Watches the last commit number reached.
     pub fn flushed(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.flusher.subscribe()
+        self.journal.committed()
     }
 
-    /// Waits until everything written so far is on disk.
+    /// Waits until everything submitted so far is committed.
     pub async fn sync(&self) -> Result<()> {
         let ticket = self.ticket();
         let mut rx = self.flushed();
-        // The flusher never stops while the store lives; a closed channel
-        // means shutdown, and then a direct flush does the job.
+        // The committer never stops while the store lives; a closed
+        // channel means shutdown, and then a direct commit does the job.
         if rx.wait_for(|&done| done >= ticket).await.is_err() {
-            self.write_deferred()?;
-            self.syncer.sync().map_err(Error::Sync)?;
+            self.journal.commit_now()?;
         }
         Ok(())
     }
 
-    /// Makes the deferred writes now (the flusher does this itself).
-    fn write_deferred(&self) -> Result<()> {
-        if self.deferred.write_all() {
-            Ok(())
-        } else {
-            Err(Error::Io(std::io::Error::other("a deferred write failed")))
-        }
-    }
-
-    /// Flushes everything now, synchronously, and stops the flusher
+    /// Commits everything now, synchronously, and stops the committer
     /// (shutdown): once the store is dropped, the data dir can be reopened.
     /// Then writes the exact delivered marks: this was a clean stop.
     pub fn flush_now(&self) -> Result<()> {
-        // The flusher's last round (deferred writes, then the sync) runs on
-        // its own thread, so no epoch it publishes can confirm a write
-        // still being made here; what registered since is written after,
-        // and synced the same way as a group commit.
-        self.flusher.stop();
-        let written = self.write_deferred();
-        self.syncer.sync().map_err(Error::Sync)?;
-        written?;
-        self.delivered.close_clean()
+        self.journal.close()?;
+        self.applier.delivered.close_clean()
     }
 
-    /// Counts definition writes: an operation that changed it touched
-    /// durable state and must wait for a flush before answering.
+    /// Counts definition changes: an operation that changed it touched
+    /// durable state and must wait for a commit before answering.
     pub fn defs_version(&self) -> u64 {
-        self.defs_version.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    pub(crate) fn defs_changed(&self) {
-        self.defs_version
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.applier.defs_version()
     }
 
     /// Registers a durable queue's delivered mark: returns what the last
     /// stop left (every sequence at or below it may have been delivered)
     /// and the mark its deliveries raise (see delivered.rs).
     pub fn delivery_mark(&self, queue_id: u64) -> (u64, Arc<Mark>) {
-        self.delivered.register(queue_id)
+        self.applier.delivered.register(queue_id)
     }
 
     /// Called before message `seq` of queue `queue_id` goes out: a crash
     /// from now on brings it back redelivered.
     pub fn before_delivery(&self, queue_id: u64, mark: &Mark, seq: u64) {
-        if let Err(e) = self.delivered.before_delivery(queue_id, mark, seq) {
+        let Some(upto) = delivered::DeliveredLog::reservation_for(mark, seq) else {
+            return;
+        };
+        if let Err(e) = self.submit(&Op::Reserve { queue_id, upto }) {
             tracing::error!(queue_id, "cannot write the delivered mark: {e}");
         }
     }

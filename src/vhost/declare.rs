@@ -354,8 +354,16 @@ impl VHost {
         // RabbitMQ makes exclusive queues transient whatever the flag says:
         // they die with their connection, so they are never stored.
         let stored = spec.durable && !spec.exclusive;
+        // The id comes from the store's applied state: two declares
+        // racing get the same one.
         let store_id = if stored {
-            self.store.next_queue_id()?
+            self.store.declare_queue(&QueueDef {
+                vhost: self.name.clone(),
+                name: spec.name.clone(),
+                id: 0,
+                auto_delete: spec.auto_delete,
+                arguments: spec.arguments.clone(),
+            })?
         } else {
             0
         };
@@ -368,15 +376,6 @@ impl VHost {
             arguments: spec.arguments.clone(),
             store_id,
         };
-        if stored {
-            self.store.put_queue(&QueueDef {
-                vhost: self.name.clone(),
-                name: spec.name.clone(),
-                id: store_id,
-                auto_delete: spec.auto_delete,
-                arguments: spec.arguments.clone(),
-            })?;
-        }
         let mut queues = self.queues.write();
         if let Some(q) = queues.get(&spec.name) {
             return Ok(Arc::clone(q));

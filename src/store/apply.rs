@@ -1,0 +1,88 @@
+//! The applier: the one place operations become writes, to sled's trees
+//! and to the delivered-marks log. Whatever journal carries the stream
+//! (journal.rs), state changes only here, so applying a stream anywhere
+//! gives the same state.
+//!
+//! Definition operations run one at a time (a lock they alone take: they
+//! are rare, and a queue's id must come from the counter as the last one
+//! left it). Message operations run as they come, on the caller's thread:
+//! operations on one queue are ordered by the queue's own lock, and those
+//! on different queues touch different keys.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use super::delivered::DeliveredLog;
+use super::op::{Applied, Op};
+use super::{definitions, delayed, messages, Result};
+
+/// The state operations change.
+pub struct Applier {
+    pub(super) defs: sled::Tree,
+    pub(super) msgs: sled::Tree,
+    pub(super) delayed: sled::Tree,
+    pub(super) delivered: DeliveredLog,
+    /// Serializes definition operations.
+    defs_lock: Mutex<()>,
+    /// Bumped by every definition operation.
+    defs_version: AtomicU64,
+}
+
+impl Applier {
+    /// The applier of `db`'s trees and `delivered`.
+    pub fn new(db: &sled::Db, delivered: DeliveredLog) -> Result<Applier> {
+        Ok(Applier {
+            defs: db.open_tree("definitions")?,
+            msgs: db.open_tree("messages")?,
+            delayed: db.open_tree("delayed")?,
+            delivered,
+            defs_lock: Mutex::new(()),
+            defs_version: AtomicU64::new(0),
+        })
+    }
+
+    /// Applies one operation.
+    pub fn apply(&self, op: &Op<'_>) -> Result<Applied> {
+        match *op {
+            Op::PutMessage {
+                queue_id,
+                seq,
+                deadline,
+                paged,
+                message,
+            } => messages::put(&self.msgs, queue_id, seq, message, paged, deadline)?,
+            Op::RemoveMessage { queue_id, seq } => {
+                self.msgs.remove(messages::message_key(queue_id, seq))?;
+            }
+            Op::PurgeFrom { queue_id, from } => messages::purge_from(&self.msgs, queue_id, from)?,
+            Op::Hold {
+                due,
+                seq,
+                vhost,
+                delay_ms,
+                message,
+            } => delayed::hold(&self.delayed, due, seq, vhost, delay_ms, message)?,
+            Op::Unhold { due, seq } => delayed::unhold(&self.delayed, due, seq)?,
+            Op::Reserve { queue_id, upto } => self.delivered.reserve(queue_id, upto)?,
+            _ => return self.apply_definition(op),
+        }
+        Ok(Applied::Done)
+    }
+
+    fn apply_definition(&self, op: &Op<'_>) -> Result<Applied> {
+        let _one_at_a_time = self.defs_lock.lock();
+        let applied = definitions::apply(&self.defs, op)?;
+        if let Op::DeleteQueue { id, .. } = *op {
+            self.delivered.forget(id);
+            messages::purge_from(&self.msgs, id, 0)?;
+        }
+        self.defs_version.fetch_add(1, Ordering::SeqCst);
+        Ok(applied)
+    }
+
+    /// Counts definition operations applied.
+    pub fn defs_version(&self) -> u64 {
+        self.defs_version.load(Ordering::SeqCst)
+    }
+}
