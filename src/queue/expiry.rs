@@ -4,10 +4,12 @@
 //! Each is one tokio task holding only a weak reference, so a deleted queue
 //! takes its timers with it.
 
+use std::cmp::Reverse;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::{now_ms, Queue};
+use super::dead_letter::Reason;
+use super::{now_ms, Queue, State};
 
 /// Starts the TTL timer: it sleeps until the earliest deadline (or until
 /// an earlier one arrives), removes what is due and dead-letters it.
@@ -70,4 +72,49 @@ pub(super) fn watch_unused(queue: &Arc<Queue>, ms: u64) {
             wait = ms - now.saturating_sub(idle_since);
         }
     });
+}
+
+impl Queue {
+    /// Records a deadline and makes sure the expiry timer will see it.
+    pub(super) fn schedule(self: &Arc<Self>, st: &mut State, deadline: u64, seq: u64) {
+        // Deadlines of messages consumed before they expired stay in the
+        // heap until due; when they far outnumber the ready messages,
+        // rebuild it from what is actually waiting.
+        if st.expiry.len() > 2 * st.ready.len() + 1024 {
+            st.expiry = st.ready.deadlines().map(Reverse).collect();
+        }
+        let earliest = st.expiry.peek().map(|Reverse((d, _))| *d);
+        st.expiry.push(Reverse((deadline, seq)));
+        if !st.timer_running {
+            st.timer_running = true;
+            start_timer(self);
+        } else if earliest.is_none_or(|e| deadline < e) {
+            self.timer.notify_one();
+        }
+    }
+
+    /// Removes the messages whose TTL ran out by `now`; returns the next
+    /// deadline (expiry timer).
+    pub(super) fn expire_due(self: &Arc<Self>, now: u64) -> Option<u64> {
+        let mut st = self.state.lock();
+        // Bounded work per pass, so the lock is never held for long; the
+        // timer comes straight back for the rest.
+        let mut budget = 10_000;
+        while let Some(&Reverse((deadline, seq))) = st.expiry.peek() {
+            if deadline > now || budget == 0 {
+                break;
+            }
+            budget -= 1;
+            st.expiry.pop();
+            if let Some(entry) = st.ready.remove(seq) {
+                st.dead.push((entry, Reason::Expired));
+            }
+        }
+        let next = st.expiry.peek().map(|Reverse((d, _))| *d);
+        if next.is_none() {
+            st.timer_running = false;
+        }
+        self.finish(st);
+        next
+    }
 }

@@ -1,25 +1,39 @@
-//! A queue: its ready messages (FIFO by sequence number), its consumers
-//! (round-robin), and what it has handed out. One mutex guards the state and
-//! is held only for the O(1) work of one push, delivery or ack; delivery runs
-//! on whichever task makes progress possible (a publisher's connection, an
-//! ack, a writer that drained), so there is no hop through a queue task.
+//! A queue: its ready messages (FIFO by sequence number, or by priority),
+//! its consumers, and what it has handed out. One mutex guards the state
+//! and is held only for the O(1) work of one push, delivery or ack;
+//! delivery runs on whichever task makes progress possible (a publisher's
+//! connection, an ack, a writer that drained), so there is no hop through
+//! a queue task.
 //!
-//! Persistent messages of a durable queue are written to the store on the
-//! way in and removed on ack; the store's group commit makes them durable.
+//! A persistent message of a durable queue is handed to the store's next
+//! group commit, not written on the way in (unwritten.rs): one acked before
+//! that commit is never written at all. One about to be paged out of
+//! memory, or a copy whose original is removed right after (dead-lettering,
+//! a delayed release), is written at once. Acks remove what was written.
 //!
-//! Messages that leave without being acked (rejected, expired, dropped by a
-//! length limit) are collected while the lock is held and dead-lettered
-//! after it is released (`dead_letter.rs` builds them, `expiry.rs` times
-//! TTLs and x-expires).
+//! This file holds the queue's state and push; the rest of what a queue
+//! does lives beside it: `dispatch.rs` (delivery and get), `settle.rs` (ack,
+//! requeue, reject, purge, dead-lettering), `limits.rs` (TTL deadlines and
+//! length limits), `expiry.rs` (the timers), `ready.rs` (the ready list
+//! and paging), `consumers.rs` (the consumer rings).
+//!
+//! What a queue needs from the layers above it, it names here as traits
+//! the layers above implement: `Sink` (where a consumer's deliveries go:
+//! an AMQP channel) and `Host` (the vhost: dead-letter routing, x-expires).
 
 pub mod args;
 mod consumer;
 mod consumers;
 pub mod dead_letter;
+mod dispatch;
 mod entry;
 mod expiry;
 mod host;
+mod limits;
 mod ready;
+mod settle;
+#[cfg(test)]
+mod testing;
 mod unwritten;
 
 use std::cmp::Reverse;
@@ -39,6 +53,7 @@ use dead_letter::Reason;
 pub use entry::Entry;
 pub use host::Host;
 use ready::{Pager, Ready};
+pub use settle::Settle;
 
 use crate::message::Message;
 use crate::store::{self, Store};
@@ -99,20 +114,6 @@ pub struct Pushed {
     pub stored: bool,
     /// A length limit with x-overflow reject-publish refused it.
     pub rejected: bool,
-}
-
-/// How many queues a message may be dead-lettered through in one go.
-const MAX_DEAD_LETTER_HOPS: u32 = 16;
-
-/// How deliveries taken back from a channel are settled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settle {
-    /// basic.ack: the message is done.
-    Ack,
-    /// nack/reject with requeue, recover, or a closed channel: back in line.
-    Requeue,
-    /// nack/reject without requeue: dead-lettered (or dropped).
-    Reject,
 }
 
 impl Queue {
@@ -267,382 +268,9 @@ impl Queue {
         })
     }
 
-    /// When a message pushed now expires (0 = never): the smaller of the
-    /// queue's x-message-ttl and the message's expiration.
-    fn deadline_for(&self, msg: &Message) -> u64 {
-        let ttl = match (self.args.message_ttl, msg.meta.expiration_ms()) {
-            (None, None) => return 0,
-            (Some(a), Some(b)) => a.min(b),
-            (Some(a), None) | (None, Some(a)) => a,
-        };
-        // u64::MAX marks an expired slot in `Ready`.
-        now_ms().saturating_add(ttl).clamp(1, u64::MAX - 1)
-    }
-
-    /// Whether one more message of `bytes` would break a length limit.
-    fn full_for(&self, st: &State, bytes: usize) -> bool {
-        self.args
-            .max_length
-            .is_some_and(|max| st.ready.len() as u64 >= max)
-            || self
-                .args
-                .max_length_bytes
-                .is_some_and(|max| (st.ready.bytes() + bytes) as u64 > max)
-    }
-
-    /// x-overflow drop-head: drops (dead-letters) the oldest ready messages
-    /// until the limits hold.
-    fn drop_over_limit(&self, st: &mut State) {
-        if self.args.max_length.is_none() && self.args.max_length_bytes.is_none() {
-            return;
-        }
-        let pager = self.pager();
-        while self
-            .args
-            .max_length
-            .is_some_and(|max| st.ready.len() as u64 > max)
-            || self
-                .args
-                .max_length_bytes
-                .is_some_and(|max| st.ready.bytes() as u64 > max)
-        {
-            let Some(head) = st.ready.pop_front(pager.as_ref()) else {
-                break;
-            };
-            st.dead.push((head, Reason::MaxLen));
-        }
-    }
-
-    /// Records a deadline and makes sure the expiry timer will see it.
-    fn schedule(self: &Arc<Self>, st: &mut State, deadline: u64, seq: u64) {
-        // Deadlines of messages consumed before they expired stay in the
-        // heap until due; when they far outnumber the ready messages,
-        // rebuild it from what is actually waiting.
-        if st.expiry.len() > 2 * st.ready.len() + 1024 {
-            st.expiry = st.ready.deadlines().map(Reverse).collect();
-        }
-        let earliest = st.expiry.peek().map(|Reverse((d, _))| *d);
-        st.expiry.push(Reverse((deadline, seq)));
-        if !st.timer_running {
-            st.timer_running = true;
-            expiry::start_timer(self);
-        } else if earliest.is_none_or(|e| deadline < e) {
-            self.timer.notify_one();
-        }
-    }
-
-    /// Removes the messages whose TTL ran out by `now`; returns the next
-    /// deadline (expiry timer).
-    fn expire_due(self: &Arc<Self>, now: u64) -> Option<u64> {
-        let mut st = self.state.lock();
-        // Bounded work per pass, so the lock is never held for long; the
-        // timer comes straight back for the rest.
-        let mut budget = 10_000;
-        while let Some(&Reverse((deadline, seq))) = st.expiry.peek() {
-            if deadline > now || budget == 0 {
-                break;
-            }
-            budget -= 1;
-            st.expiry.pop();
-            if let Some(entry) = st.ready.remove(seq) {
-                st.dead.push((entry, Reason::Expired));
-            }
-        }
-        let next = st.expiry.peek().map(|Reverse((d, _))| *d);
-        if next.is_none() {
-            st.timer_running = false;
-        }
-        self.finish(st);
-        next
-    }
-
-    /// Releases the lock, then dead-letters what was collected under it.
-    fn finish(&self, mut st: parking_lot::MutexGuard<'_, State>) {
-        if st.dead.is_empty() {
-            return;
-        }
-        let dead = std::mem::take(&mut st.dead);
-        drop(st);
-        self.dead_letter_all(dead);
-    }
-
-    /// Sends messages to the dead-letter exchange (if there is one) and
-    /// removes them from this queue: the new copies are written first, so a
-    /// crash in between can duplicate a message, never lose it.
-    fn dead_letter_all(&self, dead: Vec<(Entry, Reason)>) {
-        // Dead-lettering pushes into other queues, which may dead-letter in
-        // turn (length limits, TTL 0): bound the depth so no chain of
-        // queues can recurse without end; past it the message is dropped.
-        thread_local!(static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
-        let depth = DEPTH.with(|d| d.get());
-        let target = if depth < MAX_DEAD_LETTER_HOPS {
-            self.args
-                .dead_letter_exchange
-                .as_deref()
-                .zip(self.host.upgrade())
-        } else {
-            tracing::warn!(queue = self.name(), "dead-letter chain too long: dropping");
-            None
-        };
-        DEPTH.with(|d| d.set(depth + 1));
-        self.dead_letter_each(dead, target);
-        DEPTH.with(|d| d.set(depth));
-    }
-
-    fn dead_letter_each(&self, dead: Vec<(Entry, Reason)>, target: Option<(&str, Arc<dyn Host>)>) {
-        let now_secs = now_ms() / 1000;
-        for (entry, reason) in dead {
-            if let Some((dlx, host)) = &target {
-                let dlrk = self.args.dead_letter_routing_key.as_deref();
-                let msg = Arc::new(dead_letter::dead_letter(
-                    &entry.msg,
-                    self.name(),
-                    reason,
-                    dlx,
-                    dlrk,
-                    now_secs,
-                ));
-                host.dead_letter(&msg);
-            }
-            self.forget(entry);
-        }
-    }
-
-    /// Delivers ready messages to consumers with credit.
-    pub fn dispatch(self: &Arc<Self>) {
-        let mut st = self.state.lock();
-        self.dispatch_locked(&mut st);
-        self.finish(st);
-    }
-
-    /// Delivers ready messages to the consumers that can take them (see
-    /// consumers.rs: by priority, round-robin within one; with a single
-    /// active consumer only to the first subscribed). A consumer that
-    /// refuses is parked until what it lacks comes back, so no consumer
-    /// is asked twice for nothing.
-    fn dispatch_locked(self: &Arc<Self>, st: &mut State) {
-        let pager = self.pager();
-        let sac = self.args.single_active_consumer;
-        let State {
-            consumers,
-            ready,
-            unacked,
-            dead,
-            ..
-        } = st;
-        while let Some(consumer) = consumers.next(sac) {
-            let Some(entry) = ready.pop_front(pager.as_ref()) else {
-                break;
-            };
-            // A consumer never receives an expired message.
-            if entry.deadline != 0 && entry.expired(now_ms()) {
-                dead.push((entry, Reason::Expired));
-                continue;
-            }
-            let (seq, stored, no_ack) = (entry.seq, entry.stored, consumer.no_ack);
-            if stored {
-                self.before_delivery(seq);
-            }
-            match consumer.sink.try_deliver(consumer, self, entry) {
-                Ok(()) => {
-                    if stored {
-                        self.delivered(seq);
-                    }
-                    if !no_ack {
-                        *unacked += 1;
-                    }
-                    consumers.delivered(sac);
-                }
-                Err((back, why)) => {
-                    ready.push_front(back);
-                    consumers.park_next(sac, why);
-                }
-            }
-        }
-    }
-
-    /// The outbox at `at` drained: its consumers may take deliveries again.
-    pub fn outbox_drained(self: &Arc<Self>, at: usize) {
-        let mut st = self.state.lock();
-        st.consumers.unpark_outbox(at);
-        self.dispatch_locked(&mut st);
-        self.finish(st);
-    }
-
-    /// `consumer` may have credit again (its channel's prefetch freed up):
-    /// back among the ready ones, and deliver. The parked flag is read
-    /// under the lock: a dispatcher that found the channel out of credit
-    /// may be about to park the consumer, and must not miss this.
-    pub fn unpark(self: &Arc<Self>, consumer: &Consumer) {
-        let mut st = self.state.lock();
-        st.consumers.unpark(consumer.id);
-        self.dispatch_locked(&mut st);
-        self.finish(st);
-    }
-
-    /// Before a stored message goes out: a stop from now on must bring it
-    /// back redelivered (the store writes a reservation ahead of it when
-    /// needed, see store/delivered.rs).
-    fn before_delivery(&self, seq: u64) {
-        if let Some((_, mark)) = &self.mark {
-            self.store.before_delivery(self.config.store_id, mark, seq);
-        }
-    }
-
-    /// After a stored message went out (exact on a clean stop).
-    fn delivered(&self, seq: u64) {
-        if let Some((_, mark)) = &self.mark {
-            mark.delivered_now(seq);
-        }
-    }
-
-    /// `basic.get`: hands the head message to `channel`. Returns false when
-    /// the queue is empty.
-    /// `timeout_ms` is how long the delivery may stay unacked (0 = forever).
-    pub fn get(self: &Arc<Self>, sink: &dyn Sink, no_ack: bool, timeout_ms: u64) -> bool {
-        self.touch();
-        let mut st = self.state.lock();
-        let pager = self.pager();
-        let entry = loop {
-            match st.ready.pop_front(pager.as_ref()) {
-                None => {
-                    self.finish(st);
-                    return false;
-                }
-                Some(e) if e.deadline != 0 && e.expired(now_ms()) => {
-                    st.dead.push((e, Reason::Expired))
-                }
-                Some(e) => break e,
-            }
-        };
-        let (seq, stored) = (entry.seq, entry.stored);
-        if stored {
-            self.before_delivery(seq);
-            self.delivered(seq);
-        }
-        let remaining = st.ready.len() as u32;
-        match sink.deliver_get(self, entry, remaining, no_ack, timeout_ms) {
-            Some(entry) => self.forget(entry),
-            None => st.unacked += 1,
-        }
-        self.finish(st);
-        true
-    }
-
     /// Notes a use (basic.get, consume, redeclare) for x-expires.
     pub fn touch(&self) {
         self.last_used.store(now_ms(), Ordering::Relaxed);
-    }
-
-    /// Settles a delivery that needed no ack (called with the lock held by
-    /// the dispatcher, so it must not lock).
-    pub fn settle_delivered(&self, entry: Entry) {
-        self.forget(entry);
-    }
-
-    fn forget(&self, entry: Entry) {
-        if entry.stored && !self.deleted.load(Ordering::Relaxed) {
-            if let Err(e) = self.unstore(entry.seq) {
-                tracing::warn!(queue = %self.config.name, "cannot remove acked message: {e}");
-            }
-        }
-    }
-
-    /// Removes a stored message: free if it was not written yet.
-    fn unstore(&self, seq: u64) -> store::Result<()> {
-        if self.unwritten.cancel(seq) {
-            return Ok(());
-        }
-        self.store.remove_message(self.config.store_id, seq)
-    }
-
-    /// Settles deliveries taken back from a channel, then delivers into the
-    /// credit they freed.
-    pub fn settle(self: &Arc<Self>, taken: impl Iterator<Item = Unacked>, how: Settle) {
-        let mut st = self.state.lock();
-        // A deleted queue's messages are gone: not dead-lettered (as in
-        // RabbitMQ), not requeued.
-        let deleted = self.deleted.load(Ordering::Relaxed);
-        for u in taken {
-            // The credit it held is free: a parked consumer may take more.
-            if let Some(c) = &u.consumer {
-                if c.parked.load(Ordering::Relaxed) {
-                    st.consumers.unpark(c.id);
-                }
-            }
-            let mut entry = u.entry;
-            match how {
-                Settle::Ack => {
-                    st.unacked = st.unacked.saturating_sub(1);
-                    self.forget(entry);
-                }
-                _ if deleted => {}
-                Settle::Reject => {
-                    st.unacked = st.unacked.saturating_sub(1);
-                    st.dead.push((entry, Reason::Rejected));
-                }
-                Settle::Requeue => {
-                    st.unacked = st.unacked.saturating_sub(1);
-                    entry.redelivered = true;
-                    entry.returned = entry.returned.saturating_add(1);
-                    if let Some(limit) = self.args.delivery_limit {
-                        // A poison message cannot loop forever: past the
-                        // limit it is dead-lettered (reason delivery_limit);
-                        // below it, it carries x-delivery-count.
-                        if entry.returned as u64 > limit {
-                            st.dead.push((entry, Reason::DeliveryLimit));
-                            continue;
-                        }
-                        entry.msg = Arc::new(entry.msg.with_header(
-                            "x-delivery-count",
-                            amq_protocol::types::AMQPValue::LongLongInt(entry.returned as i64),
-                        ));
-                    }
-                    let (deadline, seq) = (entry.deadline, entry.seq);
-                    st.ready.insert_sorted(entry);
-                    // Its deadline left the heap when it was delivered.
-                    if deadline != 0 {
-                        self.schedule(&mut st, deadline, seq);
-                    }
-                }
-            }
-        }
-        if deleted && how != Settle::Ack {
-            return;
-        }
-        self.dispatch_locked(&mut st);
-        self.finish(st);
-    }
-
-    /// Adds a consumer. Fails if an exclusive consumer holds the queue, or
-    /// if an exclusive one is asked for while others exist. Delivers
-    /// nothing: the caller sends consume-ok first, then calls `dispatch`.
-    pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> Result<(), ConsumeError> {
-        self.touch();
-        let mut st = self.state.lock();
-        if self.deleted.load(Ordering::Relaxed) {
-            return Err(ConsumeError::Deleted);
-        }
-        if st.consumers.exclusive_held() {
-            return Err(ConsumeError::ExclusiveHeld);
-        }
-        if consumer.exclusive && !st.consumers.is_empty() {
-            return Err(ConsumeError::InUse);
-        }
-        st.consumers.add(consumer);
-        Ok(())
-    }
-
-    /// Removes a consumer; returns how many remain.
-    pub fn remove_consumer(self: &Arc<Self>, consumer: &Consumer) -> usize {
-        self.touch();
-        let mut st = self.state.lock();
-        st.consumers.remove(consumer.id);
-        let left = st.consumers.len();
-        // With a single active consumer, the next one takes over now.
-        self.dispatch_locked(&mut st);
-        self.finish(st);
-        left
     }
 
     /// Ready messages.
@@ -653,22 +281,6 @@ impl Queue {
     /// Active consumers.
     pub fn consumer_count(&self) -> u32 {
         self.state.lock().consumers.len() as u32
-    }
-
-    /// Drops every ready message; returns how many.
-    pub fn purge(&self) -> store::Result<u32> {
-        let mut st = self.state.lock();
-        let n = st.ready.len() as u32;
-        let (entries, tail) = st.ready.clear();
-        for entry in entries {
-            if entry.stored {
-                self.unstore(entry.seq)?;
-            }
-        }
-        if let Some(from) = tail {
-            self.store.purge_from(self.config.store_id, from)?;
-        }
-        Ok(n)
     }
 
     /// Marks the queue deleted, cancels its consumers (telling clients that
@@ -690,17 +302,6 @@ impl Queue {
     /// Whether the queue was deleted.
     pub fn is_deleted(&self) -> bool {
         self.deleted.load(Ordering::Relaxed)
-    }
-
-    /// Settles deliveries taken from one channel, grouped by queue.
-    pub fn settle_all(unacked: &mut Vec<Unacked>, how: Settle) {
-        let mut drain = unacked.drain(..).peekable();
-        while let Some(first) = drain.next() {
-            let q = Arc::clone(&first.queue);
-            let rest = std::iter::from_fn(|| drain.next_if(|u| Arc::ptr_eq(&u.queue, &q)));
-            let run = std::iter::once(first).chain(rest);
-            q.settle(run, how);
-        }
     }
 }
 

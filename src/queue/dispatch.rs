@@ -1,0 +1,247 @@
+//! Handing messages out: delivery to consumers (by priority, round-robin
+//! within one, single active consumer; see consumers.rs for the rings),
+//! `basic.get`, consumers joining and leaving, and the delivered marks a
+//! durable queue keeps on the way (store/delivered.rs).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::dead_letter::Reason;
+use super::{now_ms, ConsumeError, Consumer, Queue, Sink, State};
+
+impl Queue {
+    /// Delivers ready messages to consumers with credit.
+    pub fn dispatch(self: &Arc<Self>) {
+        let mut st = self.state.lock();
+        self.dispatch_locked(&mut st);
+        self.finish(st);
+    }
+
+    /// Delivers ready messages to the consumers that can take them (see
+    /// consumers.rs: by priority, round-robin within one; with a single
+    /// active consumer only to the first subscribed). A consumer that
+    /// refuses is parked until what it lacks comes back, so no consumer
+    /// is asked twice for nothing.
+    pub(super) fn dispatch_locked(self: &Arc<Self>, st: &mut State) {
+        let pager = self.pager();
+        let sac = self.args.single_active_consumer;
+        let State {
+            consumers,
+            ready,
+            unacked,
+            dead,
+            ..
+        } = st;
+        while let Some(consumer) = consumers.next(sac) {
+            let Some(entry) = ready.pop_front(pager.as_ref()) else {
+                break;
+            };
+            // A consumer never receives an expired message.
+            if entry.deadline != 0 && entry.expired(now_ms()) {
+                dead.push((entry, Reason::Expired));
+                continue;
+            }
+            let (seq, stored, no_ack) = (entry.seq, entry.stored, consumer.no_ack);
+            if stored {
+                self.before_delivery(seq);
+            }
+            match consumer.sink.try_deliver(consumer, self, entry) {
+                Ok(()) => {
+                    if stored {
+                        self.delivered(seq);
+                    }
+                    if !no_ack {
+                        *unacked += 1;
+                    }
+                    consumers.delivered(sac);
+                }
+                Err((back, why)) => {
+                    ready.push_front(back);
+                    consumers.park_next(sac, why);
+                }
+            }
+        }
+    }
+
+    /// The outbox at `at` drained: its consumers may take deliveries again.
+    pub fn outbox_drained(self: &Arc<Self>, at: usize) {
+        let mut st = self.state.lock();
+        st.consumers.unpark_outbox(at);
+        self.dispatch_locked(&mut st);
+        self.finish(st);
+    }
+
+    /// `consumer` may have credit again (its channel's prefetch freed up):
+    /// back among the ready ones, and deliver. The parked flag is read
+    /// under the lock: a dispatcher that found the channel out of credit
+    /// may be about to park the consumer, and must not miss this.
+    pub fn unpark(self: &Arc<Self>, consumer: &Consumer) {
+        let mut st = self.state.lock();
+        st.consumers.unpark(consumer.id);
+        self.dispatch_locked(&mut st);
+        self.finish(st);
+    }
+
+    /// Before a stored message goes out: a stop from now on must bring it
+    /// back redelivered (the store writes a reservation ahead of it when
+    /// needed, see store/delivered.rs).
+    pub(super) fn before_delivery(&self, seq: u64) {
+        if let Some((_, mark)) = &self.mark {
+            self.store.before_delivery(self.config.store_id, mark, seq);
+        }
+    }
+
+    /// After a stored message went out (exact on a clean stop).
+    pub(super) fn delivered(&self, seq: u64) {
+        if let Some((_, mark)) = &self.mark {
+            mark.delivered_now(seq);
+        }
+    }
+
+    /// `basic.get`: hands the head message to `channel`. Returns false when
+    /// the queue is empty.
+    /// `timeout_ms` is how long the delivery may stay unacked (0 = forever).
+    pub fn get(self: &Arc<Self>, sink: &dyn Sink, no_ack: bool, timeout_ms: u64) -> bool {
+        self.touch();
+        let mut st = self.state.lock();
+        let pager = self.pager();
+        let entry = loop {
+            match st.ready.pop_front(pager.as_ref()) {
+                None => {
+                    self.finish(st);
+                    return false;
+                }
+                Some(e) if e.deadline != 0 && e.expired(now_ms()) => {
+                    st.dead.push((e, Reason::Expired))
+                }
+                Some(e) => break e,
+            }
+        };
+        let (seq, stored) = (entry.seq, entry.stored);
+        if stored {
+            self.before_delivery(seq);
+            self.delivered(seq);
+        }
+        let remaining = st.ready.len() as u32;
+        match sink.deliver_get(self, entry, remaining, no_ack, timeout_ms) {
+            Some(entry) => self.forget(entry),
+            None => st.unacked += 1,
+        }
+        self.finish(st);
+        true
+    }
+
+    /// Adds a consumer. Fails if an exclusive consumer holds the queue, or
+    /// if an exclusive one is asked for while others exist. Delivers
+    /// nothing: the caller sends consume-ok first, then calls `dispatch`.
+    pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> Result<(), ConsumeError> {
+        self.touch();
+        let mut st = self.state.lock();
+        if self.deleted.load(Ordering::Relaxed) {
+            return Err(ConsumeError::Deleted);
+        }
+        if st.consumers.exclusive_held() {
+            return Err(ConsumeError::ExclusiveHeld);
+        }
+        if consumer.exclusive && !st.consumers.is_empty() {
+            return Err(ConsumeError::InUse);
+        }
+        st.consumers.add(consumer);
+        Ok(())
+    }
+
+    /// Removes a consumer; returns how many remain.
+    pub fn remove_consumer(self: &Arc<Self>, consumer: &Consumer) -> usize {
+        self.touch();
+        let mut st = self.state.lock();
+        st.consumers.remove(consumer.id);
+        let left = st.consumers.len();
+        // With a single active consumer, the next one takes over now.
+        self.dispatch_locked(&mut st);
+        self.finish(st);
+        left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use amq_protocol::types::AMQPValue;
+
+    use crate::queue::testing::{consumer, push, queue, TestHost, TestSink};
+    use crate::queue::Settle;
+
+    #[test]
+    fn consumers_of_one_priority_take_turns_in_order() {
+        let host = Arc::new(TestHost::default());
+        let q = queue(&[], &host);
+        let sink = Arc::new(TestSink::default());
+        q.add_consumer(consumer(&sink, "a", 0, 0)).unwrap();
+        q.add_consumer(consumer(&sink, "b", 0, 0)).unwrap();
+        push(&q, 4);
+        let seen = sink.seen.lock().clone();
+        let order: Vec<(&str, u64)> = seen.iter().map(|(t, s, _)| (t.as_str(), *s)).collect();
+        assert_eq!(order, [("a", 1), ("b", 2), ("a", 3), ("b", 4)]);
+    }
+
+    #[test]
+    fn a_higher_priority_consumer_goes_first_while_it_has_credit() {
+        let host = Arc::new(TestHost::default());
+        let q = queue(&[], &host);
+        let sink = Arc::new(TestSink::default());
+        q.add_consumer(consumer(&sink, "low", 0, 0)).unwrap();
+        q.add_consumer(consumer(&sink, "high", 2, 5)).unwrap();
+        push(&q, 4);
+        assert_eq!(sink.tags(), ["high", "high", "low", "low"]);
+        // An ack gives "high" its credit back: it takes the next one.
+        sink.settle(&[1], Settle::Ack);
+        push(&q, 1);
+        assert_eq!(sink.tags().last().map(String::as_str), Some("high"));
+    }
+
+    #[test]
+    fn out_of_credit_waits_for_an_ack_then_delivers() {
+        let host = Arc::new(TestHost::default());
+        let q = queue(&[], &host);
+        let sink = Arc::new(TestSink::default());
+        q.add_consumer(consumer(&sink, "a", 1, 0)).unwrap();
+        push(&q, 3);
+        assert_eq!(sink.seen.lock().len(), 1);
+        assert_eq!(q.message_count(), 2);
+        sink.settle(&[1], Settle::Ack);
+        assert_eq!(sink.seen.lock().last().map(|d| d.1), Some(2));
+        assert_eq!(q.message_count(), 1);
+    }
+
+    #[test]
+    fn a_single_active_consumer_has_the_queue_until_it_leaves() {
+        let host = Arc::new(TestHost::default());
+        let q = queue(
+            &[("x-single-active-consumer", AMQPValue::Boolean(true))],
+            &host,
+        );
+        let sink = Arc::new(TestSink::default());
+        let first = consumer(&sink, "first", 0, 0);
+        q.add_consumer(Arc::clone(&first)).unwrap();
+        q.add_consumer(consumer(&sink, "second", 0, 9)).unwrap();
+        push(&q, 2);
+        assert_eq!(sink.tags(), ["first", "first"]);
+        q.remove_consumer(&first);
+        push(&q, 1);
+        assert_eq!(sink.tags().last().map(String::as_str), Some("second"));
+    }
+
+    #[test]
+    fn get_takes_the_head_and_says_when_empty() {
+        let host = Arc::new(TestHost::default());
+        let q = queue(&[], &host);
+        let sink = TestSink::default();
+        push(&q, 2);
+        assert!(q.get(&sink, true, 0));
+        assert!(q.get(&sink, false, 0));
+        assert!(!q.get(&sink, true, 0));
+        let seqs: Vec<u64> = sink.seen.lock().iter().map(|d| d.1).collect();
+        assert_eq!(seqs, [1, 2]);
+    }
+}

@@ -1,0 +1,56 @@
+//! What a queue's arguments limit on the way in: a message's TTL deadline
+//! (x-message-ttl and the expiration property) and the length limits
+//! (x-max-length, x-max-length-bytes; x-overflow drop-head drops from the
+//! front, the reject modes refuse in `Queue::push`).
+
+use super::dead_letter::Reason;
+use super::{now_ms, Queue, State};
+use crate::message::Message;
+
+impl Queue {
+    /// When a message pushed now expires (0 = never): the smaller of the
+    /// queue's x-message-ttl and the message's expiration.
+    pub(super) fn deadline_for(&self, msg: &Message) -> u64 {
+        let ttl = match (self.args.message_ttl, msg.meta.expiration_ms()) {
+            (None, None) => return 0,
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) | (None, Some(a)) => a,
+        };
+        // u64::MAX marks an expired slot in `Ready`.
+        now_ms().saturating_add(ttl).clamp(1, u64::MAX - 1)
+    }
+
+    /// Whether one more message of `bytes` would break a length limit.
+    pub(super) fn full_for(&self, st: &State, bytes: usize) -> bool {
+        self.args
+            .max_length
+            .is_some_and(|max| st.ready.len() as u64 >= max)
+            || self
+                .args
+                .max_length_bytes
+                .is_some_and(|max| (st.ready.bytes() + bytes) as u64 > max)
+    }
+
+    /// x-overflow drop-head: drops (dead-letters) the oldest ready messages
+    /// until the limits hold.
+    pub(super) fn drop_over_limit(&self, st: &mut State) {
+        if self.args.max_length.is_none() && self.args.max_length_bytes.is_none() {
+            return;
+        }
+        let pager = self.pager();
+        while self
+            .args
+            .max_length
+            .is_some_and(|max| st.ready.len() as u64 > max)
+            || self
+                .args
+                .max_length_bytes
+                .is_some_and(|max| st.ready.bytes() as u64 > max)
+        {
+            let Some(head) = st.ready.pop_front(pager.as_ref()) else {
+                break;
+            };
+            st.dead.push((head, Reason::MaxLen));
+        }
+    }
+}
