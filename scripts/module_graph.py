@@ -40,22 +40,102 @@ def code(path):
     return "".join(out)
 
 
-def main():
-    files = "--files" in sys.argv
+def expand(tree):
+    """Expands one `use` tree ("a::{b, c::d}") into its paths."""
+    tree = tree.strip()
+    depth, at = 0, None
+    for i, ch in enumerate(tree):
+        if ch == "{" and depth == 0:
+            at = i
+            break
+    if at is None:
+        return [tree]
+    prefix, inner = tree[:at], tree[at + 1 : tree.rindex("}")]
+    parts, depth, cur = [], 0, ""
+    for ch in inner:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += ch == "{"
+        depth -= ch == "}"
+        cur += ch
+    parts.append(cur)
+    return [p for part in parts if part.strip() for p in expand(prefix + part.strip())]
+
+
+def is_module(parts):
+    base = os.path.join(SRC, *parts)
+    return os.path.exists(base + ".rs") or os.path.exists(os.path.join(base, "mod.rs"))
+
+
+def resolve(me, is_mod_rs, path):
+    """The module file a `crate::` or `super::` path lands in."""
+    segs = path.split("::")
+    if segs[0] == "crate":
+        at = []
+    elif segs[0] == "super":
+        at = me.split("::")
+        while segs and segs[0] == "super":
+            at = at[:-1]
+            segs = segs[1:]
+        segs = ["super"] + segs
+    else:
+        return None
+    best = list(at)
+    for seg in segs[1:]:
+        seg = seg.split(" as ")[0].strip()
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", seg) or not is_module(best + [seg]):
+            break
+        best.append(seg)
+    return "::".join(best)
+
+
+def related(a, b):
+    """Whether one module contains the other (a parent and its children
+    always refer to each other; that is not a layering question)."""
+    return a == b or a.startswith(b + "::") or b.startswith(a + "::") or not a or not b
+
+
+def file_edges():
     edges = set()
     for root, _, names in os.walk(SRC):
         for n in names:
             if not n.endswith(".rs"):
                 continue
             p = os.path.join(root, n)
-            me = file_module(p) if files else top_level(p)
+            me = file_module(p)
+            if me in ("lib", "main"):
+                continue
+            text = code(p)
+            paths = []
+            for stmt in re.findall(r"\buse\s+([^;]+);", text):
+                paths += expand(stmt)
+            paths += [m.group(0) for m in re.finditer(r"\b(?:crate|super)(?:::[a-z_][a-z0-9_]*)+", text)]
+            for path in paths:
+                other = resolve(me, n == "mod.rs", path.strip())
+                if other is not None and not related(me, other):
+                    edges.add((me, other))
+    return edges
+
+
+def main():
+    files = "--files" in sys.argv
+    if files:
+        edges = file_edges()
+    else:
+        edges = set()
+    for root, _, names in os.walk(SRC) if not files else []:
+        for n in names:
+            if not n.endswith(".rs"):
+                continue
+            p = os.path.join(root, n)
+            me = top_level(p)
             if me in ("lib", "main"):
                 continue
             for m in USE.finditer(code(p)):
                 other = m.group(1)
-                if files and m.group(2) and os.path.exists(os.path.join(SRC, other, m.group(2) + ".rs")):
-                    other = other + "::" + m.group(2)
-                if other != me and not (files and other.split("::")[0] == me.split("::")[0] and "::" not in other):
+                if other != me:
                     edges.add((me, other))
     for a, b in sorted(edges):
         print(f"{a} -> {b}")

@@ -19,21 +19,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::delivery::ChannelDelivery;
+use crate::util::coarse_now_ms;
 
 /// How often deadlines are looked at.
 pub const CHECK_EVERY: Duration = Duration::from_secs(1);
-
-/// Milliseconds on a coarse monotonic clock (CLOCK_MONOTONIC_COARSE: read
-/// without a syscall, a few milliseconds of resolution).
-pub fn coarse_now_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
-}
 
 /// The channels whose deliveries may time out.
 #[derive(Default)]

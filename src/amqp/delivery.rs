@@ -42,7 +42,7 @@ const TIMED_OUT_KEPT: usize = 10_000;
 fn deadline_in(timeout_ms: u64) -> u64 {
     match timeout_ms {
         0 => 0,
-        ms => super::consumer_timeout::coarse_now_ms().saturating_add(ms),
+        ms => crate::util::coarse_now_ms().saturating_add(ms),
     }
 }
 

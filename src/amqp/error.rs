@@ -4,6 +4,9 @@
 
 use std::fmt;
 
+use amq_protocol::protocol::{connection, AMQPClass};
+use amq_protocol::types::ShortString;
+
 /// AMQP 0-9-1 reply codes, as RabbitMQ uses them.
 pub mod code {
     pub const REPLY_SUCCESS: u16 = 200;
@@ -171,6 +174,28 @@ impl From<crate::store::Error> for ProtocolError {
 
 /// Result of a channel or connection method handler.
 pub type Result<T> = std::result::Result<T, ProtocolError>;
+
+/// The connection.close method for a hard error.
+pub fn close_method(e: &ProtocolError) -> AMQPClass {
+    AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+        reply_code: e.code,
+        reply_text: ShortString::from(truncate(&e.text)),
+        class_id: e.class_id,
+        method_id: e.method_id,
+    }))
+}
+
+/// Reply texts are short strings: at most 255 bytes, cut at a char boundary.
+pub fn truncate(s: &str) -> String {
+    if s.len() <= 255 {
+        return s.to_string();
+    }
+    let mut end = 255;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,7 @@
 use amq_protocol::protocol::{connection, AMQPClass};
 use amq_protocol::types::ShortString;
 
-use super::connection::ConnCtx;
+use super::context::ConnCtx;
 
 /// Tells the client (if it asked to be told) that it is now blocked.
 pub fn blocked(ctx: &ConnCtx) {

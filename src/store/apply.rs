@@ -72,10 +72,23 @@ impl Applier {
 
     fn apply_definition(&self, op: &Op<'_>) -> Result<Applied> {
         let _one_at_a_time = self.defs_lock.lock();
-        let applied = definitions::apply(&self.defs, op)?;
-        if let Op::DeleteQueue { id, .. } = *op {
-            self.delivered.forget(id);
-            messages::purge_from(&self.msgs, id, 0)?;
+        let tree = &self.defs;
+        let mut applied = Applied::Done;
+        match *op {
+            Op::PutVhost { name } => definitions::put_vhost(tree, name)?,
+            Op::PutExchange(def) => definitions::put_exchange(tree, def)?,
+            Op::DeleteExchange { vhost, name } => definitions::delete_exchange(tree, vhost, name)?,
+            Op::DeclareQueue(def) => {
+                applied = Applied::Queue(definitions::declare_queue(tree, def)?)
+            }
+            Op::DeleteQueue { vhost, name, id } => {
+                definitions::delete_queue(tree, vhost, name)?;
+                self.delivered.forget(id);
+                messages::purge_from(&self.msgs, id, 0)?;
+            }
+            Op::PutBinding(def) => definitions::put_binding(tree, def)?,
+            Op::DeleteBinding(def) => definitions::delete_binding(tree, def)?,
+            _ => {}
         }
         self.defs_version.fetch_add(1, Ordering::SeqCst);
         Ok(applied)

@@ -13,7 +13,6 @@
 use amq_protocol::types::FieldTable;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use super::op::{Applied, Op};
 use super::{Error, Result, Store};
 
 /// A durable exchange.
@@ -160,31 +159,42 @@ fn put_def<T: Serialize + DeserializeOwned>(tree: &sled::Tree, k: Vec<u8>, v: &T
     Ok(())
 }
 
-/// Applies the definition operations to the definitions tree. The caller
-/// (the applier) runs them one at a time.
-pub(super) fn apply(tree: &sled::Tree, op: &Op<'_>) -> Result<Applied> {
-    match *op {
-        Op::PutVhost { name } => put_def(tree, key(VHOST, &[name]), &name.to_string())?,
-        Op::PutExchange(def) => put_def(tree, key(EXCHANGE, &[&def.vhost, &def.name]), def)?,
-        Op::DeleteExchange { vhost, name } => {
-            tree.remove(key(EXCHANGE, &[vhost, name]))?;
-        }
-        Op::DeclareQueue(def) => return declare_queue(tree, def).map(Applied::Queue),
-        Op::DeleteQueue { vhost, name, .. } => {
-            tree.remove(key(QUEUE, &[vhost, name]))?;
-        }
-        Op::PutBinding(def) => put_def(tree, def.key(), def)?,
-        Op::DeleteBinding(def) => {
-            tree.remove(def.key())?;
-            tree.remove(def.legacy_key())?;
-        }
-        _ => {}
-    }
-    Ok(Applied::Done)
+/// Records a vhost.
+pub(super) fn put_vhost(tree: &sled::Tree, name: &str) -> Result<()> {
+    put_def(tree, key(VHOST, &[name]), &name.to_string())
+}
+
+/// Records (or replaces) a durable exchange.
+pub(super) fn put_exchange(tree: &sled::Tree, def: &ExchangeDef) -> Result<()> {
+    put_def(tree, key(EXCHANGE, &[&def.vhost, &def.name]), def)
+}
+
+/// Forgets an exchange.
+pub(super) fn delete_exchange(tree: &sled::Tree, vhost: &str, name: &str) -> Result<()> {
+    tree.remove(key(EXCHANGE, &[vhost, name]))?;
+    Ok(())
+}
+
+/// Forgets a queue's definition.
+pub(super) fn delete_queue(tree: &sled::Tree, vhost: &str, name: &str) -> Result<()> {
+    tree.remove(key(QUEUE, &[vhost, name]))?;
+    Ok(())
+}
+
+/// Records a binding.
+pub(super) fn put_binding(tree: &sled::Tree, def: &BindingDef) -> Result<()> {
+    put_def(tree, def.key(), def)
+}
+
+/// Forgets a binding (under its key and the key older versions used).
+pub(super) fn delete_binding(tree: &sled::Tree, def: &BindingDef) -> Result<()> {
+    tree.remove(def.key())?;
+    tree.remove(def.legacy_key())?;
+    Ok(())
 }
 
 /// Records a durable queue under the next id, or returns the id it has.
-fn declare_queue(tree: &sled::Tree, def: &QueueDef) -> Result<u64> {
+pub(super) fn declare_queue(tree: &sled::Tree, def: &QueueDef) -> Result<u64> {
     let k = key(QUEUE, &[&def.vhost, &def.name]);
     if let Some(v) = tree.get(&k)? {
         let have: QueueDef =
@@ -222,54 +232,21 @@ impl Store {
         Ok(out)
     }
 
-    /// Records a vhost.
-    pub fn put_vhost(&self, name: &str) -> Result<()> {
-        self.submit(&Op::PutVhost { name }).map(drop)
-    }
     /// Every recorded vhost.
     pub fn vhosts(&self) -> Result<Vec<String>> {
         self.scan_defs(VHOST)
     }
 
-    /// Records a durable exchange.
-    pub fn put_exchange(&self, def: &ExchangeDef) -> Result<()> {
-        self.submit(&Op::PutExchange(def)).map(drop)
-    }
-    /// Forgets an exchange.
-    pub fn delete_exchange(&self, vhost: &str, name: &str) -> Result<()> {
-        self.submit(&Op::DeleteExchange { vhost, name }).map(drop)
-    }
     /// Every durable exchange.
     pub fn exchanges(&self) -> Result<Vec<ExchangeDef>> {
         self.scan_defs(EXCHANGE)
     }
 
-    /// Records a durable queue (its `id` is ignored) and returns its id:
-    /// a new one for a new queue, never reused; the recorded one if the
-    /// queue is recorded already.
-    pub fn declare_queue(&self, def: &QueueDef) -> Result<u64> {
-        match self.submit(&Op::DeclareQueue(def))? {
-            Applied::Queue(id) => Ok(id),
-            Applied::Done => Err(Error::Corrupt("queue declare gave no id".into())),
-        }
-    }
-    /// Forgets a queue and deletes its messages.
-    pub fn delete_queue(&self, vhost: &str, name: &str, id: u64) -> Result<()> {
-        self.submit(&Op::DeleteQueue { vhost, name, id }).map(drop)
-    }
     /// Every durable queue.
     pub fn queues(&self) -> Result<Vec<QueueDef>> {
         self.scan_defs(QUEUE)
     }
 
-    /// Records a binding.
-    pub fn put_binding(&self, def: &BindingDef) -> Result<()> {
-        self.submit(&Op::PutBinding(def)).map(drop)
-    }
-    /// Forgets a binding.
-    pub fn delete_binding(&self, def: &BindingDef) -> Result<()> {
-        self.submit(&Op::DeleteBinding(def)).map(drop)
-    }
     /// Every durable binding.
     pub fn bindings(&self) -> Result<Vec<BindingDef>> {
         self.scan_defs(BINDING)

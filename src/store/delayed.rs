@@ -7,7 +7,6 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::messages::{decode_message, encode_message};
-use super::op::Op;
 use super::{Error, Result, Store};
 use crate::message::Message;
 use crate::wire::FieldReader;
@@ -47,7 +46,7 @@ fn decode(k: &[u8], v: &[u8]) -> Result<(bool, DueMessage)> {
     ))
 }
 
-fn split(key: &[u8]) -> Option<(u64, u64)> {
+pub(super) fn split(key: &[u8]) -> Option<(u64, u64)> {
     let due = <[u8; 8]>::try_from(key.get(..8)?).ok()?;
     let seq = <[u8; 8]>::try_from(key.get(8..16)?).ok()?;
     Some((u64::from_be_bytes(due), u64::from_be_bytes(seq)))
@@ -80,26 +79,6 @@ pub(super) fn unhold(tree: &sled::Tree, due: u64, seq: u64) -> Result<()> {
 }
 
 impl Store {
-    /// Holds `message` until `due` (ms since the epoch); `seq` tells apart
-    /// messages due at the same ms.
-    pub fn put_delayed(
-        &self,
-        due: u64,
-        seq: u64,
-        vhost: &str,
-        delay_ms: u64,
-        message: &Message,
-    ) -> Result<()> {
-        self.submit(&Op::Hold {
-            due,
-            seq,
-            vhost,
-            delay_ms,
-            message,
-        })
-        .map(drop)
-    }
-
     /// Up to `limit` held messages due by `now`, earliest first.
     pub fn due_delayed(&self, now: u64, limit: usize) -> Result<Vec<DueMessage>> {
         let mut out = Vec::new();
@@ -123,12 +102,6 @@ impl Store {
             .first()?
             .and_then(|(k, _)| <[u8; 8]>::try_from(&k[..8]).ok())
             .map(u64::from_be_bytes))
-    }
-
-    /// Forgets a held message by its key.
-    pub fn remove_delayed(&self, key: &[u8]) -> Result<()> {
-        let (due, seq) = split(key).ok_or_else(|| Error::Corrupt("delayed key".into()))?;
-        self.submit(&Op::Unhold { due, seq }).map(drop)
     }
 
     /// At start: drops held transient messages (they do not survive a

@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::op::Op;
 use super::{Error, Result, Store};
 use crate::message::{read_meta_stored, Message};
 
@@ -151,51 +150,6 @@ pub(super) fn purge_from(tree: &sled::Tree, queue_id: u64, from: u64) -> Result<
 }
 
 impl Store {
-    /// Writes a message of a durable queue (durable after the next group
-    /// commit) with its expiry deadline (0: none).
-    pub fn put_message(&self, queue_id: u64, seq: u64, msg: &Message, deadline: u64) -> Result<()> {
-        self.submit_put(queue_id, seq, msg, false, deadline)
-    }
-
-    /// Writes a message paged out of memory: a transient one is never
-    /// committed for its own sake and is dropped at the next start.
-    pub fn put_paged(&self, queue_id: u64, seq: u64, msg: &Message, deadline: u64) -> Result<()> {
-        self.submit_put(queue_id, seq, msg, !msg.persistent(), deadline)
-    }
-
-    fn submit_put(
-        &self,
-        queue_id: u64,
-        seq: u64,
-        message: &Message,
-        paged: bool,
-        deadline: u64,
-    ) -> Result<()> {
-        self.submit(&Op::PutMessage {
-            queue_id,
-            seq,
-            deadline,
-            paged,
-            message,
-        })
-        .map(drop)
-    }
-
-    /// Removes an acked message.
-    pub fn remove_message(&self, queue_id: u64, seq: u64) -> Result<()> {
-        self.submit(&Op::RemoveMessage { queue_id, seq }).map(drop)
-    }
-
-    /// Deletes every message of a queue.
-    pub fn purge_messages(&self, queue_id: u64) -> Result<()> {
-        self.purge_from(queue_id, 0)
-    }
-
-    /// Deletes the messages of a queue from sequence `from` on.
-    pub fn purge_from(&self, queue_id: u64, from: u64) -> Result<()> {
-        self.submit(&Op::PurgeFrom { queue_id, from }).map(drop)
-    }
-
     /// Deletes the records of every queue id not in `live` (recovery): a
     /// crash between deleting a queue's definition and its messages must
     /// not leave them behind forever. Seeks from one queue id to the next,

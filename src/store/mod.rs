@@ -17,6 +17,7 @@ mod journal;
 mod messages;
 pub mod op;
 mod sync;
+mod writes;
 
 use std::path::Path;
 use std::sync::Arc;

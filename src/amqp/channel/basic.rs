@@ -10,7 +10,7 @@ use bytes::BufMut;
 use super::Channel;
 use crate::amqp::assembler::Publish;
 use crate::amqp::codec::{self, FRAME_METHOD};
-use crate::amqp::connection::ConnCtx;
+use crate::amqp::context::ConnCtx;
 use crate::amqp::error::{code, ProtocolError, Result};
 use crate::amqp::reply_to;
 use crate::message::Message;

@@ -3,7 +3,7 @@
 use amq_protocol::protocol::{exchange as x, AMQPClass};
 
 use super::Channel;
-use crate::amqp::connection::ConnCtx;
+use crate::amqp::context::ConnCtx;
 use crate::amqp::error::Result;
 use crate::vhost::ExchangeSpec;
 

@@ -24,8 +24,9 @@ use tracing::warn;
 
 use super::assembler::{self, Assembler, Step};
 use super::codec::{self, Frame};
-use super::connection::{truncate, ConnCtx};
+use super::context::ConnCtx;
 use super::delivery::ChannelDelivery;
+use super::error::truncate;
 use super::error::{ProtocolError, Result};
 use super::reply_to::ReplyConsumer;
 use crate::queue::{Consumer, Unacked};

@@ -6,7 +6,7 @@ use amq_protocol::protocol::{queue as q, AMQPClass};
 use amq_protocol::types::ShortString;
 
 use super::Channel;
-use crate::amqp::connection::ConnCtx;
+use crate::amqp::context::ConnCtx;
 use crate::amqp::error::Result;
 use crate::vhost::QueueSpec;
 

@@ -10,7 +10,7 @@ use amq_protocol::protocol::{confirm, tx as t, AMQPClass};
 use super::Channel;
 use crate::amqp::assembler::Publish;
 use crate::amqp::codec;
-use crate::amqp::connection::ConnCtx;
+use crate::amqp::context::ConnCtx;
 use crate::amqp::error::{ProtocolError, Result};
 use crate::message::Message;
 use crate::queue::Unacked;

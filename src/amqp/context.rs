@@ -1,0 +1,75 @@
+//! `ConnCtx`: the state of one open connection that every channel handler
+//! may use (its vhost, user, outbox, negotiated limits, the client's
+//! capabilities), kept apart from the read loop (connection.rs) so that
+//! channels and flow control depend on it and not on the loop.
+
+use std::sync::Arc;
+
+use amq_protocol::protocol::AMQPClass;
+use amq_protocol::types::{AMQPValue, FieldTable};
+use tokio::sync::watch;
+
+use super::codec;
+use super::outbox::Outbox;
+use crate::broker::Broker;
+use crate::queue::Queue;
+use crate::vhost::VHost;
+
+/// What the client said it can do (client-properties capabilities).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ClientCaps {
+    pub consumer_cancel_notify: bool,
+    pub authentication_failure_close: bool,
+    pub connection_blocked: bool,
+}
+
+/// Connection state every channel handler may use.
+pub struct ConnCtx {
+    /// This connection's place under connection_max, given back on drop.
+    pub(super) _slot: crate::broker::ConnectionSlot,
+    /// What all connections share (reply-to consumers, timeouts).
+    pub node: Arc<super::node::Node>,
+    pub id: u64,
+    pub broker: Arc<Broker>,
+    pub vhost: Arc<VHost>,
+    pub outbox: Arc<Outbox>,
+    pub frame_max: u32,
+    pub caps: ClientCaps,
+    pub user: String,
+    /// Exclusive queues this connection declared (deleted when it closes).
+    pub exclusive_queues: Vec<Arc<Queue>>,
+    /// The store's completed-flush epoch, for confirms.
+    pub flushed: watch::Receiver<u64>,
+    /// Whether this connection published since the read loop last looked
+    /// (the memory alarm blocks a connection when it publishes).
+    pub published: bool,
+}
+
+impl ConnCtx {
+    /// Waits for a flush if definitions changed since `version` (durable
+    /// declare / bind / delete answer only once they are on disk).
+    pub async fn sync_definitions(&self, version: u64) -> crate::store::Result<()> {
+        if self.broker.store.defs_version() != version {
+            self.broker.store.sync().await?;
+        }
+        Ok(())
+    }
+
+    /// Sends a method frame on `channel`.
+    pub fn send(&self, channel: u16, method: AMQPClass) {
+        self.outbox
+            .send(|out| codec::put_method(out, channel, method));
+    }
+}
+
+/// The capabilities a client announced in its client-properties.
+pub fn client_caps(props: &FieldTable) -> ClientCaps {
+    let mut caps = ClientCaps::default();
+    if let Some(AMQPValue::FieldTable(t)) = props.inner().get("capabilities") {
+        let on = |k: &str| matches!(t.inner().get(k), Some(AMQPValue::Boolean(true)));
+        caps.consumer_cancel_notify = on("consumer_cancel_notify");
+        caps.authentication_failure_close = on("authentication_failure_close");
+        caps.connection_blocked = on("connection.blocked");
+    }
+    caps
+}

@@ -1,0 +1,106 @@
+//! The store's write API: each call builds one operation (op.rs) and
+//! submits it to the journal. Nothing here writes sled; the applier does.
+
+use super::op::{Applied, Op};
+use super::{BindingDef, Error, ExchangeDef, QueueDef, Result, Store};
+use crate::message::Message;
+
+impl Store {
+    /// Records a vhost.
+    pub fn put_vhost(&self, name: &str) -> Result<()> {
+        self.submit(&Op::PutVhost { name }).map(drop)
+    }
+    /// Records a durable exchange.
+    pub fn put_exchange(&self, def: &ExchangeDef) -> Result<()> {
+        self.submit(&Op::PutExchange(def)).map(drop)
+    }
+    /// Forgets an exchange.
+    pub fn delete_exchange(&self, vhost: &str, name: &str) -> Result<()> {
+        self.submit(&Op::DeleteExchange { vhost, name }).map(drop)
+    }
+    /// Records a durable queue (its `id` is ignored) and returns its id:
+    /// a new one for a new queue, never reused; the recorded one if the
+    /// queue is recorded already.
+    pub fn declare_queue(&self, def: &QueueDef) -> Result<u64> {
+        match self.submit(&Op::DeclareQueue(def))? {
+            Applied::Queue(id) => Ok(id),
+            Applied::Done => Err(Error::Corrupt("queue declare gave no id".into())),
+        }
+    }
+    /// Forgets a queue and deletes its messages.
+    pub fn delete_queue(&self, vhost: &str, name: &str, id: u64) -> Result<()> {
+        self.submit(&Op::DeleteQueue { vhost, name, id }).map(drop)
+    }
+    /// Records a binding.
+    pub fn put_binding(&self, def: &BindingDef) -> Result<()> {
+        self.submit(&Op::PutBinding(def)).map(drop)
+    }
+    /// Forgets a binding.
+    pub fn delete_binding(&self, def: &BindingDef) -> Result<()> {
+        self.submit(&Op::DeleteBinding(def)).map(drop)
+    }
+    /// Writes a message of a durable queue (durable after the next group
+    /// commit) with its expiry deadline (0: none).
+    pub fn put_message(&self, queue_id: u64, seq: u64, msg: &Message, deadline: u64) -> Result<()> {
+        self.submit_put(queue_id, seq, msg, false, deadline)
+    }
+    /// Writes a message paged out of memory: a transient one is never
+    /// committed for its own sake and is dropped at the next start.
+    pub fn put_paged(&self, queue_id: u64, seq: u64, msg: &Message, deadline: u64) -> Result<()> {
+        self.submit_put(queue_id, seq, msg, !msg.persistent(), deadline)
+    }
+    fn submit_put(
+        &self,
+        queue_id: u64,
+        seq: u64,
+        message: &Message,
+        paged: bool,
+        deadline: u64,
+    ) -> Result<()> {
+        self.submit(&Op::PutMessage {
+            queue_id,
+            seq,
+            deadline,
+            paged,
+            message,
+        })
+        .map(drop)
+    }
+    /// Removes an acked message.
+    pub fn remove_message(&self, queue_id: u64, seq: u64) -> Result<()> {
+        self.submit(&Op::RemoveMessage { queue_id, seq }).map(drop)
+    }
+    /// Deletes every message of a queue.
+    pub fn purge_messages(&self, queue_id: u64) -> Result<()> {
+        self.purge_from(queue_id, 0)
+    }
+    /// Deletes the messages of a queue from sequence `from` on.
+    pub fn purge_from(&self, queue_id: u64, from: u64) -> Result<()> {
+        self.submit(&Op::PurgeFrom { queue_id, from }).map(drop)
+    }
+    /// Holds `message` until `due` (ms since the epoch); `seq` tells apart
+    /// messages due at the same ms.
+    pub fn put_delayed(
+        &self,
+        due: u64,
+        seq: u64,
+        vhost: &str,
+        delay_ms: u64,
+        message: &Message,
+    ) -> Result<()> {
+        self.submit(&Op::Hold {
+            due,
+            seq,
+            vhost,
+            delay_ms,
+            message,
+        })
+        .map(drop)
+    }
+    /// Forgets a held message by its key.
+    pub fn remove_delayed(&self, key: &[u8]) -> Result<()> {
+        let (due, seq) =
+            super::delayed::split(key).ok_or_else(|| Error::Corrupt("delayed key".into()))?;
+        self.submit(&Op::Unhold { due, seq }).map(drop)
+    }
+}
