@@ -5,6 +5,10 @@ the cycles among them, if any. Run from the repository root:
 
     python3 scripts/module_graph.py          # edges and cycles
     python3 scripts/module_graph.py --files  # edges between files instead
+
+It also checks the layers of docs/ARCHITECTURE.md: a module may use only
+modules of a lower layer (LAYERS below). It exits 1 on a cycle or on an
+edge that goes up or sideways.
 """
 import os
 import re
@@ -12,6 +16,21 @@ import sys
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 USE = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)(?:::([a-z_][a-z0-9_]*))?")
+
+
+# Lowest first; a module may import only from layers before its own.
+LAYERS = [
+    ["wire", "util"],
+    ["config", "message", "alarm", "plugins"],
+    ["store", "exchange"],
+    ["queue", "delayed"],
+    ["vhost"],
+    ["broker"],
+    ["amqp"],
+    ["server"],
+    ["fuzz"],
+]
+RANK = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 
 
 def top_level(path):
@@ -172,11 +191,24 @@ def main():
     for v in sorted(graph):
         if v not in index:
             strong(v)
-    if sccs:
-        for c in sccs:
-            print("cycle: " + " ".join(c))
+    bad = 0
+    for c in sccs:
+        print("cycle: " + " ".join(c))
+        bad += 1
+    if not sccs:
+        print("no cycles")
+    if not files:
+        for a, b in sorted(edges):
+            if a not in RANK or b not in RANK:
+                print(f"not in a layer: {a if a not in RANK else b}")
+                bad += 1
+            elif RANK[b] >= RANK[a]:
+                print(f"against the layers: {a} -> {b}")
+                bad += 1
+        if not bad:
+            print("layers: every edge goes down")
+    if bad:
         sys.exit(1)
-    print("no cycles")
 
 
 main()

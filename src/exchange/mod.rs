@@ -247,14 +247,7 @@ pub(crate) fn value_eq(a: &AMQPValue, b: &AMQPValue, floats: Floats) -> bool {
     }
 }
 
-/// The bytes of a short or long string value.
-pub(crate) fn string_bytes(v: &AMQPValue) -> Option<&[u8]> {
-    match v {
-        AMQPValue::LongString(s) => Some(s.as_bytes()),
-        AMQPValue::ShortString(s) => Some(s.as_str().as_bytes()),
-        _ => None,
-    }
-}
+pub(crate) use crate::wire::value::bytes as string_bytes;
 
 // ---------------------------------------------------------------------------
 // DestSet: bindings grouped by destination.

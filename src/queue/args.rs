@@ -4,29 +4,7 @@
 use amq_protocol::types::{AMQPValue, FieldTable};
 
 use crate::wire::type_name;
-
-/// An integer argument, accepting every integer width clients send.
-pub fn int_arg(v: &AMQPValue) -> Option<i64> {
-    Some(match v {
-        AMQPValue::ShortShortInt(n) => *n as i64,
-        AMQPValue::ShortShortUInt(n) => *n as i64,
-        AMQPValue::ShortInt(n) => *n as i64,
-        AMQPValue::ShortUInt(n) => *n as i64,
-        AMQPValue::LongInt(n) => *n as i64,
-        AMQPValue::LongUInt(n) => *n as i64,
-        AMQPValue::LongLongInt(n) => *n,
-        _ => return None,
-    })
-}
-
-/// A string argument.
-pub fn str_arg(v: &AMQPValue) -> Option<String> {
-    match v {
-        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
-        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
-        _ => None,
-    }
-}
+use crate::wire::value::{int as int_arg, text as str_arg};
 
 /// What a queue does when it is full (`x-overflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

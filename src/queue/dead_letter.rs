@@ -43,11 +43,7 @@ fn long_bytes(b: &[u8]) -> AMQPValue {
 }
 
 fn text(v: Option<&AMQPValue>) -> Option<String> {
-    match v? {
-        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
-        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
-        _ => None,
-    }
+    v.and_then(crate::wire::value::text)
 }
 
 /// Builds the message that goes to the dead-letter exchange `dlx` with
@@ -83,7 +79,7 @@ pub fn dead_letter(
         Some(AMQPValue::FieldTable(mut t)) => {
             // A count a client made up may be anything: saturate.
             let count = match t.inner().get("count") {
-                Some(v) => crate::queue::args::int_arg(v).unwrap_or(0),
+                Some(v) => crate::wire::value::int(v).unwrap_or(0),
                 None => 0,
             };
             t.insert(

@@ -3,10 +3,12 @@
 //! reply texts), and `route`, the entry point of every publish.
 
 mod bindings;
-mod declare;
 mod entities;
+mod equivalence;
 pub mod error;
+mod exchanges;
 mod host;
+mod queues;
 pub mod routing;
 mod table;
 
@@ -17,9 +19,10 @@ use std::sync::Arc;
 use amq_protocol::types::FieldTable;
 use parking_lot::RwLock;
 
-pub use declare::{ExchangeSpec, QueueSpec};
 pub use entities::{Destination, Exchange};
 pub use error::Error;
+pub use exchanges::ExchangeSpec;
+pub use queues::QueueSpec;
 pub use table::Table;
 
 use crate::exchange::{Bindings, ExchangeKind};

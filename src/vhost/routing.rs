@@ -289,12 +289,8 @@ fn sender_selected_keys(msg: &Message) -> Vec<String> {
     for name in ["CC", "BCC"] {
         if let Some(AMQPValue::FieldArray(a)) = headers.inner().get(name) {
             for v in a.as_slice() {
-                match v {
-                    AMQPValue::LongString(s) => {
-                        keys.push(String::from_utf8_lossy(s.as_bytes()).into_owned())
-                    }
-                    AMQPValue::ShortString(s) => keys.push(s.as_str().to_string()),
-                    _ => {}
+                if let Some(key) = crate::wire::value::text(v) {
+                    keys.push(key);
                 }
             }
         }

@@ -2,7 +2,8 @@
 //! encoded fields, field tables (checked without building values, read
 //! without copying, edited in place so that what a client sent stays
 //! byte for byte what it sent), the basic class's property list, and
-//! RabbitMQ's names for field types. A leaf: it imports nothing else of
+//! RabbitMQ's names for field types, and (`value`) reading a field value
+//! as an integer or a string whatever width or kind the client sent. A leaf: it imports nothing else of
 //! the broker, so the store, queues and exchanges may use it freely.
 
 pub mod props;
@@ -11,6 +12,9 @@ pub mod table;
 
 pub use reader::FieldReader;
 pub use table::{type_name, TableError, MAX_DEPTH};
+/// Field values read the same everywhere (integers of any width, both
+/// string kinds): defined in the plugin API, the layer under this one.
+pub use warren_plugin_api::value;
 
 /// The smallest frame_max a peer may negotiate (AMQP 0-9-1 section 4.2.3),
 /// and the largest frame either side may send before tuning.

@@ -91,3 +91,53 @@ pub trait RoutingTable: Send + Sync {
         self.len() == 0
     }
 }
+
+/// Reading field values as clients send them: every integer width as one
+/// integer, short and long strings as one string. The broker and plugins
+/// use these, so an argument reads the same everywhere.
+pub mod value {
+    use super::AMQPValue;
+
+    /// An integer of any width.
+    pub fn int(v: &AMQPValue) -> Option<i64> {
+        Some(match v {
+            AMQPValue::ShortShortInt(n) => *n as i64,
+            AMQPValue::ShortShortUInt(n) => *n as i64,
+            AMQPValue::ShortInt(n) => *n as i64,
+            AMQPValue::ShortUInt(n) => *n as i64,
+            AMQPValue::LongInt(n) => *n as i64,
+            AMQPValue::LongUInt(n) => *n as i64,
+            AMQPValue::LongLongInt(n) => *n,
+            _ => return None,
+        })
+    }
+
+    /// The bytes of a short or long string.
+    pub fn bytes(v: &AMQPValue) -> Option<&[u8]> {
+        match v {
+            AMQPValue::LongString(s) => Some(s.as_bytes()),
+            AMQPValue::ShortString(s) => Some(s.as_str().as_bytes()),
+            _ => None,
+        }
+    }
+
+    /// A short or long string (invalid UTF-8 replaced).
+    pub fn text(v: &AMQPValue) -> Option<String> {
+        bytes(v).map(|b| String::from_utf8_lossy(b).into_owned())
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn every_width_and_both_strings_read_alike() {
+            assert_eq!(int(&AMQPValue::ShortShortUInt(200)), Some(200));
+            assert_eq!(int(&AMQPValue::LongLongInt(-5)), Some(-5));
+            assert_eq!(int(&AMQPValue::Boolean(true)), None);
+            assert_eq!(text(&AMQPValue::ShortString("a".into())), Some("a".into()));
+            assert_eq!(text(&AMQPValue::LongString("b".into())), Some("b".into()));
+            assert_eq!(bytes(&AMQPValue::LongInt(1)), None);
+        }
+    }
+}

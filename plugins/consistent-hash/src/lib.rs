@@ -43,13 +43,7 @@ const PROPERTIES: &[&str] = &[
     "cluster_id",
 ];
 
-fn text(v: &AMQPValue) -> Option<String> {
-    match v {
-        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
-        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
-        _ => None,
-    }
-}
+use warren_plugin_api::value::text;
 
 fn hash_on(args: &FieldTable) -> Result<HashOn, String> {
     let header = args

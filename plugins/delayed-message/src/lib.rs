@@ -9,7 +9,9 @@
 //! The broker does the holding (on disk, keyed by due time, so a million
 //! pending messages cost disk, not memory, and delays have no 2^32 ms cap).
 
-use warren_plugin_api::{AMQPValue, Disposition, ExchangeType, FieldTable, MessageView, Table};
+use warren_plugin_api::{
+    value, AMQPValue, Disposition, ExchangeType, FieldTable, MessageView, Table,
+};
 
 /// The exchange type.
 pub struct DelayedMessage;
@@ -18,9 +20,7 @@ const INNER: &[&str] = &["direct", "topic", "fanout", "headers"];
 
 fn inner_type(args: &FieldTable) -> Result<&'static str, String> {
     let name = match args.inner().get("x-delayed-type") {
-        Some(AMQPValue::LongString(s)) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
-        Some(AMQPValue::ShortString(s)) => s.as_str().to_string(),
-        Some(_) => return Err("Invalid x-delayed-type argument".into()),
+        Some(v) => value::text(v).ok_or("Invalid x-delayed-type argument")?,
         None => return Err("Missing argument x-delayed-type".into()),
     };
     INNER
@@ -33,23 +33,20 @@ fn inner_type(args: &FieldTable) -> Result<&'static str, String> {
 /// The delay a message asks for, in ms (None: route now).
 fn delay_of(msg: &MessageView<'_>) -> Option<u64> {
     let v = msg.headers?.inner().get("x-delay")?;
-    let ms: i128 = match v {
-        AMQPValue::ShortShortInt(n) => *n as i128,
-        AMQPValue::ShortShortUInt(n) => *n as i128,
-        AMQPValue::ShortInt(n) => *n as i128,
-        AMQPValue::ShortUInt(n) => *n as i128,
-        AMQPValue::LongInt(n) => *n as i128,
-        AMQPValue::LongUInt(n) => *n as i128,
-        AMQPValue::LongLongInt(n) => *n as i128,
-        AMQPValue::Float(f) => *f as i128,
-        AMQPValue::Double(f) => *f as i128,
-        AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes())
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?,
-        AMQPValue::ShortString(s) => s.as_str().trim().parse().ok()?,
-        _ => return None,
+    let ms: i128 = if let Some(n) = value::int(v) {
+        n as i128
+    } else {
+        match v {
+            AMQPValue::Float(f) => *f as i128,
+            AMQPValue::Double(f) => *f as i128,
+            AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes())
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?,
+            AMQPValue::ShortString(s) => s.as_str().trim().parse().ok()?,
+            _ => return None,
+        }
     };
     (ms > 0).then(|| ms.min(u64::MAX as i128) as u64)
 }

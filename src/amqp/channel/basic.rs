@@ -201,7 +201,7 @@ impl Channel {
         let queue = ctx.vhost.queue_for(&name, ctx.id)?;
         let priority = match m.arguments.inner().get("x-priority") {
             None => 0,
-            Some(v) => crate::queue::args::int_arg(v)
+            Some(v) => crate::wire::value::int(v)
                 .and_then(|n| i32::try_from(n).ok())
                 .ok_or_else(|| ProtocolError::precondition_failed("invalid x-priority argument"))?,
         };
@@ -211,7 +211,7 @@ impl Channel {
                 .args
                 .consumer_timeout
                 .unwrap_or(ctx.broker.config.consumer_timeout),
-            Some(v) => crate::queue::args::int_arg(v)
+            Some(v) => crate::wire::value::int(v)
                 .and_then(|n| u64::try_from(n).ok())
                 .ok_or_else(|| {
                     ProtocolError::precondition_failed("invalid x-consumer-timeout argument")

@@ -1,0 +1,217 @@
+//! Queues of a vhost: `queue.declare` (reserved names, the queue limit,
+//! argument validation, equivalence with one already declared; a durable
+//! queue's id comes from the store), exclusivity, delete, and restoring
+//! durable queues and their messages at start.
+
+use std::sync::Arc;
+
+use amq_protocol::types::FieldTable;
+
+use super::bindings::Topology;
+use super::equivalence::{self, Mismatch};
+use super::error::{Error, Result};
+use super::{Destination, VHost};
+use crate::queue::{Deleted, Queue, QueueConfig};
+use crate::store::QueueDef;
+
+/// What `queue.declare` asks for.
+#[derive(Debug, Clone)]
+pub struct QueueSpec {
+    pub name: String,
+    pub durable: bool,
+    pub exclusive: bool,
+    pub auto_delete: bool,
+    pub arguments: FieldTable,
+    /// The broker chose the name (`amq.gen-...`): the reserved prefix is ours.
+    pub server_named: bool,
+}
+
+impl VHost {
+    /// `queue.declare`. Returns the queue and whether it was created.
+    pub fn declare_queue(
+        &self,
+        spec: &QueueSpec,
+        passive: bool,
+        conn_id: u64,
+    ) -> Result<Arc<Queue>> {
+        if passive {
+            let q = self.queue(&spec.name).ok_or_else(|| {
+                Error::not_found(format!("no {}", self.describe("queue", &spec.name)))
+            })?;
+            self.check_exclusive(&q, conn_id)?;
+            return Ok(q);
+        }
+        // Check, id allocation and the stored definition happen as one, or
+        // two racing declares of a new durable queue could store different
+        // ids than the one in use (its messages lost at the next start).
+        let _topology = self.topology.lock();
+        // RabbitMQ refuses the reserved prefix before looking the name up,
+        // so even an existing amq.gen- queue cannot be redeclared by name.
+        if spec.name.starts_with("amq.") && !spec.server_named {
+            return Err(Error::access_refused(format!(
+                "queue name '{}' contains reserved prefix 'amq.*'",
+                spec.name
+            )));
+        }
+        if let Some(q) = self.queue(&spec.name) {
+            self.check_exclusive(&q, conn_id)?;
+            let subject = self.describe("queue", &spec.name);
+            match equivalence::queue(spec, &q.config, &subject) {
+                Ok(()) => {}
+                Err(Mismatch::Exclusive) => return Err(self.locked(&spec.name)),
+                Err(Mismatch::Field(text)) => return Err(Error::precondition_failed(text)),
+            }
+            q.touch();
+            return Ok(q);
+        }
+        let max = self.max_queues.load(std::sync::atomic::Ordering::Relaxed);
+        if max != 0 && self.queues.read().len() as u64 >= max {
+            return Err(Error::precondition_failed(format!(
+                "cannot declare queue '{}': queue limit in vhost '{}' ({max}) is reached",
+                spec.name, self.name
+            )));
+        }
+        crate::queue::args::validate(&spec.arguments).map_err(|(arg, why)| {
+            Error::precondition_failed(format!(
+                "invalid arg '{arg}' for {}: {why}",
+                self.describe("queue", &spec.name)
+            ))
+        })?;
+        // RabbitMQ makes exclusive queues transient whatever the flag says:
+        // they die with their connection, so they are never stored.
+        let stored = spec.durable && !spec.exclusive;
+        // The id comes from the store's applied state: two declares
+        // racing get the same one.
+        let store_id = if stored {
+            self.store.declare_queue(&QueueDef {
+                vhost: self.name.clone(),
+                name: spec.name.clone(),
+                id: 0,
+                auto_delete: spec.auto_delete,
+                arguments: spec.arguments.clone(),
+            })?
+        } else {
+            0
+        };
+        let config = QueueConfig {
+            name: spec.name.clone(),
+            vhost: self.name.clone(),
+            durable: stored,
+            exclusive_owner: spec.exclusive.then_some(conn_id),
+            auto_delete: spec.auto_delete,
+            arguments: spec.arguments.clone(),
+            store_id,
+        };
+        let mut queues = self.queues.write();
+        if let Some(q) = queues.get(&spec.name) {
+            return Ok(Arc::clone(q));
+        }
+        let q = Queue::new(config, Arc::clone(&self.store), self.me.clone());
+        queues.insert(spec.name.clone(), Arc::clone(&q));
+        Ok(q)
+    }
+
+    pub(super) fn locked(&self, name: &str) -> Error {
+        Error::resource_locked(format!(
+            "cannot obtain exclusive access to locked {}. It could be originally declared on another \
+             connection or the exclusive property value does not match that of the original declaration.",
+            self.describe("queue", name)
+        ))
+    }
+
+    /// 405 unless the queue is non-exclusive or owned by `conn_id`.
+    pub fn check_exclusive(&self, q: &Queue, conn_id: u64) -> Result<()> {
+        match q.config.exclusive_owner {
+            Some(owner) if owner != conn_id => Err(self.locked(q.name())),
+            _ => Ok(()),
+        }
+    }
+
+    /// The queue `name`, usable by connection `conn_id`, or 404 / 405.
+    pub fn queue_for(&self, name: &str, conn_id: u64) -> Result<Arc<Queue>> {
+        let q = self
+            .queue(name)
+            .ok_or_else(|| Error::not_found(format!("no {}", self.describe("queue", name))))?;
+        self.check_exclusive(&q, conn_id)?;
+        Ok(q)
+    }
+
+    /// `queue.delete`. A missing queue deletes nothing and is not an error
+    /// (RabbitMQ 3.x): then None.
+    pub fn delete_queue(
+        &self,
+        name: &str,
+        if_unused: bool,
+        if_empty: bool,
+        conn_id: u64,
+    ) -> Result<Option<Deleted>> {
+        let mut topology = self.topology.lock();
+        let Some(q) = self.queue(name) else {
+            return Ok(None);
+        };
+        self.check_exclusive(&q, conn_id)?;
+        if if_unused && q.consumer_count() > 0 {
+            return Err(Error::precondition_failed(format!(
+                "{} in use",
+                self.describe("queue", name)
+            )));
+        }
+        if if_empty && q.message_count() > 0 {
+            return Err(Error::precondition_failed(format!(
+                "{} not empty",
+                self.describe("queue", name)
+            )));
+        }
+        self.remove_queue_locked(&mut topology, &q)
+    }
+
+    /// Removes a queue from the vhost, its bindings and its stored state;
+    /// None if it was already gone.
+    pub fn remove_queue(&self, q: &Arc<Queue>) -> Result<Option<Deleted>> {
+        let mut topology = self.topology.lock();
+        self.remove_queue_locked(&mut topology, q)
+    }
+
+    fn remove_queue_locked(
+        &self,
+        topology: &mut Topology,
+        q: &Arc<Queue>,
+    ) -> Result<Option<Deleted>> {
+        {
+            let mut queues = self.queues.write();
+            match queues.get(q.name()) {
+                Some(cur) if Arc::ptr_eq(cur, q) => {
+                    queues.remove(q.name());
+                }
+                _ => return Ok(None),
+            }
+        }
+        let deleted = q.delete();
+        self.unbind_everywhere_locked(topology, &Destination::Queue(Arc::clone(q)))?;
+        if q.config.store_id != 0 {
+            self.store
+                .delete_queue(&self.name, q.name(), q.config.store_id)?;
+        }
+        Ok(Some(deleted))
+    }
+
+    /// Recreates a durable queue and its messages from the store (startup).
+    pub fn restore_queue(&self, def: &QueueDef) -> Result<usize> {
+        let q = Queue::new(
+            QueueConfig {
+                name: def.name.clone(),
+                vhost: self.name.clone(),
+                durable: true,
+                exclusive_owner: None,
+                auto_delete: def.auto_delete,
+                arguments: def.arguments.clone(),
+                store_id: def.id,
+            },
+            Arc::clone(&self.store),
+            self.me.clone(),
+        );
+        let n = q.recover()?;
+        self.queues.write().insert(def.name.clone(), q);
+        Ok(n)
+    }
+}
