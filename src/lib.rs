@@ -1,16 +1,28 @@
 //! Warren, an AMQP 0-9-1 message broker that RabbitMQ clients use unchanged.
 //!
-//! A tour, following the data (see docs/ARCHITECTURE.md for more):
-//! - [`server`] accepts connections; [`amqp`] owns the wire: frames
-//!   ([`amqp::codec`]), the connection handshake and read loop
-//!   ([`amqp::connection`]), channels and their method handlers
-//!   ([`amqp::channel`]), publish assembly, delivery and the outbox that
-//!   batches writes.
-//! - [`vhost`] holds exchanges and queues by name and routes publishes;
-//!   [`exchange`] has the routing tables (direct, fanout, topic, headers).
-//! - [`queue`] holds messages and consumers and delivers.
-//! - [`store`] makes durable state durable, on sled, with group commit.
-//! - [`broker`] ties the shared state together; [`config`] sets it up.
+//! A tour, from the bottom layer up; a module uses only the layers below
+//! it (docs/ARCHITECTURE.md has the table, `scripts/module_graph.py`
+//! checks it):
+//! - [`wire`] and [`util`]: the AMQP data encoding (field tables, the
+//!   property list, short strings, reading field values) and small helpers.
+//! - [`config`], [`message`] (one buffer per message: route, properties,
+//!   body), [`alarm`] (the memory alarm), [`plugins`] (the exchange types
+//!   compiled in).
+//! - [`store`] makes state durable on sled: every change is an operation
+//!   ([`store::Op`]) submitted to a journal ([`store::Journal`]) and applied
+//!   by one applier, with group commit. [`exchange`] has the routing tables
+//!   (direct, fanout, topic, headers).
+//! - [`queue`] holds messages and consumers and delivers, through traits it
+//!   owns for what is above it ([`queue::Sink`], [`queue::Host`]);
+//!   [`delayed`] holds delayed messages and emits them when due.
+//! - [`vhost`] holds exchanges and queues by name, declares, binds and
+//!   routes, with its own error type.
+//! - [`broker`] wires the layers and recovers state at start.
+//! - [`amqp`] owns the wire: frames ([`amqp::codec`]), the handshake and
+//!   read loop, channels and their method handlers, publish assembly,
+//!   delivery (a channel's side implements the queue's sink) and the outbox
+//!   that batches writes; reply codes live only here.
+//! - [`server`] accepts connections and shuts down in order.
 
 pub mod alarm;
 pub mod amqp;
