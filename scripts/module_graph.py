@@ -48,15 +48,28 @@ def file_module(path):
 
 
 def code(path):
+    """The file's non-test code: a `#[cfg(test)]` item of one line (`mod
+    testing;`) is skipped; one that opens a block (`mod tests {`, always
+    last) ends the file. Comment lines are skipped."""
     out = []
+    skip_next = False
     with open(path) as f:
-        for line in f:
-            if line.strip().startswith("#[cfg(test)]"):
-                break
-            if line.strip().startswith("//"):
+        lines = f.read().split("\n")
+    for i, line in enumerate(lines):
+        t = line.strip()
+        if skip_next:
+            skip_next = False
+            continue
+        if t.startswith("#[cfg(test)]"):
+            rest = [l.strip() for l in lines[i + 1 :] if l.strip()]
+            if rest and rest[0].endswith(";"):
+                skip_next = True
                 continue
-            out.append(line)
-    return "".join(out)
+            break
+        if t.startswith("//"):
+            continue
+        out.append(line)
+    return "\n".join(out)
 
 
 def expand(tree):

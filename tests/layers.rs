@@ -22,14 +22,29 @@ fn rank(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
 }
 
-/// The file's code before its first `#[cfg(test)]`, without comment lines.
+/// The file's non-test code, without comment lines: a one-line
+/// `#[cfg(test)]` item (`mod testing;`) is skipped, and one that opens a
+/// block (`mod tests {`, always last) ends the file.
 fn code(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap();
-    text.lines()
-        .take_while(|l| !l.trim_start().starts_with("#[cfg(test)]"))
-        .filter(|l| !l.trim_start().starts_with("//"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    let mut out = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let t = line.trim_start();
+        if t.starts_with("#[cfg(test)]") {
+            match lines.peek() {
+                Some(next) if next.trim_end().ends_with(';') => {
+                    lines.next();
+                    continue;
+                }
+                _ => break,
+            }
+        }
+        if !t.starts_with("//") {
+            out.push(line);
+        }
+    }
+    out.join("\n")
 }
 
 fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {

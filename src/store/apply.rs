@@ -63,7 +63,7 @@ impl Applier {
                 delay_ms,
                 message,
             } => delayed::hold(&self.delayed, due, seq, vhost, delay_ms, message)?,
-            Op::Unhold { due, seq } => delayed::unhold(&self.delayed, due, seq)?,
+            Op::Unhold { key } => delayed::unhold(&self.delayed, key)?,
             Op::Reserve { queue_id, upto } => self.delivered.reserve(queue_id, upto)?,
             _ => return self.apply_definition(op),
         }
@@ -71,7 +71,7 @@ impl Applier {
     }
 
     fn apply_definition(&self, op: &Op<'_>) -> Result<Applied> {
-        let _one_at_a_time = self.defs_lock.lock();
+        let one_at_a_time = self.defs_lock.lock();
         let tree = &self.defs;
         let mut applied = Applied::Done;
         match *op {
@@ -81,16 +81,19 @@ impl Applier {
             Op::DeclareQueue(def) => {
                 applied = Applied::Queue(definitions::declare_queue(tree, def)?)
             }
-            Op::DeleteQueue { vhost, name, id } => {
-                definitions::delete_queue(tree, vhost, name)?;
-                self.delivered.forget(id);
-                messages::purge_from(&self.msgs, id, 0)?;
-            }
+            Op::DeleteQueue { vhost, name, .. } => definitions::delete_queue(tree, vhost, name)?,
             Op::PutBinding(def) => definitions::put_binding(tree, def)?,
             Op::DeleteBinding(def) => definitions::delete_binding(tree, def)?,
             _ => {}
         }
         self.defs_version.fetch_add(1, Ordering::SeqCst);
+        drop(one_at_a_time);
+        // A deleted queue's messages go outside the lock: a large queue
+        // must not hold up every other definition change.
+        if let Op::DeleteQueue { id, .. } = *op {
+            self.delivered.forget(id);
+            messages::purge_from(&self.msgs, id, 0)?;
+        }
         Ok(applied)
     }
 

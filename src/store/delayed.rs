@@ -73,8 +73,8 @@ pub(super) fn hold(
 }
 
 /// Applies `Op::Unhold`.
-pub(super) fn unhold(tree: &sled::Tree, due: u64, seq: u64) -> Result<()> {
-    tree.remove(key(due, seq))?;
+pub(super) fn unhold(tree: &sled::Tree, key: &[u8]) -> Result<()> {
+    tree.remove(key)?;
     Ok(())
 }
 
@@ -127,5 +127,38 @@ impl Store {
             kept.push((m.vhost, m.message.exchange_str().into_owned()));
         }
         Ok((kept, max_seq))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Meta;
+
+    #[test]
+    fn held_messages_come_due_in_order_and_unreadable_records_go() {
+        let s = Store::temporary().unwrap();
+        let m = Message::new(
+            b"x",
+            b"k",
+            &[0x10, 0, 2],
+            b"b",
+            Meta::default().with_delivery_mode(2),
+        );
+        s.put_delayed(20, 2, "/", 5, &m).unwrap();
+        s.put_delayed(10, 1, "/", 5, &m).unwrap();
+        s.delayed.insert(b"short", &b"junk"[..]).unwrap();
+        let (kept, max_seq) = s.recover_delayed().unwrap();
+        assert_eq!(kept.len(), 2);
+        assert_eq!(max_seq, 2);
+        assert!(
+            s.delayed.get(b"short").unwrap().is_none(),
+            "the bad record went"
+        );
+        assert_eq!(s.next_delayed().unwrap(), Some(10));
+        let due = s.due_delayed(15, 10).unwrap();
+        assert_eq!(due.len(), 1);
+        s.remove_delayed(&due[0].key).unwrap();
+        assert_eq!(s.next_delayed().unwrap(), Some(20));
     }
 }

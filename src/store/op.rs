@@ -35,9 +35,8 @@ pub enum Op<'a> {
     PutExchange(&'a ExchangeDef),
     /// Forgets a durable exchange.
     DeleteExchange { vhost: &'a str, name: &'a str },
-    /// Records a durable queue. Its `id` is ignored: the applier gives a
-    /// new queue the next id, and a queue already recorded keeps its own
-    /// (two declares racing agree). `Applied::Queue` says which.
+    /// Records a durable queue. Its `id` is ignored: the applier gives it
+    /// the next id from the applied state, and `Applied::Queue` says which.
     DeclareQueue(&'a QueueDef),
     /// Forgets a durable queue, its messages and its delivered mark.
     DeleteQueue {
@@ -72,8 +71,9 @@ pub enum Op<'a> {
         delay_ms: u64,
         message: &'a Message,
     },
-    /// Forgets a held message (released, or unreadable).
-    Unhold { due: u64, seq: u64 },
+    /// Forgets a held message (released, or unreadable) by its key (due
+    /// time and sequence; whatever the record has, if it is corrupt).
+    Unhold { key: &'a [u8] },
     /// Every message of queue `queue_id` up to `upto` may have been
     /// delivered (a delivered-mark reservation, see delivered.rs).
     Reserve { queue_id: u64, upto: u64 },
@@ -189,10 +189,10 @@ impl Op<'_> {
                 out.put_u64(delay_ms);
                 put_record(out, message, false, 0);
             }
-            Op::Unhold { due, seq } => {
+            Op::Unhold { key } => {
                 out.put_u8(UNHOLD);
-                out.put_u64(due);
-                out.put_u64(seq);
+                out.put_u32(key.len() as u32);
+                out.extend_from_slice(key);
             }
             Op::Reserve { queue_id, upto } => {
                 out.put_u8(RESERVE);
@@ -283,8 +283,7 @@ pub fn decode<R>(raw: Bytes, f: impl FnOnce(Op<'_>) -> R) -> Result<R> {
             })
         }
         UNHOLD => f(Op::Unhold {
-            due: u64_(&mut r)?,
-            seq: u64_(&mut r)?,
+            key: r.long_str().ok_or_else(|| bad("short"))?,
         }),
         RESERVE => f(Op::Reserve {
             queue_id: u64_(&mut r)?,
@@ -413,7 +412,9 @@ mod tests {
                 delay_ms: 100,
                 message: &m,
             },
-            Op::Unhold { due: 5, seq: 6 },
+            Op::Unhold {
+                key: &[0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 6],
+            },
             Op::Reserve {
                 queue_id: 3,
                 upto: 1024,

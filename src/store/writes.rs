@@ -18,9 +18,8 @@ impl Store {
     pub fn delete_exchange(&self, vhost: &str, name: &str) -> Result<()> {
         self.submit(&Op::DeleteExchange { vhost, name }).map(drop)
     }
-    /// Records a durable queue (its `id` is ignored) and returns its id:
-    /// a new one for a new queue, never reused; the recorded one if the
-    /// queue is recorded already.
+    /// Records a durable queue (its `id` is ignored) and returns the id
+    /// the store gave it: a new one, never reused.
     pub fn declare_queue(&self, def: &QueueDef) -> Result<u64> {
         match self.submit(&Op::DeclareQueue(def))? {
             Applied::Queue(id) => Ok(id),
@@ -99,8 +98,6 @@ impl Store {
     }
     /// Forgets a held message by its key.
     pub fn remove_delayed(&self, key: &[u8]) -> Result<()> {
-        let (due, seq) =
-            super::delayed::split(key).ok_or_else(|| Error::Corrupt("delayed key".into()))?;
-        self.submit(&Op::Unhold { due, seq }).map(drop)
+        self.submit(&Op::Unhold { key }).map(drop)
     }
 }

@@ -80,8 +80,7 @@ impl VHost {
         // RabbitMQ makes exclusive queues transient whatever the flag says:
         // they die with their connection, so they are never stored.
         let stored = spec.durable && !spec.exclusive;
-        // The id comes from the store's applied state: two declares
-        // racing get the same one.
+        // The id comes from the store's applied state (see store/op.rs).
         let store_id = if stored {
             self.store.declare_queue(&QueueDef {
                 vhost: self.name.clone(),
