@@ -23,7 +23,7 @@ LAYERS = [
     ["wire", "util"],
     ["config", "message", "alarm", "plugins"],
     ["store", "exchange"],
-    ["queue", "delayed"],
+    ["queue", "delayed", "access"],
     ["vhost"],
     ["broker"],
     ["amqp"],

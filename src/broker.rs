@@ -34,6 +34,8 @@ pub struct Broker {
     pub delayed: Arc<crate::delayed::Scheduler>,
     /// Raised while memory is over the limit: publishers are blocked.
     pub memory: Arc<crate::alarm::MemoryAlarm>,
+    /// Users and their permissions.
+    pub users: crate::access::Users,
 }
 
 impl Broker {
@@ -47,12 +49,19 @@ impl Broker {
             .recover_delayed()
             .map_err(|e| format!("cannot read delayed messages: {e}"))?;
         let delayed = crate::delayed::Scheduler::new(last_seq);
+        let users = crate::access::Users::open(
+            Arc::clone(&store),
+            &config.default_user,
+            &config.default_pass,
+        )
+        .map_err(|e| format!("cannot read users: {e}"))?;
         let memory = crate::alarm::MemoryAlarm::new(crate::alarm::limit_for(
             config.memory_limit_mb,
             config.memory_high_watermark,
         ));
         let broker = Arc::new(Broker {
             memory,
+            users,
             config,
             delayed,
             store,
@@ -162,12 +171,19 @@ impl Broker {
         self.next_connection.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Checks a login. Loopback-only users are refused from other addresses.
+    /// Checks a login against the recorded users. Loopback-only users are
+    /// refused from other addresses.
     pub fn authenticate(&self, user: &str, password: &str, peer: IpAddr) -> bool {
-        let c = &self.config;
-        let known = user == c.default_user && password == c.default_pass;
-        let loopback_ok = !c.loopback_users.iter().any(|u| u == user) || peer.is_loopback();
+        let known = self.users.authenticate(user, password).is_some();
+        let loopback_ok =
+            !self.config.loopback_users.iter().any(|u| u == user) || peer.is_loopback();
         known && loopback_ok
+    }
+
+    /// Whether `user` may open a connection to `vhost` (any permission on
+    /// it, as in RabbitMQ).
+    pub fn may_open(&self, user: &str, vhost: &str) -> bool {
+        self.users.permission(user, vhost).is_some()
     }
 
     /// Flushes the store (shutdown).

@@ -14,7 +14,8 @@
 //!   (direct, fanout, topic, headers).
 //! - [`queue`] holds messages and consumers and delivers, through traits it
 //!   owns for what is above it ([`queue::Sink`], [`queue::Host`]);
-//!   [`delayed`] holds delayed messages and emits them when due.
+//!   [`delayed`] holds delayed messages and emits them when due;
+//!   [`access`] holds users (RabbitMQ's password hashes) and permissions.
 //! - [`vhost`] holds exchanges and queues by name, declares, binds and
 //!   routes, with its own error type.
 //! - [`broker`] wires the layers and recovers state at start.
@@ -24,6 +25,7 @@
 //!   that batches writes; reply codes live only here.
 //! - [`server`] accepts connections and shuts down in order.
 
+pub mod access;
 pub mod alarm;
 pub mod amqp;
 pub mod broker;

@@ -10,7 +10,7 @@ const LAYERS: &[&[&str]] = &[
     &["wire", "util"],
     &["config", "message", "alarm", "plugins"],
     &["store", "exchange"],
-    &["queue", "delayed"],
+    &["queue", "delayed", "access"],
     &["vhost"],
     &["broker"],
     &["amqp"],

@@ -205,6 +205,19 @@ pub(super) async fn handshake(
                         hold,
                     ));
                 };
+                if !broker.may_open(&user, name) {
+                    let hold = match heartbeat {
+                        0 => delay,
+                        hb => Duration::from_secs(hb as u64).min(OPEN_REFUSED_MAX_HOLD),
+                    };
+                    return Err(closed(
+                        ProtocolError::not_allowed(format!(
+                            "access to vhost '{name}' refused for user '{user}'"
+                        ))
+                        .on(10, 40),
+                        hold,
+                    ));
+                }
                 let Some(slot) = broker.admit_connection() else {
                     return Err(closed(
                         ProtocolError::not_allowed(format!(

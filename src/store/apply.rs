@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use super::delivered::DeliveredLog;
 use super::op::{Applied, Op};
-use super::{definitions, delayed, messages, Result};
+use super::{access, definitions, delayed, messages, Result};
 
 /// The state operations change.
 pub struct Applier {
@@ -84,6 +84,11 @@ impl Applier {
             Op::DeleteQueue { vhost, name, .. } => definitions::delete_queue(tree, vhost, name)?,
             Op::PutBinding(def) => definitions::put_binding(tree, def)?,
             Op::DeleteBinding(def) => definitions::delete_binding(tree, def)?,
+            Op::PutUser(def) => access::put_user(tree, def)?,
+            Op::DeleteUser { name } => access::delete_user(tree, name)?,
+            Op::PutPermission(def) => access::put_permission(tree, def)?,
+            Op::DeletePermission { vhost, user } => access::delete_permission(tree, vhost, user)?,
+            Op::UsersSeeded => access::mark_seeded(tree)?,
             _ => {}
         }
         self.defs_version.fetch_add(1, Ordering::SeqCst);

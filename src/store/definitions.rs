@@ -108,7 +108,7 @@ const QUEUE: &str = "q";
 const BINDING: &str = "b";
 const NEXT_QUEUE_ID: &[u8] = b"meta\0next_queue_id";
 
-fn key(kind: &str, parts: &[&str]) -> Vec<u8> {
+pub(super) fn key(kind: &str, parts: &[&str]) -> Vec<u8> {
     let mut k = kind.as_bytes().to_vec();
     for p in parts {
         k.push(0);
@@ -144,7 +144,11 @@ impl BindingDef {
 }
 
 /// Writes a definition, once it is known to read back as itself.
-fn put_def<T: Serialize + DeserializeOwned>(tree: &sled::Tree, k: Vec<u8>, v: &T) -> Result<()> {
+pub(super) fn put_def<T: Serialize + DeserializeOwned>(
+    tree: &sled::Tree,
+    k: Vec<u8>,
+    v: &T,
+) -> Result<()> {
     let bytes = serde_json::to_vec(v).map_err(|e| Error::Corrupt(e.to_string()))?;
     let back = serde_json::from_slice::<T>(&bytes)
         .ok()
@@ -211,7 +215,7 @@ pub(super) fn declare_queue(tree: &sled::Tree, def: &QueueDef) -> Result<u64> {
 }
 
 impl Store {
-    fn scan_defs<T: DeserializeOwned>(&self, kind: &str) -> Result<Vec<T>> {
+    pub(super) fn scan_defs<T: DeserializeOwned>(&self, kind: &str) -> Result<Vec<T>> {
         let mut prefix = kind.as_bytes().to_vec();
         prefix.push(0);
         let mut out = Vec::new();

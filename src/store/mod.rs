@@ -1,5 +1,5 @@
 //! Durability on sled, behind a small interface: definitions (vhosts,
-//! exchanges, queues, bindings), persistent messages, delivered marks and
+//! exchanges, queues, bindings, users, permissions), persistent messages, delivered marks and
 //! held delayed messages. Nothing outside this module knows sled exists.
 //!
 //! Every change is an operation (op.rs) submitted to the journal
@@ -8,6 +8,7 @@
 //! ticket, and one sync covers every operation submitted before it started.
 //! Reads go to the applied state directly.
 
+mod access;
 mod apply;
 mod deferred;
 mod definitions;
@@ -22,6 +23,7 @@ mod writes;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use access::{PermissionDef, UserDef};
 pub use apply::Applier;
 pub use deferred::DeferredWrites;
 pub use definitions::{BindingDef, ExchangeDef, QueueDef};

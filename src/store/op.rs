@@ -17,6 +17,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use super::access::{PermissionDef, UserDef};
 use super::definitions::{BindingDef, ExchangeDef, QueueDef};
 use super::messages::{decode_record, encode_record};
 use super::{Error, Result};
@@ -74,6 +75,16 @@ pub enum Op<'a> {
     /// Forgets a held message (released, or unreadable) by its key (due
     /// time and sequence; whatever the record has, if it is corrupt).
     Unhold { key: &'a [u8] },
+    /// Records (or replaces) a user.
+    PutUser(&'a UserDef),
+    /// Forgets a user and its permissions.
+    DeleteUser { name: &'a str },
+    /// Sets a user's permissions on a vhost.
+    PutPermission(&'a PermissionDef),
+    /// Clears a user's permissions on a vhost.
+    DeletePermission { vhost: &'a str, user: &'a str },
+    /// The default user was created: never again, even with no users left.
+    UsersSeeded,
     /// Every message of queue `queue_id` up to `upto` may have been
     /// delivered (a delivered-mark reservation, see delivered.rs).
     Reserve { queue_id: u64, upto: u64 },
@@ -101,6 +112,11 @@ const PURGE_FROM: u8 = 10;
 const HOLD: u8 = 11;
 const UNHOLD: u8 = 12;
 const RESERVE: u8 = 13;
+const PUT_USER: u8 = 14;
+const DELETE_USER: u8 = 15;
+const PUT_PERMISSION: u8 = 16;
+const DELETE_PERMISSION: u8 = 17;
+const USERS_SEEDED: u8 = 18;
 
 impl Op<'_> {
     /// Whether the operation changes definitions (callers that made one
@@ -115,6 +131,11 @@ impl Op<'_> {
                 | Op::DeleteQueue { .. }
                 | Op::PutBinding(_)
                 | Op::DeleteBinding(_)
+                | Op::PutUser(_)
+                | Op::DeleteUser { .. }
+                | Op::PutPermission(_)
+                | Op::DeletePermission { .. }
+                | Op::UsersSeeded
         )
     }
 
@@ -194,6 +215,24 @@ impl Op<'_> {
                 out.put_u32(key.len() as u32);
                 out.extend_from_slice(key);
             }
+            Op::PutUser(def) => {
+                out.put_u8(PUT_USER);
+                put_json(out, def)?;
+            }
+            Op::DeleteUser { name } => {
+                out.put_u8(DELETE_USER);
+                put_str(out, name);
+            }
+            Op::PutPermission(def) => {
+                out.put_u8(PUT_PERMISSION);
+                put_json(out, def)?;
+            }
+            Op::DeletePermission { vhost, user } => {
+                out.put_u8(DELETE_PERMISSION);
+                put_str(out, vhost);
+                put_str(out, user);
+            }
+            Op::UsersSeeded => out.put_u8(USERS_SEEDED),
             Op::Reserve { queue_id, upto } => {
                 out.put_u8(RESERVE);
                 out.put_u64(queue_id);
@@ -289,6 +328,19 @@ pub fn decode<R>(raw: Bytes, f: impl FnOnce(Op<'_>) -> R) -> Result<R> {
             queue_id: u64_(&mut r)?,
             upto: u64_(&mut r)?,
         }),
+        PUT_USER => f(Op::PutUser(&json(&mut r)?)),
+        DELETE_USER => f(Op::DeleteUser {
+            name: &str_(&mut r)?,
+        }),
+        PUT_PERMISSION => f(Op::PutPermission(&json(&mut r)?)),
+        DELETE_PERMISSION => {
+            let vhost = str_(&mut r)?;
+            f(Op::DeletePermission {
+                vhost: &vhost,
+                user: &str_(&mut r)?,
+            })
+        }
+        USERS_SEEDED => f(Op::UsersSeeded),
         t => return Err(bad(&format!("unknown tag {t}"))),
     })
 }
@@ -368,6 +420,19 @@ mod tests {
             routing_key: "a.#".into(),
             arguments: args(),
         };
+        let user = UserDef {
+            name: "app".into(),
+            password_hash: "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR".into(),
+            hashing_algorithm: "rabbit_password_hashing_sha256".into(),
+            tags: vec!["management".into()],
+        };
+        let perm = PermissionDef {
+            user: "app".into(),
+            vhost: "/".into(),
+            configure: "^$".into(),
+            write: ".*".into(),
+            read: ".*".into(),
+        };
         let ops = [
             Op::PutVhost { name: "v" },
             Op::PutExchange(&x),
@@ -419,6 +484,14 @@ mod tests {
                 queue_id: 3,
                 upto: 1024,
             },
+            Op::PutUser(&user),
+            Op::DeleteUser { name: "app" },
+            Op::PutPermission(&perm),
+            Op::DeletePermission {
+                vhost: "/",
+                user: "app",
+            },
+            Op::UsersSeeded,
         ];
         for op in ops {
             let mut buf = BytesMut::new();

@@ -2,10 +2,30 @@
 //! submits it to the journal. Nothing here writes sled; the applier does.
 
 use super::op::{Applied, Op};
-use super::{BindingDef, Error, ExchangeDef, QueueDef, Result, Store};
+use super::{BindingDef, Error, ExchangeDef, PermissionDef, QueueDef, Result, Store, UserDef};
 use crate::message::Message;
 
 impl Store {
+    /// Records (or replaces) a user.
+    pub fn put_user(&self, def: &UserDef) -> Result<()> {
+        self.submit(&Op::PutUser(def)).map(drop)
+    }
+    /// Forgets a user and its permissions.
+    pub fn delete_user(&self, name: &str) -> Result<()> {
+        self.submit(&Op::DeleteUser { name }).map(drop)
+    }
+    /// Sets a user's permissions on a vhost.
+    pub fn put_permission(&self, def: &PermissionDef) -> Result<()> {
+        self.submit(&Op::PutPermission(def)).map(drop)
+    }
+    /// Clears a user's permissions on a vhost.
+    pub fn delete_permission(&self, vhost: &str, user: &str) -> Result<()> {
+        self.submit(&Op::DeletePermission { vhost, user }).map(drop)
+    }
+    /// Records that the default user was created.
+    pub fn mark_users_seeded(&self) -> Result<()> {
+        self.submit(&Op::UsersSeeded).map(drop)
+    }
     /// Records a vhost.
     pub fn put_vhost(&self, name: &str) -> Result<()> {
         self.submit(&Op::PutVhost { name }).map(drop)

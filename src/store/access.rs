@@ -1,0 +1,91 @@
+//! Durable users and permissions: one definitions record each, JSON, as
+//! RabbitMQ's definitions files name the fields. Users key by name,
+//! permissions by vhost then user. A marker says the default user was
+//! created once, so a node whose users were all deleted stays that way.
+
+use serde::{Deserialize, Serialize};
+
+use super::definitions::{key, put_def};
+use super::{Result, Store};
+
+/// A user: RabbitMQ's password hash (empty: no password), the algorithm's
+/// RabbitMQ name (empty in records that had none: MD5), and its tags.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserDef {
+    pub name: String,
+    pub password_hash: String,
+    #[serde(default)]
+    pub hashing_algorithm: String,
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// A user's permissions on one vhost (three regular expressions).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PermissionDef {
+    pub user: String,
+    pub vhost: String,
+    pub configure: String,
+    pub write: String,
+    pub read: String,
+}
+
+const USER: &str = "u";
+const PERMISSION: &str = "p";
+const USERS_SEEDED: &[u8] = b"meta\0users_seeded";
+
+/// Applies `Op::PutUser`.
+pub(super) fn put_user(tree: &sled::Tree, def: &UserDef) -> Result<()> {
+    put_def(tree, key(USER, &[&def.name]), def)
+}
+
+/// Applies `Op::DeleteUser`: the user and every permission it has.
+pub(super) fn delete_user(tree: &sled::Tree, name: &str) -> Result<()> {
+    tree.remove(key(USER, &[name]))?;
+    let mut prefix = PERMISSION.as_bytes().to_vec();
+    prefix.push(0);
+    let mut batch = sled::Batch::default();
+    for item in tree.scan_prefix(prefix) {
+        let (k, _) = item?;
+        if k.rsplit(|&b| b == 0).next() == Some(name.as_bytes()) {
+            batch.remove(k);
+        }
+    }
+    tree.apply_batch(batch)?;
+    Ok(())
+}
+
+/// Applies `Op::PutPermission`.
+pub(super) fn put_permission(tree: &sled::Tree, def: &PermissionDef) -> Result<()> {
+    put_def(tree, key(PERMISSION, &[&def.vhost, &def.user]), def)
+}
+
+/// Applies `Op::DeletePermission`.
+pub(super) fn delete_permission(tree: &sled::Tree, vhost: &str, user: &str) -> Result<()> {
+    tree.remove(key(PERMISSION, &[vhost, user]))?;
+    Ok(())
+}
+
+/// Applies `Op::UsersSeeded`.
+pub(super) fn mark_seeded(tree: &sled::Tree) -> Result<()> {
+    tree.insert(USERS_SEEDED, &[1u8][..])?;
+    Ok(())
+}
+
+impl Store {
+    /// Every recorded user.
+    pub fn users(&self) -> Result<Vec<UserDef>> {
+        self.scan_defs(USER)
+    }
+
+    /// Every recorded permission.
+    pub fn permissions(&self) -> Result<Vec<PermissionDef>> {
+        self.scan_defs(PERMISSION)
+    }
+
+    /// Whether the default user was ever created (or any user recorded:
+    /// stores written before users existed get it now).
+    pub fn users_seeded(&self) -> Result<bool> {
+        Ok(self.defs.get(USERS_SEEDED)?.is_some())
+    }
+}
