@@ -12,6 +12,7 @@ pub mod password;
 mod permissions;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -75,8 +76,11 @@ pub enum Error {
 pub struct Users {
     store: Arc<Store>,
     users: RwLock<HashMap<String, Arc<User>>>,
-    /// By (vhost, user).
-    permissions: RwLock<HashMap<(String, String), Arc<Permission>>>,
+    /// By vhost, then user.
+    permissions: RwLock<HashMap<String, HashMap<String, Arc<Permission>>>>,
+    /// Bumped by every change, so a connection can tell its cached view
+    /// is stale with one load.
+    generation: AtomicU64,
 }
 
 impl Users {
@@ -87,6 +91,7 @@ impl Users {
             store,
             users: RwLock::new(HashMap::new()),
             permissions: RwLock::new(HashMap::new()),
+            generation: AtomicU64::new(0),
         };
         for def in this.store.users()? {
             let user = user_from(&def)?;
@@ -97,7 +102,9 @@ impl Users {
                 Permission::new(&def.configure, &def.write, &def.read).map_err(Error::Invalid)?;
             this.permissions
                 .write()
-                .insert((def.vhost.clone(), def.user.clone()), Arc::new(p));
+                .entry(def.vhost.clone())
+                .or_default()
+                .insert(def.user.clone(), Arc::new(p));
         }
         if !this.store.users_seeded()? {
             this.put_user(User {
@@ -145,6 +152,7 @@ impl Users {
         }
         self.store.put_user(&user.def())?;
         self.users.write().insert(user.name.clone(), Arc::new(user));
+        self.changed();
         Ok(())
     }
 
@@ -153,7 +161,10 @@ impl Users {
         if self.users.write().remove(name).is_none() {
             return Err(Error::NoUser(name.to_string()));
         }
-        self.permissions.write().retain(|(_, u), _| u != name);
+        for users in self.permissions.write().values_mut() {
+            users.remove(name);
+        }
+        self.changed();
         self.store.delete_user(name)?;
         Ok(())
     }
@@ -180,25 +191,35 @@ impl Users {
         })?;
         self.permissions
             .write()
-            .insert((vhost.to_string(), user.to_string()), Arc::new(p));
+            .entry(vhost.to_string())
+            .or_default()
+            .insert(user.to_string(), Arc::new(p));
+        self.changed();
         Ok(())
     }
 
     /// Clears `user`'s permissions on `vhost`.
     pub fn clear_permission(&self, user: &str, vhost: &str) -> Result<(), Error> {
-        self.permissions
-            .write()
-            .remove(&(vhost.to_string(), user.to_string()));
+        if let Some(users) = self.permissions.write().get_mut(vhost) {
+            users.remove(user);
+        }
+        self.changed();
         self.store.delete_permission(vhost, user)?;
         Ok(())
     }
 
     /// `user`'s permissions on `vhost`, if any.
     pub fn permission(&self, user: &str, vhost: &str) -> Option<Arc<Permission>> {
-        self.permissions
-            .read()
-            .get(&(vhost.to_string(), user.to_string()))
-            .cloned()
+        self.permissions.read().get(vhost)?.get(user).cloned()
+    }
+
+    /// Counts changes to users and permissions.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 }
 

@@ -36,6 +36,8 @@ pub struct ConnCtx {
     pub frame_max: u32,
     pub caps: ClientCaps,
     pub user: String,
+    /// What the user may do here (authz.rs).
+    pub authz: super::authz::Authz,
     /// Exclusive queues this connection declared (deleted when it closes).
     pub exclusive_queues: Vec<Arc<Queue>>,
     /// The store's completed-flush epoch, for confirms.
@@ -53,6 +55,17 @@ impl ConnCtx {
             self.broker.store.sync().await?;
         }
         Ok(())
+    }
+
+    /// 403 unless the user has `access` to the `kind` ("queue",
+    /// "exchange") `name` in this vhost.
+    pub fn check(
+        &mut self,
+        access: crate::access::Access,
+        kind: &str,
+        name: &str,
+    ) -> Result<(), super::error::ProtocolError> {
+        self.authz.check(&self.broker.users, access, kind, name)
     }
 
     /// Sends a method frame on `channel`.

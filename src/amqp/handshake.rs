@@ -240,6 +240,7 @@ pub(super) async fn handshake(
                     outbox: Arc::clone(outbox),
                     frame_max,
                     caps,
+                    authz: super::authz::Authz::new(&broker.users, &user, name),
                     user,
                     exclusive_queues: Vec::new(),
                     flushed: broker.store.flushed(),

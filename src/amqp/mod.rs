@@ -5,6 +5,7 @@
 
 pub mod assembler;
 pub mod auth;
+pub mod authz;
 pub mod channel;
 pub mod coalesce;
 pub mod codec;

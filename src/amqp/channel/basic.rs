@@ -8,6 +8,7 @@ use amq_protocol::types::ShortString;
 use bytes::BufMut;
 
 use super::Channel;
+use crate::access::Access;
 use crate::amqp::assembler::Publish;
 use crate::amqp::codec::{self, FRAME_METHOD};
 use crate::amqp::context::ConnCtx;
@@ -28,6 +29,16 @@ impl Channel {
         mut msg: Message,
         ctx: &mut ConnCtx,
     ) -> Result<()> {
+        // Write on the exchange, then (RabbitMQ's check_user_id_header) the
+        // user_id property must be the user's own.
+        ctx.authz
+            .check_publish(&ctx.broker.users, &publish.exchange)
+            .map_err(|e| e.on(60, 40))?;
+        if let Some(user_id) = msg.short_property(Field::UserId) {
+            ctx.authz
+                .check_user_id(&ctx.broker.users, user_id)
+                .map_err(|e| e.on(60, 40))?;
+        }
         // A request that wants its reply by direct reply-to.
         if msg.short_property(Field::ReplyTo) == Some(reply_to::PSEUDO_QUEUE.as_bytes()) {
             let Some(r) = &self.reply else {
@@ -198,6 +209,7 @@ impl Channel {
             )));
         }
         let name = self.queue_name(m.queue.as_str())?;
+        ctx.check(Access::Read, "queue", &name)?;
         let queue = ctx.vhost.queue_for(&name, ctx.id)?;
         let priority = match m.arguments.inner().get("x-priority") {
             None => 0,
@@ -373,6 +385,7 @@ impl Channel {
 
     pub(super) fn basic_get(&mut self, m: b::Get, ctx: &mut ConnCtx) -> Result<()> {
         let name = self.queue_name(m.queue.as_str())?;
+        ctx.check(Access::Read, "queue", &name)?;
         let queue = ctx.vhost.queue_for(&name, ctx.id)?;
         let timeout_ms = queue
             .args

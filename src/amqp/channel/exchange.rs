@@ -3,6 +3,7 @@
 use amq_protocol::protocol::{exchange as x, AMQPClass};
 
 use super::Channel;
+use crate::access::Access;
 use crate::amqp::context::ConnCtx;
 use crate::amqp::error::Result;
 use crate::vhost::ExchangeSpec;
@@ -22,6 +23,22 @@ impl Channel {
             internal: m.internal,
             arguments: m.arguments,
         };
+        // Configure on the exchange (the default exchange is the vhost's
+        // to refuse); for a new one with an alternate exchange, read on it
+        // and write on the alternate, as RabbitMQ checks. Passive: nothing.
+        if !m.passive && !spec.name.is_empty() {
+            ctx.check(Access::Configure, "exchange", &spec.name)?;
+            let alternate = spec
+                .arguments
+                .inner()
+                .get("alternate-exchange")
+                .and_then(crate::wire::value::text);
+            let new = ctx.vhost.exchange(&spec.name).is_none();
+            if let Some(ae) = alternate.filter(|_| new && !spec.name.starts_with("amq.")) {
+                ctx.check(Access::Read, "exchange", &spec.name)?;
+                ctx.check(Access::Write, "exchange", &ae)?;
+            }
+        }
         ctx.vhost.declare_exchange(&spec, m.passive)?;
         ctx.sync_definitions(version).await?;
         if !m.nowait {
@@ -35,8 +52,12 @@ impl Channel {
 
     pub(super) async fn exchange_delete(&mut self, m: x::Delete, ctx: &mut ConnCtx) -> Result<()> {
         let version = ctx.broker.store.defs_version();
-        ctx.vhost
-            .delete_exchange(m.exchange.as_str(), m.if_unused)?;
+        let name = m.exchange.as_str();
+        // The default and amq.* exchanges are the vhost's to refuse first.
+        if !name.is_empty() && !name.starts_with("amq.") {
+            ctx.check(Access::Configure, "exchange", name)?;
+        }
+        ctx.vhost.delete_exchange(name, m.if_unused)?;
         ctx.sync_definitions(version).await?;
         if !m.nowait {
             ctx.send(
@@ -49,6 +70,7 @@ impl Channel {
 
     pub(super) async fn exchange_bind(&mut self, m: x::Bind, ctx: &mut ConnCtx) -> Result<()> {
         let version = ctx.broker.store.defs_version();
+        e2e_access(ctx, m.destination.as_str(), m.source.as_str())?;
         let dest = ctx
             .vhost
             .destination(m.destination.as_str(), true, ctx.id)?;
@@ -70,6 +92,7 @@ impl Channel {
 
     pub(super) async fn exchange_unbind(&mut self, m: x::Unbind, ctx: &mut ConnCtx) -> Result<()> {
         let version = ctx.broker.store.defs_version();
+        e2e_access(ctx, m.destination.as_str(), m.source.as_str())?;
         ctx.vhost.unbind(
             m.source.as_str(),
             m.destination.as_str(),
@@ -87,4 +110,15 @@ impl Channel {
         }
         Ok(())
     }
+}
+
+/// What an exchange-to-exchange binding needs, in RabbitMQ's order: write
+/// on the destination, then (past the vhost's default-exchange refusal)
+/// read on the source.
+fn e2e_access(ctx: &mut ConnCtx, destination: &str, source: &str) -> Result<()> {
+    ctx.check(Access::Write, "exchange", destination)?;
+    if !source.is_empty() && !destination.is_empty() {
+        ctx.check(Access::Read, "exchange", source)?;
+    }
+    Ok(())
 }

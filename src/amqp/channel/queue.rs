@@ -6,6 +6,7 @@ use amq_protocol::protocol::{queue as q, AMQPClass};
 use amq_protocol::types::ShortString;
 
 use super::Channel;
+use crate::access::Access;
 use crate::amqp::context::ConnCtx;
 use crate::amqp::error::Result;
 use crate::vhost::QueueSpec;
@@ -42,6 +43,22 @@ impl Channel {
                 "no {}",
                 ctx.vhost.describe("queue", &name)
             )));
+        }
+        // RabbitMQ checks configure after the reserved prefix (which the
+        // vhost refuses) and, for a new queue with a dead-letter exchange,
+        // read on the queue and write on that exchange. A passive declare
+        // needs nothing.
+        if !m.passive && (server_named || !name.starts_with("amq.")) {
+            ctx.check(Access::Configure, "queue", &name)?;
+            let dlx = m
+                .arguments
+                .inner()
+                .get("x-dead-letter-exchange")
+                .and_then(crate::wire::value::text);
+            if let Some(dlx) = dlx.filter(|_| ctx.vhost.queue(&name).is_none()) {
+                ctx.check(Access::Read, "queue", &name)?;
+                ctx.check(Access::Write, "exchange", &dlx)?;
+            }
         }
         let spec = QueueSpec {
             name: name.clone(),
@@ -81,6 +98,7 @@ impl Channel {
         } else {
             m.routing_key.as_str().to_string()
         };
+        bind_access(ctx, &name, m.exchange.as_str())?;
         let dest = ctx.vhost.destination(&name, false, ctx.id)?;
         ctx.vhost
             .bind(m.exchange.as_str(), dest, &key, &m.arguments)?;
@@ -97,6 +115,7 @@ impl Channel {
     pub(super) async fn queue_unbind(&mut self, m: q::Unbind, ctx: &mut ConnCtx) -> Result<()> {
         let version = ctx.broker.store.defs_version();
         let name = self.queue_name(m.queue.as_str())?;
+        bind_access(ctx, &name, m.exchange.as_str())?;
         ctx.vhost.unbind(
             m.exchange.as_str(),
             &name,
@@ -115,6 +134,7 @@ impl Channel {
 
     pub(super) fn queue_purge(&mut self, m: q::Purge, ctx: &mut ConnCtx) -> Result<()> {
         let name = self.queue_name(m.queue.as_str())?;
+        ctx.check(Access::Read, "queue", &name)?;
         let queue = ctx.vhost.queue_for(&name, ctx.id)?;
         let n = queue.purge()?;
         if !m.nowait {
@@ -129,6 +149,7 @@ impl Channel {
     pub(super) async fn queue_delete(&mut self, m: q::Delete, ctx: &mut ConnCtx) -> Result<()> {
         let version = ctx.broker.store.defs_version();
         let name = self.queue_name(m.queue.as_str())?;
+        ctx.check(Access::Configure, "queue", &name)?;
         let deleted = ctx
             .vhost
             .delete_queue(&name, m.if_unused, m.if_empty, ctx.id)?;
@@ -145,4 +166,15 @@ impl Channel {
         drop(deleted);
         Ok(())
     }
+}
+
+/// What binding queue `queue` to `exchange` (or unbinding it) needs, in
+/// RabbitMQ's order: write on the queue, then read on the exchange (the
+/// default exchange is refused by the vhost in between).
+fn bind_access(ctx: &mut ConnCtx, queue: &str, exchange: &str) -> Result<()> {
+    ctx.check(Access::Write, "queue", queue)?;
+    if !exchange.is_empty() {
+        ctx.check(Access::Read, "exchange", exchange)?;
+    }
+    Ok(())
 }
