@@ -101,7 +101,7 @@ def is_module(parts):
     return os.path.exists(base + ".rs") or os.path.exists(os.path.join(base, "mod.rs"))
 
 
-def resolve(me, is_mod_rs, path):
+def resolve(me, path):
     """The module file a `crate::` or `super::` path lands in."""
     segs = path.split("::")
     if segs[0] == "crate":
@@ -129,46 +129,44 @@ def related(a, b):
     return a == b or a.startswith(b + "::") or b.startswith(a + "::") or not a or not b
 
 
+def sources():
+    """Every .rs file under src/ but lib.rs and main.rs."""
+    for root, _, names in os.walk(SRC):
+        for n in sorted(names):
+            p = os.path.join(root, n)
+            if n.endswith(".rs") and os.path.relpath(p, SRC) not in ("lib.rs", "main.rs"):
+                yield p
+
+
 def file_edges():
     edges = set()
-    for root, _, names in os.walk(SRC):
-        for n in names:
-            if not n.endswith(".rs"):
-                continue
-            p = os.path.join(root, n)
-            me = file_module(p)
-            if me in ("lib", "main"):
-                continue
-            text = code(p)
-            paths = []
-            for stmt in re.findall(r"\buse\s+([^;]+);", text):
-                paths += expand(stmt)
-            paths += [m.group(0) for m in re.finditer(r"\b(?:crate|super)(?:::[a-z_][a-z0-9_]*)+", text)]
-            for path in paths:
-                other = resolve(me, n == "mod.rs", path.strip())
-                if other is not None and not related(me, other):
-                    edges.add((me, other))
+    for p in sources():
+        me = file_module(p)
+        text = code(p)
+        paths = []
+        for stmt in re.findall(r"\buse\s+([^;]+);", text):
+            paths += expand(stmt)
+        paths += [m.group(0) for m in re.finditer(r"\b(?:crate|super)(?:::[a-z_][a-z0-9_]*)+", text)]
+        for path in paths:
+            other = resolve(me, path.strip())
+            if other is not None and not related(me, other):
+                edges.add((me, other))
+    return edges
+
+
+def module_edges():
+    edges = set()
+    for p in sources():
+        me = top_level(p)
+        for m in USE.finditer(code(p)):
+            if m.group(1) != me:
+                edges.add((me, m.group(1)))
     return edges
 
 
 def main():
     files = "--files" in sys.argv
-    if files:
-        edges = file_edges()
-    else:
-        edges = set()
-    for root, _, names in os.walk(SRC) if not files else []:
-        for n in names:
-            if not n.endswith(".rs"):
-                continue
-            p = os.path.join(root, n)
-            me = top_level(p)
-            if me in ("lib", "main"):
-                continue
-            for m in USE.finditer(code(p)):
-                other = m.group(1)
-                if other != me:
-                    edges.add((me, other))
+    edges = file_edges() if files else module_edges()
     for a, b in sorted(edges):
         print(f"{a} -> {b}")
     # Cycles: strongly connected components with more than one module.

@@ -54,11 +54,6 @@ impl Authz {
         self.may_publish.clear();
     }
 
-    /// The user's name.
-    pub fn user(&self) -> &str {
-        &self.user
-    }
-
     /// 403 unless `access` to the `kind` ("queue", "exchange") `name` is
     /// allowed.
     pub fn check(&mut self, users: &Users, access: Access, kind: &str, name: &str) -> Result<()> {

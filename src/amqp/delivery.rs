@@ -83,66 +83,6 @@ impl ChannelDelivery {
         self.state.lock().global_prefetch = n;
     }
 
-    /// Delivers `entry` to `consumer` if it can take it; otherwise hands
-    /// the entry back with the reason. Called by `queue` with the queue's
-    /// lock held.
-    pub fn try_deliver(
-        &self,
-        consumer: &Arc<Consumer>,
-        queue: &Arc<Queue>,
-        entry: Entry,
-    ) -> Result<(), (Entry, Refused)> {
-        let mut st = self.state.lock();
-        if !st.open || self.outbox.is_closed() {
-            return Err((entry, Refused::Closed));
-        }
-        if !consumer.no_ack {
-            if consumer.prefetch != 0 && consumer.unacked() >= consumer.prefetch {
-                return Err((entry, Refused::Credit));
-            }
-            if st.global_prefetch != 0 && st.unacked.len() + st.held >= st.global_prefetch as usize
-            {
-                return Err((entry, Refused::Credit));
-            }
-        }
-        if self.outbox.is_full(queue) {
-            let at = Arc::as_ptr(&self.outbox) as usize;
-            return Err((entry, Refused::Outbox(at)));
-        }
-        let tag = st.next_tag;
-        st.next_tag += 1;
-        let msg = &entry.msg;
-        self.outbox.send_delivery(|out| {
-            let at = codec::begin_frame(out, FRAME_METHOD, self.id);
-            out.put_u16(60);
-            out.put_u16(60);
-            codec::put_short_str(out, consumer.tag.as_bytes());
-            out.put_u64(tag);
-            out.put_u8(entry.redelivered as u8);
-            codec::put_short_str(out, msg.exchange());
-            codec::put_short_str(out, msg.routing_key());
-            codec::end_frame(out, at);
-            codec::put_content(out, self.id, msg.properties(), msg.body(), self.frame_max);
-        });
-        if consumer.no_ack {
-            queue.settle_delivered(entry);
-        } else {
-            consumer.take_credit();
-            let deadline = deadline_in(consumer.timeout_ms);
-            if deadline != 0 && deadline < st.earliest {
-                st.earliest = deadline;
-            }
-            st.unacked.push_back(Unacked {
-                tag,
-                queue: Arc::clone(queue),
-                entry,
-                consumer: Some(Arc::clone(consumer)),
-                deadline,
-            });
-        }
-        Ok(())
-    }
-
     /// Sends a direct reply-to reply to this channel's reply consumer `tag`
     /// (no ack, so nothing is recorded); false if the channel is closing or
     /// its outbox is over the high-water mark (the reply is dropped).
@@ -166,49 +106,6 @@ impl ChannelDelivery {
             codec::put_content(out, self.id, msg.properties(), msg.body(), self.frame_max);
         });
         true
-    }
-
-    /// Sends `basic.get-ok` for `entry`; records it as unacked unless no_ack.
-    /// Returns the entry back when it needs no ack, for the queue to settle.
-    pub fn deliver_get(
-        &self,
-        queue: &Arc<Queue>,
-        entry: Entry,
-        message_count: u32,
-        no_ack: bool,
-        timeout_ms: u64,
-    ) -> Option<Entry> {
-        let mut st = self.state.lock();
-        let tag = st.next_tag;
-        st.next_tag += 1;
-        let msg = &entry.msg;
-        self.outbox.send(|out| {
-            let at = codec::begin_frame(out, FRAME_METHOD, self.id);
-            out.put_u16(60);
-            out.put_u16(71);
-            out.put_u64(tag);
-            out.put_u8(entry.redelivered as u8);
-            codec::put_short_str(out, msg.exchange());
-            codec::put_short_str(out, msg.routing_key());
-            out.put_u32(message_count);
-            codec::end_frame(out, at);
-            codec::put_content(out, self.id, msg.properties(), msg.body(), self.frame_max);
-        });
-        if no_ack {
-            return Some(entry);
-        }
-        let deadline = deadline_in(timeout_ms);
-        if deadline != 0 && deadline < st.earliest {
-            st.earliest = deadline;
-        }
-        st.unacked.push_back(Unacked {
-            tag,
-            queue: Arc::clone(queue),
-            entry,
-            consumer: None,
-            deadline,
-        });
-        None
     }
 
     /// Moves the deliveries an ack/nack/reject names into `out`, in tag
@@ -364,15 +261,68 @@ impl State {
 
 /// A channel is where its consumers' deliveries go.
 impl Sink for ChannelDelivery {
+    /// Delivers `entry` to `consumer` if it can take it; otherwise hands
+    /// the entry back with the reason. Called by `queue` with the queue's
+    /// lock held.
     fn try_deliver(
         &self,
         consumer: &Arc<Consumer>,
         queue: &Arc<Queue>,
         entry: Entry,
     ) -> Result<(), (Entry, Refused)> {
-        ChannelDelivery::try_deliver(self, consumer, queue, entry)
+        let mut st = self.state.lock();
+        if !st.open || self.outbox.is_closed() {
+            return Err((entry, Refused::Closed));
+        }
+        if !consumer.no_ack {
+            if consumer.prefetch != 0 && consumer.unacked() >= consumer.prefetch {
+                return Err((entry, Refused::Credit));
+            }
+            if st.global_prefetch != 0 && st.unacked.len() + st.held >= st.global_prefetch as usize
+            {
+                return Err((entry, Refused::Credit));
+            }
+        }
+        if self.outbox.is_full(queue) {
+            let at = Arc::as_ptr(&self.outbox) as usize;
+            return Err((entry, Refused::Outbox(at)));
+        }
+        let tag = st.next_tag;
+        st.next_tag += 1;
+        let msg = &entry.msg;
+        self.outbox.send_delivery(|out| {
+            let at = codec::begin_frame(out, FRAME_METHOD, self.id);
+            out.put_u16(60);
+            out.put_u16(60);
+            codec::put_short_str(out, consumer.tag.as_bytes());
+            out.put_u64(tag);
+            out.put_u8(entry.redelivered as u8);
+            codec::put_short_str(out, msg.exchange());
+            codec::put_short_str(out, msg.routing_key());
+            codec::end_frame(out, at);
+            codec::put_content(out, self.id, msg.properties(), msg.body(), self.frame_max);
+        });
+        if consumer.no_ack {
+            queue.settle_delivered(entry);
+        } else {
+            consumer.take_credit();
+            let deadline = deadline_in(consumer.timeout_ms);
+            if deadline != 0 && deadline < st.earliest {
+                st.earliest = deadline;
+            }
+            st.unacked.push_back(Unacked {
+                tag,
+                queue: Arc::clone(queue),
+                entry,
+                consumer: Some(Arc::clone(consumer)),
+                deadline,
+            });
+        }
+        Ok(())
     }
 
+    /// Sends `basic.get-ok` for `entry`; records it as unacked unless no_ack.
+    /// Returns the entry back when it needs no ack, for the queue to settle.
     fn deliver_get(
         &self,
         queue: &Arc<Queue>,
@@ -381,7 +331,37 @@ impl Sink for ChannelDelivery {
         no_ack: bool,
         timeout_ms: u64,
     ) -> Option<Entry> {
-        ChannelDelivery::deliver_get(self, queue, entry, message_count, no_ack, timeout_ms)
+        let mut st = self.state.lock();
+        let tag = st.next_tag;
+        st.next_tag += 1;
+        let msg = &entry.msg;
+        self.outbox.send(|out| {
+            let at = codec::begin_frame(out, FRAME_METHOD, self.id);
+            out.put_u16(60);
+            out.put_u16(71);
+            out.put_u64(tag);
+            out.put_u8(entry.redelivered as u8);
+            codec::put_short_str(out, msg.exchange());
+            codec::put_short_str(out, msg.routing_key());
+            out.put_u32(message_count);
+            codec::end_frame(out, at);
+            codec::put_content(out, self.id, msg.properties(), msg.body(), self.frame_max);
+        });
+        if no_ack {
+            return Some(entry);
+        }
+        let deadline = deadline_in(timeout_ms);
+        if deadline != 0 && deadline < st.earliest {
+            st.earliest = deadline;
+        }
+        st.unacked.push_back(Unacked {
+            tag,
+            queue: Arc::clone(queue),
+            entry,
+            consumer: None,
+            deadline,
+        });
+        None
     }
 
     fn cancelled(&self, tag: &str) {

@@ -83,8 +83,8 @@ impl Store {
         self.scan_defs(PERMISSION)
     }
 
-    /// Whether the default user was ever created (or any user recorded:
-    /// stores written before users existed get it now).
+    /// Whether the default user was ever created (stores written before
+    /// users existed have no marker, so they get it at their next start).
     pub fn users_seeded(&self) -> Result<bool> {
         Ok(self.defs.get(USERS_SEEDED)?.is_some())
     }

@@ -102,6 +102,7 @@ impl Store {
 
     /// A temporary store whose journal is `wrap` of the local one (tests
     /// of the journal seam).
+    #[cfg(test)]
     pub fn temporary_wrapped(
         wrap: impl FnOnce(Arc<dyn Journal>) -> Arc<dyn Journal>,
     ) -> Result<Arc<Store>> {

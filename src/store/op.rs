@@ -119,26 +119,6 @@ const DELETE_PERMISSION: u8 = 17;
 const USERS_SEEDED: u8 = 18;
 
 impl Op<'_> {
-    /// Whether the operation changes definitions (callers that made one
-    /// wait for the group commit before answering).
-    pub fn is_definition(&self) -> bool {
-        matches!(
-            self,
-            Op::PutVhost { .. }
-                | Op::PutExchange(_)
-                | Op::DeleteExchange { .. }
-                | Op::DeclareQueue(_)
-                | Op::DeleteQueue { .. }
-                | Op::PutBinding(_)
-                | Op::DeleteBinding(_)
-                | Op::PutUser(_)
-                | Op::DeleteUser { .. }
-                | Op::PutPermission(_)
-                | Op::DeletePermission { .. }
-                | Op::UsersSeeded
-        )
-    }
-
     /// Appends the versioned encoding to `out`.
     pub fn encode(&self, out: &mut BytesMut) -> Result<()> {
         out.put_u8(VERSION);
