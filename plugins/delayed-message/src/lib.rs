@@ -39,13 +39,12 @@ fn delay_of(msg: &MessageView<'_>) -> Option<u64> {
         match v {
             AMQPValue::Float(f) => *f as i128,
             AMQPValue::Double(f) => *f as i128,
-            AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes())
+            // A number sent as a string, as some clients do.
+            v => std::str::from_utf8(value::bytes(v)?)
                 .ok()?
                 .trim()
                 .parse()
                 .ok()?,
-            AMQPValue::ShortString(s) => s.as_str().trim().parse().ok()?,
-            _ => return None,
         }
     };
     (ms > 0).then(|| ms.min(u64::MAX as i128) as u64)
