@@ -10,7 +10,7 @@ mod helpers;
 use common::*;
 use helpers::*;
 use lapin::{options::*, types::FieldTable, BasicProperties, Channel, Connection};
-use warren::access::{password, Algorithm, User};
+use warren::access::User;
 
 /// A broker with guest (everything) and `u` with these patterns on "/".
 async fn with_user(configure: &str, write: &str, read: &str, tags: &[&str]) -> TestBroker {
@@ -18,10 +18,8 @@ async fn with_user(configure: &str, write: &str, read: &str, tags: &[&str]) -> T
     let users = &b.server.as_ref().expect("running").broker.users;
     users
         .put_user(User {
-            name: "u".into(),
-            password_hash: password::hash(Algorithm::Sha256, "pw"),
-            algorithm: Algorithm::Sha256,
             tags: tags.iter().map(|t| t.to_string()).collect(),
+            ..User::with_password("u", "pw")
         })
         .unwrap();
     users

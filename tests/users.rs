@@ -31,6 +31,7 @@ async fn a_recorded_user_logs_in_with_its_password_and_keeps_it_across_a_restart
             password_hash: "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR".into(),
             algorithm: Algorithm::Sha256,
             tags: vec![],
+            limits: Default::default(),
         })
         .unwrap();
     broker(&b)
@@ -59,6 +60,7 @@ async fn a_deleted_default_user_is_not_recreated_and_passwordless_users_cannot_l
             password_hash: password::hash(Algorithm::Sha512, "pw"),
             algorithm: Algorithm::Sha512,
             tags: vec!["administrator".into()],
+            limits: Default::default(),
         })
         .unwrap();
     users
@@ -70,6 +72,7 @@ async fn a_deleted_default_user_is_not_recreated_and_passwordless_users_cannot_l
             password_hash: String::new(),
             algorithm: Algorithm::Sha256,
             tags: vec![],
+            limits: Default::default(),
         })
         .unwrap();
     users
@@ -98,6 +101,7 @@ async fn a_vhost_without_permission_is_refused_with_530() {
             password_hash: password::hash(Algorithm::Sha256, "pw"),
             algorithm: Algorithm::Sha256,
             tags: vec![],
+            limits: Default::default(),
         })
         .unwrap();
     let e = login(&b, "outsider", "pw")

@@ -10,6 +10,7 @@
 
 pub mod password;
 mod permissions;
+mod topic;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,8 +20,12 @@ use parking_lot::RwLock;
 
 pub use password::Algorithm;
 pub use permissions::{Access, Permission};
+pub use topic::TopicPermission;
 
-use crate::store::{self, PermissionDef, Store, UserDef};
+use crate::store::{self, PermissionDef, Store, TopicPermissionDef, UserDef};
+
+/// A user's topic permissions on one vhost, by exchange.
+pub type TopicPermissions = HashMap<String, Arc<TopicPermission>>;
 
 /// A user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,9 +38,29 @@ pub struct User {
     /// administrator, monitoring, policymaker, management, impersonator,
     /// or any other tag an operator gives.
     pub tags: Vec<String>,
+    /// "max-connections", "max-channels"; a negative value is no limit.
+    pub limits: std::collections::BTreeMap<String, i64>,
 }
 
 impl User {
+    /// A user with a password hashed the default way (SHA-256), no tags
+    /// and no limits.
+    pub fn with_password(name: &str, password: &str) -> User {
+        User {
+            name: name.to_string(),
+            password_hash: password::hash(Algorithm::Sha256, password),
+            algorithm: Algorithm::Sha256,
+            tags: Vec::new(),
+            limits: Default::default(),
+        }
+    }
+
+    /// The limit `key` ("max-connections", "max-channels"), if set and
+    /// not negative.
+    pub fn limit(&self, key: &str) -> Option<u64> {
+        self.limits.get(key).and_then(|&n| u64::try_from(n).ok())
+    }
+
     /// Whether `password` is this user's. A user without a password has
     /// none that matches.
     pub fn check_password(&self, password: &str) -> bool {
@@ -54,6 +79,7 @@ impl User {
             password_hash: self.password_hash.clone(),
             hashing_algorithm: self.algorithm.name().to_string(),
             tags: self.tags.clone(),
+            limits: self.limits.clone(),
         }
     }
 }
@@ -78,6 +104,8 @@ pub struct Users {
     users: RwLock<HashMap<String, Arc<User>>>,
     /// By vhost, then user.
     permissions: RwLock<HashMap<String, HashMap<String, Arc<Permission>>>>,
+    /// By vhost, then user.
+    topic: RwLock<HashMap<String, HashMap<String, Arc<TopicPermissions>>>>,
     /// Bumped by every change, so a connection can tell its cached view
     /// is stale with one load.
     generation: AtomicU64,
@@ -91,6 +119,7 @@ impl Users {
             store,
             users: RwLock::new(HashMap::new()),
             permissions: RwLock::new(HashMap::new()),
+            topic: RwLock::new(HashMap::new()),
             generation: AtomicU64::new(0),
         };
         for def in this.store.users()? {
@@ -106,12 +135,16 @@ impl Users {
                 .or_default()
                 .insert(def.user.clone(), Arc::new(p));
         }
+        for def in this.store.topic_permissions()? {
+            let t =
+                TopicPermission::new(&def.user, &def.vhost, &def.exchange, &def.write, &def.read)
+                    .map_err(Error::Invalid)?;
+            this.insert_topic(&def.vhost, &def.user, t);
+        }
         if !this.store.users_seeded()? {
             this.put_user(User {
-                name: default_user.to_string(),
-                password_hash: password::hash(Algorithm::Sha256, default_pass),
-                algorithm: Algorithm::Sha256,
                 tags: vec!["administrator".into()],
+                ..User::with_password(default_user, default_pass)
             })?;
             this.set_permission(default_user, "/", ".*", ".*", ".*")?;
             this.store.mark_users_seeded()?;
@@ -164,6 +197,9 @@ impl Users {
         for users in self.permissions.write().values_mut() {
             users.remove(name);
         }
+        for users in self.topic.write().values_mut() {
+            users.remove(name);
+        }
         self.changed();
         self.store.delete_user(name)?;
         Ok(())
@@ -213,6 +249,119 @@ impl Users {
         self.permissions.read().get(vhost)?.get(user).cloned()
     }
 
+    /// Every permission: vhost, user, patterns.
+    pub fn permissions(&self) -> Vec<(String, String, Arc<Permission>)> {
+        let mut all = Vec::new();
+        for (vhost, users) in self.permissions.read().iter() {
+            for (user, p) in users {
+                all.push((vhost.clone(), user.clone(), Arc::clone(p)));
+            }
+        }
+        all.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        all
+    }
+
+    /// Sets `user`'s topic permissions on `exchange` of `vhost`.
+    pub fn set_topic_permission(
+        &self,
+        user: &str,
+        vhost: &str,
+        exchange: &str,
+        write: &str,
+        read: &str,
+    ) -> Result<(), Error> {
+        if self.get(user).is_none() {
+            return Err(Error::NoUser(user.to_string()));
+        }
+        let t = TopicPermission::new(user, vhost, exchange, write, read).map_err(Error::Invalid)?;
+        self.store.put_topic_permission(&TopicPermissionDef {
+            user: user.to_string(),
+            vhost: vhost.to_string(),
+            exchange: exchange.to_string(),
+            write: write.to_string(),
+            read: read.to_string(),
+        })?;
+        self.insert_topic(vhost, user, t);
+        self.changed();
+        Ok(())
+    }
+
+    fn insert_topic(&self, vhost: &str, user: &str, t: TopicPermission) {
+        let mut topic = self.topic.write();
+        let slot = topic
+            .entry(vhost.to_string())
+            .or_default()
+            .entry(user.to_string())
+            .or_default();
+        let mut map = TopicPermissions::clone(slot);
+        map.insert(t.exchange.clone(), Arc::new(t));
+        *slot = Arc::new(map);
+    }
+
+    /// Clears `user`'s topic permissions on `exchange` of `vhost`, or all
+    /// of them on the vhost when `exchange` is None.
+    pub fn clear_topic_permission(
+        &self,
+        user: &str,
+        vhost: &str,
+        exchange: Option<&str>,
+    ) -> Result<(), Error> {
+        {
+            let mut topic = self.topic.write();
+            if let Some(users) = topic.get_mut(vhost) {
+                match exchange {
+                    None => {
+                        users.remove(user);
+                    }
+                    Some(x) => {
+                        if let Some(slot) = users.get_mut(user) {
+                            let mut map = TopicPermissions::clone(slot);
+                            map.remove(x);
+                            *slot = Arc::new(map);
+                        }
+                    }
+                }
+            }
+        }
+        self.changed();
+        self.store
+            .delete_topic_permission(vhost, user, exchange.unwrap_or(""))?;
+        Ok(())
+    }
+
+    /// `user`'s topic permissions on `vhost` (None: no entry, so all
+    /// topics allowed).
+    pub fn topic_permissions(&self, user: &str, vhost: &str) -> Option<Arc<TopicPermissions>> {
+        self.topic
+            .read()
+            .get(vhost)?
+            .get(user)
+            .filter(|m| !m.is_empty())
+            .cloned()
+    }
+
+    /// Every topic permission: vhost, user, permission.
+    pub fn all_topic_permissions(&self) -> Vec<(String, String, Arc<TopicPermission>)> {
+        let mut all = Vec::new();
+        for (vhost, users) in self.topic.read().iter() {
+            for (user, map) in users {
+                for t in map.values() {
+                    all.push((vhost.clone(), user.clone(), Arc::clone(t)));
+                }
+            }
+        }
+        all.sort_by(|a, b| (&a.0, &a.1, &a.2.exchange).cmp(&(&b.0, &b.1, &b.2.exchange)));
+        all
+    }
+
+    /// Forgets every permission on `vhost` (its records go with the
+    /// vhost's own deletion).
+    pub fn forget_vhost(&self, vhost: &str) {
+        self.permissions.write().remove(vhost);
+        self.topic.write().remove(vhost);
+        self.changed();
+    }
+
     /// Counts changes to users and permissions.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
@@ -237,6 +386,7 @@ fn user_from(def: &UserDef) -> Result<User, Error> {
         password_hash: def.password_hash.clone(),
         algorithm,
         tags: def.tags.clone(),
+        limits: def.limits.clone(),
     })
 }
 
@@ -259,10 +409,17 @@ mod tests {
                 password_hash: password::hash(Algorithm::Sha512, "pw"),
                 algorithm: Algorithm::Sha512,
                 tags: vec![],
+                limits: [("max-channels".to_string(), 2)].into(),
             })
             .unwrap();
         users
             .set_permission("app", "/", "^$", "^out$", "^in")
+            .unwrap();
+        users
+            .set_topic_permission("app", "/", "amq.topic", "^{username}\\.", ".*")
+            .unwrap();
+        users
+            .set_topic_permission("guest", "/", "amq.topic", "^$", "^$")
             .unwrap();
         users.delete_user("guest").unwrap();
         // Reopened: what was recorded, and no second default user.
@@ -276,6 +433,14 @@ mod tests {
         assert!(p.allows(Access::Write, "out") && !p.allows(Access::Write, "outside2x"));
         assert!(p.allows(Access::Read, "inbox") && !p.allows(Access::Configure, "x"));
         assert!(again.permission("guest", "/").is_none());
+        assert_eq!(again.get("app").unwrap().limit("max-channels"), Some(2));
+        let t = again.topic_permissions("app", "/").unwrap();
+        assert!(t["amq.topic"].allows(Access::Write, "app.x"));
+        assert!(!t["amq.topic"].allows(Access::Write, "other.x"));
+        assert!(again.topic_permissions("guest", "/").is_none());
+        assert_eq!(again.all_topic_permissions().len(), 1);
+        again.clear_topic_permission("app", "/", None).unwrap();
+        assert!(again.topic_permissions("app", "/").is_none());
     }
 
     #[test]
@@ -284,18 +449,14 @@ mod tests {
         let users = Users::open(store, "guest", "guest").unwrap();
         users
             .put_user(User {
-                name: "certs-only".into(),
                 password_hash: String::new(),
-                algorithm: Algorithm::Sha256,
-                tags: vec![],
+                ..User::with_password("certs-only", "")
             })
             .unwrap();
         assert!(users.authenticate("certs-only", "").is_none());
         let bad = User {
-            name: "x".into(),
             password_hash: "short".into(),
-            algorithm: Algorithm::Sha256,
-            tags: vec![],
+            ..User::with_password("x", "")
         };
         assert!(users.put_user(bad).is_err());
         assert!(users

@@ -28,6 +28,8 @@ impl Access {
 /// Compiled permissions.
 #[derive(Debug)]
 pub struct Permission {
+    /// The patterns as given: configure, write, read.
+    pub patterns: [String; 3],
     configure: Regex,
     write: Regex,
     read: Regex,
@@ -41,6 +43,7 @@ impl Permission {
             Regex::new(p).map_err(|e| format!("invalid {what} permission regex '{p}': {e}"))
         };
         Ok(Permission {
+            patterns: [configure.into(), write.into(), read.into()],
             configure: compile("configure", configure)?,
             write: compile("write", write)?,
             read: compile("read", read)?,

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::access::{Access, Permission, Users};
+use crate::access::{Access, Permission, TopicPermission, TopicPermissions, Users};
 use crate::amqp::error::{ProtocolError, Result};
 
 /// How many exchanges a connection remembers it may publish to
@@ -21,6 +21,8 @@ pub struct Authz {
     vhost: String,
     generation: u64,
     permission: Option<Arc<Permission>>,
+    /// Topic permissions by exchange (None: none set, all topics allowed).
+    topic: Option<Arc<TopicPermissions>>,
     impersonator: bool,
     /// Exchanges publishing to was allowed at `generation`.
     may_publish: Vec<Box<[u8]>>,
@@ -34,6 +36,7 @@ impl Authz {
             vhost: vhost.to_string(),
             generation: u64::MAX,
             permission: None,
+            topic: None,
             impersonator: false,
             may_publish: Vec::new(),
         };
@@ -48,6 +51,7 @@ impl Authz {
         }
         self.generation = now;
         self.permission = users.permission(&self.user, &self.vhost);
+        self.topic = users.topic_permissions(&self.user, &self.vhost);
         self.impersonator = users
             .get(&self.user)
             .is_some_and(|u| u.has_tag("impersonator"));
@@ -91,6 +95,33 @@ impl Authz {
         }
         self.may_publish.push(exchange.into());
         Ok(())
+    }
+
+    /// The topic permission the user has on `exchange`, if any (only then
+    /// does a topic check apply).
+    pub fn topic_for(&mut self, users: &Users, exchange: &[u8]) -> Option<Arc<TopicPermission>> {
+        self.refresh(users);
+        let topic = self.topic.as_ref()?;
+        let name = std::str::from_utf8(exchange).ok()?;
+        topic.get(name).cloned()
+    }
+
+    /// 403 unless `t` allows `access` with `routing_key` (RabbitMQ's
+    /// check_topic_access; the caller knows the exchange is a topic one).
+    pub fn check_topic(
+        &self,
+        t: &TopicPermission,
+        access: Access,
+        routing_key: &[u8],
+    ) -> Result<()> {
+        let key = String::from_utf8_lossy(routing_key);
+        if t.allows(access, &key) {
+            return Ok(());
+        }
+        Err(ProtocolError::access_refused(format!(
+            "access to topic '{key}' in exchange '{}' in vhost '{}' refused for user '{}'",
+            t.exchange, self.vhost, self.user
+        )))
     }
 
     /// 406 if a message's user_id is not the connection's user, unless the

@@ -296,6 +296,10 @@ impl Connection {
                     got = Some(self.coalesce.resume(buf));
                 }
                 _ = self.ctx.outbox.woken() => {
+                    if let Some(reason) = self.ctx.closer.reason() {
+                        let e = ProtocolError::new(code::CONNECTION_FORCED, reason);
+                        return self.close_with(e, rd, buf).await;
+                    }
                     let now = crate::util::coarse_now_ms();
                     for ch in self.channels.values_mut() {
                         ch.expire_deliveries(now, &mut self.ctx);
@@ -407,7 +411,22 @@ impl Connection {
                         ))
                         .on(20, 10));
                     }
-                    let ch = Channel::open(id, &self.ctx);
+                    let max = self
+                        .ctx
+                        .broker
+                        .users
+                        .get(&self.ctx.user)
+                        .and_then(|u| u.limit("max-channels"));
+                    let Some(slot) = self.ctx.registration.open_channel(max) else {
+                        return Err(ProtocolError::not_allowed(format!(
+                            "number of channels opened for user '{}' has reached \
+                             the maximum allowed user limit of ({})",
+                            self.ctx.user,
+                            max.unwrap_or(0)
+                        ))
+                        .on(20, 10));
+                    };
+                    let ch = Channel::open(id, &self.ctx, slot);
                     self.channels.insert(id, ch);
                     Ok(())
                 }

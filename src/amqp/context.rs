@@ -27,6 +27,11 @@ pub struct ClientCaps {
 pub struct ConnCtx {
     /// This connection's place under connection_max, given back on drop.
     pub(super) _slot: crate::broker::ConnectionSlot,
+    /// Its entry in the broker's connection registry (and its user's
+    /// channel count), taken out on drop.
+    pub registration: crate::broker::connections::Registration,
+    /// How the registry closes it.
+    pub closer: Arc<Closer>,
     /// What all connections share (reply-to consumers, timeouts).
     pub node: Arc<super::node::Node>,
     pub id: u64,
@@ -68,10 +73,63 @@ impl ConnCtx {
         self.authz.check(&self.broker.users, access, kind, name)
     }
 
+    /// 403 unless the user's topic permissions on `exchange` (when it is a
+    /// topic exchange and they have some there) allow `access` with
+    /// `routing_key`.
+    pub fn check_topic(
+        &mut self,
+        access: crate::access::Access,
+        exchange: &[u8],
+        routing_key: &[u8],
+    ) -> Result<(), super::error::ProtocolError> {
+        let Some(t) = self.authz.topic_for(&self.broker.users, exchange) else {
+            return Ok(());
+        };
+        let is_topic = self
+            .vhost
+            .exchange(&t.exchange)
+            .is_some_and(|x| x.kind == Some(crate::exchange::ExchangeKind::Topic));
+        if !is_topic {
+            return Ok(());
+        }
+        self.authz.check_topic(&t, access, routing_key)
+    }
+
     /// Sends a method frame on `channel`.
     pub fn send(&self, channel: u16, method: AMQPClass) {
         self.outbox
             .send(|out| codec::put_method(out, channel, method));
+    }
+}
+
+/// Closes a connection from outside (vhost or user deleted, the
+/// management API): sets the reason and wakes the read loop, which sends
+/// connection.close 320 with it.
+pub struct Closer {
+    reason: std::sync::OnceLock<String>,
+    outbox: std::sync::Weak<Outbox>,
+}
+
+impl Closer {
+    pub fn new(outbox: &Arc<Outbox>) -> Closer {
+        Closer {
+            reason: std::sync::OnceLock::new(),
+            outbox: Arc::downgrade(outbox),
+        }
+    }
+
+    /// Why the connection must close, once asked to.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.get().map(String::as_str)
+    }
+}
+
+impl crate::broker::connections::Control for Closer {
+    fn force_close(&self, reason: &str) {
+        let _ = self.reason.set(reason.to_string());
+        if let Some(outbox) = self.outbox.upgrade() {
+            outbox.wake_reader();
+        }
     }
 }
 

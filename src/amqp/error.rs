@@ -161,6 +161,7 @@ impl From<crate::vhost::Error> for ProtocolError {
             Kind::PreconditionFailed => code::PRECONDITION_FAILED,
             Kind::CommandInvalid => code::COMMAND_INVALID,
             Kind::Internal => code::INTERNAL_ERROR,
+            Kind::Gone => code::CONNECTION_FORCED,
         };
         ProtocolError::new(code, e.text)
     }

@@ -18,6 +18,7 @@ use super::codec::{self, Frame, FRAME_MIN_SIZE};
 use super::context::{client_caps, ClientCaps, ConnCtx};
 use super::error::{code, ProtocolError};
 use super::outbox::Outbox;
+use crate::broker::connections::{Info, Refused, Tracked};
 use crate::broker::Broker;
 
 /// How long a client may take from TCP accept to connection.open.
@@ -98,6 +99,8 @@ pub(super) async fn handshake(
     let mut state = Handshake::Starting;
     let mut caps = ClientCaps::default();
     let mut user = String::new();
+    let mut mechanism = String::new();
+    let mut client_properties = amq_protocol::types::FieldTable::default();
     // Until tune-ok the peer may send frames of at most the spec's minimum.
     let mut frame_max = FRAME_MIN_SIZE;
     let mut heartbeat = 0;
@@ -148,6 +151,8 @@ pub(super) async fn handshake(
         match (state, method) {
             (Handshake::Starting, AMQPClass::Connection(connection::AMQPMethod::StartOk(ok))) => {
                 caps = client_caps(&ok.client_properties);
+                mechanism = ok.mechanism.as_str().to_string();
+                client_properties = ok.client_properties.clone();
                 let creds = match auth::decode(ok.mechanism.as_str(), ok.response.as_bytes()) {
                     Ok(c) => c,
                     Err(auth::AuthError::UnknownMechanism(m)) => {
@@ -205,17 +210,70 @@ pub(super) async fn handshake(
                         hold,
                     ));
                 };
+                let refused_hold = match heartbeat {
+                    0 => delay,
+                    hb => Duration::from_secs(hb as u64).min(OPEN_REFUSED_MAX_HOLD),
+                };
+                let id = broker.next_connection_id();
+                let closer = Arc::new(super::context::Closer::new(outbox));
+                let local = rd.local_addr().unwrap_or(peer);
+                let tracked = Tracked {
+                    info: Info {
+                        id,
+                        name: format!("{peer} -> {local}"),
+                        peer,
+                        local,
+                        user: user.clone(),
+                        vhost: name.to_string(),
+                        connected_at: crate::util::now_ms(),
+                        client_properties: std::mem::take(&mut client_properties),
+                        frame_max,
+                        channel_max,
+                        heartbeat,
+                        auth_mechanism: std::mem::take(&mut mechanism),
+                    },
+                    control: Arc::clone(&closer) as _,
+                };
+                // RabbitMQ's order: the vhost's limit, the user's, then
+                // the permission.
+                let user_max = broker
+                    .users
+                    .get(&user)
+                    .and_then(|u| u.limit("max-connections"));
+                let registration = match broker.connections.register(
+                    tracked,
+                    vhost.limits.max_connections(),
+                    user_max,
+                ) {
+                    Ok(r) => r,
+                    Err(Refused::VhostLimit(max)) => {
+                        return Err(closed(
+                            ProtocolError::not_allowed(format!(
+                                "access to vhost '{name}' refused for user '{user}': \
+                                 connection limit ({max}) is reached"
+                            ))
+                            .on(10, 40),
+                            refused_hold,
+                        ))
+                    }
+                    Err(Refused::UserLimit(max)) => {
+                        return Err(closed(
+                            ProtocolError::not_allowed(format!(
+                                "connection refused for user '{user}': \
+                                 user connection limit ({max}) is reached"
+                            ))
+                            .on(10, 40),
+                            refused_hold,
+                        ))
+                    }
+                };
                 if !broker.may_open(&user, name) {
-                    let hold = match heartbeat {
-                        0 => delay,
-                        hb => Duration::from_secs(hb as u64).min(OPEN_REFUSED_MAX_HOLD),
-                    };
                     return Err(closed(
                         ProtocolError::not_allowed(format!(
                             "access to vhost '{name}' refused for user '{user}'"
                         ))
                         .on(10, 40),
-                        hold,
+                        refused_hold,
                     ));
                 }
                 let Some(slot) = broker.admit_connection() else {
@@ -233,8 +291,10 @@ pub(super) async fn handshake(
                 )));
                 let ctx = ConnCtx {
                     _slot: slot,
+                    registration,
+                    closer,
                     node: Arc::clone(node),
-                    id: broker.next_connection_id(),
+                    id,
                     broker: Arc::clone(broker),
                     vhost,
                     outbox: Arc::clone(outbox),

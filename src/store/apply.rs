@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use super::delivered::DeliveredLog;
 use super::op::{Applied, Op};
-use super::{access, definitions, delayed, messages, Result};
+use super::{access, definitions, delayed, messages, tenancy, Result};
 
 /// The state operations change.
 pub struct Applier {
@@ -74,14 +74,33 @@ impl Applier {
         let one_at_a_time = self.defs_lock.lock();
         let tree = &self.defs;
         let mut applied = Applied::Done;
+        let mut gone_queues = Vec::new();
         match *op {
-            Op::PutVhost { name } => definitions::put_vhost(tree, name)?,
+            Op::PutVhost(def) => tenancy::put_vhost(tree, def)?,
+            Op::DeleteVhost { name } => gone_queues = tenancy::delete_vhost(tree, name)?,
+            Op::PutTopicPermission(def) => access::put_topic_permission(tree, def)?,
+            Op::DeleteTopicPermission {
+                vhost,
+                user,
+                exchange,
+            } => access::delete_topic_permission(tree, vhost, user, exchange)?,
+            Op::PutParameter(def) => tenancy::put_parameter(tree, def)?,
+            Op::DeleteParameter {
+                vhost,
+                component,
+                name,
+            } => tenancy::delete_parameter(tree, vhost, component, name)?,
+            Op::PutGlobalParameter(def) => tenancy::put_global(tree, def)?,
+            Op::DeleteGlobalParameter { name } => tenancy::delete_global(tree, name)?,
             Op::PutExchange(def) => definitions::put_exchange(tree, def)?,
             Op::DeleteExchange { vhost, name } => definitions::delete_exchange(tree, vhost, name)?,
             Op::DeclareQueue(def) => {
                 applied = Applied::Queue(definitions::declare_queue(tree, def)?)
             }
-            Op::DeleteQueue { vhost, name, .. } => definitions::delete_queue(tree, vhost, name)?,
+            Op::DeleteQueue { vhost, name, id } => {
+                definitions::delete_queue(tree, vhost, name)?;
+                gone_queues.push(id);
+            }
             Op::PutBinding(def) => definitions::put_binding(tree, def)?,
             Op::DeleteBinding(def) => definitions::delete_binding(tree, def)?,
             Op::PutUser(def) => access::put_user(tree, def)?,
@@ -95,9 +114,12 @@ impl Applier {
         drop(one_at_a_time);
         // A deleted queue's messages go outside the lock: a large queue
         // must not hold up every other definition change.
-        if let Op::DeleteQueue { id, .. } = *op {
+        for id in gone_queues {
             self.delivered.forget(id);
             messages::purge_from(&self.msgs, id, 0)?;
+        }
+        if let Op::DeleteVhost { name } = *op {
+            delayed::forget_vhost(&self.delayed, name)?;
         }
         Ok(applied)
     }

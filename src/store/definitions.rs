@@ -1,4 +1,5 @@
-//! Durable definitions: vhosts, exchanges, queues and bindings, one sled
+//! Durable definitions: exchanges, queues and bindings (vhosts are in
+//! tenancy.rs), one sled
 //! record each, serde-encoded (JSON). Keys sort by kind, then vhost, then
 //! name, so a prefix scan lists one kind.
 //!
@@ -102,10 +103,9 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-const VHOST: &str = "v";
-const EXCHANGE: &str = "x";
-const QUEUE: &str = "q";
-const BINDING: &str = "b";
+pub(super) const EXCHANGE: &str = "x";
+pub(super) const QUEUE: &str = "q";
+pub(super) const BINDING: &str = "b";
 const NEXT_QUEUE_ID: &[u8] = b"meta\0next_queue_id";
 
 pub(super) fn key(kind: &str, parts: &[&str]) -> Vec<u8> {
@@ -161,11 +161,6 @@ pub(super) fn put_def<T: Serialize + DeserializeOwned>(
     }
     tree.insert(k, bytes)?;
     Ok(())
-}
-
-/// Records a vhost.
-pub(super) fn put_vhost(tree: &sled::Tree, name: &str) -> Result<()> {
-    put_def(tree, key(VHOST, &[name]), &name.to_string())
 }
 
 /// Records (or replaces) a durable exchange.
@@ -233,11 +228,6 @@ impl Store {
         Ok(out)
     }
 
-    /// Every recorded vhost.
-    pub fn vhosts(&self) -> Result<Vec<String>> {
-        self.scan_defs(VHOST)
-    }
-
     /// Every durable exchange.
     pub fn exchanges(&self) -> Result<Vec<ExchangeDef>> {
         self.scan_defs(EXCHANGE)
@@ -261,7 +251,11 @@ mod tests {
     #[test]
     fn definitions_round_trip() {
         let s = Store::temporary().unwrap();
-        s.put_vhost("/").unwrap();
+        s.put_vhost(&super::super::VhostDef {
+            name: "/".into(),
+            ..Default::default()
+        })
+        .unwrap();
         let x = ExchangeDef {
             vhost: "/".into(),
             name: "x".into(),
@@ -290,7 +284,7 @@ mod tests {
             arguments: FieldTable::default(),
         };
         s.put_binding(&b).unwrap();
-        assert_eq!(s.vhosts().unwrap(), vec!["/".to_string()]);
+        assert_eq!(s.vhosts().unwrap()[0].name, "/");
         assert_eq!(s.exchanges().unwrap(), vec![x]);
         assert_eq!(s.queues().unwrap(), vec![q.clone()]);
         assert_eq!(s.bindings().unwrap(), vec![b.clone()]);

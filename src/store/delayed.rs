@@ -78,6 +78,22 @@ pub(super) fn unhold(tree: &sled::Tree, key: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Forgets every message held for `vhost` (part of `Op::DeleteVhost`: a
+/// vhost made again with the same name must not receive them).
+pub(super) fn forget_vhost(tree: &sled::Tree, vhost: &str) -> Result<()> {
+    let mut batch = sled::Batch::default();
+    for item in tree.iter() {
+        let (k, v) = item?;
+        let mut r = FieldReader::new(&v);
+        let _persistent = r.u8();
+        if r.short_str() == Some(vhost.as_bytes()) {
+            batch.remove(k);
+        }
+    }
+    tree.apply_batch(batch)?;
+    Ok(())
+}
+
 impl Store {
     /// Up to `limit` held messages due by `now`, earliest first.
     pub fn due_delayed(&self, now: u64, limit: usize) -> Result<Vec<DueMessage>> {

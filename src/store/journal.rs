@@ -168,7 +168,11 @@ mod tests {
             b"body",
             Meta::default().with_delivery_mode(2),
         );
-        s.put_vhost("/").unwrap();
+        s.put_vhost(&crate::store::VhostDef {
+            name: "/".into(),
+            ..Default::default()
+        })
+        .unwrap();
         let def = |name: &str| QueueDef {
             vhost: "/".into(),
             name: name.into(),

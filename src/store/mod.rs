@@ -1,6 +1,6 @@
 //! Durability on sled, behind a small interface: definitions (vhosts,
-//! exchanges, queues, bindings, users, permissions), persistent messages, delivered marks and
-//! held delayed messages. Nothing outside this module knows sled exists.
+//! exchanges, queues, bindings, users, permissions, runtime parameters),
+//! persistent messages, delivered marks and held delayed messages. Nothing outside this module knows sled exists.
 //!
 //! Every change is an operation (op.rs) submitted to the journal
 //! (journal.rs): one ordered stream, applied to sled by the applier
@@ -18,12 +18,13 @@ mod journal;
 mod messages;
 pub mod op;
 mod sync;
+mod tenancy;
 mod writes;
 
 use std::path::Path;
 use std::sync::Arc;
 
-pub use access::{PermissionDef, UserDef};
+pub use access::{PermissionDef, TopicPermissionDef, UserDef};
 pub use apply::Applier;
 pub use deferred::DeferredWrites;
 pub use definitions::{BindingDef, ExchangeDef, QueueDef};
@@ -33,6 +34,7 @@ pub use journal::{Journal, LocalJournal};
 pub use messages::{decode_message, encode_message, StoredMessage};
 pub use op::{Applied, Op};
 pub use sync::{DiskSync, Flusher, Syncer};
+pub use tenancy::{GlobalParameterDef, ParameterDef, VhostDef};
 
 /// Store failures.
 #[derive(Debug, thiserror::Error)]

@@ -17,9 +17,10 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::access::{PermissionDef, UserDef};
+use super::access::{PermissionDef, TopicPermissionDef, UserDef};
 use super::definitions::{BindingDef, ExchangeDef, QueueDef};
 use super::messages::{decode_record, encode_record};
+use super::tenancy::{GlobalParameterDef, ParameterDef, VhostDef};
 use super::{Error, Result};
 use crate::message::Message;
 use crate::wire::FieldReader;
@@ -30,8 +31,11 @@ pub const VERSION: u8 = 1;
 /// One change to durable state.
 #[derive(Debug, Clone, Copy)]
 pub enum Op<'a> {
-    /// Records a vhost.
-    PutVhost { name: &'a str },
+    /// Records (or updates) a vhost.
+    PutVhost(&'a VhostDef),
+    /// Forgets a vhost and everything recorded in it (exchanges, queues
+    /// and their messages, bindings, permissions, parameters).
+    DeleteVhost { name: &'a str },
     /// Records (or replaces) a durable exchange.
     PutExchange(&'a ExchangeDef),
     /// Forgets a durable exchange.
@@ -85,6 +89,27 @@ pub enum Op<'a> {
     DeletePermission { vhost: &'a str, user: &'a str },
     /// The default user was created: never again, even with no users left.
     UsersSeeded,
+    /// Sets a user's topic permissions on an exchange.
+    PutTopicPermission(&'a TopicPermissionDef),
+    /// Clears a user's topic permissions on `exchange` of `vhost` (all of
+    /// them on the vhost when `exchange` is empty).
+    DeleteTopicPermission {
+        vhost: &'a str,
+        user: &'a str,
+        exchange: &'a str,
+    },
+    /// Sets a vhost's runtime parameter (a policy, its limits, ...).
+    PutParameter(&'a ParameterDef),
+    /// Clears a runtime parameter.
+    DeleteParameter {
+        vhost: &'a str,
+        component: &'a str,
+        name: &'a str,
+    },
+    /// Sets a global parameter.
+    PutGlobalParameter(&'a GlobalParameterDef),
+    /// Clears a global parameter.
+    DeleteGlobalParameter { name: &'a str },
     /// Every message of queue `queue_id` up to `upto` may have been
     /// delivered (a delivered-mark reservation, see delivered.rs).
     Reserve { queue_id: u64, upto: u64 },
@@ -117,14 +142,61 @@ const DELETE_USER: u8 = 15;
 const PUT_PERMISSION: u8 = 16;
 const DELETE_PERMISSION: u8 = 17;
 const USERS_SEEDED: u8 = 18;
+const DELETE_VHOST: u8 = 19;
+const PUT_TOPIC_PERMISSION: u8 = 20;
+const DELETE_TOPIC_PERMISSION: u8 = 21;
+const PUT_PARAMETER: u8 = 22;
+const DELETE_PARAMETER: u8 = 23;
+const PUT_GLOBAL_PARAMETER: u8 = 24;
+const DELETE_GLOBAL_PARAMETER: u8 = 25;
 
 impl Op<'_> {
     /// Appends the versioned encoding to `out`.
     pub fn encode(&self, out: &mut BytesMut) -> Result<()> {
         out.put_u8(VERSION);
         match *self {
-            Op::PutVhost { name } => {
+            Op::PutVhost(def) => {
                 out.put_u8(PUT_VHOST);
+                put_json(out, def)?;
+            }
+            Op::DeleteVhost { name } => {
+                out.put_u8(DELETE_VHOST);
+                put_str(out, name);
+            }
+            Op::PutTopicPermission(def) => {
+                out.put_u8(PUT_TOPIC_PERMISSION);
+                put_json(out, def)?;
+            }
+            Op::DeleteTopicPermission {
+                vhost,
+                user,
+                exchange,
+            } => {
+                out.put_u8(DELETE_TOPIC_PERMISSION);
+                put_str(out, vhost);
+                put_str(out, user);
+                put_str(out, exchange);
+            }
+            Op::PutParameter(def) => {
+                out.put_u8(PUT_PARAMETER);
+                put_json(out, def)?;
+            }
+            Op::DeleteParameter {
+                vhost,
+                component,
+                name,
+            } => {
+                out.put_u8(DELETE_PARAMETER);
+                put_str(out, vhost);
+                put_str(out, component);
+                put_str(out, name);
+            }
+            Op::PutGlobalParameter(def) => {
+                out.put_u8(PUT_GLOBAL_PARAMETER);
+                put_json(out, def)?;
+            }
+            Op::DeleteGlobalParameter { name } => {
+                out.put_u8(DELETE_GLOBAL_PARAMETER);
                 put_str(out, name);
             }
             Op::PutExchange(def) => {
@@ -244,7 +316,32 @@ pub fn decode<R>(raw: Bytes, f: impl FnOnce(Op<'_>) -> R) -> Result<R> {
         decode_record(raw.slice(at..))
     };
     Ok(match tag {
-        PUT_VHOST => f(Op::PutVhost {
+        PUT_VHOST => f(Op::PutVhost(&json(&mut r)?)),
+        DELETE_VHOST => f(Op::DeleteVhost {
+            name: &str_(&mut r)?,
+        }),
+        PUT_TOPIC_PERMISSION => f(Op::PutTopicPermission(&json(&mut r)?)),
+        DELETE_TOPIC_PERMISSION => {
+            let vhost = str_(&mut r)?;
+            let user = str_(&mut r)?;
+            f(Op::DeleteTopicPermission {
+                vhost: &vhost,
+                user: &user,
+                exchange: &str_(&mut r)?,
+            })
+        }
+        PUT_PARAMETER => f(Op::PutParameter(&json(&mut r)?)),
+        DELETE_PARAMETER => {
+            let vhost = str_(&mut r)?;
+            let component = str_(&mut r)?;
+            f(Op::DeleteParameter {
+                vhost: &vhost,
+                component: &component,
+                name: &str_(&mut r)?,
+            })
+        }
+        PUT_GLOBAL_PARAMETER => f(Op::PutGlobalParameter(&json(&mut r)?)),
+        DELETE_GLOBAL_PARAMETER => f(Op::DeleteGlobalParameter {
             name: &str_(&mut r)?,
         }),
         PUT_EXCHANGE => f(Op::PutExchange(&json(&mut r)?)),
@@ -405,6 +502,7 @@ mod tests {
             password_hash: "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR".into(),
             hashing_algorithm: "rabbit_password_hashing_sha256".into(),
             tags: vec!["management".into()],
+            limits: [("max-channels".to_string(), 5)].into(),
         };
         let perm = PermissionDef {
             user: "app".into(),
@@ -413,8 +511,48 @@ mod tests {
             write: ".*".into(),
             read: ".*".into(),
         };
+        let vhost = VhostDef {
+            name: "v".into(),
+            description: "d".into(),
+            tags: vec!["a".into()],
+            default_queue_type: "classic".into(),
+        };
+        let topic = TopicPermissionDef {
+            user: "app".into(),
+            vhost: "/".into(),
+            exchange: "amq.topic".into(),
+            write: "^a".into(),
+            read: ".*".into(),
+        };
+        let param = ParameterDef {
+            vhost: "/".into(),
+            component: "policy".into(),
+            name: "p".into(),
+            value: serde_json::json!({"pattern": ".*", "definition": {"max-length": 3}}),
+        };
+        let global = GlobalParameterDef {
+            name: "cluster_name".into(),
+            value: serde_json::json!("c"),
+        };
         let ops = [
-            Op::PutVhost { name: "v" },
+            Op::PutVhost(&vhost),
+            Op::DeleteVhost { name: "v" },
+            Op::PutTopicPermission(&topic),
+            Op::DeleteTopicPermission {
+                vhost: "/",
+                user: "app",
+                exchange: "",
+            },
+            Op::PutParameter(&param),
+            Op::DeleteParameter {
+                vhost: "/",
+                component: "policy",
+                name: "p",
+            },
+            Op::PutGlobalParameter(&global),
+            Op::DeleteGlobalParameter {
+                name: "cluster_name",
+            },
             Op::PutExchange(&x),
             Op::DeleteExchange {
                 vhost: "/",

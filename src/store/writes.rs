@@ -2,7 +2,10 @@
 //! submits it to the journal. Nothing here writes sled; the applier does.
 
 use super::op::{Applied, Op};
-use super::{BindingDef, Error, ExchangeDef, PermissionDef, QueueDef, Result, Store, UserDef};
+use super::{
+    BindingDef, Error, ExchangeDef, GlobalParameterDef, ParameterDef, PermissionDef, QueueDef,
+    Result, Store, TopicPermissionDef, UserDef, VhostDef,
+};
 use crate::message::Message;
 
 impl Store {
@@ -26,9 +29,47 @@ impl Store {
     pub fn mark_users_seeded(&self) -> Result<()> {
         self.submit(&Op::UsersSeeded).map(drop)
     }
-    /// Records a vhost.
-    pub fn put_vhost(&self, name: &str) -> Result<()> {
-        self.submit(&Op::PutVhost { name }).map(drop)
+    /// Records (or updates) a vhost.
+    pub fn put_vhost(&self, def: &VhostDef) -> Result<()> {
+        self.submit(&Op::PutVhost(def)).map(drop)
+    }
+    /// Forgets a vhost and everything in it.
+    pub fn delete_vhost(&self, name: &str) -> Result<()> {
+        self.submit(&Op::DeleteVhost { name }).map(drop)
+    }
+    /// Sets a user's topic permissions on an exchange.
+    pub fn put_topic_permission(&self, def: &TopicPermissionDef) -> Result<()> {
+        self.submit(&Op::PutTopicPermission(def)).map(drop)
+    }
+    /// Clears a user's topic permissions on one exchange ("": all of them).
+    pub fn delete_topic_permission(&self, vhost: &str, user: &str, exchange: &str) -> Result<()> {
+        let op = Op::DeleteTopicPermission {
+            vhost,
+            user,
+            exchange,
+        };
+        self.submit(&op).map(drop)
+    }
+    /// Sets a runtime parameter.
+    pub fn put_parameter(&self, def: &ParameterDef) -> Result<()> {
+        self.submit(&Op::PutParameter(def)).map(drop)
+    }
+    /// Clears a runtime parameter.
+    pub fn delete_parameter(&self, vhost: &str, component: &str, name: &str) -> Result<()> {
+        let op = Op::DeleteParameter {
+            vhost,
+            component,
+            name,
+        };
+        self.submit(&op).map(drop)
+    }
+    /// Sets a global parameter.
+    pub fn put_global_parameter(&self, def: &GlobalParameterDef) -> Result<()> {
+        self.submit(&Op::PutGlobalParameter(def)).map(drop)
+    }
+    /// Clears a global parameter.
+    pub fn delete_global_parameter(&self, name: &str) -> Result<()> {
+        self.submit(&Op::DeleteGlobalParameter { name }).map(drop)
     }
     /// Records a durable exchange.
     pub fn put_exchange(&self, def: &ExchangeDef) -> Result<()> {

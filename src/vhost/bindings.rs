@@ -111,7 +111,7 @@ impl VHost {
         key: &str,
         args: &FieldTable,
     ) -> Result<()> {
-        let mut topology = self.topology.lock();
+        let mut topology = self.lock_topology()?;
         let x = self.source_for_binding(source)?;
         if !self.is_current(&dest) {
             let what = match dest {
@@ -160,7 +160,7 @@ impl VHost {
                 "operation not permitted on the default exchange",
             ));
         }
-        let mut topology = self.topology.lock();
+        let mut topology = self.lock_topology()?;
         let Some(x) = self.exchange(source) else {
             return Ok(());
         };

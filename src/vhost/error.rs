@@ -20,6 +20,8 @@ pub enum Kind {
     CommandInvalid,
     /// The store failed, or a plugin misbehaved.
     Internal,
+    /// The vhost was deleted.
+    Gone,
 }
 
 /// A refused vhost operation.
@@ -50,6 +52,7 @@ constructors! {
     precondition_failed => PreconditionFailed,
     command_invalid => CommandInvalid,
     internal => Internal,
+    gone => Gone,
 }
 
 impl fmt::Display for Error {

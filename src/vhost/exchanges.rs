@@ -44,7 +44,7 @@ impl VHost {
         // The check, the stored definition and the registry entry happen as
         // one: a racing declare cannot store other arguments than the ones
         // in use.
-        let _topology = self.topology.lock();
+        let _topology = self.lock_topology()?;
         let kind = ExchangeKind::parse(&spec.kind);
         let plugin = match kind {
             Some(_) => None,
@@ -136,7 +136,7 @@ impl VHost {
                 self.describe("exchange", name)
             )));
         }
-        let mut topology = self.topology.lock();
+        let mut topology = self.lock_topology()?;
         let Some(x) = self.exchange(name) else {
             return Ok(());
         };

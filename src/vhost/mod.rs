@@ -8,6 +8,7 @@ mod equivalence;
 pub mod error;
 mod exchanges;
 mod host;
+mod lifecycle;
 mod queues;
 pub mod routing;
 mod table;
@@ -22,6 +23,7 @@ use parking_lot::RwLock;
 pub use entities::{Destination, Exchange};
 pub use error::Error;
 pub use exchanges::ExchangeSpec;
+pub use lifecycle::{Limits, Meta};
 pub use queues::QueueSpec;
 pub use table::Table;
 
@@ -43,40 +45,49 @@ pub struct VHost {
     /// of bindings (bindings.rs). Publishers never take it.
     topology: parking_lot::Mutex<bindings::Topology>,
     store: Arc<Store>,
-    /// Most queues it may hold (0 = no limit).
-    max_queues: std::sync::atomic::AtomicU64,
+    /// What RabbitMQ shows of a vhost (lifecycle.rs).
+    meta: RwLock<Meta>,
+    /// Its max-connections and max-queues.
+    pub limits: Limits,
+    /// Set (under the topology lock) once the vhost is deleted: nothing is
+    /// declared or bound in it after that.
+    closed: AtomicBool,
     exchanges: RwLock<HashMap<String, Arc<Exchange>>>,
     queues: RwLock<HashMap<String, Arc<Queue>>>,
 }
 
 impl VHost {
-    /// A vhost with the default exchange and the `amq.*` exchanges.
+    /// A vhost with the default exchange and the `amq.*` exchanges;
+    /// `max_queues` is the node's default queue limit (None: no limit),
+    /// which the vhost's own max-queues replaces.
     pub fn new(
-        name: &str,
+        meta: Meta,
         store: Arc<Store>,
         plugins: Arc<crate::plugins::Plugins>,
         delayed: Arc<crate::delayed::Scheduler>,
-        max_queues: u64,
+        max_queues: Option<u64>,
     ) -> Arc<VHost> {
-        Arc::new_cyclic(|me| Self::build(name, store, plugins, delayed, max_queues, me.clone()))
+        Arc::new_cyclic(|me| Self::build(meta, store, plugins, delayed, max_queues, me.clone()))
     }
 
     fn build(
-        name: &str,
+        meta: Meta,
         store: Arc<Store>,
         plugins: Arc<crate::plugins::Plugins>,
         delayed: Arc<crate::delayed::Scheduler>,
-        max_queues: u64,
+        max_queues: Option<u64>,
         me: std::sync::Weak<VHost>,
     ) -> VHost {
         let vh = VHost {
-            name: name.to_string(),
+            name: meta.name.clone(),
             me,
             plugins,
             delayed,
             topology: parking_lot::Mutex::new(bindings::Topology::default()),
             store,
-            max_queues: max_queues.into(),
+            meta: RwLock::new(meta),
+            limits: Limits::new(max_queues),
+            closed: AtomicBool::new(false),
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),
         };

@@ -44,7 +44,7 @@ impl VHost {
         // Check, id allocation and the stored definition happen as one, or
         // two racing declares of a new durable queue could store different
         // ids than the one in use (its messages lost at the next start).
-        let _topology = self.topology.lock();
+        let _topology = self.lock_topology()?;
         // RabbitMQ refuses the reserved prefix before looking the name up,
         // so even an existing amq.gen- queue cannot be redeclared by name.
         if spec.name.starts_with("amq.") && !spec.server_named {
@@ -64,8 +64,11 @@ impl VHost {
             q.touch();
             return Ok(q);
         }
-        let max = self.max_queues.load(std::sync::atomic::Ordering::Relaxed);
-        if max != 0 && self.queues.read().len() as u64 >= max {
+        if let Some(max) = self
+            .limits
+            .queue_limit()
+            .filter(|&max| self.queues.read().len() as u64 >= max)
+        {
             return Err(Error::precondition_failed(format!(
                 "cannot declare queue '{}': queue limit in vhost '{}' ({max}) is reached",
                 spec.name, self.name
@@ -144,7 +147,7 @@ impl VHost {
         if_empty: bool,
         conn_id: u64,
     ) -> Result<Option<Deleted>> {
-        let mut topology = self.topology.lock();
+        let mut topology = self.lock_topology()?;
         let Some(q) = self.queue(name) else {
             return Ok(None);
         };
@@ -168,6 +171,9 @@ impl VHost {
     /// None if it was already gone.
     pub fn remove_queue(&self, q: &Arc<Queue>) -> Result<Option<Deleted>> {
         let mut topology = self.topology.lock();
+        if self.is_closed() {
+            return Ok(None);
+        }
         self.remove_queue_locked(&mut topology, q)
     }
 

@@ -70,7 +70,12 @@ impl Channel {
 
     pub(super) async fn exchange_bind(&mut self, m: x::Bind, ctx: &mut ConnCtx) -> Result<()> {
         let version = ctx.broker.store.defs_version();
-        e2e_access(ctx, m.destination.as_str(), m.source.as_str())?;
+        e2e_access(
+            ctx,
+            m.destination.as_str(),
+            m.source.as_str(),
+            m.routing_key.as_str(),
+        )?;
         let dest = ctx
             .vhost
             .destination(m.destination.as_str(), true, ctx.id)?;
@@ -92,7 +97,12 @@ impl Channel {
 
     pub(super) async fn exchange_unbind(&mut self, m: x::Unbind, ctx: &mut ConnCtx) -> Result<()> {
         let version = ctx.broker.store.defs_version();
-        e2e_access(ctx, m.destination.as_str(), m.source.as_str())?;
+        e2e_access(
+            ctx,
+            m.destination.as_str(),
+            m.source.as_str(),
+            m.routing_key.as_str(),
+        )?;
         ctx.vhost.unbind(
             m.source.as_str(),
             m.destination.as_str(),
@@ -115,10 +125,11 @@ impl Channel {
 /// What an exchange-to-exchange binding needs, in RabbitMQ's order: write
 /// on the destination, then (past the vhost's default-exchange refusal)
 /// read on the source.
-fn e2e_access(ctx: &mut ConnCtx, destination: &str, source: &str) -> Result<()> {
+fn e2e_access(ctx: &mut ConnCtx, destination: &str, source: &str, routing_key: &str) -> Result<()> {
     ctx.check(Access::Write, "exchange", destination)?;
     if !source.is_empty() && !destination.is_empty() {
         ctx.check(Access::Read, "exchange", source)?;
+        ctx.check_topic(Access::Read, source.as_bytes(), routing_key.as_bytes())?;
     }
     Ok(())
 }

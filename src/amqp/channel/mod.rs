@@ -64,11 +64,13 @@ pub struct Channel {
     settle: Vec<Unacked>,
     /// The direct reply-to consumer (reply_to.rs), if there is one.
     reply: Option<Arc<ReplyConsumer>>,
+    /// Counts this channel against its user's max-channels.
+    _slot: crate::broker::connections::ChannelSlot,
 }
 
 impl Channel {
     /// Opens channel `id` and answers channel.open-ok.
-    pub fn open(id: u16, ctx: &ConnCtx) -> Channel {
+    pub fn open(id: u16, ctx: &ConnCtx, slot: crate::broker::connections::ChannelSlot) -> Channel {
         ctx.send(
             id,
             AMQPClass::Channel(channel::AMQPMethod::OpenOk(channel::OpenOk {})),
@@ -95,6 +97,7 @@ impl Channel {
             scratch: RouteScratch::default(),
             settle: Vec::new(),
             reply: None,
+            _slot: slot,
         }
     }
 

@@ -98,7 +98,7 @@ impl Channel {
         } else {
             m.routing_key.as_str().to_string()
         };
-        bind_access(ctx, &name, m.exchange.as_str())?;
+        bind_access(ctx, &name, m.exchange.as_str(), &key)?;
         let dest = ctx.vhost.destination(&name, false, ctx.id)?;
         ctx.vhost
             .bind(m.exchange.as_str(), dest, &key, &m.arguments)?;
@@ -115,7 +115,7 @@ impl Channel {
     pub(super) async fn queue_unbind(&mut self, m: q::Unbind, ctx: &mut ConnCtx) -> Result<()> {
         let version = ctx.broker.store.defs_version();
         let name = self.queue_name(m.queue.as_str())?;
-        bind_access(ctx, &name, m.exchange.as_str())?;
+        bind_access(ctx, &name, m.exchange.as_str(), m.routing_key.as_str())?;
         ctx.vhost.unbind(
             m.exchange.as_str(),
             &name,
@@ -171,10 +171,11 @@ impl Channel {
 /// What binding queue `queue` to `exchange` (or unbinding it) needs, in
 /// RabbitMQ's order: write on the queue, then read on the exchange (the
 /// default exchange is refused by the vhost in between).
-fn bind_access(ctx: &mut ConnCtx, queue: &str, exchange: &str) -> Result<()> {
+fn bind_access(ctx: &mut ConnCtx, queue: &str, exchange: &str, routing_key: &str) -> Result<()> {
     ctx.check(Access::Write, "queue", queue)?;
     if !exchange.is_empty() {
         ctx.check(Access::Read, "exchange", exchange)?;
+        ctx.check_topic(Access::Read, exchange.as_bytes(), routing_key.as_bytes())?;
     }
     Ok(())
 }

@@ -1,5 +1,9 @@
 //! `Broker`: the state every connection shares: configuration, the store,
-//! the vhosts, users. Opening it recovers durable state from the store.
+//! the vhosts (vhosts.rs), users, the open connections (connections.rs).
+//! Opening it recovers durable state from the store.
+
+pub mod connections;
+pub mod vhosts;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -10,7 +14,9 @@ use parking_lot::RwLock;
 
 use crate::config::Config;
 use crate::store::{self, Store};
-use crate::vhost::VHost;
+use crate::vhost::{Meta, VHost};
+
+pub use connections::Connections;
 
 /// One admitted connection (see `Broker::admit_connection`).
 pub struct ConnectionSlot(Arc<AtomicU64>);
@@ -26,6 +32,8 @@ pub struct Broker {
     pub config: Config,
     pub store: Arc<Store>,
     vhosts: RwLock<HashMap<String, Arc<VHost>>>,
+    /// Every open AMQP connection.
+    pub connections: Arc<Connections>,
     next_connection: AtomicU64,
     /// Connections open now (past connection.open), for connection_max.
     open_connections: Arc<AtomicU64>,
@@ -66,6 +74,7 @@ impl Broker {
             delayed,
             store,
             vhosts: RwLock::new(HashMap::new()),
+            connections: Arc::new(Connections::default()),
             next_connection: AtomicU64::new(1),
             open_connections: Arc::new(AtomicU64::new(0)),
             plugins: Arc::new(crate::plugins::Plugins::enabled()),
@@ -86,22 +95,30 @@ impl Broker {
 
     fn recover(&self) -> crate::vhost::error::Result<()> {
         let started = std::time::Instant::now();
-        let mut names = self.store.vhosts()?;
-        if names.is_empty() {
-            self.store.put_vhost("/")?;
-            names.push("/".into());
+        let mut defs = self.store.vhosts()?;
+        if defs.is_empty() {
+            // A fresh node has "/", as RabbitMQ's has.
+            let meta = Meta {
+                description: "Default virtual host".into(),
+                default_queue_type: "classic".into(),
+                ..Meta::named("/")
+            };
+            self.store.put_vhost(&meta.def())?;
+            defs.push(meta.def());
         }
-        for name in &names {
-            self.vhosts.write().insert(
-                name.clone(),
-                VHost::new(
-                    name,
-                    Arc::clone(&self.store),
-                    Arc::clone(&self.plugins),
-                    Arc::clone(&self.delayed),
-                    self.config.vhost_max_queues,
-                ),
-            );
+        for def in &defs {
+            let vh = self.make_vhost(Meta::from_def(def));
+            self.vhosts.write().insert(def.name.clone(), vh);
+        }
+        for p in self.store.parameters()? {
+            let Some(vh) = self.vhost(&p.vhost) else {
+                continue;
+            };
+            if p.component == vhosts::LIMITS_COMPONENT {
+                let limits = p.value.as_object().cloned().unwrap_or_default();
+                let (conns, queues) = vhosts::parse_limits(&limits)?;
+                vh.limits.set(conns, queues);
+            }
         }
         // A definition that cannot be restored stops the start, naming it:
         // skipping a queue would lose its messages.
@@ -109,14 +126,23 @@ impl Broker {
             crate::vhost::Error::internal(format!("{what} '{name}' cannot be restored: {}", e.text))
         };
         for def in self.store.exchanges()? {
-            if let Some(vh) = self.vhost(&def.vhost) {
-                // E.g. a plugin type this build lacks.
-                vh.restore_exchange(&def)
-                    .map_err(|e| fail("exchange", &def.name, e))?;
-            }
+            let Some(vh) = self.vhost(&def.vhost) else {
+                self.store.delete_exchange(&def.vhost, &def.name)?;
+                continue;
+            };
+            // E.g. a plugin type this build lacks.
+            vh.restore_exchange(&def)
+                .map_err(|e| fail("exchange", &def.name, e))?;
         }
         let mut messages = 0;
-        let queues = self.store.queues()?;
+        let mut queues = self.store.queues()?;
+        // A declare that raced the deletion of its vhost can leave a
+        // record behind: it goes now (and its messages with the sweep).
+        for def in queues.iter().filter(|q| self.vhost(&q.vhost).is_none()) {
+            tracing::warn!(vhost = %def.vhost, queue = %def.name, "deleting a queue of a deleted vhost");
+            self.store.delete_queue(&def.vhost, &def.name, def.id)?;
+        }
+        queues.retain(|q| self.vhost(&q.vhost).is_some());
         let live = queues.iter().map(|q| q.id).collect();
         self.store.sweep_orphans(&live)?;
         for def in queues {
@@ -128,6 +154,7 @@ impl Broker {
         }
         for def in self.store.bindings()? {
             let Some(vh) = self.vhost(&def.vhost) else {
+                self.store.delete_binding(&def)?;
                 continue;
             };
             // A crash while an exchange was being deleted can leave its
@@ -141,7 +168,7 @@ impl Broker {
                 .map_err(|e| fail("binding from exchange", &def.source, e))?;
         }
         tracing::info!(
-            vhosts = names.len(),
+            vhosts = defs.len(),
             messages,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "recovered durable state"
@@ -184,6 +211,15 @@ impl Broker {
     /// it, as in RabbitMQ).
     pub fn may_open(&self, user: &str, vhost: &str) -> bool {
         self.users.permission(user, vhost).is_some()
+    }
+
+    /// Deletes a user, its permissions, and closes its connections with
+    /// 320 ("user 'u' is deleted", as RabbitMQ).
+    pub fn delete_user(&self, name: &str) -> Result<(), crate::access::Error> {
+        self.users.delete_user(name)?;
+        self.connections
+            .close_user(name, &format!("user '{name}' is deleted"));
+        Ok(())
     }
 
     /// Flushes the store (shutdown).

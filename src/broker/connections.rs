@@ -1,0 +1,266 @@
+//! The connection registry: every open AMQP connection, with what the
+//! management API shows of it and a way to close it. Registering checks
+//! the vhost's and the user's connection limits (in RabbitMQ's order) and
+//! counts in one step under one lock; connections open and close rarely
+//! next to the messages they carry, so nothing on the message path takes
+//! it. Each user's open channels are counted on an atomic the user's
+//! connections share, for max-channels.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use amq_protocol::types::FieldTable;
+use parking_lot::Mutex;
+
+/// What the AMQP layer gives the registry to close a connection.
+pub trait Control: Send + Sync {
+    /// Closes the connection with 320 CONNECTION_FORCED and `reason`.
+    fn force_close(&self, reason: &str);
+}
+
+/// What is known of a connection from its handshake.
+#[derive(Debug, Clone)]
+pub struct Info {
+    pub id: u64,
+    /// "peer -> local", as RabbitMQ names connections.
+    pub name: String,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    pub user: String,
+    pub vhost: String,
+    /// When it opened, ms since the epoch.
+    pub connected_at: u64,
+    pub client_properties: FieldTable,
+    pub frame_max: u32,
+    pub channel_max: u16,
+    pub heartbeat: u16,
+    pub auth_mechanism: String,
+}
+
+/// An open connection.
+pub struct Tracked {
+    pub info: Info,
+    pub control: Arc<dyn Control>,
+}
+
+/// Why a connection was not registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The vhost's max-connections.
+    VhostLimit(u64),
+    /// The user's max-connections.
+    UserLimit(u64),
+}
+
+#[derive(Default)]
+struct Registry {
+    by_id: HashMap<u64, Arc<Tracked>>,
+    per_vhost: HashMap<String, u64>,
+    per_user: HashMap<String, u64>,
+    /// Open channels by user, shared by the user's connections.
+    channels: HashMap<String, Arc<AtomicU64>>,
+}
+
+fn decrement(map: &mut HashMap<String, u64>, key: &str) {
+    if let Some(n) = map.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            map.remove(key);
+        }
+    }
+}
+
+/// Every open connection.
+#[derive(Default)]
+pub struct Connections {
+    inner: Mutex<Registry>,
+}
+
+impl Connections {
+    /// Registers a connection unless its vhost (`vhost_max`) or its user
+    /// (`user_max`) has as many as allowed already.
+    pub fn register(
+        self: &Arc<Self>,
+        tracked: Tracked,
+        vhost_max: Option<u64>,
+        user_max: Option<u64>,
+    ) -> Result<Registration, Refused> {
+        let mut r = self.inner.lock();
+        let info = &tracked.info;
+        let in_vhost = r.per_vhost.get(&info.vhost).copied().unwrap_or(0);
+        if let Some(max) = vhost_max.filter(|&m| in_vhost >= m) {
+            return Err(Refused::VhostLimit(max));
+        }
+        let of_user = r.per_user.get(&info.user).copied().unwrap_or(0);
+        if let Some(max) = user_max.filter(|&m| of_user >= m) {
+            return Err(Refused::UserLimit(max));
+        }
+        *r.per_vhost.entry(info.vhost.clone()).or_default() += 1;
+        *r.per_user.entry(info.user.clone()).or_default() += 1;
+        let channels = Arc::clone(r.channels.entry(info.user.clone()).or_default());
+        let id = info.id;
+        r.by_id.insert(id, Arc::new(tracked));
+        Ok(Registration {
+            registry: Arc::clone(self),
+            id,
+            channels,
+        })
+    }
+
+    /// Every open connection, by id.
+    pub fn list(&self) -> Vec<Arc<Tracked>> {
+        let mut all: Vec<_> = self.inner.lock().by_id.values().cloned().collect();
+        all.sort_by_key(|t| t.info.id);
+        all
+    }
+
+    /// The connection called `name`.
+    pub fn by_name(&self, name: &str) -> Option<Arc<Tracked>> {
+        let r = self.inner.lock();
+        r.by_id.values().find(|t| t.info.name == name).cloned()
+    }
+
+    /// How many connections are open.
+    pub fn count(&self) -> usize {
+        self.inner.lock().by_id.len()
+    }
+
+    /// Closes every connection to `vhost` with `reason`; how many.
+    pub fn close_vhost(&self, vhost: &str, reason: &str) -> usize {
+        self.close_where(|i| i.vhost == vhost, reason)
+    }
+
+    /// Closes every connection of `user` with `reason`; how many.
+    pub fn close_user(&self, user: &str, reason: &str) -> usize {
+        self.close_where(|i| i.user == user, reason)
+    }
+
+    fn close_where(&self, pick: impl Fn(&Info) -> bool, reason: &str) -> usize {
+        let picked: Vec<_> = {
+            let r = self.inner.lock();
+            r.by_id
+                .values()
+                .filter(|t| pick(&t.info))
+                .cloned()
+                .collect()
+        };
+        for t in &picked {
+            t.control.force_close(reason);
+        }
+        picked.len()
+    }
+
+    fn forget(&self, id: u64) {
+        let mut r = self.inner.lock();
+        let Some(t) = r.by_id.remove(&id) else {
+            return;
+        };
+        decrement(&mut r.per_vhost, &t.info.vhost);
+        decrement(&mut r.per_user, &t.info.user);
+        if !r.per_user.contains_key(&t.info.user) {
+            r.channels.remove(&t.info.user);
+        }
+    }
+}
+
+/// A registered connection; dropping it takes the connection out.
+pub struct Registration {
+    registry: Arc<Connections>,
+    id: u64,
+    channels: Arc<AtomicU64>,
+}
+
+impl Registration {
+    /// Counts one more channel of the user, unless `max` are open; the
+    /// channel is counted until the returned slot is dropped.
+    pub fn open_channel(&self, max: Option<u64>) -> Option<ChannelSlot> {
+        let before = self.channels.fetch_add(1, Ordering::AcqRel);
+        let slot = ChannelSlot(Arc::clone(&self.channels));
+        match max {
+            Some(max) if before >= max => None,
+            _ => Some(slot),
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.registry.forget(self.id);
+    }
+}
+
+/// One open channel, counted against its user's max-channels.
+pub struct ChannelSlot(Arc<AtomicU64>);
+
+impl Drop for ChannelSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Noop(Mutex<Vec<String>>);
+    impl Control for Noop {
+        fn force_close(&self, reason: &str) {
+            self.0.lock().push(reason.to_string());
+        }
+    }
+
+    fn tracked(id: u64, user: &str, vhost: &str, control: Arc<Noop>) -> Tracked {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        Tracked {
+            info: Info {
+                id,
+                name: format!("c{id}"),
+                peer: addr,
+                local: addr,
+                user: user.into(),
+                vhost: vhost.into(),
+                connected_at: 0,
+                client_properties: FieldTable::default(),
+                frame_max: 0,
+                channel_max: 0,
+                heartbeat: 0,
+                auth_mechanism: "PLAIN".into(),
+            },
+            control,
+        }
+    }
+
+    #[test]
+    fn limits_count_open_connections_and_channels() {
+        let reg = Arc::new(Connections::default());
+        let c = Arc::new(Noop(Mutex::new(Vec::new())));
+        let a = reg
+            .register(tracked(1, "u", "v", Arc::clone(&c)), Some(2), Some(1))
+            .unwrap();
+        assert_eq!(
+            reg.register(tracked(2, "u", "v", Arc::clone(&c)), Some(2), Some(1))
+                .err(),
+            Some(Refused::UserLimit(1))
+        );
+        let b = reg
+            .register(tracked(3, "w", "v", Arc::clone(&c)), Some(2), None)
+            .unwrap();
+        assert_eq!(
+            reg.register(tracked(4, "x", "v", Arc::clone(&c)), Some(2), None)
+                .err(),
+            Some(Refused::VhostLimit(2))
+        );
+        let ch1 = a.open_channel(Some(1)).unwrap();
+        assert!(a.open_channel(Some(1)).is_none());
+        drop(ch1);
+        assert!(a.open_channel(Some(1)).is_some());
+        assert_eq!(reg.close_vhost("v", "vhost 'v' is deleted"), 2);
+        assert_eq!(c.0.lock().len(), 2);
+        drop(a);
+        drop(b);
+        assert_eq!(reg.count(), 0);
+        assert!(reg.inner.lock().per_vhost.is_empty());
+    }
+}
