@@ -21,7 +21,7 @@ USE = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)(?:::([a-z_][a-z0-9_]*))?")
 # Lowest first; a module may import only from layers before its own.
 LAYERS = [
     ["wire", "util"],
-    ["config", "message", "alarm", "plugins"],
+    ["config", "message", "alarm", "plugins", "policy"],
     ["store", "exchange"],
     ["queue", "delayed", "access"],
     ["vhost"],

@@ -7,7 +7,7 @@
 //!   property list, short strings, reading field values) and small helpers.
 //! - [`config`], [`message`] (one buffer per message: route, properties,
 //!   body), [`alarm`] (the memory alarm), [`plugins`] (the exchange types
-//!   compiled in).
+//!   compiled in), [`policy`] (selecting and merging policies).
 //! - [`store`] makes state durable on sled: every change is an operation
 //!   ([`store::Op`]) submitted to a journal ([`store::Journal`]) and applied
 //!   by one applier, with group commit. [`exchange`] has the routing tables
@@ -36,6 +36,7 @@ pub mod exchange;
 pub mod fuzz;
 pub mod message;
 pub mod plugins;
+pub mod policy;
 pub mod queue;
 pub mod server;
 pub mod store;

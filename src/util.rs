@@ -29,3 +29,16 @@ pub fn coarse_now_ms() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
+
+/// Seconds since the epoch on the coarse wall clock
+/// (CLOCK_REALTIME_COARSE: read without a syscall), as a u32 (good until
+/// 2106): when a message entered its queue.
+pub fn coarse_wall_secs() -> u32 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    u32::try_from(ts.tv_sec).unwrap_or(u32::MAX)
+}

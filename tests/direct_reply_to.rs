@@ -180,11 +180,19 @@ async fn a_reply_to_a_consumer_that_is_gone_is_dropped() {
         )
         .await
         .unwrap();
-    let req = ch
-        .basic_get("rpc".into(), BasicGetOptions { no_ack: true })
-        .await
-        .unwrap()
-        .expect("the request");
+    // Published on another connection: it may take a moment to arrive.
+    let mut req = None;
+    for _ in 0..500 {
+        req = ch
+            .basic_get("rpc".into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap();
+        if req.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let req = req.expect("the request");
     let reply_to = req
         .delivery
         .properties

@@ -8,7 +8,7 @@ use std::path::Path;
 /// Lowest first, as in the ARCHITECTURE table.
 const LAYERS: &[&[&str]] = &[
     &["wire", "util"],
-    &["config", "message", "alarm", "plugins"],
+    &["config", "message", "alarm", "plugins", "policy"],
     &["store", "exchange"],
     &["queue", "delayed", "access"],
     &["vhost"],

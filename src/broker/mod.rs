@@ -3,6 +3,7 @@
 //! Opening it recovers durable state from the store.
 
 pub mod connections;
+pub mod policies;
 pub mod vhosts;
 
 use std::collections::HashMap;
@@ -34,6 +35,8 @@ pub struct Broker {
     vhosts: RwLock<HashMap<String, Arc<VHost>>>,
     /// Every open AMQP connection.
     pub connections: Arc<Connections>,
+    /// Serializes policy changes (each replaces its vhost's whole set).
+    policy_lock: parking_lot::Mutex<()>,
     next_connection: AtomicU64,
     /// Connections open now (past connection.open), for connection_max.
     open_connections: Arc<AtomicU64>,
@@ -75,6 +78,7 @@ impl Broker {
             store,
             vhosts: RwLock::new(HashMap::new()),
             connections: Arc::new(Connections::default()),
+            policy_lock: parking_lot::Mutex::new(()),
             next_connection: AtomicU64::new(1),
             open_connections: Arc::new(AtomicU64::new(0)),
             plugins: Arc::new(crate::plugins::Plugins::enabled()),
@@ -114,10 +118,14 @@ impl Broker {
             let Some(vh) = self.vhost(&p.vhost) else {
                 continue;
             };
-            if p.component == vhosts::LIMITS_COMPONENT {
-                let limits = p.value.as_object().cloned().unwrap_or_default();
-                let (conns, queues) = vhosts::parse_limits(&limits)?;
-                vh.limits.set(conns, queues);
+            match p.component.as_str() {
+                vhosts::LIMITS_COMPONENT => {
+                    let limits = p.value.as_object().cloned().unwrap_or_default();
+                    let (conns, queues) = vhosts::parse_limits(&limits)?;
+                    vh.limits.set(conns, queues);
+                }
+                policies::POLICY | policies::OPERATOR_POLICY => self.restore_policy(&p)?,
+                _ => {}
             }
         }
         // A definition that cannot be restored stops the start, naming it:

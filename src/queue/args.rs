@@ -31,6 +31,8 @@ pub struct QueueArgs {
     pub max_length_bytes: Option<u64>,
     /// `x-overflow`.
     pub overflow: Overflow,
+    /// Whether x-overflow was given (it then wins over a policy's).
+    pub overflow_set: bool,
     /// `x-dead-letter-exchange` ("" is the default exchange).
     pub dead_letter_exchange: Option<String>,
     /// `x-dead-letter-routing-key`.
@@ -56,11 +58,8 @@ impl QueueArgs {
             expires: uint("x-expires"),
             max_length: uint("x-max-length"),
             max_length_bytes: uint("x-max-length-bytes"),
-            overflow: match get("x-overflow").and_then(str_arg).as_deref() {
-                Some("reject-publish") => Overflow::RejectPublish,
-                Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
-                _ => Overflow::DropHead,
-            },
+            overflow: overflow(get("x-overflow").and_then(str_arg).as_deref()),
+            overflow_set: get("x-overflow").is_some(),
             dead_letter_exchange: get("x-dead-letter-exchange").and_then(str_arg),
             dead_letter_routing_key: get("x-dead-letter-routing-key").and_then(str_arg),
             max_priority: uint("x-max-priority")
@@ -73,6 +72,48 @@ impl QueueArgs {
             delivery_limit: uint("x-delivery-limit"),
             consumer_timeout: uint("x-consumer-timeout"),
         }
+    }
+}
+
+fn overflow(word: Option<&str>) -> Overflow {
+    match word {
+        Some("reject-publish") => Overflow::RejectPublish,
+        Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
+        _ => Overflow::DropHead,
+    }
+}
+
+impl QueueArgs {
+    /// The arguments in force when `policy` (the definition the queue's
+    /// policy and operator policy make together) applies, as RabbitMQ
+    /// merges them: expires, message-ttl, max-length, max-length-bytes,
+    /// consumer-timeout and delivery-limit take the lower of the two;
+    /// dead-letter-exchange, dead-letter-routing-key and overflow take the
+    /// x-argument when there is one.
+    pub fn with_policy(&self, policy: &serde_json::Map<String, serde_json::Value>) -> QueueArgs {
+        let num = |k: &str| policy.get(k).and_then(serde_json::Value::as_u64);
+        let text = |k: &str| policy.get(k).and_then(|v| v.as_str()).map(str::to_string);
+        let lower = |mine: Option<u64>, k: &str| match (mine, num(k)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut a = self.clone();
+        a.message_ttl = lower(self.message_ttl, "message-ttl");
+        a.expires = lower(self.expires, "expires").filter(|&ms| ms > 0);
+        a.max_length = lower(self.max_length, "max-length");
+        a.max_length_bytes = lower(self.max_length_bytes, "max-length-bytes");
+        a.consumer_timeout = lower(self.consumer_timeout, "consumer-timeout");
+        a.delivery_limit = lower(self.delivery_limit, "delivery-limit");
+        if self.dead_letter_exchange.is_none() {
+            a.dead_letter_exchange = text("dead-letter-exchange");
+        }
+        if self.dead_letter_routing_key.is_none() {
+            a.dead_letter_routing_key = text("dead-letter-routing-key");
+        }
+        if !self.overflow_set {
+            a.overflow = overflow(policy.get("overflow").and_then(|v| v.as_str()));
+        }
+        a
     }
 }
 
@@ -174,6 +215,36 @@ mod tests {
         assert_eq!(a.overflow, Overflow::RejectPublish);
         assert_eq!(a.dead_letter_exchange.as_deref(), Some("dlx"));
         assert_eq!(a.max_length, None);
+    }
+
+    #[test]
+    fn a_policy_merges_as_rabbitmq_merges_it() {
+        let mut t = table("x-message-ttl", AMQPValue::LongInt(500));
+        t.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString("mine".into()),
+        );
+        let declared = QueueArgs::from_table(&t);
+        let policy = serde_json::json!({
+            "message-ttl": 1000, "max-length": 3, "dead-letter-exchange": "theirs",
+            "dead-letter-routing-key": "k", "overflow": "reject-publish"
+        });
+        let a = declared.with_policy(policy.as_object().unwrap());
+        assert_eq!(a.message_ttl, Some(500), "the lower TTL");
+        assert_eq!(a.max_length, Some(3));
+        assert_eq!(
+            a.dead_letter_exchange.as_deref(),
+            Some("mine"),
+            "the x-argument"
+        );
+        assert_eq!(a.dead_letter_routing_key.as_deref(), Some("k"));
+        assert_eq!(a.overflow, Overflow::RejectPublish);
+        let lower = serde_json::json!({"message-ttl": 100});
+        assert_eq!(
+            declared.with_policy(lower.as_object().unwrap()).message_ttl,
+            Some(100)
+        );
+        assert_eq!(declared.with_policy(&Default::default()), declared);
     }
 
     #[test]

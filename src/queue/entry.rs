@@ -16,8 +16,12 @@ pub struct Entry {
     pub stored: bool,
     /// When it expires, ms since the epoch (0 = never).
     pub deadline: u64,
-    /// Times it was delivered and came back (for x-delivery-limit).
-    pub returned: u32,
+    /// When it entered the queue, s since the epoch (for a message-ttl a
+    /// policy sets later; the entry stays 32 bytes).
+    pub enqueued: u32,
+    /// Times it was delivered and came back (for x-delivery-limit;
+    /// saturates at 65535).
+    pub returned: u16,
 }
 
 impl Entry {

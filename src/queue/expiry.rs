@@ -41,15 +41,28 @@ pub(super) fn start_timer(queue: &Arc<Queue>) {
     });
 }
 
-/// x-expires: deletes the queue once it has had no consumer and no use
-/// (get, consume, redeclare) for `ms` milliseconds.
-pub(super) fn watch_unused(queue: &Arc<Queue>, ms: u64) {
+/// x-expires (or a policy's expires): deletes the queue once it has had
+/// no consumer and no use (get, consume, redeclare) for that long. One
+/// watcher per queue; it reads the limit in force each time it wakes, and
+/// ends when there is none.
+pub(super) fn watch_unused(queue: &Arc<Queue>) {
+    if queue
+        .expires_watched
+        .swap(true, std::sync::atomic::Ordering::AcqRel)
+    {
+        return;
+    }
     let weak: Weak<Queue> = Arc::downgrade(queue);
     tokio::spawn(async move {
-        let mut wait = ms;
+        let mut wait = 0;
         loop {
             tokio::time::sleep(Duration::from_millis(wait.max(1))).await;
             let Some(q) = weak.upgrade() else { return };
+            let Some(ms) = q.state.lock().live.expires else {
+                q.expires_watched
+                    .store(false, std::sync::atomic::Ordering::Release);
+                return;
+            };
             if q.is_deleted() {
                 return;
             }
@@ -69,7 +82,8 @@ pub(super) fn watch_unused(queue: &Arc<Queue>, ms: u64) {
                 }
                 return;
             }
-            wait = ms - now.saturating_sub(idle_since);
+            // At most a second, so a lowered limit is seen soon.
+            wait = (ms - now.saturating_sub(idle_since)).min(1000);
         }
     });
 }

@@ -3,15 +3,16 @@
 //! (x-max-length, x-max-length-bytes; x-overflow drop-head drops from the
 //! front, the reject modes refuse in `Queue::push`).
 
+use super::args::QueueArgs;
 use super::dead_letter::Reason;
 use super::{now_ms, Queue, State};
 use crate::message::Message;
 
 impl Queue {
     /// When a message pushed now expires (0 = never): the smaller of the
-    /// queue's x-message-ttl and the message's expiration.
-    pub(super) fn deadline_for(&self, msg: &Message) -> u64 {
-        let ttl = match (self.args.message_ttl, msg.meta.expiration_ms()) {
+    /// queue's message-ttl (in `live`) and the message's expiration.
+    pub(super) fn deadline_for(&self, live: &QueueArgs, msg: &Message) -> u64 {
+        let ttl = match (live.message_ttl, msg.meta.expiration_ms()) {
             (None, None) => return 0,
             (Some(a), Some(b)) => a.min(b),
             (Some(a), None) | (None, Some(a)) => a,
@@ -22,11 +23,11 @@ impl Queue {
 
     /// Whether one more message of `bytes` would break a length limit.
     pub(super) fn full_for(&self, st: &State, bytes: usize) -> bool {
-        self.args
+        st.live
             .max_length
             .is_some_and(|max| st.ready.len() as u64 >= max)
-            || self
-                .args
+            || st
+                .live
                 .max_length_bytes
                 .is_some_and(|max| (st.ready.bytes() + bytes) as u64 > max)
     }
@@ -34,18 +35,13 @@ impl Queue {
     /// x-overflow drop-head: drops (dead-letters) the oldest ready messages
     /// until the limits hold.
     pub(super) fn drop_over_limit(&self, st: &mut State) {
-        if self.args.max_length.is_none() && self.args.max_length_bytes.is_none() {
+        let (max_len, max_bytes) = (st.live.max_length, st.live.max_length_bytes);
+        if max_len.is_none() && max_bytes.is_none() {
             return;
         }
         let pager = self.pager();
-        while self
-            .args
-            .max_length
-            .is_some_and(|max| st.ready.len() as u64 > max)
-            || self
-                .args
-                .max_length_bytes
-                .is_some_and(|max| st.ready.bytes() as u64 > max)
+        while max_len.is_some_and(|max| st.ready.len() as u64 > max)
+            || max_bytes.is_some_and(|max| st.ready.bytes() as u64 > max)
         {
             let Some(head) = st.ready.pop_front(pager.as_ref()) else {
                 break;

@@ -30,6 +30,7 @@ mod entry;
 mod expiry;
 mod host;
 mod limits;
+mod policy;
 mod ready;
 mod settle;
 #[cfg(test)]
@@ -75,7 +76,8 @@ pub struct QueueConfig {
 /// A queue.
 pub struct Queue {
     pub config: QueueConfig,
-    /// The x-arguments it acts on.
+    /// What its x-arguments say (the arguments in force, with its
+    /// policies, are in its state: `State::live`).
     pub args: QueueArgs,
     store: Arc<Store>,
     /// Its vhost, for dead-lettering and x-expires.
@@ -88,12 +90,20 @@ pub struct Queue {
     /// left (store/delivered.rs).
     mark: Option<(u64, Arc<store::Mark>)>,
     deleted: AtomicBool,
+    /// Whether the x-expires watcher runs.
+    expires_watched: AtomicBool,
     state: Mutex<State>,
     /// Persistent messages waiting for the next flush to be written.
     unwritten: unwritten::Unwritten,
 }
 
 struct State {
+    /// The arguments in force: the x-arguments merged with the queue's
+    /// policy and operator policy (policy.rs).
+    live: QueueArgs,
+    /// The names of the policy and operator policy that apply.
+    policy: Option<String>,
+    operator_policy: Option<String>,
     ready: Ready,
     next_seq: u64,
     consumers: Consumers,
@@ -122,6 +132,7 @@ impl Queue {
         let mark = (config.store_id != 0).then(|| store.delivery_mark(config.store_id));
         let args = QueueArgs::from_table(&config.arguments);
         let ready = Ready::with_max_priority(args.max_priority.unwrap_or(0));
+        let live = args.clone();
         let q = Arc::new(Queue {
             config,
             args,
@@ -131,7 +142,11 @@ impl Queue {
             last_used: AtomicU64::new(now_ms()),
             mark,
             deleted: AtomicBool::new(false),
+            expires_watched: AtomicBool::new(false),
             state: Mutex::new(State {
+                live,
+                policy: None,
+                operator_policy: None,
                 ready,
                 next_seq: 1,
                 consumers: Consumers::default(),
@@ -142,8 +157,8 @@ impl Queue {
             }),
             unwritten: Default::default(),
         });
-        if let Some(ms) = q.args.expires {
-            expiry::watch_unused(&q, ms);
+        if q.args.expires.is_some() {
+            expiry::watch_unused(&q);
         }
         q
     }
@@ -179,7 +194,7 @@ impl Queue {
             // running while the broker was down; records written before
             // deadlines were stored start their TTL again.
             let deadline = match m.deadline {
-                0 => self.deadline_for(&m.message),
+                0 => self.deadline_for(&st.live, &m.message),
                 d => d,
             };
             st.ready.push_recovered(Entry {
@@ -188,6 +203,7 @@ impl Queue {
                 redelivered: m.seq <= delivered,
                 stored: true,
                 deadline,
+                enqueued: 0,
                 returned: 0,
             });
         }
@@ -226,17 +242,19 @@ impl Queue {
         }
         let seq = st.next_seq;
         st.next_seq += 1;
-        let deadline = self.deadline_for(msg);
+        let deadline = self.deadline_for(&st.live, msg);
         let entry = Entry {
             msg: Arc::clone(msg),
             seq,
             redelivered: false,
             stored: false,
             deadline,
+            enqueued: crate::util::coarse_wall_secs(),
             returned: 0,
         };
-        if self.args.overflow != Overflow::DropHead && self.full_for(&st, msg.body().len()) {
-            if self.args.overflow == Overflow::RejectPublishDlx {
+        let overflow = st.live.overflow;
+        if overflow != Overflow::DropHead && self.full_for(&st, msg.body().len()) {
+            if overflow == Overflow::RejectPublishDlx {
                 st.dead.push((entry, Reason::MaxLen));
                 self.finish(st);
             }

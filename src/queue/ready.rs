@@ -51,6 +51,12 @@ pub struct Ready {
     tail: Tail,
     /// Deadlines (TTL) of messages in the stored tail, by sequence.
     tail_deadlines: std::collections::HashMap<u64, u64>,
+    /// When tail messages entered the queue: (first sequence, seconds),
+    /// one run per second of arrivals.
+    tail_times: VecDeque<(u64, u32)>,
+    /// A message-ttl set after tail messages arrived: applied to each as
+    /// it is read back (from when it entered the queue).
+    tail_ttl: Option<u64>,
     /// x-max-priority (0: a plain FIFO queue).
     max_priority: u8,
     /// Tombstones in `mem` (expired in place).
@@ -69,6 +75,22 @@ fn empty_message() -> Arc<Message> {
         ));
     }
     EMPTY.with(Arc::clone)
+}
+
+/// The deadline of a message that entered its queue at `enqueued` (s)
+/// under a message-ttl of `ttl` ms (never 0, which means none).
+fn ttl_deadline(enqueued: u32, ttl: u64) -> u64 {
+    (enqueued as u64 * 1000)
+        .saturating_add(ttl)
+        .clamp(1, TOMBSTONE - 1)
+}
+
+/// The earlier of two deadlines, where 0 is none.
+fn earlier(a: u64, b: u64) -> u64 {
+    match (a, b) {
+        (0, x) | (x, 0) => x,
+        (a, b) => a.min(b),
+    }
 }
 
 /// The deadline that marks a tombstone.
@@ -134,6 +156,7 @@ impl Ready {
             redelivered: false,
             stored: false,
             deadline: TOMBSTONE,
+            enqueued: 0,
             returned: 0,
         };
         let e = std::mem::replace(slot, tombstone);
@@ -167,7 +190,7 @@ impl Ready {
                 if entry.deadline != 0 {
                     self.tail_deadlines.insert(entry.seq, entry.deadline);
                 }
-                self.add_to_tail(entry.seq, entry.msg.body().len());
+                self.add_to_tail(entry.seq, entry.msg.body().len(), entry.enqueued);
                 return Ok(());
             }
         }
@@ -187,16 +210,19 @@ impl Ready {
             if entry.deadline != 0 {
                 self.tail_deadlines.insert(entry.seq, entry.deadline);
             }
-            self.add_to_tail(entry.seq, entry.msg.body().len());
+            self.add_to_tail(entry.seq, entry.msg.body().len(), entry.enqueued);
         } else {
             self.mem_bytes += entry.msg.body().len();
             self.mem.push_back(entry);
         }
     }
 
-    fn add_to_tail(&mut self, seq: u64, bytes: usize) {
+    fn add_to_tail(&mut self, seq: u64, bytes: usize, enqueued: u32) {
         if self.tail.count == 0 {
             self.tail.first_seq = seq;
+        }
+        if self.tail_times.back().is_none_or(|&(_, t)| t != enqueued) {
+            self.tail_times.push_back((seq, enqueued));
         }
         self.tail.count += 1;
         self.tail.bytes += bytes;
@@ -229,19 +255,31 @@ impl Ready {
                     self.tail.bytes = self.tail.bytes.saturating_sub(msg.body().len());
                     self.tail.first_seq = seq + 1;
                     self.mem_bytes += msg.body().len();
-                    let deadline = self.tail_deadlines.remove(&seq).unwrap_or(0);
+                    while self.tail_times.get(1).is_some_and(|&(s, _)| s <= seq) {
+                        self.tail_times.pop_front();
+                    }
+                    let enqueued = self.tail_times.front().map_or(0, |&(_, t)| t);
+                    let mut deadline = self.tail_deadlines.remove(&seq).unwrap_or(0);
+                    if let Some(ttl) = self.tail_ttl {
+                        deadline = earlier(deadline, ttl_deadline(enqueued, ttl));
+                    }
                     self.mem.push_back(Entry {
                         msg,
                         seq,
                         redelivered: false,
                         stored: true,
                         deadline,
+                        enqueued,
                         returned: 0,
                     });
                 }
                 if self.mem.is_empty() {
                     // The store has fewer than we counted: forget the rest.
                     self.tail = Tail::default();
+                }
+                if self.tail.count == 0 {
+                    self.tail_times.clear();
+                    self.tail_ttl = None;
                 }
             }
             Err(e) => tracing::error!(queue_id = p.queue_id, "cannot read paged messages: {e}"),
@@ -263,12 +301,37 @@ impl Ready {
         self.mem.insert(at, entry);
     }
 
+    /// A message-ttl of `ttl` ms now applies: every ready message that
+    /// entered the queue longer ago than that expires, the others by then
+    /// (earlier deadlines stay). Returns the (deadline, seq) of in-memory
+    /// messages whose deadline moved, for the expiry heap; messages in the
+    /// stored tail get theirs as they are read back.
+    pub fn retime(&mut self, ttl: u64) -> Vec<(u64, u64)> {
+        let mut moved = Vec::new();
+        for e in self.mem.iter_mut() {
+            if e.is_tombstone() {
+                continue;
+            }
+            let d = earlier(e.deadline, ttl_deadline(e.enqueued, ttl));
+            if d != e.deadline {
+                e.deadline = d;
+                moved.push((d, e.seq));
+            }
+        }
+        if self.tail.count > 0 {
+            self.tail_ttl = Some(self.tail_ttl.map_or(ttl, |t| t.min(ttl)));
+        }
+        moved
+    }
+
     /// Removes every ready message: returns the in-memory ones and the
     /// first sequence of the stored tail, if there is one.
     pub fn clear(&mut self) -> (Vec<Entry>, Option<u64>) {
         let tail = (self.tail.count > 0).then_some(self.tail.first_seq);
         self.tail = Tail::default();
         self.tail_deadlines.clear();
+        self.tail_times.clear();
+        self.tail_ttl = None;
         self.mem_bytes = 0;
         self.tombstones = 0;
         (
@@ -298,8 +361,51 @@ mod tests {
             redelivered: false,
             stored: false,
             deadline: 0,
+            enqueued: 0,
             returned: 0,
         }
+    }
+
+    #[test]
+    fn a_later_ttl_counts_from_when_each_message_arrived_in_memory_and_in_the_tail() {
+        let store = Store::temporary().unwrap();
+        let pager = Pager {
+            store: &store,
+            queue_id: 4,
+        };
+        let mut r = Ready::default();
+        let n = MEM_COUNT as u64 + 10;
+        for seq in 1..=n {
+            // Arrived at second 100 + seq / 1000; one early deadline.
+            let e = Entry {
+                enqueued: 100 + (seq / 1000) as u32,
+                deadline: if seq == 2 { 5 } else { 0 },
+                ..entry(seq, true)
+            };
+            r.push_back(e, Some(&pager)).unwrap();
+        }
+        let moved = r.retime(1000);
+        assert_eq!(
+            moved.len(),
+            MEM_COUNT - 1,
+            "all in memory but the earlier one"
+        );
+        assert!(moved.contains(&(101_000, 1)));
+        let first = r.pop_front(Some(&pager)).unwrap();
+        assert_eq!(first.deadline, 101_000);
+        assert_eq!(
+            r.pop_front(Some(&pager)).unwrap().deadline,
+            5,
+            "an earlier deadline stays"
+        );
+        for _ in 3..=MEM_COUNT as u64 {
+            r.pop_front(Some(&pager)).unwrap();
+        }
+        // The tail, read back: each from its own arrival.
+        let e = r.pop_front(Some(&pager)).unwrap();
+        assert_eq!(e.seq, MEM_COUNT as u64 + 1);
+        assert_eq!(e.enqueued, 100 + (e.seq / 1000) as u32);
+        assert_eq!(e.deadline, e.enqueued as u64 * 1000 + 1000);
     }
 
     #[test]
@@ -362,6 +468,7 @@ mod priority_tests {
             redelivered: false,
             stored: false,
             deadline: 0,
+            enqueued: 0,
             returned: 0,
         }
     }
@@ -393,6 +500,7 @@ mod expiry_tests {
             redelivered: false,
             stored: false,
             deadline: seq,
+            enqueued: 0,
             returned: 0,
         }
     }

@@ -77,7 +77,7 @@ impl Queue {
                     st.unacked = st.unacked.saturating_sub(1);
                     entry.redelivered = true;
                     entry.returned = entry.returned.saturating_add(1);
-                    if let Some(limit) = self.args.delivery_limit {
+                    if let Some(limit) = st.live.delivery_limit {
                         // A poison message cannot loop forever: past the
                         // limit it is dead-lettered (reason delivery_limit);
                         // below it, it carries x-delivery-count.
@@ -139,24 +139,37 @@ impl Queue {
             return;
         }
         let dead = std::mem::take(&mut st.dead);
+        // Where they go, as the arguments in force say now.
+        let target = (!dead.is_empty())
+            .then(|| st.live.dead_letter_exchange.clone())
+            .flatten()
+            .map(|x| (x, st.live.dead_letter_routing_key.clone()));
         drop(st);
-        self.dead_letter_all(dead);
+        self.dead_letter_all(dead, target);
     }
 
-    /// Sends messages to the dead-letter exchange (if there is one) and
+    /// Sends messages to the dead-letter exchange `to` names (exchange and
+    /// routing key, if any) and
     /// removes them from this queue: the new copies are written first, so a
     /// crash in between can duplicate a message, never lose it.
-    pub(super) fn dead_letter_all(&self, dead: Vec<(Entry, Reason)>) {
+    pub(super) fn dead_letter_all(
+        &self,
+        dead: Vec<(Entry, Reason)>,
+        to: Option<(String, Option<String>)>,
+    ) {
         // Dead-lettering pushes into other queues, which may dead-letter in
         // turn (length limits, TTL 0): bound the depth so no chain of
         // queues can recurse without end; past it the message is dropped.
         thread_local!(static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
         let depth = DEPTH.with(|d| d.get());
         let target = if depth < MAX_DEAD_LETTER_HOPS {
-            self.args
-                .dead_letter_exchange
-                .as_deref()
+            to.as_ref()
                 .zip(self.host.upgrade())
+                .map(|((exchange, routing_key), host)| DeadLetterTarget {
+                    exchange,
+                    routing_key: routing_key.as_deref(),
+                    host,
+                })
         } else {
             tracing::warn!(queue = self.name(), "dead-letter chain too long: dropping");
             None
@@ -166,28 +179,30 @@ impl Queue {
         DEPTH.with(|d| d.set(depth));
     }
 
-    pub(super) fn dead_letter_each(
-        &self,
-        dead: Vec<(Entry, Reason)>,
-        target: Option<(&str, Arc<dyn Host>)>,
-    ) {
+    fn dead_letter_each(&self, dead: Vec<(Entry, Reason)>, target: Option<DeadLetterTarget<'_>>) {
         let now_secs = now_ms() / 1000;
         for (entry, reason) in dead {
-            if let Some((dlx, host)) = &target {
-                let dlrk = self.args.dead_letter_routing_key.as_deref();
+            if let Some(t) = &target {
                 let msg = Arc::new(dead_letter::dead_letter(
                     &entry.msg,
                     self.name(),
                     reason,
-                    dlx,
-                    dlrk,
+                    t.exchange,
+                    t.routing_key,
                     now_secs,
                 ));
-                host.dead_letter(&msg);
+                t.host.dead_letter(&msg);
             }
             self.forget(entry);
         }
     }
+}
+
+/// Where dead-lettered messages go.
+struct DeadLetterTarget<'a> {
+    exchange: &'a str,
+    routing_key: Option<&'a str>,
+    host: Arc<dyn Host>,
 }
 
 #[cfg(test)]

@@ -26,6 +26,8 @@ pub struct Exchange {
     pub arguments: FieldTable,
     /// The `alternate-exchange` argument.
     pub alternate: Option<String>,
+    /// What its policy says (policies.rs).
+    pub policy: RwLock<ExchangePolicy>,
     /// Its bindings (read per publish, written on bind/unbind).
     pub bindings: RwLock<Table>,
     /// Set once it had a binding (auto-delete applies only after that).
@@ -36,7 +38,26 @@ pub struct Exchange {
     pub held: std::sync::atomic::AtomicU64,
 }
 
+/// The policy that applies to an exchange.
+#[derive(Debug, Default, Clone)]
+pub struct ExchangePolicy {
+    /// Its name.
+    pub name: Option<String>,
+    /// Its alternate-exchange (the argument wins over it).
+    pub alternate: Option<String>,
+}
+
 impl Exchange {
+    /// Looks up the alternate exchange in force (the argument's, else the
+    /// policy's) with `lookup`, without copying its name.
+    pub fn with_alternate<T>(&self, lookup: impl FnOnce(&str) -> Option<T>) -> Option<T> {
+        if let Some(name) = self.alternate.as_deref() {
+            return lookup(name);
+        }
+        let policy = self.policy.read();
+        policy.alternate.as_deref().and_then(lookup)
+    }
+
     /// How many messages it holds (delayed-message exchanges).
     pub fn held_count(&self) -> u64 {
         self.held.load(std::sync::atomic::Ordering::Relaxed)

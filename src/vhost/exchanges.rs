@@ -112,11 +112,13 @@ impl VHost {
             internal: spec.internal,
             arguments: spec.arguments.clone(),
             alternate,
+            policy: Default::default(),
             bindings: RwLock::new(table),
             ever_bound: AtomicBool::new(false),
             plugin,
             held: Default::default(),
         });
+        self.apply_policies_to_exchange(&x);
         self.exchanges
             .write()
             .insert(spec.name.clone(), Arc::clone(&x));

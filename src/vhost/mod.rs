@@ -9,6 +9,7 @@ pub mod error;
 mod exchanges;
 mod host;
 mod lifecycle;
+pub mod policies;
 mod queues;
 pub mod routing;
 mod table;
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use amq_protocol::types::FieldTable;
 use parking_lot::RwLock;
 
-pub use entities::{Destination, Exchange};
+pub use entities::{Destination, Exchange, ExchangePolicy};
 pub use error::Error;
 pub use exchanges::ExchangeSpec;
 pub use lifecycle::{Limits, Meta};
@@ -52,6 +53,8 @@ pub struct VHost {
     /// Set (under the topology lock) once the vhost is deleted: nothing is
     /// declared or bound in it after that.
     closed: AtomicBool,
+    /// Its policies and operator policies (policies.rs).
+    policies: RwLock<Arc<crate::policy::Policies>>,
     exchanges: RwLock<HashMap<String, Arc<Exchange>>>,
     queues: RwLock<HashMap<String, Arc<Queue>>>,
 }
@@ -88,6 +91,7 @@ impl VHost {
             meta: RwLock::new(meta),
             limits: Limits::new(max_queues),
             closed: AtomicBool::new(false),
+            policies: RwLock::default(),
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),
         };
@@ -110,6 +114,7 @@ impl VHost {
                 internal: name == "amq.rabbitmq.trace",
                 arguments: FieldTable::default(),
                 alternate: None,
+                policy: Default::default(),
                 bindings: RwLock::new(Table::Builtin(Bindings::new(kind))),
                 ever_bound: AtomicBool::new(false),
                 plugin: None,

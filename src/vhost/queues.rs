@@ -109,6 +109,7 @@ impl VHost {
             return Ok(Arc::clone(q));
         }
         let q = Queue::new(config, Arc::clone(&self.store), self.me.clone());
+        self.apply_to_queue(&self.policies(), &q);
         queues.insert(spec.name.clone(), Arc::clone(&q));
         Ok(q)
     }
@@ -215,6 +216,7 @@ impl VHost {
             Arc::clone(&self.store),
             self.me.clone(),
         );
+        self.apply_to_queue(&self.policies(), &q);
         let n = q.recover()?;
         self.queues.write().insert(def.name.clone(), q);
         Ok(n)

@@ -241,7 +241,7 @@ impl VHost {
         // The alternate exchange takes what this exchange's own bindings
         // did not match (RabbitMQ), not what found no queue downstream.
         if !matched {
-            if let Some(ae) = x.alternate.as_deref().and_then(|n| self.exchange(n)) {
+            if let Some(ae) = x.with_alternate(|n| self.exchange(n)) {
                 if visited.insert(&ae) {
                     stack.push(ae);
                 }

@@ -222,8 +222,7 @@ impl Channel {
         // Precedence: the consumer's own, the queue's, the broker's.
         let timeout_ms = match m.arguments.inner().get("x-consumer-timeout") {
             None => queue
-                .args
-                .consumer_timeout
+                .consumer_timeout()
                 .unwrap_or(ctx.broker.config.consumer_timeout),
             Some(v) => crate::wire::value::int(v)
                 .and_then(|n| u64::try_from(n).ok())
@@ -390,8 +389,7 @@ impl Channel {
         ctx.check(Access::Read, "queue", &name)?;
         let queue = ctx.vhost.queue_for(&name, ctx.id)?;
         let timeout_ms = queue
-            .args
-            .consumer_timeout
+            .consumer_timeout()
             .unwrap_or(ctx.broker.config.consumer_timeout);
         if !queue.get(self.delivery.as_ref(), m.no_ack, timeout_ms) {
             ctx.send(

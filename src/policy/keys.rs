@@ -1,0 +1,102 @@
+//! The keys a policy definition may hold and what each accepts, from
+//! RabbitMQ 3.10's validators (rabbit_policies, and the keys of classic
+//! mirroring, federation and shovels, which an imported file may carry:
+//! they are accepted and have no effect here).
+
+use serde_json::{Map, Value};
+
+/// Keys an operator policy may set.
+pub const OPERATOR_KEYS: [&str; 7] = [
+    "expires",
+    "message-ttl",
+    "max-length",
+    "max-length-bytes",
+    "max-in-memory-length",
+    "max-in-memory-bytes",
+    "delivery-limit",
+];
+
+/// Keys where, between a policy and a queue's x-argument, the lower value
+/// wins (for the others the x-argument wins).
+pub const TAKE_LOWER: [&str; 6] = [
+    "expires",
+    "message-ttl",
+    "max-length",
+    "max-length-bytes",
+    "consumer-timeout",
+    "delivery-limit",
+];
+
+enum Kind {
+    NonNegative,
+    Positive,
+    Text,
+    OneOf(&'static [&'static str]),
+    /// Accepted as it is (keys of features Warren has otherwise or not).
+    Any,
+}
+
+fn kind(key: &str) -> Option<Kind> {
+    Some(match key {
+        "message-ttl"
+        | "max-length"
+        | "max-length-bytes"
+        | "delivery-limit"
+        | "consumer-timeout"
+        | "max-in-memory-length"
+        | "max-in-memory-bytes" => Kind::NonNegative,
+        "expires" => Kind::Positive,
+        "dead-letter-exchange" | "dead-letter-routing-key" | "alternate-exchange" => Kind::Text,
+        "overflow" => Kind::OneOf(&["drop-head", "reject-publish", "reject-publish-dlx"]),
+        "queue-mode" => Kind::OneOf(&["default", "lazy"]),
+        "dead-letter-strategy" => Kind::OneOf(&["at-most-once", "at-least-once"]),
+        "queue-version"
+        | "queue-master-locator"
+        | "queue-leader-locator"
+        | "ha-mode"
+        | "ha-params"
+        | "ha-sync-mode"
+        | "ha-sync-batch-size"
+        | "ha-promote-on-shutdown"
+        | "ha-promote-on-failure"
+        | "federation-upstream"
+        | "federation-upstream-set"
+        | "max-age"
+        | "stream-max-segment-size-bytes"
+        | "initial-cluster-size" => Kind::Any,
+        _ => return None,
+    })
+}
+
+/// Checks every key of `definition`; the error names the first bad one.
+pub(super) fn validate(definition: &Map<String, Value>, operator: bool) -> Result<(), String> {
+    for (key, value) in definition {
+        if operator && !OPERATOR_KEYS.contains(&key.as_str()) {
+            return Err(format!(
+                "'{key}' is not allowed in an operator policy (only {})",
+                OPERATOR_KEYS.join(", ")
+            ));
+        }
+        let Some(kind) = kind(key) else {
+            return Err(format!("unrecognised policy key '{key}'"));
+        };
+        let ok = match kind {
+            Kind::NonNegative => value.as_u64().is_some(),
+            Kind::Positive => value.as_u64().is_some_and(|n| n > 0),
+            Kind::Text => value.is_string(),
+            Kind::OneOf(words) => value.as_str().is_some_and(|s| words.contains(&s)),
+            Kind::Any => true,
+        };
+        if !ok {
+            let wanted = match kind {
+                Kind::NonNegative => "a non-negative integer".to_string(),
+                Kind::Positive => "a positive integer".to_string(),
+                Kind::Text => "a string".to_string(),
+                Kind::OneOf(words) => format!("one of {}", words.join(", ")),
+                Kind::Any => String::new(),
+            };
+            return Err(format!("'{key}' must be {wanted}, not {value}"));
+        }
+    }
+    Ok(())
+}
