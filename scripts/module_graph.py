@@ -26,6 +26,7 @@ LAYERS = [
     ["queue", "delayed", "access"],
     ["vhost"],
     ["broker"],
+    ["definitions"],
     ["amqp"],
     ["server"],
     ["fuzz"],

@@ -73,6 +73,10 @@ pub struct Config {
     /// consumer cancelled, milliseconds (0 = never; RabbitMQ's
     /// consumer_timeout). Queue and consumer `x-consumer-timeout` win.
     pub consumer_timeout: u64,
+    /// A definitions file (RabbitMQ's JSON) imported at every start
+    /// (RabbitMQ's load_definitions); a file with anything wrong stops the
+    /// start, naming it.
+    pub load_definitions: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -100,6 +104,7 @@ impl Default for Config {
             consumer_max_per_channel: 10_000,
             vhost_max_queues: 1_000_000,
             consumer_timeout: 1_800_000,
+            load_definitions: None,
         }
     }
 }
@@ -172,6 +177,9 @@ pub struct Cli {
     /// How long a delivery may stay unacked, ms; 0 = never [default: 1800000].
     #[arg(long, value_name = "MS")]
     pub consumer_timeout: Option<u64>,
+    /// Definitions file (RabbitMQ JSON) to import at start (load_definitions).
+    #[arg(long = "definitions", value_name = "FILE")]
+    pub load_definitions: Option<PathBuf>,
 }
 
 impl Config {
@@ -248,6 +256,9 @@ impl Cli {
         }
         if let Some(v) = self.vhost_max_queues {
             c.vhost_max_queues = v;
+        }
+        if let Some(v) = self.load_definitions {
+            c.load_definitions = Some(v);
         }
         if let Some(v) = self.consumer_timeout {
             c.consumer_timeout = v;

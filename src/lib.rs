@@ -19,6 +19,7 @@
 //! - [`vhost`] holds exchanges and queues by name, declares, binds and
 //!   routes, with its own error type.
 //! - [`broker`] wires the layers and recovers state at start.
+//! - [`definitions`] exports and imports RabbitMQ's definitions JSON.
 //! - [`amqp`] owns the wire: frames ([`amqp::codec`]), the handshake and
 //!   read loop, channels and their method handlers, publish assembly,
 //!   delivery (a channel's side implements the queue's sink) and the outbox
@@ -30,6 +31,7 @@ pub mod alarm;
 pub mod amqp;
 pub mod broker;
 pub mod config;
+pub mod definitions;
 pub mod delayed;
 pub mod exchange;
 #[doc(hidden)]

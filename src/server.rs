@@ -30,6 +30,10 @@ impl Server {
     pub async fn start(config: Config) -> Result<Server, String> {
         let bind = SocketAddr::new(config.bind, config.port);
         let broker = Broker::open(config)?;
+        if let Some(path) = broker.config.load_definitions.clone() {
+            let done = crate::definitions::load_file(&broker, &path).await?;
+            info!(file = %path.display(), ?done, "definitions imported");
+        }
         let listener = TcpListener::bind(bind)
             .await
             .map_err(|e| format!("cannot listen on {bind}: {e}"))?;

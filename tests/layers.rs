@@ -13,6 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["queue", "delayed", "access"],
     &["vhost"],
     &["broker"],
+    &["definitions"],
     &["amqp"],
     &["server"],
     &["fuzz"],

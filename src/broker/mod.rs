@@ -184,6 +184,11 @@ impl Broker {
         Ok(())
     }
 
+    /// The exchange types plugins provide.
+    pub fn plugins(&self) -> &crate::plugins::Plugins {
+        &self.plugins
+    }
+
     /// The vhost called `name`.
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
         self.vhosts.read().get(name).cloned()

@@ -3,6 +3,7 @@
 //! reply texts), and `route`, the entry point of every publish.
 
 mod bindings;
+pub mod checks;
 mod entities;
 mod equivalence;
 pub mod error;
