@@ -27,7 +27,7 @@ LAYERS = [
     ["vhost"],
     ["broker"],
     ["definitions"],
-    ["amqp"],
+    ["amqp", "http"],
     ["server"],
     ["fuzz"],
 ]

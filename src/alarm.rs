@@ -106,7 +106,7 @@ pub fn limit_for(limit_mb: u64, watermark: f64) -> u64 {
 }
 
 /// This process's resident memory (Linux: /proc/self/statm).
-fn resident_bytes() -> Option<u64> {
+pub fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * page_size())

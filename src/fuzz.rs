@@ -163,7 +163,8 @@ fn harness() -> &'static Harness {
         }
         let config = crate::Config {
             bind: [127, 0, 0, 1].into(),
-            port: 0,
+            port: crate::config::Port::On(0),
+            management_port: crate::config::Port::Off,
             data_dir: dir,
             store_cache_mb: 16,
             handshake_close_delay_ms: 0,

@@ -24,6 +24,7 @@
 //!   read loop, channels and their method handlers, publish assembly,
 //!   delivery (a channel's side implements the queue's sink) and the outbox
 //!   that batches writes; reply codes live only here.
+//! - [`http`] is the management HTTP API (RabbitMQ's /api).
 //! - [`server`] accepts connections and shuts down in order.
 
 pub mod access;
@@ -36,6 +37,7 @@ pub mod delayed;
 pub mod exchange;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod http;
 pub mod message;
 pub mod plugins;
 pub mod policy;

@@ -23,6 +23,11 @@ impl Plugins {
         Plugins { types }
     }
 
+    /// The names of the types they provide.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.types.iter().map(|t| t.name()).collect()
+    }
+
     /// The exchange type called `name`, if a plugin provides it.
     pub fn exchange_type(&self, name: &str) -> Option<Arc<dyn ExchangeType>> {
         self.types.iter().find(|t| t.name() == name).cloned()

@@ -1,4 +1,6 @@
-//! The listener: accepts AMQP connections and serves each on its own task;
+//! The listeners: AMQP (each connection served on its own task) and the
+//! management HTTP API, each on its configured port (0: any free one;
+//! off: none); a port that cannot be bound stops the start.
 //! `Server::shutdown` stops accepting, closes every connection with 320
 //! CONNECTION_FORCED, waits for them, and flushes the store.
 
@@ -12,48 +14,72 @@ use tracing::{info, warn};
 
 use crate::amqp::connection;
 use crate::broker::Broker;
-use crate::config::Config;
+use crate::config::{Config, Port};
 
 /// A running broker.
 pub struct Server {
-    /// Where AMQP listens (the real port when configured with port 0).
+    /// Where AMQP listens (the real port when configured with port 0);
+    /// 0.0.0.0:0 when the AMQP listener is off.
     pub addr: SocketAddr,
+    /// Where the management HTTP API listens, if it is on.
+    pub management_addr: Option<SocketAddr>,
     /// The shared broker state.
     pub broker: Arc<Broker>,
     stop: watch::Sender<bool>,
-    accept: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
     connections_done: mpsc::Receiver<()>,
 }
 
+async fn bind(what: &str, ip: std::net::IpAddr, port: Port) -> Result<Option<TcpListener>, String> {
+    let Some(port) = port.get() else {
+        return Ok(None);
+    };
+    let at = SocketAddr::new(ip, port);
+    TcpListener::bind(at)
+        .await
+        .map(Some)
+        .map_err(|e| format!("cannot listen for {what} on {at}: {e}"))
+}
+
 impl Server {
-    /// Opens the store, recovers, binds the listener and starts accepting.
+    /// Opens the store, recovers, imports `load_definitions`, binds the
+    /// listeners and starts serving.
     pub async fn start(config: Config) -> Result<Server, String> {
-        let bind = SocketAddr::new(config.bind, config.port);
         let broker = Broker::open(config)?;
         if let Some(path) = broker.config.load_definitions.clone() {
             let done = crate::definitions::load_file(&broker, &path).await?;
             info!(file = %path.display(), ?done, "definitions imported");
         }
-        let listener = TcpListener::bind(bind)
-            .await
-            .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        info!(%addr, "AMQP listener started");
+        let c = &broker.config;
+        let amqp = bind("AMQP", c.bind, c.port).await?;
+        let http = bind("the management API", c.management_bind, c.management_port).await?;
+        let addr_of = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+        let (amqp_addr, management_addr) = (addr_of(&amqp), addr_of(&http));
         let (stop, stop_rx) = watch::channel(false);
         let (alive, connections_done) = mpsc::channel::<()>(1);
-        let node = crate::amqp::node::Node::start();
-        let accept = tokio::spawn(accept_loop(
-            listener,
-            Arc::clone(&broker),
-            node,
-            stop_rx,
-            alive,
-        ));
+        let mut tasks = Vec::new();
+        let mut listeners = Vec::new();
+        if let Some(l) = amqp {
+            let addr = amqp_addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+            info!(%addr, "AMQP listener started");
+            listeners.push(("amqp", addr));
+            let node = crate::amqp::node::Node::start();
+            let (b, s) = (Arc::clone(&broker), stop_rx.clone());
+            tasks.push(tokio::spawn(accept_loop(l, b, node, s, alive)));
+        }
+        if let Some(l) = http {
+            let addr = management_addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+            info!(%addr, "management API listener started");
+            listeners.push(("http", addr));
+            let api = crate::http::Api::new(Arc::clone(&broker), listeners.clone());
+            tasks.push(tokio::spawn(crate::http::serve(l, api, stop_rx.clone())));
+        }
         Ok(Server {
-            addr,
+            addr: amqp_addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
+            management_addr,
             broker,
             stop,
-            accept,
+            tasks,
             connections_done,
         })
     }
@@ -62,7 +88,9 @@ impl Server {
     /// flushes the store.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        let _ = self.accept.await;
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
         // Every connection task holds a sender; recv() ends when all are gone.
         let _ = self.connections_done.recv().await;
         if let Err(e) = self.broker.flush() {

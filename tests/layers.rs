@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["vhost"],
     &["broker"],
     &["definitions"],
-    &["amqp"],
+    &["amqp", "http"],
     &["server"],
     &["fuzz"],
 ];

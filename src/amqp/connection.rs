@@ -417,7 +417,9 @@ impl Connection {
                         .users
                         .get(&self.ctx.user)
                         .and_then(|u| u.limit("max-channels"));
-                    let Some(slot) = self.ctx.registration.open_channel(max) else {
+                    let (delivery, status) = Channel::parts(id, &self.ctx);
+                    let view = Arc::clone(&status) as _;
+                    let Some(slot) = self.ctx.registration.open_channel(max, id, view) else {
                         return Err(ProtocolError::not_allowed(format!(
                             "number of channels opened for user '{}' has reached \
                              the maximum allowed user limit of ({})",
@@ -426,7 +428,7 @@ impl Connection {
                         ))
                         .on(20, 10));
                     };
-                    let ch = Channel::open(id, &self.ctx, slot);
+                    let ch = Channel::open(id, &self.ctx, delivery, status, slot);
                     self.channels.insert(id, ch);
                     Ok(())
                 }

@@ -50,6 +50,8 @@ fn deadline_in(timeout_ms: u64) -> u64 {
 pub struct ChannelDelivery {
     /// The channel number.
     pub id: u16,
+    /// Its connection's id.
+    pub conn: u64,
     /// The connection's outbox.
     pub outbox: Arc<Outbox>,
     frame_max: u32,
@@ -60,9 +62,16 @@ pub struct ChannelDelivery {
 
 impl ChannelDelivery {
     /// Delivery state for channel `id`.
-    pub fn new(id: u16, outbox: Arc<Outbox>, frame_max: u32, cancel_notify: bool) -> Self {
+    pub fn new(
+        id: u16,
+        conn: u64,
+        outbox: Arc<Outbox>,
+        frame_max: u32,
+        cancel_notify: bool,
+    ) -> Self {
         ChannelDelivery {
             id,
+            conn,
             outbox,
             frame_max,
             cancel_notify,
@@ -261,6 +270,10 @@ impl State {
 
 /// A channel is where its consumers' deliveries go.
 impl Sink for ChannelDelivery {
+    fn owner(&self) -> Option<(u64, u16)> {
+        Some((self.conn, self.id))
+    }
+
     /// Delivers `entry` to `consumer` if it can take it; otherwise hands
     /// the entry back with the reason. Called by `queue` with the queue's
     /// lock held.

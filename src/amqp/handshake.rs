@@ -217,8 +217,8 @@ pub(super) async fn handshake(
                 let id = broker.next_connection_id();
                 let closer = Arc::new(super::context::Closer::new(outbox));
                 let local = rd.local_addr().unwrap_or(peer);
-                let tracked = Tracked {
-                    info: Info {
+                let tracked = Tracked::new(
+                    Info {
                         id,
                         name: format!("{peer} -> {local}"),
                         peer,
@@ -232,8 +232,8 @@ pub(super) async fn handshake(
                         heartbeat,
                         auth_mechanism: std::mem::take(&mut mechanism),
                     },
-                    control: Arc::clone(&closer) as _,
-                };
+                    Arc::clone(&closer) as _,
+                );
                 // RabbitMQ's order: the vhost's limit, the user's, then
                 // the permission.
                 let user_max = broker

@@ -39,10 +39,48 @@ pub struct Info {
     pub auth_mechanism: String,
 }
 
+/// What the management API shows of one channel, read when asked.
+#[derive(Debug, Clone, Default)]
+pub struct ChannelSnapshot {
+    pub number: u16,
+    pub prefetch: u32,
+    pub global_prefetch: u32,
+    pub consumers: u32,
+    pub unacked: u32,
+    pub unconfirmed: u32,
+    pub confirm: bool,
+    pub transactional: bool,
+}
+
+/// A channel as the AMQP layer shows it to the registry.
+pub trait ChannelView: Send + Sync {
+    /// Its state now.
+    fn snapshot(&self) -> ChannelSnapshot;
+}
+
 /// An open connection.
 pub struct Tracked {
     pub info: Info,
     pub control: Arc<dyn Control>,
+    /// Its open channels, by number.
+    pub channels: Mutex<std::collections::BTreeMap<u16, Arc<dyn ChannelView>>>,
+}
+
+impl Tracked {
+    /// A connection known by `info`, closed through `control`.
+    pub fn new(info: Info, control: Arc<dyn Control>) -> Tracked {
+        Tracked {
+            info,
+            control,
+            channels: Mutex::new(Default::default()),
+        }
+    }
+
+    /// Its channels' state now.
+    pub fn channel_snapshots(&self) -> Vec<ChannelSnapshot> {
+        let views: Vec<_> = self.channels.lock().values().cloned().collect();
+        views.iter().map(|v| v.snapshot()).collect()
+    }
 }
 
 /// Why a connection was not registered.
@@ -97,14 +135,15 @@ impl Connections {
         if let Some(max) = user_max.filter(|&m| of_user >= m) {
             return Err(Refused::UserLimit(max));
         }
-        *r.per_vhost.entry(info.vhost.clone()).or_default() += 1;
-        *r.per_user.entry(info.user.clone()).or_default() += 1;
-        let channels = Arc::clone(r.channels.entry(info.user.clone()).or_default());
-        let id = info.id;
-        r.by_id.insert(id, Arc::new(tracked));
+        let (vhost, user, id) = (info.vhost.clone(), info.user.clone(), info.id);
+        *r.per_vhost.entry(vhost).or_default() += 1;
+        *r.per_user.entry(user.clone()).or_default() += 1;
+        let channels = Arc::clone(r.channels.entry(user).or_default());
+        let tracked = Arc::new(tracked);
+        r.by_id.insert(id, Arc::clone(&tracked));
         Ok(Registration {
             registry: Arc::clone(self),
-            id,
+            tracked,
             channels,
         })
     }
@@ -114,6 +153,11 @@ impl Connections {
         let mut all: Vec<_> = self.inner.lock().by_id.values().cloned().collect();
         all.sort_by_key(|t| t.info.id);
         all
+    }
+
+    /// The connection with id `id`.
+    pub fn get(&self, id: u64) -> Option<Arc<Tracked>> {
+        self.inner.lock().by_id.get(&id).cloned()
     }
 
     /// The connection called `name`.
@@ -168,35 +212,52 @@ impl Connections {
 /// A registered connection; dropping it takes the connection out.
 pub struct Registration {
     registry: Arc<Connections>,
-    id: u64,
+    tracked: Arc<Tracked>,
     channels: Arc<AtomicU64>,
 }
 
 impl Registration {
-    /// Counts one more channel of the user, unless `max` are open; the
-    /// channel is counted until the returned slot is dropped.
-    pub fn open_channel(&self, max: Option<u64>) -> Option<ChannelSlot> {
+    /// Counts channel `number` (shown by `view`) against the user's
+    /// channels, unless `max` are open; it is counted and shown until the
+    /// returned slot is dropped.
+    pub fn open_channel(
+        &self,
+        max: Option<u64>,
+        number: u16,
+        view: Arc<dyn ChannelView>,
+    ) -> Option<ChannelSlot> {
         let before = self.channels.fetch_add(1, Ordering::AcqRel);
-        let slot = ChannelSlot(Arc::clone(&self.channels));
-        match max {
-            Some(max) if before >= max => None,
-            _ => Some(slot),
+        if max.is_some_and(|max| before >= max) {
+            self.channels.fetch_sub(1, Ordering::AcqRel);
+            return None;
         }
+        self.tracked.channels.lock().insert(number, view);
+        Some(ChannelSlot {
+            user: Arc::clone(&self.channels),
+            tracked: Arc::clone(&self.tracked),
+            number,
+        })
     }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.registry.forget(self.id);
+        self.registry.forget(self.tracked.info.id);
     }
 }
 
-/// One open channel, counted against its user's max-channels.
-pub struct ChannelSlot(Arc<AtomicU64>);
+/// One open channel, counted against its user's max-channels and shown
+/// with its connection.
+pub struct ChannelSlot {
+    user: Arc<AtomicU64>,
+    tracked: Arc<Tracked>,
+    number: u16,
+}
 
 impl Drop for ChannelSlot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.user.fetch_sub(1, Ordering::AcqRel);
+        self.tracked.channels.lock().remove(&self.number);
     }
 }
 
@@ -211,10 +272,17 @@ mod tests {
         }
     }
 
+    struct NoView;
+    impl ChannelView for NoView {
+        fn snapshot(&self) -> ChannelSnapshot {
+            ChannelSnapshot::default()
+        }
+    }
+
     fn tracked(id: u64, user: &str, vhost: &str, control: Arc<Noop>) -> Tracked {
         let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        Tracked {
-            info: Info {
+        Tracked::new(
+            Info {
                 id,
                 name: format!("c{id}"),
                 peer: addr,
@@ -229,7 +297,7 @@ mod tests {
                 auth_mechanism: "PLAIN".into(),
             },
             control,
-        }
+        )
     }
 
     #[test]
@@ -252,10 +320,12 @@ mod tests {
                 .err(),
             Some(Refused::VhostLimit(2))
         );
-        let ch1 = a.open_channel(Some(1)).unwrap();
-        assert!(a.open_channel(Some(1)).is_none());
+        let ch1 = a.open_channel(Some(1), 1, Arc::new(NoView)).unwrap();
+        assert!(a.open_channel(Some(1), 2, Arc::new(NoView)).is_none());
+        assert_eq!(reg.get(1).unwrap().channel_snapshots().len(), 1);
         drop(ch1);
-        assert!(a.open_channel(Some(1)).is_some());
+        assert!(reg.get(1).unwrap().channel_snapshots().is_empty());
+        assert!(a.open_channel(Some(1), 3, Arc::new(NoView)).is_some());
         assert_eq!(reg.close_vhost("v", "vhost 'v' is deleted"), 2);
         assert_eq!(c.0.lock().len(), 2);
         drop(a);

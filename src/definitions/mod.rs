@@ -7,6 +7,7 @@ mod args;
 mod export;
 mod import;
 
+pub use args::{from_json as args_from_json, to_json as args_json};
 pub use export::export;
 pub use import::{import, tags, Imported};
 

@@ -35,6 +35,12 @@ pub trait Sink: Send + Sync {
 
     /// The server cancelled consumer `tag` (its queue was deleted).
     fn cancelled(&self, tag: &str);
+
+    /// The connection id and channel number the deliveries go to, if it is
+    /// a channel (the management API shows consumers with them).
+    fn owner(&self) -> Option<(u64, u16)> {
+        None
+    }
 }
 
 /// One consumer (`basic.consume`).

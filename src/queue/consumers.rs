@@ -94,6 +94,11 @@ impl Consumers {
         self.all.len()
     }
 
+    /// Every consumer, in subscription order.
+    pub fn list(&self) -> Vec<Arc<Consumer>> {
+        self.all.values().cloned().collect()
+    }
+
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.all.is_empty()

@@ -30,6 +30,7 @@ impl Queue {
             ready,
             unacked,
             dead,
+            stats,
             ..
         } = st;
         while let Some(consumer) = consumers.next(sac) {
@@ -42,6 +43,7 @@ impl Queue {
                 continue;
             }
             let (seq, stored, no_ack) = (entry.seq, entry.stored, consumer.no_ack);
+            let redelivered = entry.redelivered;
             if stored {
                 self.before_delivery(seq);
             }
@@ -50,9 +52,14 @@ impl Queue {
                     if stored {
                         self.delivered(seq);
                     }
-                    if !no_ack {
+                    let c = &mut stats.counters;
+                    if no_ack {
+                        c.deliver_no_ack += 1;
+                    } else {
+                        c.deliver += 1;
                         *unacked += 1;
                     }
+                    c.redeliver += redelivered as u64;
                     consumers.delivered(sac);
                 }
                 Err((back, why)) => {
@@ -121,6 +128,13 @@ impl Queue {
         if stored {
             self.before_delivery(seq);
             self.delivered(seq);
+        }
+        let c = &mut st.stats.counters;
+        c.redeliver += entry.redelivered as u64;
+        if no_ack {
+            c.get_no_ack += 1;
+        } else {
+            c.get += 1;
         }
         let remaining = st.ready.len() as u32;
         match sink.deliver_get(self, entry, remaining, no_ack, timeout_ms) {

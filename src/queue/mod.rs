@@ -33,6 +33,7 @@ mod limits;
 mod policy;
 mod ready;
 mod settle;
+pub mod stats;
 #[cfg(test)]
 mod testing;
 mod unwritten;
@@ -101,9 +102,13 @@ struct State {
     /// The arguments in force: the x-arguments merged with the queue's
     /// policy and operator policy (policy.rs).
     live: QueueArgs,
-    /// The names of the policy and operator policy that apply.
+    /// The names of the policy and operator policy that apply, and the
+    /// definition they make together.
     policy: Option<String>,
     operator_policy: Option<String>,
+    effective: serde_json::Map<String, serde_json::Value>,
+    /// Message counters for the API (stats.rs).
+    stats: stats::Stats,
     ready: Ready,
     next_seq: u64,
     consumers: Consumers,
@@ -147,6 +152,8 @@ impl Queue {
                 live,
                 policy: None,
                 operator_policy: None,
+                effective: Default::default(),
+                stats: Default::default(),
                 ready,
                 next_seq: 1,
                 consumers: Consumers::default(),
@@ -252,6 +259,7 @@ impl Queue {
             enqueued: crate::util::coarse_wall_secs(),
             returned: 0,
         };
+        st.stats.counters.publish += 1;
         let overflow = st.live.overflow;
         if overflow != Overflow::DropHead && self.full_for(&st, msg.body().len()) {
             if overflow == Overflow::RejectPublishDlx {

@@ -20,6 +20,7 @@ impl Queue {
         st.live = live;
         st.policy.clone_from(&applied.policy);
         st.operator_policy.clone_from(&applied.operator_policy);
+        st.effective.clone_from(&applied.definition);
         if let Some(ttl) = ttl {
             for (deadline, seq) in st.ready.retime(ttl) {
                 self.schedule(&mut st, deadline, seq);

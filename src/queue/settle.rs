@@ -66,6 +66,7 @@ impl Queue {
             match how {
                 Settle::Ack => {
                     st.unacked = st.unacked.saturating_sub(1);
+                    st.stats.counters.ack += 1;
                     self.forget(entry);
                 }
                 _ if deleted => {}

@@ -44,6 +44,8 @@ impl ChildBroker {
             .arg("127.0.0.1")
             .arg("--port")
             .arg(port.to_string())
+            .arg("--management-port")
+            .arg("off")
             .arg("--data-dir")
             .arg(data_dir)
             .arg("--log-level")

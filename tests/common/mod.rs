@@ -9,12 +9,15 @@ use futures::StreamExt;
 use lapin::{
     options::*, types::FieldTable, BasicProperties, Channel, Connection, ConnectionProperties,
 };
+use warren::config::Port;
 use warren::{Config, Server};
 
 /// A broker running in this process.
 pub struct TestBroker {
     pub server: Option<Server>,
     pub addr: std::net::SocketAddr,
+    /// The management API's address, when it runs (`start_with_api`).
+    pub api: Option<std::net::SocketAddr>,
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
     /// Broker panics recorded before this broker started (see panics.rs).
@@ -39,7 +42,9 @@ pub mod panics;
 pub fn config(dir: &Path) -> Config {
     Config {
         bind: [127, 0, 0, 1].into(),
-        port: 0,
+        port: Port::On(0),
+        // Off unless a test asks for it (`start_with_api`).
+        management_port: Port::Off,
         data_dir: dir.to_path_buf(),
         store_cache_mb: 16,
         // Refused handshakes are held this long (3 s by default): short, so
@@ -58,6 +63,17 @@ pub async fn start() -> TestBroker {
     b
 }
 
+/// Starts a broker with a fresh temp data dir and the management API on
+/// a free port.
+pub async fn start_with_api() -> TestBroker {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut c = config(tmp.path());
+    c.management_port = Port::On(0);
+    let mut b = start_with(c).await;
+    b._tmp = Some(tmp);
+    b
+}
+
 /// Starts a broker with `config`.
 pub async fn start_with(config: Config) -> TestBroker {
     panics::install();
@@ -66,6 +82,7 @@ pub async fn start_with(config: Config) -> TestBroker {
     let server = Server::start(config).await.expect("broker starts");
     TestBroker {
         addr: server.addr,
+        api: server.management_addr,
         server: Some(server),
         dir,
         _tmp: None,
@@ -104,9 +121,12 @@ impl TestBroker {
     pub async fn restart(&mut self) {
         self.stop().await;
         let mut c = config(&self.dir);
-        c.port = 0;
+        if self.api.is_some() {
+            c.management_port = Port::On(0);
+        }
         let server = Server::start(c).await.expect("broker restarts");
         self.addr = server.addr;
+        self.api = server.management_addr;
         self.server = Some(server);
     }
 }
@@ -227,8 +247,7 @@ impl TestBroker {
         self.stop().await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         loop {
-            let mut c = config(&self.dir);
-            c.port = 0;
+            let c = config(&self.dir);
             match Server::start(c).await {
                 Ok(server) => {
                     self.addr = server.addr;

@@ -10,6 +10,7 @@
 mod basic;
 mod exchange;
 mod queue;
+mod status;
 mod tx;
 
 use std::collections::HashMap;
@@ -64,23 +65,27 @@ pub struct Channel {
     settle: Vec<Unacked>,
     /// The direct reply-to consumer (reply_to.rs), if there is one.
     reply: Option<Arc<ReplyConsumer>>,
-    /// Counts this channel against its user's max-channels.
+    /// What the management API shows of it.
+    status: Arc<status::Status>,
+    /// Counts this channel against its user's max-channels and shows it
+    /// with its connection.
     _slot: crate::broker::connections::ChannelSlot,
 }
 
 impl Channel {
     /// Opens channel `id` and answers channel.open-ok.
-    pub fn open(id: u16, ctx: &ConnCtx, slot: crate::broker::connections::ChannelSlot) -> Channel {
+    /// Its status (`Status`) is shown once registered by `slot`.
+    pub fn open(
+        id: u16,
+        ctx: &ConnCtx,
+        delivery: Arc<ChannelDelivery>,
+        status: Arc<status::Status>,
+        slot: crate::broker::connections::ChannelSlot,
+    ) -> Channel {
         ctx.send(
             id,
             AMQPClass::Channel(channel::AMQPMethod::OpenOk(channel::OpenOk {})),
         );
-        let delivery = Arc::new(ChannelDelivery::new(
-            id,
-            Arc::clone(&ctx.outbox),
-            ctx.frame_max,
-            ctx.caps.consumer_cancel_notify,
-        ));
         ctx.node.consumer_timeouts.watch(&delivery);
         Channel {
             id,
@@ -97,8 +102,34 @@ impl Channel {
             scratch: RouteScratch::default(),
             settle: Vec::new(),
             reply: None,
+            status,
             _slot: slot,
         }
+    }
+
+    /// A new channel's delivery side and status, for `open` (the status
+    /// is registered with the connection first).
+    pub fn parts(id: u16, ctx: &ConnCtx) -> (Arc<ChannelDelivery>, Arc<status::Status>) {
+        let delivery = Arc::new(ChannelDelivery::new(
+            id,
+            ctx.id,
+            Arc::clone(&ctx.outbox),
+            ctx.frame_max,
+            ctx.caps.consumer_cancel_notify,
+        ));
+        let status = Arc::new(status::Status::new(id, Arc::clone(&delivery)));
+        (delivery, status)
+    }
+
+    /// Stores what the API shows of the channel's settings.
+    fn show_status(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.status;
+        s.prefetch.store(self.prefetch, Relaxed);
+        s.global_prefetch.store(self.global_prefetch, Relaxed);
+        s.consumers.store(self.consumers.len() as u32, Relaxed);
+        s.confirm.store(self.confirms.is_some(), Relaxed);
+        s.transactional.store(self.tx.is_some(), Relaxed);
     }
 
     /// Whether the connection can forget this channel.
@@ -131,7 +162,14 @@ impl Channel {
             return Ok(());
         }
         let r = match frame {
-            Frame::Method { payload, .. } => self.method(payload, ctx).await,
+            Frame::Method { payload, .. } => {
+                let publish = codec::method_ids(&payload) == Some((60, 40));
+                let r = self.method(payload, ctx).await;
+                if !publish {
+                    self.show_status();
+                }
+                r
+            }
             Frame::Header { payload, .. } => self.content_header(&payload, None, ctx),
             Frame::Body { payload, .. } => self.content_body(payload, None, ctx),
             Frame::Heartbeat { .. } => Ok(()),

@@ -81,6 +81,10 @@ impl Channel {
         if c.pending.is_empty() {
             return;
         }
+        // Once per read batch, not per message: what the API shows.
+        self.status
+            .unconfirmed
+            .store(c.pending.len() as u32, std::sync::atomic::Ordering::Relaxed);
         let id = self.id;
         ctx.outbox.send(|out| {
             let mut run: Option<(u64, usize)> = None;

@@ -7,6 +7,9 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde::Deserialize;
 
+mod port;
+pub use port::Port;
+
 /// The longest read pause that may be configured (1 ms).
 pub const MAX_READ_PAUSE_US: u64 = 1_000;
 
@@ -16,8 +19,12 @@ pub const MAX_READ_PAUSE_US: u64 = 1_000;
 pub struct Config {
     /// Address the AMQP listener binds.
     pub bind: IpAddr,
-    /// AMQP port (0 = any free port).
-    pub port: u16,
+    /// AMQP port (0 = any free port, off = no AMQP listener).
+    pub port: Port,
+    /// Address the management (HTTP API) listener binds.
+    pub management_bind: IpAddr,
+    /// Management (HTTP API) port (0 = any free port, off = none).
+    pub management_port: Port,
     /// Where the store lives.
     pub data_dir: PathBuf,
     /// Largest frame the broker proposes at tune, bytes.
@@ -83,7 +90,9 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             bind: IpAddr::from([0, 0, 0, 0]),
-            port: 5672,
+            port: Port::On(5672),
+            management_bind: IpAddr::from([0, 0, 0, 0]),
+            management_port: Port::On(15672),
             data_dir: PathBuf::from("warren-data"),
             frame_max: 131_072,
             channel_max: 2047,
@@ -123,9 +132,15 @@ pub struct Cli {
     /// Address to listen on for AMQP [default: 0.0.0.0].
     #[arg(long, value_name = "ADDR")]
     pub bind: Option<IpAddr>,
-    /// AMQP port [default: 5672].
-    #[arg(long, value_name = "N")]
-    pub port: Option<u16>,
+    /// AMQP port; 0 = any free port, off = none [default: 5672].
+    #[arg(long, value_name = "N|off")]
+    pub port: Option<Port>,
+    /// Address the management HTTP API listens on [default: 0.0.0.0].
+    #[arg(long, value_name = "ADDR")]
+    pub management_bind: Option<IpAddr>,
+    /// Management HTTP API port; 0 = any free port, off = none [default: 15672].
+    #[arg(long, value_name = "N|off")]
+    pub management_port: Option<Port>,
     /// Data directory [default: ./warren-data].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -208,6 +223,12 @@ impl Cli {
         }
         if let Some(v) = self.port {
             c.port = v;
+        }
+        if let Some(v) = self.management_bind {
+            c.management_bind = v;
+        }
+        if let Some(v) = self.management_port {
+            c.management_port = v;
         }
         if let Some(v) = self.data_dir {
             c.data_dir = v;
@@ -300,7 +321,7 @@ mod tests {
             "7000",
         ]);
         let c = cli.into_config().unwrap();
-        assert_eq!(c.port, 7000);
+        assert_eq!(c.port, Port::On(7000));
         assert_eq!(c.heartbeat, 5);
         assert_eq!(c.frame_max, 131_072);
     }

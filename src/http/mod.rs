@@ -1,0 +1,92 @@
+//! The management HTTP API: RabbitMQ's /api, as rabbitmqadmin, the
+//! rabbitmq_http_client crate and scripts that curl it use it. axum over
+//! one listener; basic auth against Warren's users (auth.rs); errors as
+//! RabbitMQ's JSON (error.rs); lists with RabbitMQ's paging, sorting and
+//! columns (list.rs); one module per group of endpoints under routes/.
+
+mod auth;
+mod body;
+mod error;
+mod list;
+mod message;
+mod render;
+mod routes;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::broker::Broker;
+
+pub use error::ApiError;
+
+/// What the handlers share.
+pub struct Api {
+    pub broker: Arc<Broker>,
+    /// The node's name as the API shows it (rabbit@host style).
+    pub node: String,
+    pub started: Instant,
+    /// The listeners, for overview and health checks: (protocol, address).
+    pub listeners: Vec<(&'static str, SocketAddr)>,
+}
+
+impl Api {
+    /// The state for `broker`, whose listeners are `listeners`.
+    pub fn new(broker: Arc<Broker>, listeners: Vec<(&'static str, SocketAddr)>) -> Arc<Api> {
+        Arc::new(Api {
+            node: node_name(),
+            broker,
+            started: Instant::now(),
+            listeners,
+        })
+    }
+}
+
+/// rabbit@<hostname>, as a RabbitMQ node calls itself.
+fn node_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    format!("rabbit@{host}")
+}
+
+/// How often message rates are sampled.
+const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Samples every queue's counters every few seconds (the rates the API
+/// shows are the change between the last two samples).
+async fn sample(api: Arc<Api>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(SAMPLE_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let now = crate::util::now_ms();
+        for vh in api.broker.vhosts() {
+            for q in vh.queues() {
+                q.sample_stats(now);
+            }
+        }
+    }
+}
+
+/// Serves the API on `listener` until `stop` says so.
+pub async fn serve(listener: TcpListener, api: Arc<Api>, mut stop: watch::Receiver<bool>) {
+    tokio::spawn(sample(Arc::clone(&api), stop.clone()));
+    let app = routes::router(api).into_make_service_with_connect_info::<SocketAddr>();
+    let stopped = async move {
+        let _ = stop.changed().await;
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stopped)
+        .await
+    {
+        tracing::warn!("management listener failed: {e}");
+    }
+}

@@ -1,0 +1,488 @@
+//! Users, permissions, topic permissions and user limits: RabbitMQ's
+//! /api/users, /api/permissions, /api/topic-permissions, /api/user-limits
+//! and /api/whoami. Users are administrators' business; tags are a list
+//! on read and a list or a comma string on write; a user is made with a
+//! password (hashed here, SHA-256) or a password_hash and its algorithm.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::{created_or_updated, no_content};
+use crate::access::{password, Algorithm, User};
+use crate::http::auth::Caller;
+use crate::http::body::Body;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::list::{respond, ListQuery};
+use crate::http::Api;
+
+pub fn user_json(u: &User) -> Value {
+    json!({
+        "name": u.name,
+        "password_hash": u.password_hash,
+        "hashing_algorithm": u.algorithm.name(),
+        "tags": u.tags,
+        "limits": u.limits,
+    })
+}
+
+pub async fn whoami(caller: Caller) -> Json<Value> {
+    Json(json!({"name": caller.user.name, "tags": caller.user.tags}))
+}
+
+pub async fn list_users(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    let users = api.broker.users.list();
+    respond(users, &q, |u| ("", &u.name), |u| user_json(u)).map(Json)
+}
+
+pub async fn users_without_permissions(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    let with: std::collections::HashSet<String> = api
+        .broker
+        .users
+        .permissions()
+        .into_iter()
+        .map(|(_, u, _)| u)
+        .collect();
+    let list: Vec<Value> = api
+        .broker
+        .users
+        .list()
+        .iter()
+        .filter(|u| !with.contains(&u.name))
+        .map(|u| user_json(u))
+        .collect();
+    Ok(Json(Value::Array(list)))
+}
+
+pub async fn get_user(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    let u = api
+        .broker
+        .users
+        .get(&name)
+        .ok_or_else(ApiError::not_found)?;
+    Ok(Json(user_json(&u)))
+}
+
+pub async fn put_user(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    let b = body.object()?;
+    let existed = api.broker.users.get(&name);
+    let tags = match b.get("tags") {
+        None => existed.as_ref().map(|u| u.tags.clone()).unwrap_or_default(),
+        v => crate::definitions::tags(v, "tags").map_err(ApiError::bad_request)?,
+    };
+    let (hash, algorithm) = match (b.get("password"), b.get("password_hash")) {
+        (Some(Value::String(p)), _) => (password::hash(Algorithm::Sha256, p), Algorithm::Sha256),
+        (Some(_), _) => return Err(ApiError::bad_request("password must be a string")),
+        (None, Some(Value::String(h))) => {
+            let alg = match b.get("hashing_algorithm").and_then(Value::as_str) {
+                None => Algorithm::Sha256,
+                Some(a) => Algorithm::parse(a).ok_or_else(|| {
+                    ApiError::bad_request(format!("unknown hashing_algorithm '{a}'"))
+                })?,
+            };
+            (h.clone(), alg)
+        }
+        (None, Some(_)) => return Err(ApiError::bad_request("password_hash must be a string")),
+        (None, None) => match &existed {
+            Some(u) => (u.password_hash.clone(), u.algorithm),
+            None => {
+                return Err(ApiError::bad_request(
+                    "a new user needs a password or a password_hash",
+                ))
+            }
+        },
+    };
+    let limits = existed
+        .as_ref()
+        .map(|u| u.limits.clone())
+        .unwrap_or_default();
+    api.broker.users.put_user(User {
+        name,
+        password_hash: hash,
+        algorithm,
+        tags,
+        limits,
+    })?;
+    api.broker.store.sync().await?;
+    Ok(created_or_updated(existed.is_none()))
+}
+
+pub async fn delete_user(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    api.broker.delete_user(&name)?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+pub async fn bulk_delete_users(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    let b = body.object()?;
+    let names = b
+        .get("users")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ApiError::bad_request("expected {\"users\": [names]}"))?;
+    for n in names.iter().filter_map(Value::as_str) {
+        match api.broker.delete_user(n) {
+            Ok(()) | Err(crate::access::Error::NoUser(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+fn permission_json(vhost: &str, user: &str, p: &crate::access::Permission) -> Value {
+    json!({
+        "user": user,
+        "vhost": vhost,
+        "configure": p.patterns[0],
+        "write": p.patterns[1],
+        "read": p.patterns[2],
+    })
+}
+
+/// Every permission the caller may see, by (vhost, user) filter.
+fn permissions(api: &Api, caller: &Caller, vhost: Option<&str>, user: Option<&str>) -> Vec<Value> {
+    api.broker
+        .users
+        .permissions()
+        .iter()
+        .filter(|(v, u, _)| {
+            vhost.is_none_or(|x| x == v) && user.is_none_or(|x| x == u) && caller.sees(api, v)
+        })
+        .map(|(v, u, p)| permission_json(v, u, p))
+        .collect()
+}
+
+pub async fn list_permissions(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    Ok(Json(Value::Array(permissions(&api, &caller, None, None))))
+}
+
+pub async fn vhost_permissions(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(vhost): Path<String>,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    Ok(Json(Value::Array(permissions(
+        &api,
+        &caller,
+        Some(&vhost),
+        None,
+    ))))
+}
+
+pub async fn user_permissions(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(user): Path<String>,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    api.broker
+        .users
+        .get(&user)
+        .ok_or_else(ApiError::not_found)?;
+    Ok(Json(Value::Array(permissions(
+        &api,
+        &caller,
+        None,
+        Some(&user),
+    ))))
+}
+
+pub async fn get_permission(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((vhost, user)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    let p = api
+        .broker
+        .users
+        .permission(&user, &vhost)
+        .ok_or_else(ApiError::not_found)?;
+    Ok(Json(permission_json(&vhost, &user, &p)))
+}
+
+pub async fn put_permission(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((vhost, user)): Path<(String, String)>,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    let b = body.object()?;
+    let field = |k: &str| -> ApiResult<String> {
+        match b.get(k) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            None => Ok(String::new()),
+            Some(_) => Err(ApiError::bad_request(format!("{k} must be a string"))),
+        }
+    };
+    let existed = api.broker.users.permission(&user, &vhost).is_some();
+    let (c, w, r) = (field("configure")?, field("write")?, field("read")?);
+    api.broker.users.set_permission(&user, &vhost, &c, &w, &r)?;
+    api.broker.store.sync().await?;
+    Ok(created_or_updated(!existed))
+}
+
+pub async fn delete_permission(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((vhost, user)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    if api.broker.users.permission(&user, &vhost).is_none() {
+        return Err(ApiError::not_found());
+    }
+    api.broker.users.clear_permission(&user, &vhost)?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+fn topic_json(vhost: &str, user: &str, t: &crate::access::TopicPermission) -> Value {
+    json!({
+        "user": user,
+        "vhost": vhost,
+        "exchange": t.exchange,
+        "write": t.write_pattern,
+        "read": t.read_pattern,
+    })
+}
+
+fn topic_permissions(api: &Api, vhost: Option<&str>, user: Option<&str>) -> Vec<Value> {
+    api.broker
+        .users
+        .all_topic_permissions()
+        .iter()
+        .filter(|(v, u, _)| vhost.is_none_or(|x| x == v) && user.is_none_or(|x| x == u))
+        .map(|(v, u, t)| topic_json(v, u, t))
+        .collect()
+}
+
+pub async fn list_topic_permissions(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    Ok(Json(Value::Array(topic_permissions(&api, None, None))))
+}
+
+pub async fn vhost_topic_permissions(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(vhost): Path<String>,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    Ok(Json(Value::Array(topic_permissions(
+        &api,
+        Some(&vhost),
+        None,
+    ))))
+}
+
+pub async fn user_topic_permissions(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(user): Path<String>,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    api.broker
+        .users
+        .get(&user)
+        .ok_or_else(ApiError::not_found)?;
+    Ok(Json(Value::Array(topic_permissions(
+        &api,
+        None,
+        Some(&user),
+    ))))
+}
+
+pub async fn get_topic_permission(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((vhost, user)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    let list = topic_permissions(&api, Some(&vhost), Some(&user));
+    if list.is_empty() {
+        return Err(ApiError::not_found());
+    }
+    Ok(Json(Value::Array(list)))
+}
+
+pub async fn put_topic_permission(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((vhost, user)): Path<(String, String)>,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    let b = body.object()?;
+    let field = |k: &str| b.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let exchange = field("exchange");
+    if exchange.is_empty() {
+        return Err(ApiError::bad_request(
+            "a topic permission needs an exchange",
+        ));
+    }
+    let existed = api
+        .broker
+        .users
+        .topic_permissions(&user, &vhost)
+        .is_some_and(|m| m.contains_key(&exchange));
+    api.broker.users.set_topic_permission(
+        &user,
+        &vhost,
+        &exchange,
+        &field("write"),
+        &field("read"),
+    )?;
+    api.broker.store.sync().await?;
+    Ok(created_or_updated(!existed))
+}
+
+pub async fn delete_topic_permission(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((vhost, user)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    if api.broker.users.topic_permissions(&user, &vhost).is_none() {
+        return Err(ApiError::not_found());
+    }
+    api.broker
+        .users
+        .clear_topic_permission(&user, &vhost, None)?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+fn user_limits(api: &Api, user: Option<&str>) -> Vec<Value> {
+    api.broker
+        .users
+        .list()
+        .iter()
+        .filter(|u| !u.limits.is_empty() && user.is_none_or(|x| x == u.name))
+        .map(|u| json!({"user": u.name, "value": u.limits}))
+        .collect()
+}
+
+pub async fn list_user_limits(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    Ok(Json(Value::Array(user_limits(&api, None))))
+}
+
+pub async fn get_user_limits(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(user): Path<String>,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    api.broker
+        .users
+        .get(&user)
+        .ok_or_else(ApiError::not_found)?;
+    Ok(Json(Value::Array(user_limits(&api, Some(&user)))))
+}
+
+/// The limit's value: {"value": n}.
+pub fn limit_value(body: Body) -> ApiResult<i64> {
+    let b = body.object()?;
+    match b.get("value") {
+        Some(v) => v
+            .as_i64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .ok_or_else(|| ApiError::bad_request(format!("a limit must be an integer, not {v}"))),
+        None => Err(ApiError::bad_request("expected {\"value\": n}")),
+    }
+}
+
+pub async fn put_user_limit(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((user, name)): Path<(String, String)>,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    if name != "max-connections" && name != "max-channels" {
+        return Err(ApiError::bad_request(format!(
+            "unknown user limit '{name}'"
+        )));
+    }
+    let value = limit_value(body)?;
+    let mut u = User::clone(
+        &*api
+            .broker
+            .users
+            .get(&user)
+            .ok_or_else(ApiError::not_found)?,
+    );
+    u.limits.insert(name, value);
+    api.broker.users.put_user(u)?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+pub async fn delete_user_limit(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((user, name)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    let mut u = User::clone(
+        &*api
+            .broker
+            .users
+            .get(&user)
+            .ok_or_else(ApiError::not_found)?,
+    );
+    if u.limits.remove(&name).is_none() {
+        return Err(ApiError::not_found());
+    }
+    api.broker.users.put_user(u)?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}

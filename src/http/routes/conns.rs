@@ -1,0 +1,244 @@
+//! Connections, channels and consumers: RabbitMQ's /api/connections (a
+//! DELETE closes with 320 and the X-Reason header's text),
+//! /api/channels and /api/consumers. A management user sees its own
+//! connections; monitors and administrators see all.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::no_content;
+use crate::broker::connections::Tracked;
+use crate::http::auth::Caller;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::list::{respond, ListQuery};
+use crate::http::{render, Api};
+
+fn mine(caller: &Caller, t: &Tracked) -> bool {
+    caller.is_monitor() || t.info.user == caller.user.name
+}
+
+fn connections(api: &Api, caller: &Caller, vhost: Option<&str>) -> Vec<Arc<Tracked>> {
+    api.broker
+        .connections
+        .list()
+        .into_iter()
+        .filter(|t| mine(caller, t) && vhost.is_none_or(|v| v == t.info.vhost))
+        .collect()
+}
+
+pub async fn list_connections(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    let all = connections(&api, &caller, None);
+    respond(
+        all,
+        &q,
+        |t| (&t.info.vhost, &t.info.name),
+        |t| render::connection(&api, t),
+    )
+    .map(Json)
+}
+
+pub async fn vhost_connections(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(v): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    api.broker.vhost(&v).ok_or_else(ApiError::not_found)?;
+    caller.vhost(&api, &v, true)?;
+    let all = connections(&api, &caller, Some(&v));
+    respond(
+        all,
+        &q,
+        |t| (&t.info.vhost, &t.info.name),
+        |t| render::connection(&api, t),
+    )
+    .map(Json)
+}
+
+fn find(api: &Api, caller: &Caller, name: &str) -> ApiResult<Arc<Tracked>> {
+    api.broker
+        .connections
+        .by_name(name)
+        .filter(|t| mine(caller, t))
+        .ok_or_else(ApiError::not_found)
+}
+
+pub async fn get_connection(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let t = find(&api, &caller, &name)?;
+    Ok(Json(render::connection(&api, &t)))
+}
+
+fn reason(headers: &HeaderMap) -> String {
+    headers
+        .get("x-reason")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .unwrap_or_else(|| "Closed via management plugin".into())
+}
+
+pub async fn close_connection(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<StatusCode> {
+    let t = find(&api, &caller, &name)?;
+    if !caller.is_admin() && t.info.user != caller.user.name {
+        return Err(ApiError::not_authorised("Not administrator user"));
+    }
+    t.control.force_close(&reason(&headers));
+    Ok(no_content())
+}
+
+pub async fn user_connections(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(user): Path<String>,
+) -> ApiResult<Json<Value>> {
+    if user != caller.user.name {
+        caller.monitor()?;
+    }
+    let list: Vec<Value> = connections(&api, &caller, None)
+        .iter()
+        .filter(|t| t.info.user == user)
+        .map(|t| json!({"name": t.info.name, "node": api.node, "user": t.info.user, "vhost": t.info.vhost}))
+        .collect();
+    Ok(Json(Value::Array(list)))
+}
+
+pub async fn close_user_connections(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(user): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<StatusCode> {
+    if user != caller.user.name {
+        caller.admin()?;
+    }
+    api.broker.connections.close_user(&user, &reason(&headers));
+    Ok(no_content())
+}
+
+fn channels(api: &Api, caller: &Caller, vhost: Option<&str>, conn: Option<&str>) -> Vec<Value> {
+    let mut out = Vec::new();
+    for t in connections(api, caller, vhost) {
+        if conn.is_some_and(|c| c != t.info.name) {
+            continue;
+        }
+        for c in t.channel_snapshots() {
+            out.push(render::channel(api, &t, &c));
+        }
+    }
+    out
+}
+
+fn name_of(v: &Value) -> (&str, &str) {
+    (
+        v["vhost"].as_str().unwrap_or(""),
+        v["name"].as_str().unwrap_or(""),
+    )
+}
+
+pub async fn list_channels(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    respond(
+        channels(&api, &caller, None, None),
+        &q,
+        name_of,
+        Value::clone,
+    )
+    .map(Json)
+}
+
+pub async fn vhost_channels(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(v): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    api.broker.vhost(&v).ok_or_else(ApiError::not_found)?;
+    caller.vhost(&api, &v, true)?;
+    respond(
+        channels(&api, &caller, Some(&v), None),
+        &q,
+        name_of,
+        Value::clone,
+    )
+    .map(Json)
+}
+
+pub async fn connection_channels(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    find(&api, &caller, &name)?;
+    Ok(Json(Value::Array(channels(
+        &api,
+        &caller,
+        None,
+        Some(&name),
+    ))))
+}
+
+pub async fn get_channel(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    channels(&api, &caller, None, None)
+        .into_iter()
+        .find(|c| c["name"] == name.as_str())
+        .map(Json)
+        .ok_or_else(ApiError::not_found)
+}
+
+fn consumers(api: &Api, caller: &Caller, vhost: Option<&str>) -> Vec<Value> {
+    let mut out = Vec::new();
+    for vh in api.broker.vhosts() {
+        if vhost.is_some_and(|v| v != vh.name) || !caller.sees(api, &vh.name) {
+            continue;
+        }
+        for q in vh.queues() {
+            for c in q.consumer_list() {
+                let mut j = render::consumer(api, &vh, &q, &c);
+                j["consumer_timeout"] = json!(if c.timeout_ms == 0 {
+                    api.broker.config.consumer_timeout
+                } else {
+                    c.timeout_ms
+                });
+                out.push(j);
+            }
+        }
+    }
+    out
+}
+
+pub async fn list_consumers(State(api): State<Arc<Api>>, caller: Caller) -> ApiResult<Json<Value>> {
+    Ok(Json(Value::Array(consumers(&api, &caller, None))))
+}
+
+pub async fn vhost_consumers(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(v): Path<String>,
+) -> ApiResult<Json<Value>> {
+    api.broker.vhost(&v).ok_or_else(ApiError::not_found)?;
+    caller.vhost(&api, &v, true)?;
+    Ok(Json(Value::Array(consumers(&api, &caller, Some(&v)))))
+}

@@ -1,0 +1,604 @@
+//! Exchanges, queues and bindings: RabbitMQ's /api/exchanges, /api/queues
+//! and /api/bindings, with publish, get and purge. Changes go through the
+//! vhost as AMQP's do (the same checks and texts), after the caller's AMQP
+//! permissions: configure to declare and delete, write to publish and
+//! bind into, read to get, purge and bind from.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use parking_lot::Mutex;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::{created_or_updated, no_content};
+use crate::access::Access;
+use crate::http::auth::Caller;
+use crate::http::body::Body;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::list::{respond, ListQuery};
+use crate::http::{message, render, Api};
+use crate::queue::{Entry, Queue, Refused, Settle, Sink, Unacked};
+use crate::vhost::{Destination, ExchangeSpec, QueueSpec, VHost};
+
+fn vhost(api: &Api, caller: &Caller, name: &str, read_only: bool) -> ApiResult<Arc<VHost>> {
+    let vh = api.broker.vhost(name).ok_or_else(ApiError::not_found)?;
+    caller.vhost(api, name, read_only)?;
+    Ok(vh)
+}
+
+fn visible(api: &Api, caller: &Caller, only: Option<&str>) -> ApiResult<Vec<Arc<VHost>>> {
+    match only {
+        Some(v) => Ok(vec![vhost(api, caller, v, true)?]),
+        None => Ok(api
+            .broker
+            .vhosts()
+            .into_iter()
+            .filter(|v| caller.sees(api, &v.name))
+            .collect()),
+    }
+}
+
+fn flag(b: &Map<String, Value>, k: &str, default: bool) -> ApiResult<bool> {
+    match b.get(k) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Bool(v)) => Ok(*v),
+        Some(Value::String(s)) if s == "true" || s == "false" => Ok(s == "true"),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "{k} must be true or false, not {other}"
+        ))),
+    }
+}
+
+fn arguments(b: &Map<String, Value>) -> ApiResult<amq_protocol::types::FieldTable> {
+    crate::definitions::args_from_json(b.get("arguments"), "arguments")
+        .map_err(ApiError::bad_request)
+}
+
+// ---- exchanges
+
+async fn list_exchanges_in(
+    api: Arc<Api>,
+    caller: Caller,
+    only: Option<String>,
+    q: ListQuery,
+) -> ApiResult<Json<Value>> {
+    let mut all = Vec::new();
+    for vh in visible(&api, &caller, only.as_deref())? {
+        for x in vh.exchanges() {
+            all.push((Arc::clone(&vh), x));
+        }
+    }
+    respond(
+        all,
+        &q,
+        |(v, x)| (&v.name, &x.name),
+        |(v, x)| render::exchange(v, x),
+    )
+    .map(Json)
+}
+
+pub async fn list_exchanges(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    list_exchanges_in(api, caller, None, q).await
+}
+
+pub async fn vhost_exchanges(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(v): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    list_exchanges_in(api, caller, Some(v), q).await
+}
+
+pub async fn get_exchange(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, name)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let name = super::exchange_name(name);
+    let vh = vhost(&api, &caller, &v, true)?;
+    let x = vh.exchange(&name).ok_or_else(ApiError::not_found)?;
+    Ok(Json(render::exchange(&vh, &x)))
+}
+
+pub async fn put_exchange(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, name)): Path<(String, String)>,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    let vh = vhost(&api, &caller, &v, false)?;
+    caller.resource(&api, &v, Access::Configure, &name)?;
+    let b = body.object()?;
+    let kind = b
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("direct")
+        .to_string();
+    let spec = ExchangeSpec {
+        name: name.clone(),
+        kind,
+        durable: flag(&b, "durable", true)?,
+        auto_delete: flag(&b, "auto_delete", false)?,
+        internal: flag(&b, "internal", false)?,
+        arguments: arguments(&b)?,
+    };
+    let existed = vh.exchange(&name).is_some();
+    vh.declare_exchange(&spec, false)?;
+    api.broker.store.sync().await?;
+    Ok(created_or_updated(!existed))
+}
+
+#[derive(Deserialize, Default)]
+pub struct DeleteQuery {
+    #[serde(rename = "if-unused")]
+    if_unused: Option<String>,
+    #[serde(rename = "if-empty")]
+    if_empty: Option<String>,
+}
+
+pub async fn delete_exchange(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, name)): Path<(String, String)>,
+    Query(d): Query<DeleteQuery>,
+) -> ApiResult<StatusCode> {
+    let vh = vhost(&api, &caller, &v, false)?;
+    vh.exchange(&name).ok_or_else(ApiError::not_found)?;
+    caller.resource(&api, &v, Access::Configure, &name)?;
+    if name.is_empty() || name.starts_with("amq.") {
+        return Err(ApiError::not_authorised(format!(
+            "deletion of system exchange '{name}' in vhost '{v}' not allowed"
+        )));
+    }
+    vh.delete_exchange(&name, d.if_unused.as_deref() == Some("true"))?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+pub async fn publish(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, name)): Path<(String, String)>,
+    body: Body,
+) -> ApiResult<Json<Value>> {
+    let vh = vhost(&api, &caller, &v, false)?;
+    let name = super::exchange_name(name);
+    let check = if name.is_empty() {
+        "amq.default"
+    } else {
+        name.as_str()
+    };
+    caller.resource(&api, &v, Access::Write, check)?;
+    let b = body.object()?;
+    let msg = Arc::new(message::from_request(&name, &b)?);
+    let mut scratch = Default::default();
+    let mut routes = Vec::new();
+    let hold = vh
+        .route(&msg, &mut scratch, &mut routes)
+        .map_err(|e| ApiError::bad_request(format!("{} {}", code_of(&e), e.text)))?;
+    if let Some(delay_ms) = hold {
+        vh.hold(&msg, delay_ms)?;
+        api.broker.store.sync().await?;
+        return Ok(Json(json!({"routed": true})));
+    }
+    let routed = !routes.is_empty();
+    let mut stored = false;
+    for q in routes {
+        match q.push(&msg) {
+            Ok(p) => stored |= p.stored,
+            Err(e) => return Err(ApiError::internal(e.to_string())),
+        }
+    }
+    if stored {
+        api.broker.store.sync().await?;
+    }
+    Ok(Json(json!({"routed": routed})))
+}
+
+fn code_of(e: &crate::vhost::Error) -> &'static str {
+    use crate::vhost::error::Kind;
+    match e.kind {
+        Kind::NotFound => "404 NOT_FOUND -",
+        Kind::AccessRefused => "403 ACCESS_REFUSED -",
+        Kind::PreconditionFailed => "406 PRECONDITION_FAILED -",
+        _ => "",
+    }
+}
+
+// ---- queues
+
+async fn list_queues_in(
+    api: Arc<Api>,
+    caller: Caller,
+    only: Option<String>,
+    q: ListQuery,
+) -> ApiResult<Json<Value>> {
+    let mut all = Vec::new();
+    for vh in visible(&api, &caller, only.as_deref())? {
+        for queue in vh.queues() {
+            all.push((Arc::clone(&vh), queue));
+        }
+    }
+    respond(
+        all,
+        &q,
+        |(v, q)| (&v.name, q.name()),
+        |(v, q)| render::queue(&api, v, q, false),
+    )
+    .map(Json)
+}
+
+pub async fn list_queues(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    list_queues_in(api, caller, None, q).await
+}
+
+pub async fn vhost_queues(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(v): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    list_queues_in(api, caller, Some(v), q).await
+}
+
+pub async fn get_queue(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, name)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let vh = vhost(&api, &caller, &v, true)?;
+    let q = vh.queue(&name).ok_or_else(ApiError::not_found)?;
+    Ok(Json(render::queue(&api, &vh, &q, true)))
+}
+
+pub async fn put_queue(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, name)): Path<(String, String)>,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    let vh = vhost(&api, &caller, &v, false)?;
+    caller.resource(&api, &v, Access::Configure, &name)?;
+    let b = body.object()?;
+    let mut args = arguments(&b)?;
+    // The API's "type" field, or the vhost's default queue type.
+    let qtype = b
+        .get("type")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| Some(vh.meta().default_queue_type).filter(|t| !t.is_empty()));
+    if let Some(t) = qtype.filter(|_| !args.contains_key("x-queue-type")) {
+        if t != "classic" {
+            args.insert(
+                "x-queue-type".into(),
+                amq_protocol::types::AMQPValue::LongString(t.into()),
+            );
+        }
+    }
+    let spec = QueueSpec {
+        name: name.clone(),
+        durable: flag(&b, "durable", true)?,
+        exclusive: false,
+        auto_delete: flag(&b, "auto_delete", false)?,
+        arguments: args,
+        server_named: false,
+    };
+    let existed = vh.queue(&name).is_some();
+    vh.declare_queue(&spec, false, 0)?;
+    api.broker.store.sync().await?;
+    Ok(created_or_updated(!existed))
+}
+
+pub async fn delete_queue(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, name)): Path<(String, String)>,
+    Query(d): Query<DeleteQuery>,
+) -> ApiResult<StatusCode> {
+    let vh = vhost(&api, &caller, &v, false)?;
+    let q = vh.queue(&name).ok_or_else(ApiError::not_found)?;
+    caller.resource(&api, &v, Access::Configure, &name)?;
+    let owner = q.config.exclusive_owner.unwrap_or(0);
+    let deleted = vh.delete_queue(
+        &name,
+        d.if_unused.as_deref() == Some("true"),
+        d.if_empty.as_deref() == Some("true"),
+        owner,
+    )?;
+    api.broker.store.sync().await?;
+    drop(deleted);
+    Ok(no_content())
+}
+
+pub async fn purge(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, name)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let vh = vhost(&api, &caller, &v, false)?;
+    let q = vh.queue(&name).ok_or_else(ApiError::not_found)?;
+    caller.resource(&api, &v, Access::Read, &name)?;
+    q.purge()?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+/// A message an API get took: the message, whether it was redelivered,
+/// how many were left, and its entry while it waits to be settled.
+type Taken = (Arc<crate::message::Message>, bool, u32, Option<Entry>);
+
+/// Where an API get's messages go: held here until the request settles
+/// them as its ackmode says.
+#[derive(Default)]
+struct GetSink {
+    taken: Mutex<Vec<Taken>>,
+}
+
+impl Sink for GetSink {
+    fn try_deliver(
+        &self,
+        _: &Arc<crate::queue::Consumer>,
+        _: &Arc<Queue>,
+        entry: Entry,
+    ) -> Result<(), (Entry, Refused)> {
+        Err((entry, Refused::Closed))
+    }
+
+    fn deliver_get(
+        &self,
+        _: &Arc<Queue>,
+        entry: Entry,
+        remaining: u32,
+        no_ack: bool,
+        _: u64,
+    ) -> Option<Entry> {
+        let mut taken = self.taken.lock();
+        let (msg, redelivered) = (Arc::clone(&entry.msg), entry.redelivered);
+        if no_ack {
+            taken.push((msg, redelivered, remaining, None));
+            return Some(entry);
+        }
+        taken.push((msg, redelivered, remaining, Some(entry)));
+        None
+    }
+
+    fn cancelled(&self, _: &str) {}
+}
+
+pub async fn get_messages(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, name)): Path<(String, String)>,
+    body: Body,
+) -> ApiResult<Json<Value>> {
+    let vh = vhost(&api, &caller, &v, false)?;
+    let q = vh.queue(&name).ok_or_else(|| {
+        ApiError::from(crate::vhost::Error::not_found(format!(
+            "NOT_FOUND - no queue '{name}' in vhost '{v}'"
+        )))
+    })?;
+    caller.resource(&api, &v, Access::Read, &name)?;
+    let b = body.object()?;
+    let count = b
+        .get("count")
+        .and_then(Value::as_u64)
+        .unwrap_or(1)
+        .min(10_000) as usize;
+    let ackmode = b
+        .get("ackmode")
+        .and_then(Value::as_str)
+        .unwrap_or("ack_requeue_true");
+    let settle = match ackmode {
+        "ack_requeue_true" | "reject_requeue_true" => Some(Settle::Requeue),
+        "ack_requeue_false" => None,
+        "reject_requeue_false" => Some(Settle::Reject),
+        other => return Err(ApiError::bad_request(format!("unknown ackmode '{other}'"))),
+    };
+    let base64 = match b.get("encoding").and_then(Value::as_str).unwrap_or("auto") {
+        "auto" => false,
+        "base64" => true,
+        other => return Err(ApiError::bad_request(format!("unknown encoding '{other}'"))),
+    };
+    let truncate = b
+        .get("truncate")
+        .and_then(Value::as_u64)
+        .map(|n| n as usize);
+    let sink = GetSink::default();
+    for _ in 0..count {
+        if !q.get(&sink, settle.is_none(), 0) {
+            break;
+        }
+    }
+    let taken = std::mem::take(&mut *sink.taken.lock());
+    let mut out = Vec::with_capacity(taken.len());
+    let mut back = Vec::new();
+    for (msg, redelivered, remaining, entry) in taken {
+        out.push(message::to_json(
+            &msg,
+            redelivered,
+            remaining,
+            base64,
+            truncate,
+        ));
+        if let Some(entry) = entry {
+            back.push(Unacked {
+                tag: 0,
+                queue: Arc::clone(&q),
+                entry,
+                consumer: None,
+                deadline: 0,
+            });
+        }
+    }
+    if let Some(how) = settle {
+        q.settle(back.into_iter(), how);
+    }
+    Ok(Json(Value::Array(out)))
+}
+
+// ---- bindings
+
+pub async fn list_bindings(State(api): State<Arc<Api>>, caller: Caller) -> ApiResult<Json<Value>> {
+    let mut all = Vec::new();
+    for vh in visible(&api, &caller, None)? {
+        all.extend(render::bindings(&vh));
+    }
+    Ok(Json(Value::Array(all)))
+}
+
+pub async fn vhost_bindings(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(v): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let vh = vhost(&api, &caller, &v, true)?;
+    Ok(Json(Value::Array(render::bindings(&vh))))
+}
+
+fn filtered(vh: &VHost, keep: impl Fn(&Value) -> bool) -> Value {
+    Value::Array(render::bindings(vh).into_iter().filter(keep).collect())
+}
+
+pub async fn exchange_source_bindings(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, x)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let vh = vhost(&api, &caller, &v, true)?;
+    vh.exchange(&x).ok_or_else(ApiError::not_found)?;
+    Ok(Json(filtered(&vh, |b| b["source"] == x.as_str())))
+}
+
+pub async fn exchange_destination_bindings(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, x)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let vh = vhost(&api, &caller, &v, true)?;
+    vh.exchange(&x).ok_or_else(ApiError::not_found)?;
+    Ok(Json(filtered(&vh, |b| {
+        b["destination"] == x.as_str() && b["destination_type"] == "exchange"
+    })))
+}
+
+pub async fn queue_bindings(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, q)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let vh = vhost(&api, &caller, &v, true)?;
+    vh.queue(&q).ok_or_else(ApiError::not_found)?;
+    Ok(Json(filtered(&vh, |b| {
+        b["destination"] == q.as_str() && b["destination_type"] == "queue"
+    })))
+}
+
+fn kind_of(kind: &str) -> ApiResult<bool> {
+    match kind {
+        "q" => Ok(false),
+        "e" => Ok(true),
+        _ => Err(ApiError::not_found()),
+    }
+}
+
+pub async fn between(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, source, kind, dest)): Path<(String, String, String, String)>,
+) -> ApiResult<Json<Value>> {
+    let vh = vhost(&api, &caller, &v, true)?;
+    let to_exchange = kind_of(&kind)?;
+    vh.exchange(&source).ok_or_else(ApiError::not_found)?;
+    let dtype = if to_exchange { "exchange" } else { "queue" };
+    Ok(Json(filtered(&vh, |b| {
+        b["source"] == source.as_str()
+            && b["destination"] == dest.as_str()
+            && b["destination_type"] == dtype
+    })))
+}
+
+pub async fn bind(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, source, kind, dest)): Path<(String, String, String, String)>,
+    body: Body,
+) -> ApiResult<(StatusCode, [(axum::http::HeaderName, String); 1])> {
+    let vh = vhost(&api, &caller, &v, false)?;
+    let to_exchange = kind_of(&kind)?;
+    let dkind = if to_exchange { "exchange" } else { "queue" };
+    caller.resource(&api, &v, Access::Write, &dest)?;
+    caller.resource(&api, &v, Access::Read, &source)?;
+    let b = body.object()?;
+    let key = b
+        .get("routing_key")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let args = arguments(&b)?;
+    let _ = dkind;
+    let d: Destination = vh.destination(&dest, to_exchange, 0)?;
+    vh.bind(&source, d, &key, &args)?;
+    api.broker.store.sync().await?;
+    let location = render::properties_key(&key, &args);
+    Ok((
+        StatusCode::CREATED,
+        [(axum::http::header::LOCATION, location)],
+    ))
+}
+
+pub async fn get_binding(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, source, kind, dest, props)): Path<(String, String, String, String, String)>,
+) -> ApiResult<Json<Value>> {
+    let vh = vhost(&api, &caller, &v, true)?;
+    let to_exchange = kind_of(&kind)?;
+    let dtype = if to_exchange { "exchange" } else { "queue" };
+    render::bindings(&vh)
+        .into_iter()
+        .find(|b| {
+            b["source"] == source.as_str()
+                && b["destination"] == dest.as_str()
+                && b["destination_type"] == dtype
+                && b["properties_key"] == props.as_str()
+        })
+        .map(Json)
+        .ok_or_else(ApiError::not_found)
+}
+
+pub async fn unbind(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((v, source, kind, dest, props)): Path<(String, String, String, String, String)>,
+) -> ApiResult<StatusCode> {
+    let vh = vhost(&api, &caller, &v, false)?;
+    let to_exchange = kind_of(&kind)?;
+    caller.resource(&api, &v, Access::Write, &dest)?;
+    caller.resource(&api, &v, Access::Read, &source)?;
+    let x = vh.exchange(&source).ok_or_else(ApiError::not_found)?;
+    let found = x.bindings.read().list().into_iter().find(|(key, args, d)| {
+        let same_dest = match d {
+            Destination::Queue(q) => !to_exchange && q.name() == dest,
+            Destination::Exchange(e) => to_exchange && e.name == dest,
+        };
+        same_dest && render::properties_key(key, args) == props
+    });
+    let Some((key, args, _)) = found else {
+        return Err(ApiError::not_found());
+    };
+    vh.unbind(&source, &dest, to_exchange, &key, &args, 0)?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}

@@ -1,0 +1,294 @@
+//! The routes of /api, one module per group. Paths are matched after a
+//! fix-up RabbitMQ's clients need: an empty segment (the default exchange,
+//! as in `exchanges/%2F//publish`) becomes `amq.default`, which the
+//! handlers read as "". Path segments are percent-decoded once each, so
+//! "%2F" is the vhost "/".
+
+mod access;
+mod conns;
+mod entities;
+mod node;
+mod tenancy;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post, put};
+use axum::Router;
+
+use super::auth::Caller;
+use super::body::{Body, MAX_BODY};
+use super::error::ApiError;
+use super::Api;
+
+/// 201 for something made, 204 for something that was there.
+pub fn created_or_updated(created: bool) -> StatusCode {
+    if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::NO_CONTENT
+    }
+}
+
+/// 204.
+pub fn no_content() -> StatusCode {
+    StatusCode::NO_CONTENT
+}
+
+/// "" for the default exchange's alias.
+pub fn exchange_name(name: String) -> String {
+    if name == "amq.default" {
+        String::new()
+    } else {
+        name
+    }
+}
+
+/// Empty segments inside /api paths become "amq.default".
+async fn fill_empty_segments(mut req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if path.starts_with("/api/") && path.contains("//") {
+        let mut fixed = String::with_capacity(path.len() + 16);
+        let trimmed = path.trim_end_matches('/');
+        for (i, seg) in trimmed.split('/').enumerate() {
+            if i > 0 {
+                fixed.push('/');
+            }
+            if seg.is_empty() && i > 0 {
+                fixed.push_str("amq.default");
+            } else {
+                fixed.push_str(seg);
+            }
+        }
+        if let Some(q) = req.uri().query() {
+            fixed.push('?');
+            fixed.push_str(q);
+        }
+        if let Ok(uri) = fixed.parse::<Uri>() {
+            *req.uri_mut() = uri;
+        }
+    }
+    next.run(req).await
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found()
+}
+
+type S = State<Arc<Api>>;
+
+/// Every route.
+pub fn router(api: Arc<Api>) -> Router {
+    use access as a;
+    use conns as c;
+    use entities as e;
+    use tenancy as t;
+    let policies = |operator: bool| {
+        Router::new()
+            .route(
+                "/",
+                get(move |State(s): S, caller: Caller| t::list_policies(s, caller, operator)),
+            )
+            .route(
+                "/{vhost}",
+                get(move |State(s): S, caller: Caller, Path(v): Path<String>| {
+                    t::vhost_policies(s, caller, v, operator)
+                }),
+            )
+            .route(
+                "/{vhost}/{name}",
+                get(
+                    move |State(s): S, caller: Caller, Path(p): Path<(String, String)>| {
+                        t::get_policy(s, caller, p, operator)
+                    },
+                )
+                .put(
+                    move |State(s): S, caller: Caller, Path(p): Path<(String, String)>, b: Body| {
+                        t::put_policy(s, caller, p, b, operator)
+                    },
+                )
+                .delete(
+                    move |State(s): S, caller: Caller, Path(p): Path<(String, String)>| {
+                        t::delete_policy(s, caller, p, operator)
+                    },
+                ),
+            )
+    };
+    let api_routes = Router::new()
+        .route("/overview", get(node::overview))
+        .route("/whoami", get(a::whoami))
+        .route(
+            "/cluster-name",
+            get(t::get_cluster_name).put(t::put_cluster_name),
+        )
+        .route("/nodes", get(node::nodes))
+        .route("/nodes/{node}", get(node::node))
+        .route("/nodes/{node}/memory", get(node::node_memory))
+        .route("/extensions", get(node::extensions))
+        .route("/feature-flags", get(node::empty_list))
+        .route("/deprecated-features", get(node::empty_list))
+        .route("/deprecated-features/used", get(node::empty_list))
+        .route("/auth", get(node::auth))
+        .route("/health/checks/alarms", get(node::alarms))
+        .route("/health/checks/local-alarms", get(node::alarms))
+        .route(
+            "/health/checks/port-listener/{port}",
+            get(node::port_listener),
+        )
+        .route(
+            "/health/checks/protocol-listener/{protocol}",
+            get(node::protocol_listener),
+        )
+        .route("/health/checks/virtual-hosts", get(node::virtual_hosts))
+        .route(
+            "/health/checks/node-is-quorum-critical",
+            get(node::single_node),
+        )
+        .route(
+            "/health/checks/node-is-mirror-sync-critical",
+            get(node::single_node),
+        )
+        .route("/health/checks/ready-to-serve-clients", get(node::ok))
+        .route("/health/checks/is-in-service", get(node::ok))
+        .route("/aliveness-test/{vhost}", get(node::aliveness))
+        .route("/vhosts", get(t::list_vhosts))
+        .route(
+            "/vhosts/{vhost}",
+            get(t::get_vhost).put(t::put_vhost).delete(t::delete_vhost),
+        )
+        .route("/vhosts/{vhost}/permissions", get(a::vhost_permissions))
+        .route(
+            "/vhosts/{vhost}/topic-permissions",
+            get(a::vhost_topic_permissions),
+        )
+        .route("/vhosts/{vhost}/connections", get(c::vhost_connections))
+        .route("/vhosts/{vhost}/channels", get(c::vhost_channels))
+        .route("/users", get(a::list_users))
+        .route(
+            "/users/without-permissions",
+            get(a::users_without_permissions),
+        )
+        .route("/users/bulk-delete", post(a::bulk_delete_users))
+        .route(
+            "/users/{user}",
+            get(a::get_user).put(a::put_user).delete(a::delete_user),
+        )
+        .route("/users/{user}/permissions", get(a::user_permissions))
+        .route(
+            "/users/{user}/topic-permissions",
+            get(a::user_topic_permissions),
+        )
+        .route("/permissions", get(a::list_permissions))
+        .route(
+            "/permissions/{vhost}/{user}",
+            get(a::get_permission)
+                .put(a::put_permission)
+                .delete(a::delete_permission),
+        )
+        .route("/topic-permissions", get(a::list_topic_permissions))
+        .route(
+            "/topic-permissions/{vhost}/{user}",
+            get(a::get_topic_permission)
+                .put(a::put_topic_permission)
+                .delete(a::delete_topic_permission),
+        )
+        .route("/user-limits", get(a::list_user_limits))
+        .route("/user-limits/{user}", get(a::get_user_limits))
+        .route(
+            "/user-limits/{user}/{name}",
+            put(a::put_user_limit).delete(a::delete_user_limit),
+        )
+        .route("/vhost-limits", get(t::list_vhost_limits))
+        .route("/vhost-limits/{vhost}", get(t::get_vhost_limits))
+        .route(
+            "/vhost-limits/{vhost}/{name}",
+            put(t::put_vhost_limit).delete(t::delete_vhost_limit),
+        )
+        .nest("/policies", policies(false))
+        .nest("/operator-policies", policies(true))
+        .route("/parameters", get(t::list_parameters))
+        .route("/parameters/{component}", get(t::component_parameters))
+        .route("/parameters/{component}/{vhost}", get(t::vhost_parameters))
+        .route(
+            "/parameters/{component}/{vhost}/{name}",
+            get(t::get_parameter)
+                .put(t::put_parameter)
+                .delete(t::delete_parameter),
+        )
+        .route("/global-parameters", get(t::list_globals))
+        .route(
+            "/global-parameters/{name}",
+            get(t::get_global)
+                .put(t::put_global)
+                .delete(t::delete_global),
+        )
+        .route("/definitions", get(t::export_all).post(t::import_all))
+        .route(
+            "/definitions/{vhost}",
+            get(t::export_vhost).post(t::import_vhost),
+        )
+        .route("/exchanges", get(e::list_exchanges))
+        .route("/exchanges/{vhost}", get(e::vhost_exchanges))
+        .route(
+            "/exchanges/{vhost}/{name}",
+            get(e::get_exchange)
+                .put(e::put_exchange)
+                .delete(e::delete_exchange),
+        )
+        .route("/exchanges/{vhost}/{name}/publish", post(e::publish))
+        .route(
+            "/exchanges/{vhost}/{name}/bindings/source",
+            get(e::exchange_source_bindings),
+        )
+        .route(
+            "/exchanges/{vhost}/{name}/bindings/destination",
+            get(e::exchange_destination_bindings),
+        )
+        .route("/queues", get(e::list_queues))
+        .route("/queues/detailed", get(e::list_queues))
+        .route("/queues/{vhost}", get(e::vhost_queues))
+        .route(
+            "/queues/{vhost}/{name}",
+            get(e::get_queue).put(e::put_queue).delete(e::delete_queue),
+        )
+        .route(
+            "/queues/{vhost}/{name}/contents",
+            axum::routing::delete(e::purge),
+        )
+        .route("/queues/{vhost}/{name}/get", post(e::get_messages))
+        .route("/queues/{vhost}/{name}/bindings", get(e::queue_bindings))
+        .route("/bindings", get(e::list_bindings))
+        .route("/bindings/{vhost}", get(e::vhost_bindings))
+        .route(
+            "/bindings/{vhost}/e/{source}/{kind}/{dest}",
+            get(e::between).post(e::bind),
+        )
+        .route(
+            "/bindings/{vhost}/e/{source}/{kind}/{dest}/{props}",
+            get(e::get_binding).delete(e::unbind),
+        )
+        .route("/connections", get(c::list_connections))
+        .route(
+            "/connections/username/{user}",
+            get(c::user_connections).delete(c::close_user_connections),
+        )
+        .route(
+            "/connections/{name}",
+            get(c::get_connection).delete(c::close_connection),
+        )
+        .route("/connections/{name}/channels", get(c::connection_channels))
+        .route("/channels", get(c::list_channels))
+        .route("/channels/{name}", get(c::get_channel))
+        .route("/consumers", get(c::list_consumers))
+        .route("/consumers/{vhost}", get(c::vhost_consumers))
+        .fallback(not_found);
+    Router::new()
+        .nest("/api", api_routes)
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn(fill_empty_segments))
+        .with_state(api)
+}

@@ -1,0 +1,329 @@
+//! The node and its health: RabbitMQ's /api/overview, /api/nodes,
+//! /api/health/checks/*, /api/aliveness-test and the small endpoints tools
+//! probe (extensions, feature-flags, auth). Warren is one node; its name
+//! is rabbit@<hostname>, as a RabbitMQ node's.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+
+use crate::definitions::RABBITMQ_VERSION;
+use crate::http::auth::Caller;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::render::{self, counter, message_stats, Totals};
+use crate::http::Api;
+
+fn totals(api: &Api, caller: &Caller) -> (Totals, usize, usize, usize) {
+    let mut t = Totals::default();
+    let (mut queues, mut exchanges, mut consumers) = (0, 0, 0);
+    for vh in api.broker.vhosts() {
+        if !caller.sees(api, &vh.name) {
+            continue;
+        }
+        exchanges += vh.exchanges().len();
+        for q in vh.queues() {
+            let s = q.snapshot();
+            consumers += s.consumers as usize;
+            queues += 1;
+            t.add(&s);
+        }
+    }
+    (t, queues, exchanges, consumers)
+}
+
+fn listeners(api: &Api) -> Vec<Value> {
+    api.listeners
+        .iter()
+        .map(|(protocol, addr)| {
+            json!({
+                "node": api.node,
+                "protocol": protocol,
+                "ip_address": addr.ip().to_string(),
+                "port": addr.port(),
+                "socket_opts": [],
+            })
+        })
+        .collect()
+}
+
+fn exchange_types(api: &Api) -> Vec<Value> {
+    let mut names = vec!["direct", "fanout", "headers", "topic"];
+    names.extend(api.broker.plugins().names());
+    names
+        .into_iter()
+        .map(|n| json!({"name": n, "description": "", "enabled": true}))
+        .collect()
+}
+
+pub async fn overview(State(api): State<Arc<Api>>, caller: Caller) -> Json<Value> {
+    let (t, queues, exchanges, consumers) = totals(&api, &caller);
+    let conns = api.broker.connections.list();
+    let channels: usize = conns.iter().map(|c| c.channels.lock().len()).sum();
+    let mut queue_totals = Map::new();
+    t.depth(&mut queue_totals);
+    Json(json!({
+        "management_version": RABBITMQ_VERSION,
+        "rates_mode": "basic",
+        "sample_retention_policies": {"global": [600, 3600, 28800, 86400], "basic": [600, 3600], "detailed": [600]},
+        "exchange_types": exchange_types(&api),
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "product_name": "Warren",
+        "rabbitmq_version": RABBITMQ_VERSION,
+        "cluster_name": render::cluster_name(&api),
+        "erlang_version": "none (Warren is written in Rust)",
+        "erlang_full_version": "none (Warren is written in Rust)",
+        "release_series_support_status": "supported",
+        "disable_stats": false,
+        "enable_queue_totals": true,
+        "message_stats": message_stats(&t.counters, &t.rates),
+        "churn_rates": {
+            "channel_closed": 0, "channel_created": 0, "connection_closed": 0,
+            "connection_created": 0, "queue_created": 0, "queue_declared": 0, "queue_deleted": 0,
+        },
+        "queue_totals": queue_totals,
+        "object_totals": {
+            "channels": channels,
+            "connections": conns.len(),
+            "consumers": consumers,
+            "exchanges": exchanges,
+            "queues": queues,
+        },
+        "statistics_db_event_queue": 0,
+        "node": api.node,
+        "listeners": listeners(&api),
+        "contexts": [],
+    }))
+}
+
+fn node_json(api: &Api) -> Value {
+    let uptime = api.started.elapsed().as_millis().min(u32::MAX as u128) as u64;
+    let mem_used = crate::alarm::resident_bytes().unwrap_or(0);
+    let mem_limit = api.broker.memory.limit().min(i64::MAX as u64);
+    let disk_free = disk_free(&api.broker.config.data_dir);
+    let mut o = json!({
+        "name": api.node,
+        "type": "disc",
+        "running": true,
+        "being_drained": false,
+        "os_pid": std::process::id().to_string(),
+        "uptime": uptime,
+        "run_queue": 0,
+        "processors": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "mem_used": mem_used,
+        "mem_limit": mem_limit,
+        "mem_alarm": api.broker.memory.is_raised(),
+        "mem_calculation_strategy": "rss",
+        "disk_free": disk_free,
+        "disk_free_limit": 50_000_000,
+        "disk_free_alarm": false,
+        "fd_used": open_fds(),
+        "fd_total": fd_limit(),
+        "sockets_used": api.broker.connections.count(),
+        "sockets_total": fd_limit(),
+        "proc_used": 0,
+        "proc_total": 1_048_576,
+        "rates_mode": "basic",
+        "rabbitmq_version": RABBITMQ_VERSION,
+        "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
+        "applications": [
+            {"name": "rabbit", "description": "Warren", "version": RABBITMQ_VERSION},
+            {"name": "warren", "description": "Warren", "version": env!("CARGO_PKG_VERSION")},
+        ],
+        "exchange_types": exchange_types(api),
+        "auth_mechanisms": [
+            {"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": true},
+            {"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": true},
+        ],
+        "partitions": [],
+        "cluster_links": [],
+        "contexts": [],
+        "config_files": [],
+        "log_files": [],
+        "db_dir": api.broker.config.data_dir.display().to_string(),
+        "net_ticktime": 60,
+    });
+    if let Value::Object(m) = &mut o {
+        for k in [
+            "mem_used",
+            "fd_used",
+            "sockets_used",
+            "proc_used",
+            "disk_free",
+        ] {
+            let v = m.get(k).and_then(Value::as_u64).unwrap_or(0);
+            counter(m, k, v, 0.0);
+        }
+    }
+    o
+}
+
+fn disk_free(dir: &std::path::Path) -> u64 {
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return 0;
+    };
+    // SAFETY: statvfs fills the struct it is given from a valid C path.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(path.as_ptr(), &mut st) != 0 {
+            return 0;
+        }
+        st.f_bavail as u64 * st.f_frsize as u64
+    }
+}
+
+/// Open file descriptors (Linux: /proc/self/fd).
+pub fn open_fds() -> u64 {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
+}
+
+/// The file descriptor limit.
+pub fn fd_limit() -> u64 {
+    // SAFETY: getrlimit fills the struct it is given.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 0;
+        }
+        r.rlim_cur as u64
+    }
+}
+
+pub async fn nodes(State(api): State<Arc<Api>>, caller: Caller) -> ApiResult<Json<Value>> {
+    caller.monitor()?;
+    Ok(Json(json!([node_json(&api)])))
+}
+
+pub async fn node(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    caller.monitor()?;
+    if name != api.node {
+        return Err(ApiError::not_found());
+    }
+    Ok(Json(node_json(&api)))
+}
+
+pub async fn node_memory(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    caller.monitor()?;
+    if name != api.node {
+        return Err(ApiError::not_found());
+    }
+    Ok(Json(json!({"memory": "not_available"})))
+}
+
+fn failed(body: Value) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+}
+
+pub async fn alarms(State(api): State<Arc<Api>>, _caller: Caller) -> Response {
+    if api.broker.memory.is_raised() {
+        return failed(json!({
+            "status": "failed",
+            "reason": "There are alarms in effect in the cluster",
+            "alarms": [{"node": api.node, "resource": "memory"}],
+        }));
+    }
+    Json(json!({"status": "ok"})).into_response()
+}
+
+pub async fn port_listener(
+    State(api): State<Arc<Api>>,
+    _caller: Caller,
+    Path(port): Path<String>,
+) -> Response {
+    let Ok(port) = port.parse::<u16>() else {
+        return ApiError::bad_request(format!("invalid port '{port}'")).into_response();
+    };
+    if api.listeners.iter().any(|(_, a)| a.port() == port) {
+        return Json(json!({"status": "ok", "port": port})).into_response();
+    }
+    let ports: Vec<u16> = api.listeners.iter().map(|(_, a)| a.port()).collect();
+    failed(
+        json!({"status": "failed", "reason": "No active listener", "missing": port, "ports": ports}),
+    )
+}
+
+pub async fn protocol_listener(
+    State(api): State<Arc<Api>>,
+    _caller: Caller,
+    Path(protocol): Path<String>,
+) -> Response {
+    let wanted = match protocol.as_str() {
+        "amqp091" | "amqp0-9-1" => "amqp",
+        p => p,
+    };
+    if api.listeners.iter().any(|(p, _)| *p == wanted) {
+        return Json(json!({"status": "ok", "protocol": wanted})).into_response();
+    }
+    let protocols: Vec<&str> = api.listeners.iter().map(|(p, _)| *p).collect();
+    failed(
+        json!({"status": "failed", "reason": "No active listener", "missing": wanted, "protocols": protocols}),
+    )
+}
+
+pub async fn virtual_hosts(_caller: Caller) -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+pub async fn single_node(_caller: Caller) -> Json<Value> {
+    Json(json!({"status": "ok", "reason": "single node cluster"}))
+}
+
+pub async fn ok(_caller: Caller) -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// Declares aliveness-test in the vhost, publishes to it and gets the
+/// message back, as RabbitMQ's aliveness test does.
+pub async fn aliveness(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(vhost): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    caller.vhost(&api, &vhost, false)?;
+    let spec = crate::vhost::QueueSpec {
+        name: "aliveness-test".into(),
+        durable: false,
+        exclusive: false,
+        auto_delete: false,
+        arguments: Default::default(),
+        server_named: false,
+    };
+    let q = vh.declare_queue(&spec, false, 0)?;
+    let msg = Arc::new(crate::message::Message::new(
+        b"",
+        b"aliveness-test",
+        &[0, 0],
+        b"test_message",
+        Default::default(),
+    ));
+    q.push(&msg)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    q.purge()?;
+    Ok(Json(json!({"status": "ok"})))
+}
+
+pub async fn extensions(_caller: Caller) -> Json<Value> {
+    Json(json!([]))
+}
+
+pub async fn empty_list(_caller: Caller) -> Json<Value> {
+    Json(json!([]))
+}
+
+pub async fn auth() -> Json<Value> {
+    Json(
+        json!({"enable_uaa": false, "uaa_client_id": "", "uaa_location": "", "oauth_enabled": false}),
+    )
+}

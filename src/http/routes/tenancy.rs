@@ -1,0 +1,494 @@
+//! Vhosts, vhost limits, policies, operator policies, runtime and global
+//! parameters, and definitions: RabbitMQ's /api/vhosts, /api/vhost-limits,
+//! /api/policies, /api/operator-policies, /api/parameters,
+//! /api/global-parameters and /api/definitions.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::{json, Map, Value};
+
+use super::{created_or_updated, no_content};
+use crate::broker::policies::{PolicySpec, OPERATOR_POLICY, POLICY};
+use crate::broker::vhosts::{vhost_limits, LIMITS_COMPONENT};
+use crate::http::auth::Caller;
+use crate::http::body::Body;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::list::{respond, ListQuery};
+use crate::http::{render, Api};
+use crate::store::{GlobalParameterDef, ParameterDef};
+use crate::vhost::Meta;
+
+pub async fn list_vhosts(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    let vhosts: Vec<_> = api
+        .broker
+        .vhosts()
+        .into_iter()
+        .filter(|v| caller.sees(&api, &v.name))
+        .collect();
+    respond(vhosts, &q, |v| ("", &v.name), |v| render::vhost(&api, v)).map(Json)
+}
+
+pub async fn get_vhost(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let vh = api.broker.vhost(&name).ok_or_else(ApiError::not_found)?;
+    caller.vhost(&api, &name, true)?;
+    Ok(Json(render::vhost(&api, &vh)))
+}
+
+pub async fn put_vhost(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    let b = body.object()?;
+    let old = api.broker.vhost(&name).map(|v| v.meta());
+    let text = |k: &str, old: Option<&str>| -> ApiResult<String> {
+        match b.get(k) {
+            None | Some(Value::Null) => Ok(old.unwrap_or("").to_string()),
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(_) => Err(ApiError::bad_request(format!("{k} must be a string"))),
+        }
+    };
+    let meta = Meta {
+        name: name.clone(),
+        description: text("description", old.as_ref().map(|m| m.description.as_str()))?,
+        tags: match b.get("tags") {
+            None => old.as_ref().map(|m| m.tags.clone()).unwrap_or_default(),
+            v => crate::definitions::tags(v, "tags").map_err(ApiError::bad_request)?,
+        },
+        default_queue_type: text(
+            "default_queue_type",
+            old.as_ref().map(|m| m.default_queue_type.as_str()),
+        )?,
+    };
+    let created = api.broker.put_vhost(meta)?;
+    api.broker.store.sync().await?;
+    Ok(created_or_updated(created))
+}
+
+pub async fn delete_vhost(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    if !api.broker.delete_vhost(&name)? {
+        return Err(ApiError::not_found());
+    }
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+fn limits_of(api: &Api, vhost: Option<&str>) -> Vec<Value> {
+    api.broker
+        .vhosts()
+        .iter()
+        .filter(|v| vhost.is_none_or(|x| x == v.name))
+        .filter_map(|v| {
+            let l = vhost_limits(v);
+            (!l.is_empty()).then(|| json!({"vhost": v.name, "value": l}))
+        })
+        .collect()
+}
+
+pub async fn list_vhost_limits(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+) -> ApiResult<Json<Value>> {
+    caller.monitor()?;
+    Ok(Json(Value::Array(limits_of(&api, None))))
+}
+
+pub async fn get_vhost_limits(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(vhost): Path<String>,
+) -> ApiResult<Json<Value>> {
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    caller.vhost(&api, &vhost, true)?;
+    Ok(Json(Value::Array(limits_of(&api, Some(&vhost)))))
+}
+
+pub async fn put_vhost_limit(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    let value = super::access::limit_value(body)?;
+    api.broker.set_vhost_limit(&vhost, &name, Some(value))?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+pub async fn delete_vhost_limit(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((vhost, name)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    api.broker.set_vhost_limit(&vhost, &name, None)?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+fn policy_json(p: &crate::policy::Policy) -> Value {
+    json!({
+        "vhost": p.vhost,
+        "name": p.name,
+        "pattern": p.pattern,
+        "apply-to": p.apply_to.as_str(),
+        "definition": p.definition,
+        "priority": p.priority,
+    })
+}
+
+fn policies(api: &Api, caller: &Caller, vhost: Option<&str>, operator: bool) -> Vec<Value> {
+    api.broker
+        .vhosts()
+        .iter()
+        .filter(|v| vhost.is_none_or(|x| x == v.name) && caller.sees(api, &v.name))
+        .flat_map(|v| {
+            v.policies()
+                .list()
+                .iter()
+                .filter(|p| p.operator == operator)
+                .map(|p| policy_json(p))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+pub async fn list_policies(
+    api: Arc<Api>,
+    caller: Caller,
+    operator: bool,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(Value::Array(policies(&api, &caller, None, operator))))
+}
+
+pub async fn vhost_policies(
+    api: Arc<Api>,
+    caller: Caller,
+    vhost: String,
+    operator: bool,
+) -> ApiResult<Json<Value>> {
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    caller.vhost(&api, &vhost, true)?;
+    Ok(Json(Value::Array(policies(
+        &api,
+        &caller,
+        Some(&vhost),
+        operator,
+    ))))
+}
+
+pub async fn get_policy(
+    api: Arc<Api>,
+    caller: Caller,
+    (vhost, name): (String, String),
+    operator: bool,
+) -> ApiResult<Json<Value>> {
+    let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    caller.vhost(&api, &vhost, true)?;
+    let set = vh.policies();
+    let p = set.get(&name, operator).ok_or_else(ApiError::not_found)?;
+    Ok(Json(policy_json(p)))
+}
+
+pub async fn put_policy(
+    api: Arc<Api>,
+    caller: Caller,
+    (vhost, name): (String, String),
+    body: Body,
+    operator: bool,
+) -> ApiResult<StatusCode> {
+    if operator {
+        caller.admin()?;
+    }
+    caller.policymaker(&api, &vhost)?;
+    let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    let spec = PolicySpec::from_value(&body.0).map_err(ApiError::bad_request)?;
+    let existed = vh.policies().get(&name, operator).is_some();
+    api.broker.put_policy(&vhost, &name, &spec, operator)?;
+    api.broker.store.sync().await?;
+    Ok(created_or_updated(!existed))
+}
+
+pub async fn delete_policy(
+    api: Arc<Api>,
+    caller: Caller,
+    (vhost, name): (String, String),
+    operator: bool,
+) -> ApiResult<StatusCode> {
+    if operator {
+        caller.admin()?;
+    }
+    caller.policymaker(&api, &vhost)?;
+    if !api.broker.delete_policy(&vhost, &name, operator)? {
+        return Err(ApiError::not_found());
+    }
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+/// Runtime parameters as RabbitMQ lists them (policies are not among
+/// them; operator policies and vhost limits are).
+fn parameters(
+    api: &Api,
+    caller: &Caller,
+    component: Option<&str>,
+    vhost: Option<&str>,
+) -> ApiResult<Vec<Value>> {
+    Ok(api
+        .broker
+        .store
+        .parameters()?
+        .into_iter()
+        .filter(|p| p.component != POLICY)
+        .filter(|p| component.is_none_or(|c| c == p.component))
+        .filter(|p| vhost.is_none_or(|v| v == p.vhost) && caller.sees(api, &p.vhost))
+        .map(|p| json!({"vhost": p.vhost, "component": p.component, "name": p.name, "value": p.value}))
+        .collect())
+}
+
+pub async fn list_parameters(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(Value::Array(parameters(&api, &caller, None, None)?)))
+}
+
+pub async fn component_parameters(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(component): Path<String>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(Value::Array(parameters(
+        &api,
+        &caller,
+        Some(&component),
+        None,
+    )?)))
+}
+
+pub async fn vhost_parameters(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((component, vhost)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    caller.vhost(&api, &vhost, true)?;
+    Ok(Json(Value::Array(parameters(
+        &api,
+        &caller,
+        Some(&component),
+        Some(&vhost),
+    )?)))
+}
+
+pub async fn get_parameter(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((component, vhost, name)): Path<(String, String, String)>,
+) -> ApiResult<Json<Value>> {
+    caller.vhost(&api, &vhost, true)?;
+    parameters(&api, &caller, Some(&component), Some(&vhost))?
+        .into_iter()
+        .find(|p| p["name"] == name.as_str())
+        .map(Json)
+        .ok_or_else(ApiError::not_found)
+}
+
+pub async fn put_parameter(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((component, vhost, name)): Path<(String, String, String)>,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    caller.policymaker(&api, &vhost)?;
+    let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    let b = body.object()?;
+    let value = b.get("value").cloned().unwrap_or(Value::Null);
+    match component.as_str() {
+        LIMITS_COMPONENT => {
+            let limits = value
+                .as_object()
+                .cloned()
+                .ok_or_else(|| ApiError::bad_request("vhost limits must be an object"))?;
+            api.broker.set_vhost_limits(&vh, limits)?;
+        }
+        OPERATOR_POLICY | POLICY => {
+            caller.admin()?;
+            let spec = PolicySpec::from_value(&value).map_err(ApiError::bad_request)?;
+            api.broker
+                .put_policy(&vhost, &name, &spec, component == OPERATOR_POLICY)?;
+        }
+        _ => api.broker.store.put_parameter(&ParameterDef {
+            vhost,
+            component,
+            name,
+            value,
+        })?,
+    }
+    api.broker.store.sync().await?;
+    Ok(StatusCode::CREATED)
+}
+
+pub async fn delete_parameter(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((component, vhost, name)): Path<(String, String, String)>,
+) -> ApiResult<StatusCode> {
+    caller.policymaker(&api, &vhost)?;
+    let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    match component.as_str() {
+        LIMITS_COMPONENT => api.broker.set_vhost_limits(&vh, Map::new())?,
+        OPERATOR_POLICY | POLICY => {
+            caller.admin()?;
+            api.broker
+                .delete_policy(&vhost, &name, component == OPERATOR_POLICY)?;
+        }
+        _ => api
+            .broker
+            .store
+            .delete_parameter(&vhost, &component, &name)?,
+    }
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+pub async fn list_globals(State(api): State<Arc<Api>>, caller: Caller) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    let mut all: Vec<Value> = api
+        .broker
+        .store
+        .global_parameters()?
+        .into_iter()
+        .map(|g| json!({"name": g.name, "value": g.value}))
+        .collect();
+    if !all.iter().any(|g| g["name"] == "cluster_name") {
+        all.push(json!({"name": "cluster_name", "value": render::cluster_name(&api)}));
+    }
+    Ok(Json(Value::Array(all)))
+}
+
+pub async fn get_global(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    let Json(all) = list_globals(State(Arc::clone(&api)), caller).await?;
+    all.as_array()
+        .and_then(|a| a.iter().find(|g| g["name"] == name.as_str()).cloned())
+        .map(Json)
+        .ok_or_else(ApiError::not_found)
+}
+
+pub async fn put_global(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    let b = body.object()?;
+    let value = b.get("value").cloned().unwrap_or(Value::Null);
+    api.broker
+        .store
+        .put_global_parameter(&GlobalParameterDef { name, value })?;
+    api.broker.store.sync().await?;
+    Ok(StatusCode::CREATED)
+}
+
+pub async fn delete_global(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    api.broker.store.delete_global_parameter(&name)?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+pub async fn get_cluster_name(State(api): State<Arc<Api>>, _caller: Caller) -> Json<Value> {
+    Json(json!({"name": render::cluster_name(&api)}))
+}
+
+pub async fn put_cluster_name(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    let b = body.object()?;
+    let name = b
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad_request("expected {\"name\": ...}"))?;
+    api.broker.store.put_global_parameter(&GlobalParameterDef {
+        name: "cluster_name".into(),
+        value: name.into(),
+    })?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+pub async fn export_all(State(api): State<Arc<Api>>, caller: Caller) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    crate::definitions::export(&api.broker, None)
+        .map(Json)
+        .map_err(ApiError::internal)
+}
+
+pub async fn export_vhost(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(vhost): Path<String>,
+) -> ApiResult<Json<Value>> {
+    caller.admin()?;
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    crate::definitions::export(&api.broker, Some(&vhost))
+        .map(Json)
+        .map_err(ApiError::internal)
+}
+
+pub async fn import_all(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    crate::definitions::import(&api.broker, &body.0, None).map_err(ApiError::bad_request)?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}
+
+pub async fn import_vhost(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(vhost): Path<String>,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    crate::definitions::import(&api.broker, &body.0, Some(&vhost))
+        .map_err(ApiError::bad_request)?;
+    api.broker.store.sync().await?;
+    Ok(no_content())
+}

@@ -1,0 +1,136 @@
+//! What the management API and metrics show of a queue: its depth and
+//! consumers, the policies in force, and message counters with their
+//! rates. The counters are plain integers in the queue's state, bumped
+//! under the lock each operation already holds: no atomic and no lock of
+//! their own per message. A sampler calls `sample` every few seconds; a
+//! queue keeps only its last sample and rates (fixed size, whether busy or
+//! idle).
+
+use super::Queue;
+
+/// Counted operations, in the order `Counters::ALL` names them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub publish: u64,
+    pub deliver: u64,
+    pub deliver_no_ack: u64,
+    pub get: u64,
+    pub get_no_ack: u64,
+    pub ack: u64,
+    pub redeliver: u64,
+}
+
+impl Counters {
+    /// RabbitMQ's names for them.
+    pub const NAMES: [&'static str; 7] = [
+        "publish",
+        "deliver",
+        "deliver_no_ack",
+        "get",
+        "get_no_ack",
+        "ack",
+        "redeliver",
+    ];
+
+    /// The values, in `NAMES` order.
+    pub fn values(&self) -> [u64; 7] {
+        [
+            self.publish,
+            self.deliver,
+            self.deliver_no_ack,
+            self.get,
+            self.get_no_ack,
+            self.ack,
+            self.redeliver,
+        ]
+    }
+}
+
+/// Counters, the last sample and the rates since the one before.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub counters: Counters,
+    last: [u64; 7],
+    last_ms: u64,
+    /// Per second, between the last two samples.
+    pub rates: [f64; 7],
+}
+
+impl Stats {
+    /// Takes a sample at `now_ms`: the rates since the previous one.
+    pub fn sample(&mut self, now_ms: u64) {
+        let now = self.counters.values();
+        if self.last_ms != 0 && now_ms > self.last_ms {
+            let secs = (now_ms - self.last_ms) as f64 / 1000.0;
+            for (rate, (n, last)) in self.rates.iter_mut().zip(now.iter().zip(self.last)) {
+                *rate = (n - last) as f64 / secs;
+            }
+        }
+        self.last = now;
+        self.last_ms = now_ms;
+    }
+}
+
+/// A queue as the API shows it, read in one go.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub ready: u64,
+    pub unacked: u64,
+    pub consumers: u32,
+    pub ready_bytes: u64,
+    pub policy: Option<String>,
+    pub operator_policy: Option<String>,
+    /// When it was last used, ms since the epoch.
+    pub idle_since: u64,
+    pub stats: Stats,
+}
+
+impl Queue {
+    /// Its state now.
+    pub fn snapshot(&self) -> Snapshot {
+        let st = self.state.lock();
+        Snapshot {
+            ready: st.ready.len() as u64,
+            unacked: st.unacked as u64,
+            consumers: st.consumers.len() as u32,
+            ready_bytes: st.ready.bytes() as u64,
+            policy: st.policy.clone(),
+            operator_policy: st.operator_policy.clone(),
+            idle_since: self.last_used.load(std::sync::atomic::Ordering::Relaxed),
+            stats: st.stats.clone(),
+        }
+    }
+
+    /// Its consumers, in subscription order.
+    pub fn consumer_list(&self) -> Vec<std::sync::Arc<super::Consumer>> {
+        self.state.lock().consumers.list()
+    }
+
+    /// Samples its counters (the management sampler, every few seconds).
+    pub fn sample_stats(&self, now_ms: u64) {
+        self.state.lock().stats.sample(now_ms);
+    }
+
+    /// The definition its policy and operator policy make together.
+    pub fn effective_policy(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.state.lock().effective.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_the_change_per_second_between_samples() {
+        let mut s = Stats::default();
+        s.sample(1_000);
+        s.counters.publish = 50;
+        s.counters.ack = 10;
+        s.sample(6_000);
+        assert_eq!(s.rates[0], 10.0);
+        assert_eq!(s.rates[5], 2.0);
+        s.sample(11_000);
+        assert_eq!(s.rates[0], 0.0);
+    }
+}
