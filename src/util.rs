@@ -30,15 +30,27 @@ pub fn coarse_now_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
-/// Seconds since the epoch on the coarse wall clock
-/// (CLOCK_REALTIME_COARSE: read without a syscall), as a u32 (good until
-/// 2106): when a message entered its queue.
+/// Seconds since the epoch, as a u32 (good until 2106): when a message
+/// entered its queue. Read on every push, so it is a load of a value a
+/// background thread refreshes ten times a second, not a clock call.
 pub fn coarse_wall_secs() -> u32 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    u32::try_from(ts.tv_sec).unwrap_or(u32::MAX)
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SECS: AtomicU32 = AtomicU32::new(0);
+    static TICKER: std::sync::Once = std::sync::Once::new();
+    fn now() -> u32 {
+        u32::try_from(now_ms() / 1000).unwrap_or(u32::MAX)
+    }
+    TICKER.call_once(|| {
+        SECS.store(now(), Ordering::Relaxed);
+        let spawned = std::thread::Builder::new()
+            .name("wall-clock".into())
+            .spawn(|| loop {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                SECS.store(now(), Ordering::Relaxed);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the wall-clock thread: {e}");
+        }
+    });
+    SECS.load(Ordering::Relaxed)
 }

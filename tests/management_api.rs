@@ -224,7 +224,11 @@ async fn vhosts_are_made_read_updated_and_deleted() {
         .await
         .expect("update the vhost");
     assert_eq!(
-        rc.get_vhost(name).await.expect("the vhost").description.as_deref(),
+        rc.get_vhost(name)
+            .await
+            .expect("the vhost")
+            .description
+            .as_deref(),
         Some("pre-production, v2")
     );
 
@@ -236,7 +240,9 @@ async fn vhosts_are_made_read_updated_and_deleted() {
         .await
         .expect("connect to the vhost");
     let mut errors = Errors::new(&conn);
-    rc.delete_vhost(name, false).await.expect("delete the vhost");
+    rc.delete_vhost(name, false)
+        .await
+        .expect("delete the vhost");
     let e = errors.next_error().await.expect("the connection is closed");
     assert_eq!(reply_code(&e), Some(320), "{e:?}");
     assert_eq!(
@@ -263,9 +269,13 @@ async fn users_made_over_the_api_log_in_over_amqp() {
     let b = start_with_api().await;
     let rc = api(&b);
     let alice_hash = hash("s3cret");
-    rc.create_user(&UserParams::new("alice", &alice_hash, "management,policymaker"))
-        .await
-        .expect("create alice");
+    rc.create_user(&UserParams::new(
+        "alice",
+        &alice_hash,
+        "management,policymaker",
+    ))
+    .await
+    .expect("create alice");
     rc.declare_permissions(&requests::Permissions::full_access("alice", "/"))
         .await
         .expect("alice may use /");
@@ -298,7 +308,9 @@ async fn users_made_over_the_api_log_in_over_amqp() {
     assert_eq!(page.len(), 2);
 
     // The hash is what alice logs in with.
-    let conn = login(&b, "alice", "s3cret", "/").await.expect("alice logs in");
+    let conn = login(&b, "alice", "s3cret", "/")
+        .await
+        .expect("alice logs in");
     assert_connection_works(&conn).await;
     assert!(login(&b, "alice", "not-it", "/").await.is_err());
 
@@ -316,7 +328,10 @@ async fn users_made_over_the_api_log_in_over_amqp() {
     // Deleting alice closes her connection, and she can no longer log in.
     let mut errors = Errors::new(&conn);
     rc.delete_user("alice", false).await.expect("delete alice");
-    let e = errors.next_error().await.expect("alice's connection is closed");
+    let e = errors
+        .next_error()
+        .await
+        .expect("alice's connection is closed");
     assert_eq!(reply_code(&e), Some(320), "{e:?}");
     assert!(login(&b, "alice", "s3cret", "/").await.is_err());
     assert_not_found(rc.get_user("alice").await);
@@ -362,7 +377,10 @@ async fn permissions_and_topic_permissions_are_granted_listed_and_cleared() {
         write: ".*".into(),
         read: ".*".into(),
     };
-    assert_eq!(rc.get_permissions("/", user).await.expect("permissions"), want);
+    assert_eq!(
+        rc.get_permissions("/", user).await.expect("permissions"),
+        want
+    );
     assert!(rc.list_permissions().await.expect("all").contains(&want));
     let in_root = rc.list_permissions_in("/").await.expect("in /");
     assert!(in_root.contains(&want), "{in_root:?}");
@@ -377,7 +395,13 @@ async fn permissions_and_topic_permissions_are_granted_listed_and_cleared() {
     let ch = conn.create_channel().await.expect("channel");
     declare(&ch, "app.jobs").await;
     expect_code(
-        declare_with(&ch, "other", QueueDeclareOptions::default(), FieldTable::default()).await,
+        declare_with(
+            &ch,
+            "other",
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await,
         403,
     );
 
@@ -407,7 +431,9 @@ async fn permissions_and_topic_permissions_are_granted_listed_and_cleared() {
         vec![topic.clone()]
     );
     assert_eq!(
-        rc.list_topic_permissions_of(user).await.expect("of the user"),
+        rc.list_topic_permissions_of(user)
+            .await
+            .expect("of the user"),
         vec![topic.clone()]
     );
     assert_eq!(
@@ -470,7 +496,9 @@ async fn exchanges_queues_and_bindings_route_what_the_api_publishes() {
     let xs = rc.list_exchanges_in("/").await.expect("exchanges");
     assert!(xs.iter().any(|x| x.name == "orders"));
     // The default exchange is listed with the empty name.
-    assert!(xs.iter().any(|x| x.name.is_empty() && x.exchange_type == "direct"));
+    assert!(xs
+        .iter()
+        .any(|x| x.name.is_empty() && x.exchange_type == "direct"));
     assert_eq!(
         rc.list_exchanges_paged(&PaginationParams::first_page(2))
             .await
@@ -492,9 +520,15 @@ async fn exchanges_queues_and_bindings_route_what_the_api_publishes() {
         .expect("bind");
     let mut args = Map::new();
     args.insert("region".into(), json!("west"));
-    rc.bind_queue("/", "orders.eu", "orders", Some("eu.west"), Some(args.clone()))
-        .await
-        .expect("bind with arguments");
+    rc.bind_queue(
+        "/",
+        "orders.eu",
+        "orders",
+        Some("eu.west"),
+        Some(args.clone()),
+    )
+    .await
+    .expect("bind with arguments");
 
     let all = rc.list_bindings().await.expect("bindings");
     let eu = all
@@ -511,7 +545,10 @@ async fn exchanges_queues_and_bindings_route_what_the_api_publishes() {
         .expect("the binding with arguments is listed");
     assert_eq!(west.arguments.get("region"), Some(&json!("west")));
     assert!(west.properties_key.is_some());
-    assert_eq!(rc.list_bindings_in("/").await.expect("bindings in /").len(), all.len());
+    assert_eq!(
+        rc.list_bindings_in("/").await.expect("bindings in /").len(),
+        all.len()
+    );
     let on_queue = rc
         .list_queue_bindings("/", "orders.eu")
         .await
@@ -633,11 +670,12 @@ async fn exchanges_queues_and_bindings_route_what_the_api_publishes() {
         .expect("queue bindings");
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(left[0].source.is_empty());
-    assert!(!rc
-        .publish_message("/", "orders", "eu", "order 3", Map::new())
-        .await
-        .expect("publish")
-        .routed);
+    assert!(
+        !rc.publish_message("/", "orders", "eu", "order 3", Map::new())
+            .await
+            .expect("publish")
+            .routed
+    );
     assert_not_found(rc.delete_binding(&unbind, false).await);
     rc.delete_binding(&unbind, true)
         .await
@@ -677,14 +715,15 @@ async fn queue_lists_come_in_pages_and_show_depth() {
         .await
         .expect("page 1");
     let second_params = PaginationParams::new(2, 2);
-    let second = rc
-        .list_queues_paged(&second_params)
-        .await
-        .expect("page 2");
+    let second = rc.list_queues_paged(&second_params).await.expect("page 2");
     assert_eq!(first.len(), 2);
     assert_eq!(second.len(), 1);
     assert!(second_params.is_last_page(&second));
-    let mut names: Vec<String> = first.iter().chain(&second).map(|q| q.name.clone()).collect();
+    let mut names: Vec<String> = first
+        .iter()
+        .chain(&second)
+        .map(|q| q.name.clone())
+        .collect();
     names.sort();
     assert_eq!(names, ["list.a", "list.b", "list.c"]);
     assert_eq!(
@@ -805,7 +844,10 @@ async fn connections_channels_and_consumers_are_listed_and_closed() {
     let on = rc.list_channels_on(&name).await.expect("channels on it");
     assert_eq!(on.len(), 1);
     assert_eq!(
-        rc.get_channel_info(&chan.name).await.expect("the channel").id,
+        rc.get_channel_info(&chan.name)
+            .await
+            .expect("the channel")
+            .id,
         chan.id
     );
     assert!(!rc
@@ -813,7 +855,10 @@ async fn connections_channels_and_consumers_are_listed_and_closed() {
         .await
         .expect("a page of channels")
         .is_empty());
-    assert_eq!(rc.list_channels_in("/").await.expect("channels in /").len(), 1);
+    assert_eq!(
+        rc.list_channels_in("/").await.expect("channels in /").len(),
+        1
+    );
 
     let consumers = rc.list_consumers().await.expect("consumers");
     let cons = consumers
@@ -834,7 +879,10 @@ async fn connections_channels_and_consumers_are_listed_and_closed() {
         .iter()
         .any(|c| c.consumer_tag == "watcher-1"));
     assert_eq!(
-        rc.get_queue_info("/", "watched").await.expect("queue").consumer_count,
+        rc.get_queue_info("/", "watched")
+            .await
+            .expect("queue")
+            .consumer_count,
         1
     );
 
@@ -883,7 +931,9 @@ async fn policies_and_operator_policies_apply_to_queues() {
     let max_one = PolicyParams::new("/", "max-one", "^p\\.", def)
         .apply_to(PolicyTarget::Queues)
         .priority(1);
-    rc.declare_policy(&max_one).await.expect("declare the policy");
+    rc.declare_policy(&max_one)
+        .await
+        .expect("declare the policy");
 
     let listed = rc.list_policies().await.expect("policies");
     let p = listed
@@ -896,7 +946,10 @@ async fn policies_and_operator_policies_apply_to_queues() {
     assert_eq!(p.priority, 1);
     assert_eq!(p.definition.get("max-length"), Some(&json!(1)));
     assert_eq!(&rc.get_policy("/", "max-one").await.expect("policy"), p);
-    assert_eq!(rc.list_policies_in("/").await.expect("policies in /").len(), 1);
+    assert_eq!(
+        rc.list_policies_in("/").await.expect("policies in /").len(),
+        1
+    );
 
     // It holds for a queue declared over AMQP: 3 in, 1 left, the last.
     let (_c, ch) = b.channel().await;
@@ -934,7 +987,10 @@ async fn policies_and_operator_policies_apply_to_queues() {
     rc.declare_operator_policy(&cap)
         .await
         .expect("declare the operator policy");
-    let ops = rc.list_operator_policies().await.expect("operator policies");
+    let ops = rc
+        .list_operator_policies()
+        .await
+        .expect("operator policies");
     assert_eq!(ops.len(), 1);
     assert_eq!(ops[0].name, "cap");
     assert_eq!(ops[0].definition.get("max-length"), Some(&json!(5)));
@@ -943,7 +999,10 @@ async fn policies_and_operator_policies_apply_to_queues() {
         1
     );
     assert_eq!(
-        rc.get_operator_policy("/", "cap").await.expect("operator policy").name,
+        rc.get_operator_policy("/", "cap")
+            .await
+            .expect("operator policy")
+            .name,
         "cap"
     );
     assert!(!rc
@@ -965,7 +1024,9 @@ async fn policies_and_operator_policies_apply_to_queues() {
         "/",
         "bad",
         ".*",
-        PolicyDefinitionBuilder::new().dead_letter_exchange("dlx").build(),
+        PolicyDefinitionBuilder::new()
+            .dead_letter_exchange("dlx")
+            .build(),
     );
     assert_eq!(status_of(rc.declare_operator_policy(&bad).await), 400);
 
@@ -1032,13 +1093,23 @@ async fn vhost_and_user_limits_are_set_listed_and_cleared() {
     let (c, ch) = b.channel().await;
     declare(&ch, "only").await;
     expect_code(
-        declare_with(&ch, "second", QueueDeclareOptions::default(), FieldTable::default()).await,
+        declare_with(
+            &ch,
+            "second",
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await,
         406,
     );
     rc.clear_vhost_limit("/", VirtualHostLimitTarget::MaxQueues)
         .await
         .expect("clear max-queues");
-    assert!(rc.list_vhost_limits("/").await.expect("limits of /").is_empty());
+    assert!(rc
+        .list_vhost_limits("/")
+        .await
+        .expect("limits of /")
+        .is_empty());
     let ch = c.create_channel().await.expect("channel");
     declare(&ch, "second").await;
 
@@ -1106,9 +1177,12 @@ async fn vhost_and_user_limits_are_set_listed_and_cleared() {
 async fn definitions_are_exported_and_imported() {
     let b = start_with_api().await;
     let rc = api(&b);
-    rc.declare_queue("/", &QueueParams::new_durable_classic_queue("exported", None))
-        .await
-        .expect("declare");
+    rc.declare_queue(
+        "/",
+        &QueueParams::new_durable_classic_queue("exported", None),
+    )
+    .await
+    .expect("declare");
 
     let defs = rc
         .export_cluster_wide_definitions_as_data()
@@ -1203,7 +1277,9 @@ async fn definitions_are_exported_and_imported() {
 async fn health_checks_pass_and_fail_as_rabbitmqs_do() {
     let b = start_with_api().await;
     let rc = api(&b);
-    rc.health_check_local_alarms().await.expect("no local alarms");
+    rc.health_check_local_alarms()
+        .await
+        .expect("no local alarms");
     rc.health_check_cluster_wide_alarms()
         .await
         .expect("no alarms in the cluster");
@@ -1330,7 +1406,9 @@ async fn refusals_come_back_with_rabbitmqs_status_codes() {
         .expect_err("an unknown user");
     assert!(e.is_unauthorized(), "{e:?}");
     assert!(matches!(
-        api_as(&b, "guest", "not-the-password").probe_reachability().await,
+        api_as(&b, "guest", "not-the-password")
+            .probe_reachability()
+            .await,
         ReachabilityProbeOutcome::Unreachable(_)
     ));
 
@@ -1373,7 +1451,10 @@ async fn refusals_come_back_with_rabbitmqs_status_codes() {
         .iter()
         .any(|q| q.name == "kept"));
     watcher.list_nodes().await.expect("a monitor lists nodes");
-    watcher.list_connections().await.expect("a monitor lists connections");
+    watcher
+        .list_connections()
+        .await
+        .expect("a monitor lists connections");
     let e = watcher
         .create_vhost(&VirtualHostParams::named("not-allowed"))
         .await

@@ -256,7 +256,9 @@ pub fn exchange(vh: &VHost, x: &Exchange) -> Value {
 /// RabbitMQ's properties_key: what names a binding in a URL (the routing
 /// key, "~" for an empty one, then "~" and a digest of the arguments).
 pub fn properties_key(routing_key: &str, args: &amq_protocol::types::FieldTable) -> String {
-    if args.inner().is_empty() {
+    // A key with "~" in it always takes the digest, so that it cannot be
+    // mistaken for another key's.
+    if args.inner().is_empty() && !routing_key.contains('~') {
         return if routing_key.is_empty() {
             "~".into()
         } else {

@@ -116,6 +116,12 @@ impl Policy {
         if definition.is_empty() {
             return Err("a policy definition must not be empty".into());
         }
+        // RabbitMQ takes any integer; its tools read priorities as i16.
+        if i16::try_from(priority).is_err() {
+            return Err(format!(
+                "priority {priority} is out of range (-32768 to 32767)"
+            ));
+        }
         keys::validate(&definition, operator)?;
         Ok(Policy {
             vhost: vhost.to_string(),

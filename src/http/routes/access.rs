@@ -98,6 +98,9 @@ pub async fn put_user(
         (Some(_), _) => return Err(ApiError::bad_request("password must be a string")),
         (None, Some(Value::String(h))) => {
             let alg = match b.get("hashing_algorithm").and_then(Value::as_str) {
+                // rabbitmqadmin sends no algorithm: tell SHA-512 (68 bytes
+                // once decoded) from SHA-256 (36) by length.
+                None if password::well_formed(Algorithm::Sha512, h) => Algorithm::Sha512,
                 None => Algorithm::Sha256,
                 Some(a) => Algorithm::parse(a).ok_or_else(|| {
                     ApiError::bad_request(format!("unknown hashing_algorithm '{a}'"))

@@ -97,6 +97,14 @@ pub async fn vhost_exchanges(
     list_exchanges_in(api, caller, Some(v), q).await
 }
 
+pub async fn get_default_exchange(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(v): Path<String>,
+) -> ApiResult<Json<Value>> {
+    get_exchange(State(api), caller, Path((v, String::new()))).await
+}
+
 pub async fn get_exchange(
     State(api): State<Arc<Api>>,
     caller: Caller,
@@ -114,6 +122,7 @@ pub async fn put_exchange(
     Path((v, name)): Path<(String, String)>,
     body: Body,
 ) -> ApiResult<StatusCode> {
+    let name = super::exchange_name(name);
     let vh = vhost(&api, &caller, &v, false)?;
     caller.resource(&api, &v, Access::Configure, &name)?;
     let b = body.object()?;
@@ -151,13 +160,14 @@ pub async fn delete_exchange(
     Query(d): Query<DeleteQuery>,
 ) -> ApiResult<StatusCode> {
     let vh = vhost(&api, &caller, &v, false)?;
-    vh.exchange(&name).ok_or_else(ApiError::not_found)?;
-    caller.resource(&api, &v, Access::Configure, &name)?;
+    let name = super::exchange_name(name);
     if name.is_empty() || name.starts_with("amq.") {
         return Err(ApiError::not_authorised(format!(
             "deletion of system exchange '{name}' in vhost '{v}' not allowed"
         )));
     }
+    vh.exchange(&name).ok_or_else(ApiError::not_found)?;
+    caller.resource(&api, &v, Access::Configure, &name)?;
     vh.delete_exchange(&name, d.if_unused.as_deref() == Some("true"))?;
     api.broker.store.sync().await?;
     Ok(no_content())
@@ -183,7 +193,10 @@ pub async fn publish(
     let mut routes = Vec::new();
     let hold = vh
         .route(&msg, &mut scratch, &mut routes)
-        .map_err(|e| ApiError::bad_request(format!("{} {}", code_of(&e), e.text)))?;
+        .map_err(|e| match e.kind {
+            crate::vhost::error::Kind::NotFound => ApiError::from(e),
+            _ => ApiError::bad_request(format!("{} {}", code_of(&e), e.text)),
+        })?;
     if let Some(delay_ms) = hold {
         vh.hold(&msg, delay_ms)?;
         api.broker.store.sync().await?;
@@ -476,6 +489,7 @@ pub async fn exchange_source_bindings(
     caller: Caller,
     Path((v, x)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
+    let x = super::exchange_name(x);
     let vh = vhost(&api, &caller, &v, true)?;
     vh.exchange(&x).ok_or_else(ApiError::not_found)?;
     Ok(Json(filtered(&vh, |b| b["source"] == x.as_str())))
@@ -486,6 +500,7 @@ pub async fn exchange_destination_bindings(
     caller: Caller,
     Path((v, x)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
+    let x = super::exchange_name(x);
     let vh = vhost(&api, &caller, &v, true)?;
     vh.exchange(&x).ok_or_else(ApiError::not_found)?;
     Ok(Json(filtered(&vh, |b| {
@@ -518,6 +533,7 @@ pub async fn between(
     caller: Caller,
     Path((v, source, kind, dest)): Path<(String, String, String, String)>,
 ) -> ApiResult<Json<Value>> {
+    let source = super::exchange_name(source);
     let vh = vhost(&api, &caller, &v, true)?;
     let to_exchange = kind_of(&kind)?;
     vh.exchange(&source).ok_or_else(ApiError::not_found)?;
@@ -535,9 +551,9 @@ pub async fn bind(
     Path((v, source, kind, dest)): Path<(String, String, String, String)>,
     body: Body,
 ) -> ApiResult<(StatusCode, [(axum::http::HeaderName, String); 1])> {
+    let source = super::exchange_name(source);
     let vh = vhost(&api, &caller, &v, false)?;
     let to_exchange = kind_of(&kind)?;
-    let dkind = if to_exchange { "exchange" } else { "queue" };
     caller.resource(&api, &v, Access::Write, &dest)?;
     caller.resource(&api, &v, Access::Read, &source)?;
     let b = body.object()?;
@@ -547,7 +563,6 @@ pub async fn bind(
         .unwrap_or("")
         .to_string();
     let args = arguments(&b)?;
-    let _ = dkind;
     let d: Destination = vh.destination(&dest, to_exchange, 0)?;
     vh.bind(&source, d, &key, &args)?;
     api.broker.store.sync().await?;
@@ -563,6 +578,7 @@ pub async fn get_binding(
     caller: Caller,
     Path((v, source, kind, dest, props)): Path<(String, String, String, String, String)>,
 ) -> ApiResult<Json<Value>> {
+    let source = super::exchange_name(source);
     let vh = vhost(&api, &caller, &v, true)?;
     let to_exchange = kind_of(&kind)?;
     let dtype = if to_exchange { "exchange" } else { "queue" };
@@ -583,6 +599,7 @@ pub async fn unbind(
     caller: Caller,
     Path((v, source, kind, dest, props)): Path<(String, String, String, String, String)>,
 ) -> ApiResult<StatusCode> {
+    let source = super::exchange_name(source);
     let vh = vhost(&api, &caller, &v, false)?;
     let to_exchange = kind_of(&kind)?;
     caller.resource(&api, &v, Access::Write, &dest)?;

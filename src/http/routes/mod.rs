@@ -1,8 +1,8 @@
-//! The routes of /api, one module per group. Paths are matched after a
-//! fix-up RabbitMQ's clients need: an empty segment (the default exchange,
-//! as in `exchanges/%2F//publish`) becomes `amq.default`, which the
-//! handlers read as "". Path segments are percent-decoded once each, so
-//! "%2F" is the vhost "/".
+//! The routes of /api, one module per group. Path segments are
+//! percent-decoded once each, so "%2F" is the vhost "/". The default
+//! exchange is an empty segment (`exchanges/%2F//publish`, which the router
+//! matches as an empty name; `exchanges/%2F/` has its own route) or
+//! `amq.default`, which the handlers read as "".
 
 mod access;
 mod conns;
@@ -12,10 +12,8 @@ mod tenancy;
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{StatusCode, Uri};
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use axum::Router;
 
@@ -45,33 +43,6 @@ pub fn exchange_name(name: String) -> String {
     } else {
         name
     }
-}
-
-/// Empty segments inside /api paths become "amq.default".
-async fn fill_empty_segments(mut req: Request, next: Next) -> Response {
-    let path = req.uri().path();
-    if path.starts_with("/api/") && path.contains("//") {
-        let mut fixed = String::with_capacity(path.len() + 16);
-        let trimmed = path.trim_end_matches('/');
-        for (i, seg) in trimmed.split('/').enumerate() {
-            if i > 0 {
-                fixed.push('/');
-            }
-            if seg.is_empty() && i > 0 {
-                fixed.push_str("amq.default");
-            } else {
-                fixed.push_str(seg);
-            }
-        }
-        if let Some(q) = req.uri().query() {
-            fixed.push('?');
-            fixed.push_str(q);
-        }
-        if let Ok(uri) = fixed.parse::<Uri>() {
-            *req.uri_mut() = uri;
-        }
-    }
-    next.run(req).await
 }
 
 async fn not_found() -> ApiError {
@@ -238,6 +209,7 @@ pub fn router(api: Arc<Api>) -> Router {
                 .put(e::put_exchange)
                 .delete(e::delete_exchange),
         )
+        .route("/exchanges/{vhost}/", get(e::get_default_exchange))
         .route("/exchanges/{vhost}/{name}/publish", post(e::publish))
         .route(
             "/exchanges/{vhost}/{name}/bindings/source",
@@ -284,11 +256,11 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/channels/{name}", get(c::get_channel))
         .route("/consumers", get(c::list_consumers))
         .route("/consumers/{vhost}", get(c::vhost_consumers))
+        .route("/rebalance/queues", post(node::rebalance))
         .fallback(not_found);
     Router::new()
         .nest("/api", api_routes)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        .layer(middleware::from_fn(fill_empty_segments))
         .with_state(api)
 }
