@@ -165,6 +165,7 @@ fn harness() -> &'static Harness {
             bind: [127, 0, 0, 1].into(),
             port: crate::config::Port::On(0),
             management_port: crate::config::Port::Off,
+            prometheus_port: crate::config::Port::Off,
             data_dir: dir,
             store_cache_mb: 16,
             handshake_close_delay_ms: 0,

@@ -23,6 +23,8 @@ pub struct Server {
     pub addr: SocketAddr,
     /// Where the management HTTP API listens, if it is on.
     pub management_addr: Option<SocketAddr>,
+    /// Where Prometheus metrics are served, if they are.
+    pub prometheus_addr: Option<SocketAddr>,
     /// The shared broker state.
     pub broker: Arc<Broker>,
     stop: watch::Sender<bool>,
@@ -53,8 +55,10 @@ impl Server {
         let c = &broker.config;
         let amqp = bind("AMQP", c.bind, c.port).await?;
         let http = bind("the management API", c.management_bind, c.management_port).await?;
+        let metrics = bind("Prometheus", c.management_bind, c.prometheus_port).await?;
         let addr_of = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
         let (amqp_addr, management_addr) = (addr_of(&amqp), addr_of(&http));
+        let prometheus_addr = addr_of(&metrics);
         let (stop, stop_rx) = watch::channel(false);
         let (alive, connections_done) = mpsc::channel::<()>(1);
         let mut tasks = Vec::new();
@@ -67,16 +71,33 @@ impl Server {
             let (b, s) = (Arc::clone(&broker), stop_rx.clone());
             tasks.push(tokio::spawn(accept_loop(l, b, node, s, alive)));
         }
-        if let Some(l) = http {
-            let addr = management_addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-            info!(%addr, "management API listener started");
+        if let Some(addr) = management_addr {
             listeners.push(("http", addr));
-            let api = crate::http::Api::new(Arc::clone(&broker), listeners.clone());
-            tasks.push(tokio::spawn(crate::http::serve(l, api, stop_rx.clone())));
+        }
+        if let Some(addr) = prometheus_addr {
+            listeners.push(("http/prometheus", addr));
+        }
+        let api = crate::http::Api::new(Arc::clone(&broker), listeners);
+        if let (Some(l), Some(addr)) = (http, management_addr) {
+            info!(%addr, "management API listener started");
+            tasks.push(tokio::spawn(crate::http::serve(
+                l,
+                Arc::clone(&api),
+                stop_rx.clone(),
+            )));
+        }
+        if let (Some(l), Some(addr)) = (metrics, prometheus_addr) {
+            info!(%addr, "Prometheus listener started");
+            tasks.push(tokio::spawn(crate::http::serve_metrics(
+                l,
+                api,
+                stop_rx.clone(),
+            )));
         }
         Ok(Server {
             addr: amqp_addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
             management_addr,
+            prometheus_addr,
             broker,
             stop,
             tasks,

@@ -19,6 +19,9 @@ use crate::message::Message;
 use crate::queue::{Consumer, Entry, Queue, Refused, Sink, Unacked};
 
 struct State {
+    /// What this channel delivered (for metrics; under the lock each
+    /// delivery holds anyway).
+    counters: crate::broker::connections::MessageCounters,
     next_tag: u64,
     unacked: VecDeque<Unacked>,
     /// Per-channel prefetch (`basic.qos global=true`), 0 = unlimited.
@@ -76,6 +79,7 @@ impl ChannelDelivery {
             frame_max,
             cancel_notify,
             state: Mutex::new(State {
+                counters: Default::default(),
                 next_tag: 1,
                 unacked: VecDeque::new(),
                 global_prefetch: 0,
@@ -85,6 +89,11 @@ impl ChannelDelivery {
                 timed_out: VecDeque::new(),
             }),
         }
+    }
+
+    /// What it delivered so far.
+    pub fn counters(&self) -> crate::broker::connections::MessageCounters {
+        self.state.lock().counters
     }
 
     /// Sets the per-channel prefetch.
@@ -302,6 +311,13 @@ impl Sink for ChannelDelivery {
         }
         let tag = st.next_tag;
         st.next_tag += 1;
+        let c = &mut st.counters;
+        if consumer.no_ack {
+            c.delivered_consume_auto_ack += 1;
+        } else {
+            c.delivered_consume_manual_ack += 1;
+        }
+        c.redelivered += entry.redelivered as u64;
         let msg = &entry.msg;
         self.outbox.send_delivery(|out| {
             let at = codec::begin_frame(out, FRAME_METHOD, self.id);
@@ -347,6 +363,13 @@ impl Sink for ChannelDelivery {
         let mut st = self.state.lock();
         let tag = st.next_tag;
         st.next_tag += 1;
+        let c = &mut st.counters;
+        if no_ack {
+            c.delivered_get_auto_ack += 1;
+        } else {
+            c.delivered_get_manual_ack += 1;
+        }
+        c.redelivered += entry.redelivered as u64;
         let msg = &entry.msg;
         self.outbox.send(|out| {
             let at = codec::begin_frame(out, FRAME_METHOD, self.id);

@@ -39,9 +39,48 @@ pub struct Info {
     pub auth_mechanism: String,
 }
 
+/// Messages a channel (or all channels) handled, as rabbitmq_prometheus
+/// counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MessageCounters {
+    pub received: u64,
+    pub received_confirm: u64,
+    pub routed: u64,
+    pub unroutable_dropped: u64,
+    pub unroutable_returned: u64,
+    pub confirmed: u64,
+    pub delivered_consume_manual_ack: u64,
+    pub delivered_consume_auto_ack: u64,
+    pub delivered_get_manual_ack: u64,
+    pub delivered_get_auto_ack: u64,
+    pub get_empty: u64,
+    pub redelivered: u64,
+    pub acknowledged: u64,
+}
+
+impl MessageCounters {
+    /// Adds `o` in.
+    pub fn add(&mut self, o: &MessageCounters) {
+        self.received += o.received;
+        self.received_confirm += o.received_confirm;
+        self.routed += o.routed;
+        self.unroutable_dropped += o.unroutable_dropped;
+        self.unroutable_returned += o.unroutable_returned;
+        self.confirmed += o.confirmed;
+        self.delivered_consume_manual_ack += o.delivered_consume_manual_ack;
+        self.delivered_consume_auto_ack += o.delivered_consume_auto_ack;
+        self.delivered_get_manual_ack += o.delivered_get_manual_ack;
+        self.delivered_get_auto_ack += o.delivered_get_auto_ack;
+        self.get_empty += o.get_empty;
+        self.redelivered += o.redelivered;
+        self.acknowledged += o.acknowledged;
+    }
+}
+
 /// What the management API shows of one channel, read when asked.
 #[derive(Debug, Clone, Default)]
 pub struct ChannelSnapshot {
+    pub counters: MessageCounters,
     pub number: u16,
     pub prefetch: u32,
     pub global_prefetch: u32,
@@ -94,6 +133,9 @@ pub enum Refused {
 
 #[derive(Default)]
 struct Registry {
+    /// Connections ever opened and closed.
+    opened: u64,
+    closed: u64,
     by_id: HashMap<u64, Arc<Tracked>>,
     per_vhost: HashMap<String, u64>,
     per_user: HashMap<String, u64>,
@@ -114,6 +156,21 @@ fn decrement(map: &mut HashMap<String, u64>, key: &str) {
 #[derive(Default)]
 pub struct Connections {
     inner: Mutex<Registry>,
+    /// What closed channels counted (so node-wide counters never go back).
+    retired: Arc<Mutex<MessageCounters>>,
+    /// Channels ever opened and closed.
+    channels_opened: Arc<AtomicU64>,
+    channels_closed: Arc<AtomicU64>,
+}
+
+/// Node-wide totals, for metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Totals {
+    pub connections_opened: u64,
+    pub connections_closed: u64,
+    pub channels_opened: u64,
+    pub channels_closed: u64,
+    pub messages: MessageCounters,
 }
 
 impl Connections {
@@ -141,6 +198,7 @@ impl Connections {
         let channels = Arc::clone(r.channels.entry(user).or_default());
         let tracked = Arc::new(tracked);
         r.by_id.insert(id, Arc::clone(&tracked));
+        r.opened += 1;
         Ok(Registration {
             registry: Arc::clone(self),
             tracked,
@@ -164,6 +222,32 @@ impl Connections {
     pub fn by_name(&self, name: &str) -> Option<Arc<Tracked>> {
         let r = self.inner.lock();
         r.by_id.values().find(|t| t.info.name == name).cloned()
+    }
+
+    /// Connections and channels opened and closed, and every channel's
+    /// message counters (open ones now, closed ones as they ended).
+    pub fn totals(&self) -> Totals {
+        let (opened, closed, open) = {
+            let r = self.inner.lock();
+            (
+                r.opened,
+                r.closed,
+                r.by_id.values().cloned().collect::<Vec<_>>(),
+            )
+        };
+        let mut messages = *self.retired.lock();
+        for t in open {
+            for c in t.channel_snapshots() {
+                messages.add(&c.counters);
+            }
+        }
+        Totals {
+            connections_opened: opened,
+            connections_closed: closed,
+            channels_opened: self.channels_opened.load(Ordering::Relaxed),
+            channels_closed: self.channels_closed.load(Ordering::Relaxed),
+            messages,
+        }
     }
 
     /// How many connections are open.
@@ -201,6 +285,7 @@ impl Connections {
         let Some(t) = r.by_id.remove(&id) else {
             return;
         };
+        r.closed += 1;
         decrement(&mut r.per_vhost, &t.info.vhost);
         decrement(&mut r.per_user, &t.info.user);
         if !r.per_user.contains_key(&t.info.user) {
@@ -232,10 +317,15 @@ impl Registration {
             return None;
         }
         self.tracked.channels.lock().insert(number, view);
+        self.registry
+            .channels_opened
+            .fetch_add(1, Ordering::Relaxed);
         Some(ChannelSlot {
             user: Arc::clone(&self.channels),
             tracked: Arc::clone(&self.tracked),
             number,
+            retired: Arc::clone(&self.registry.retired),
+            closed: Arc::clone(&self.registry.channels_closed),
         })
     }
 }
@@ -252,12 +342,18 @@ pub struct ChannelSlot {
     user: Arc<AtomicU64>,
     tracked: Arc<Tracked>,
     number: u16,
+    retired: Arc<Mutex<MessageCounters>>,
+    closed: Arc<AtomicU64>,
 }
 
 impl Drop for ChannelSlot {
     fn drop(&mut self) {
         self.user.fetch_sub(1, Ordering::AcqRel);
-        self.tracked.channels.lock().remove(&self.number);
+        let view = self.tracked.channels.lock().remove(&self.number);
+        if let Some(v) = view {
+            self.retired.lock().add(&v.snapshot().counters);
+        }
+        self.closed.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -25,6 +25,9 @@ pub struct Config {
     pub management_bind: IpAddr,
     /// Management (HTTP API) port (0 = any free port, off = none).
     pub management_port: Port,
+    /// Prometheus metrics port (0 = any free port, off = none); it binds
+    /// `management_bind`.
+    pub prometheus_port: Port,
     /// Where the store lives.
     pub data_dir: PathBuf,
     /// Largest frame the broker proposes at tune, bytes.
@@ -93,6 +96,7 @@ impl Default for Config {
             port: Port::On(5672),
             management_bind: IpAddr::from([0, 0, 0, 0]),
             management_port: Port::On(15672),
+            prometheus_port: Port::On(15692),
             data_dir: PathBuf::from("warren-data"),
             frame_max: 131_072,
             channel_max: 2047,
@@ -141,6 +145,9 @@ pub struct Cli {
     /// Management HTTP API port; 0 = any free port, off = none [default: 15672].
     #[arg(long, value_name = "N|off")]
     pub management_port: Option<Port>,
+    /// Prometheus metrics port; 0 = any free port, off = none [default: 15692].
+    #[arg(long, value_name = "N|off")]
+    pub prometheus_port: Option<Port>,
     /// Data directory [default: ./warren-data].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -229,6 +236,9 @@ impl Cli {
         }
         if let Some(v) = self.management_port {
             c.management_port = v;
+        }
+        if let Some(v) = self.prometheus_port {
+            c.prometheus_port = v;
         }
         if let Some(v) = self.data_dir {
             c.data_dir = v;

@@ -1,4 +1,5 @@
-//! The management HTTP API: RabbitMQ's /api, as rabbitmqadmin, the
+//! The HTTP listeners: Prometheus metrics (prometheus.rs) and the
+//! management HTTP API: RabbitMQ's /api, as rabbitmqadmin, the
 //! rabbitmq_http_client crate and scripts that curl it use it. axum over
 //! one listener; basic auth against Warren's users (auth.rs); errors as
 //! RabbitMQ's JSON (error.rs); lists with RabbitMQ's paging, sorting and
@@ -9,6 +10,7 @@ mod body;
 mod error;
 mod list;
 mod message;
+pub mod prometheus;
 mod render;
 mod routes;
 
@@ -73,6 +75,20 @@ async fn sample(api: Arc<Api>, mut stop: watch::Receiver<bool>) {
                 q.sample_stats(now);
             }
         }
+    }
+}
+
+/// Serves Prometheus metrics on `listener` until `stop` says so.
+pub async fn serve_metrics(listener: TcpListener, api: Arc<Api>, mut stop: watch::Receiver<bool>) {
+    let app = prometheus::router(api);
+    let stopped = async move {
+        let _ = stop.changed().await;
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stopped)
+        .await
+    {
+        tracing::warn!("Prometheus listener failed: {e}");
     }
 }
 

@@ -46,6 +46,8 @@ impl ChildBroker {
             .arg(port.to_string())
             .arg("--management-port")
             .arg("off")
+            .arg("--prometheus-port")
+            .arg("off")
             .arg("--data-dir")
             .arg(data_dir)
             .arg("--log-level")

@@ -18,6 +18,8 @@ pub struct TestBroker {
     pub addr: std::net::SocketAddr,
     /// The management API's address, when it runs (`start_with_api`).
     pub api: Option<std::net::SocketAddr>,
+    /// The Prometheus listener's address, when it runs.
+    pub metrics: Option<std::net::SocketAddr>,
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
     /// Broker panics recorded before this broker started (see panics.rs).
@@ -43,8 +45,9 @@ pub fn config(dir: &Path) -> Config {
     Config {
         bind: [127, 0, 0, 1].into(),
         port: Port::On(0),
-        // Off unless a test asks for it (`start_with_api`).
+        // Off unless a test asks for them (`start_with_api`).
         management_port: Port::Off,
+        prometheus_port: Port::Off,
         data_dir: dir.to_path_buf(),
         store_cache_mb: 16,
         // Refused handshakes are held this long (3 s by default): short, so
@@ -69,6 +72,7 @@ pub async fn start_with_api() -> TestBroker {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut c = config(tmp.path());
     c.management_port = Port::On(0);
+    c.prometheus_port = Port::On(0);
     let mut b = start_with(c).await;
     b._tmp = Some(tmp);
     b
@@ -83,6 +87,7 @@ pub async fn start_with(config: Config) -> TestBroker {
     TestBroker {
         addr: server.addr,
         api: server.management_addr,
+        metrics: server.prometheus_addr,
         server: Some(server),
         dir,
         _tmp: None,
@@ -123,10 +128,12 @@ impl TestBroker {
         let mut c = config(&self.dir);
         if self.api.is_some() {
             c.management_port = Port::On(0);
+            c.prometheus_port = Port::On(0);
         }
         let server = Server::start(c).await.expect("broker restarts");
         self.addr = server.addr;
         self.api = server.management_addr;
+        self.metrics = server.prometheus_addr;
         self.server = Some(server);
     }
 }

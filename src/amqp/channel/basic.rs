@@ -7,6 +7,7 @@ use amq_protocol::protocol::{basic as b, AMQPClass};
 use amq_protocol::types::ShortString;
 use bytes::BufMut;
 
+use super::status::bump;
 use super::Channel;
 use crate::access::Access;
 use crate::amqp::assembler::Publish;
@@ -98,8 +99,18 @@ impl Channel {
         ctx: &ConnCtx,
     ) -> bool {
         let seq = self.confirms.as_mut().map(|c| c.next_seq());
-        if routes.is_empty() && publish.mandatory {
-            self.send_return(msg, ctx);
+        let p = &self.status.published;
+        bump(&p.received, 1);
+        if seq.is_some() {
+            bump(&p.received_confirm, 1);
+        }
+        match (routes.is_empty(), publish.mandatory) {
+            (false, _) => bump(&p.routed, 1),
+            (true, true) => {
+                bump(&p.returned, 1);
+                self.send_return(msg, ctx);
+            }
+            (true, false) => bump(&p.dropped, 1),
         }
         let mut stored = false;
         let mut failed = false;
@@ -392,6 +403,7 @@ impl Channel {
             .consumer_timeout()
             .unwrap_or(ctx.broker.config.consumer_timeout);
         if !queue.get(self.delivery.as_ref(), m.no_ack, timeout_ms) {
+            bump(&self.status.published.get_empty, 1);
             ctx.send(
                 self.id,
                 AMQPClass::Basic(b::AMQPMethod::GetEmpty(b::GetEmpty {})),
@@ -401,9 +413,14 @@ impl Channel {
     }
 
     pub(super) fn basic_ack(&mut self, tag: u64, multiple: bool) -> Result<()> {
+        let before = self.settle.len();
         // In a transaction the credit the ack frees is held until commit.
         let held = self.tx.is_some();
         self.delivery.take(tag, multiple, held, &mut self.settle)?;
+        bump(
+            &self.status.published.acked,
+            (self.settle.len() - before) as u64,
+        );
         if let Some(tx) = self.tx.as_mut() {
             tx.acks.append(&mut self.settle);
             return Ok(());

@@ -4,11 +4,30 @@
 //! (never per message), and its unacked deliveries, read from the
 //! delivery side when asked.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::amqp::delivery::ChannelDelivery;
-use crate::broker::connections::{ChannelSnapshot, ChannelView};
+use crate::broker::connections::{ChannelSnapshot, ChannelView, MessageCounters};
+
+/// Adds one to a counter only its channel's connection task writes (a
+/// load and a store, no read-modify-write).
+pub fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
+/// The publishing side's counters, written by the connection task.
+#[derive(Default)]
+pub struct Published {
+    pub received: AtomicU64,
+    pub received_confirm: AtomicU64,
+    pub routed: AtomicU64,
+    pub dropped: AtomicU64,
+    pub returned: AtomicU64,
+    pub confirmed: AtomicU64,
+    pub get_empty: AtomicU64,
+    pub acked: AtomicU64,
+}
 
 /// A channel's shown state.
 pub struct Status {
@@ -20,6 +39,8 @@ pub struct Status {
     pub unconfirmed: AtomicU32,
     pub confirm: AtomicBool,
     pub transactional: AtomicBool,
+    /// Message counters of the publishing side.
+    pub published: Published,
 }
 
 impl Status {
@@ -33,6 +54,7 @@ impl Status {
             unconfirmed: AtomicU32::new(0),
             confirm: AtomicBool::new(false),
             transactional: AtomicBool::new(false),
+            published: Published::default(),
         }
     }
 }
@@ -40,7 +62,22 @@ impl Status {
 impl ChannelView for Status {
     fn snapshot(&self) -> ChannelSnapshot {
         let get = |a: &AtomicU32| a.load(Ordering::Relaxed);
+        let p = &self.published;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut counters = self.delivery.counters();
+        counters.add(&MessageCounters {
+            received: n(&p.received),
+            received_confirm: n(&p.received_confirm),
+            routed: n(&p.routed),
+            unroutable_dropped: n(&p.dropped),
+            unroutable_returned: n(&p.returned),
+            confirmed: n(&p.confirmed),
+            get_empty: n(&p.get_empty),
+            acknowledged: n(&p.acked),
+            ..MessageCounters::default()
+        });
         ChannelSnapshot {
+            counters,
             number: self.number,
             prefetch: get(&self.prefetch),
             global_prefetch: get(&self.global_prefetch),

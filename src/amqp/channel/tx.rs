@@ -86,6 +86,7 @@ impl Channel {
             .unconfirmed
             .store(c.pending.len() as u32, std::sync::atomic::Ordering::Relaxed);
         let id = self.id;
+        let before = c.pending.len();
         ctx.outbox.send(|out| {
             let mut run: Option<(u64, usize)> = None;
             while let Some(&(seq, ticket, nack)) = c.pending.front() {
@@ -109,6 +110,8 @@ impl Channel {
                 codec::put_basic_ack(out, id, last, n > 1);
             }
         });
+        let confirmed = before - c.pending.len();
+        super::status::bump(&self.status.published.confirmed, confirmed as u64);
     }
 
     pub(super) fn confirm_select(&mut self, nowait: bool, ctx: &mut ConnCtx) -> Result<()> {

@@ -8,6 +8,8 @@ mod access;
 mod conns;
 mod entities;
 mod node;
+
+pub use node::{disk_free, fd_limit, open_fds};
 mod tenancy;
 
 use std::sync::Arc;

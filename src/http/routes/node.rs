@@ -161,7 +161,8 @@ fn node_json(api: &Api) -> Value {
     o
 }
 
-fn disk_free(dir: &std::path::Path) -> u64 {
+/// Free disk space where `dir` is.
+pub fn disk_free(dir: &std::path::Path) -> u64 {
     let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
         return 0;
     };

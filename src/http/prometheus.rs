@@ -1,0 +1,362 @@
+//! Prometheus metrics in the text exposition format, with
+//! rabbitmq_prometheus's names and labels for the series RabbitMQ's
+//! Grafana dashboards read: /metrics aggregates (one series per family,
+//! cheap at any number of queues), /metrics/per-object adds one series per
+//! queue. Its own listener, without authentication, as RabbitMQ's.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use super::render::{self, Totals};
+use super::Api;
+use crate::definitions::RABBITMQ_VERSION;
+
+/// A text exposition being written.
+struct Out(String);
+
+impl Out {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+    }
+
+    fn value(&mut self, name: &str, labels: &[(&str, &str)], v: impl std::fmt::Display) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            self.0.push('{');
+            for (i, (k, val)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.0.push(',');
+                }
+                let _ = write!(self.0, "{k}=\"{}\"", escape(val));
+            }
+            self.0.push('}');
+        }
+        let _ = writeln!(self.0, " {v}");
+    }
+
+    fn gauge(&mut self, name: &str, help: &str, v: impl std::fmt::Display) {
+        self.family(name, "gauge", help);
+        self.value(name, &[], v);
+    }
+
+    fn counter(&mut self, name: &str, help: &str, labels: &[(&str, &str)], v: u64) {
+        self.family(name, "counter", help);
+        self.value(name, labels, v);
+    }
+}
+
+/// A label value as the format wants it (backslash, quote, newline).
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The cluster's permanent id, made once and kept as the global
+/// parameter internal_cluster_id, as RabbitMQ keeps it.
+fn cluster_id(api: &Api) -> String {
+    let store = &api.broker.store;
+    if let Ok(all) = store.global_parameters() {
+        if let Some(id) = all
+            .iter()
+            .find(|g| g.name == "internal_cluster_id")
+            .and_then(|g| g.value.as_str())
+        {
+            return id.to_string();
+        }
+    }
+    let id = format!("rabbitmq-cluster-id-{}", crate::util::random_name());
+    let def = crate::store::GlobalParameterDef {
+        name: "internal_cluster_id".into(),
+        value: id.clone().into(),
+    };
+    if let Err(e) = store.put_global_parameter(&def) {
+        tracing::warn!("cannot record the cluster id: {e}");
+    }
+    id
+}
+
+fn render(api: &Api, per_object: bool) -> String {
+    let mut o = Out(String::with_capacity(16 << 10));
+    let node = api.node.as_str();
+    let cluster = render::cluster_name(api);
+    let id = cluster_id(api);
+    o.family(
+        "rabbitmq_identity_info",
+        "untyped",
+        "RabbitMQ node & cluster identity info",
+    );
+    let endpoint = if per_object { "per-object" } else { "metrics" };
+    o.value(
+        "rabbitmq_identity_info",
+        &[
+            ("rabbitmq_node", node),
+            ("rabbitmq_cluster", &cluster),
+            ("rabbitmq_cluster_permanent_id", &id),
+            ("rabbitmq_endpoint", endpoint),
+        ],
+        1,
+    );
+    o.family(
+        "rabbitmq_build_info",
+        "untyped",
+        "RABBITMQ_VERSION, PROMETHEUS_VERSION, ERLANG_VERSION",
+    );
+    o.value(
+        "rabbitmq_build_info",
+        &[
+            ("rabbitmq_version", RABBITMQ_VERSION),
+            ("prometheus_plugin_version", RABBITMQ_VERSION),
+            ("prometheus_client_version", "warren"),
+            ("erlang_version", "none"),
+            ("product_version", env!("CARGO_PKG_VERSION")),
+        ],
+        1,
+    );
+    let c = api.broker.connections.totals();
+    let conns = api.broker.connections.list();
+    let channels: usize = conns.iter().map(|t| t.channels.lock().len()).sum();
+    let mut depth = Totals::default();
+    let (mut queues, mut consumers) = (0usize, 0u64);
+    let mut per_queue = Vec::new();
+    for vh in api.broker.vhosts() {
+        for q in vh.queues() {
+            let s = q.snapshot();
+            queues += 1;
+            consumers += s.consumers as u64;
+            depth.add(&s);
+            if per_object {
+                per_queue.push((vh.name.clone(), q.name().to_string(), s));
+            }
+        }
+    }
+    o.gauge(
+        "rabbitmq_connections",
+        "Connections currently open",
+        conns.len(),
+    );
+    o.gauge("rabbitmq_channels", "Channels currently open", channels);
+    o.gauge(
+        "rabbitmq_consumers",
+        "Consumers currently connected",
+        consumers,
+    );
+    o.gauge("rabbitmq_queues", "Queues available", queues);
+    o.counter(
+        "rabbitmq_connections_opened_total",
+        "Total number of connections opened",
+        &[],
+        c.connections_opened,
+    );
+    o.counter(
+        "rabbitmq_connections_closed_total",
+        "Total number of connections closed or terminated",
+        &[],
+        c.connections_closed,
+    );
+    o.counter(
+        "rabbitmq_channels_opened_total",
+        "Total number of channels opened",
+        &[],
+        c.channels_opened,
+    );
+    o.counter(
+        "rabbitmq_channels_closed_total",
+        "Total number of channels closed",
+        &[],
+        c.channels_closed,
+    );
+    let m = &c.messages;
+    let amqp = [("protocol", "amqp091")];
+    let classic = [
+        ("protocol", "amqp091"),
+        ("queue_type", "rabbit_classic_queue"),
+    ];
+    for (name, help, labels, v) in [
+        ("received", "Total number of messages received from publishers", &amqp[..], m.received),
+        ("received_confirm", "Total number of messages received from publishers expecting confirmations", &amqp[..], m.received_confirm),
+        ("routed", "Total number of messages routed to queues or streams", &amqp[..], m.routed),
+        ("unroutable_dropped", "Total number of messages published as non-mandatory into an exchange and dropped as unroutable", &amqp[..], m.unroutable_dropped),
+        ("unroutable_returned", "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable", &amqp[..], m.unroutable_returned),
+        ("confirmed", "Total number of messages confirmed to publishers", &amqp[..], m.confirmed),
+        ("delivered", "Total number of messages delivered to consumers", &classic[..], m.delivered_consume_auto_ack + m.delivered_consume_manual_ack + m.delivered_get_auto_ack + m.delivered_get_manual_ack),
+        ("delivered_consume_manual_ack", "Total number of messages delivered to consumers using basic.consume with manual acknowledgment", &classic[..], m.delivered_consume_manual_ack),
+        ("delivered_consume_auto_ack", "Total number of messages delivered to consumers using basic.consume with automatic acknowledgment", &classic[..], m.delivered_consume_auto_ack),
+        ("delivered_get_manual_ack", "Total number of messages delivered to consumers using basic.get with manual acknowledgment", &classic[..], m.delivered_get_manual_ack),
+        ("delivered_get_auto_ack", "Total number of messages delivered to consumers using basic.get with automatic acknowledgment", &classic[..], m.delivered_get_auto_ack),
+        ("get_empty", "Total number of times basic.get operations fetched no message", &classic[..], m.get_empty),
+        ("redelivered", "Total number of messages redelivered to consumers", &classic[..], m.redelivered),
+        ("acknowledged", "Total number of messages acknowledged by consumers", &classic[..], m.acknowledged),
+    ] {
+        o.counter(&format!("rabbitmq_global_messages_{name}_total"), help, labels, v);
+    }
+    o.gauge(
+        "rabbitmq_global_consumers",
+        "Current number of consumers",
+        consumers,
+    );
+    if per_object {
+        queue_series(&mut o, &per_queue);
+    } else {
+        o.gauge(
+            "rabbitmq_queue_messages",
+            "Sum of ready and unacknowledged messages - total queue depth",
+            depth.ready + depth.unacked,
+        );
+        o.gauge(
+            "rabbitmq_queue_messages_ready",
+            "Messages ready to be delivered to consumers",
+            depth.ready,
+        );
+        o.gauge(
+            "rabbitmq_queue_messages_unacked",
+            "Messages delivered to consumers but not yet acknowledged",
+            depth.unacked,
+        );
+        o.gauge(
+            "rabbitmq_queue_consumers",
+            "Consumers on a queue",
+            consumers,
+        );
+        o.counter(
+            "rabbitmq_queue_messages_published_total",
+            "Total number of messages published to queues",
+            &[],
+            depth.counters.publish,
+        );
+    }
+    let rss = crate::alarm::resident_bytes().unwrap_or(0);
+    o.gauge(
+        "rabbitmq_process_resident_memory_bytes",
+        "Memory used in bytes",
+        rss,
+    );
+    let limit = api.broker.memory.limit();
+    o.gauge(
+        "rabbitmq_resident_memory_limit_bytes",
+        "Memory high watermark in bytes",
+        if limit == u64::MAX { 0 } else { limit },
+    );
+    o.gauge(
+        "rabbitmq_disk_space_available_bytes",
+        "Disk space available in bytes",
+        super::routes::disk_free(&api.broker.config.data_dir),
+    );
+    o.gauge(
+        "rabbitmq_disk_space_available_limit_bytes",
+        "Free disk space low watermark in bytes",
+        50_000_000u64,
+    );
+    o.gauge(
+        "rabbitmq_process_open_fds",
+        "Open file descriptors",
+        super::routes::open_fds(),
+    );
+    o.gauge(
+        "rabbitmq_process_max_fds",
+        "Open file descriptors limit",
+        super::routes::fd_limit(),
+    );
+    o.gauge(
+        "rabbitmq_process_open_tcp_sockets",
+        "Open TCP sockets",
+        conns.len(),
+    );
+    o.gauge(
+        "rabbitmq_process_max_tcp_sockets",
+        "Open TCP sockets limit",
+        super::routes::fd_limit(),
+    );
+    o.gauge(
+        "rabbitmq_alarms_memory_used_watermark",
+        "is 1 if VM memory watermark alarm is in effect",
+        api.broker.memory.is_raised() as u8,
+    );
+    o.gauge(
+        "rabbitmq_alarms_free_disk_space_watermark",
+        "is 1 if free disk space watermark alarm is in effect",
+        0,
+    );
+    o.gauge(
+        "rabbitmq_alarms_file_descriptor_limit",
+        "is 1 if file descriptor limit alarm is in effect",
+        0,
+    );
+    o.0
+}
+
+/// One series per queue, for each queue family.
+fn queue_series(o: &mut Out, queues: &[(String, String, crate::queue::stats::Snapshot)]) {
+    type Pick = fn(&crate::queue::stats::Snapshot) -> u64;
+    let families: [(&str, &str, &str, Pick); 6] = [
+        (
+            "rabbitmq_queue_messages",
+            "gauge",
+            "Sum of ready and unacknowledged messages - total queue depth",
+            |s| s.ready + s.unacked,
+        ),
+        (
+            "rabbitmq_queue_messages_ready",
+            "gauge",
+            "Messages ready to be delivered to consumers",
+            |s| s.ready,
+        ),
+        (
+            "rabbitmq_queue_messages_unacked",
+            "gauge",
+            "Messages delivered to consumers but not yet acknowledged",
+            |s| s.unacked,
+        ),
+        (
+            "rabbitmq_queue_consumers",
+            "gauge",
+            "Consumers on a queue",
+            |s| s.consumers as u64,
+        ),
+        (
+            "rabbitmq_queue_messages_bytes",
+            "gauge",
+            "Size in bytes of ready and unacknowledged messages",
+            |s| s.ready_bytes,
+        ),
+        (
+            "rabbitmq_queue_messages_published_total",
+            "counter",
+            "Total number of messages published to queues",
+            |s| s.stats.counters.publish,
+        ),
+    ];
+    for (name, kind, help, pick) in families {
+        o.family(name, kind, help);
+        for (vhost, queue, s) in queues {
+            o.value(name, &[("vhost", vhost), ("queue", queue)], pick(s));
+        }
+    }
+}
+
+async fn metrics(State(api): State<Arc<Api>>) -> impl IntoResponse {
+    text(render(&api, false))
+}
+
+async fn per_object(State(api): State<Arc<Api>>) -> impl IntoResponse {
+    text(render(&api, true))
+}
+
+fn text(body: String) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+}
+
+/// The Prometheus listener's routes.
+pub fn router(api: Arc<Api>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/metrics/per-object", get(per_object))
+        .with_state(api)
+}

@@ -1,0 +1,209 @@
+//! Prometheus metrics as rabbitmq_prometheus exposes them: /metrics with
+//! the families RabbitMQ's Grafana "RabbitMQ-Overview" dashboard reads
+//! (identity and build info, global message counters, queue depths,
+//! object counts, memory, disk, file descriptors), /metrics/per-object
+//! with one series per queue, and `promtool check metrics` accepting both.
+
+mod common;
+mod helpers;
+
+use std::collections::HashMap;
+
+use common::*;
+use helpers::*;
+use lapin::{options::*, types::FieldTable, BasicProperties};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// GET `path` from `b`'s Prometheus listener: (content type, body).
+async fn scrape(b: &TestBroker, path: &str) -> (String, String) {
+    let addr = b.metrics.expect("the Prometheus listener runs");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8(raw).expect("UTF-8");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{head}"
+    );
+    let ctype = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-type: ")
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    (ctype, body.to_string())
+}
+
+/// Series (name with labels) to values.
+fn series(body: &str) -> HashMap<String, f64> {
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Runs `promtool check metrics` on `body` when promtool is installed
+/// (.ci/run installs Debian's prometheus package); its verdict must be ok.
+fn promtool_accepts(body: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let Ok(mut child) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        assert!(
+            std::env::var("WARREN_REQUIRE_PROMTOOL").is_err(),
+            "promtool is required here but not installed"
+        );
+        eprintln!("promtool not installed: skipping its check");
+        return;
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool refused the metrics:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_carry_rabbitmqs_names_and_count_what_clients_did() {
+    let b = start_with_api().await;
+    let (c, ch) = b.channel().await;
+    declare(&ch, "work").await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        ch.basic_publish(
+            "".into(),
+            "work".into(),
+            BasicPublishOptions::default(),
+            b"m",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    // One unroutable, dropped.
+    ch.basic_publish(
+        "".into(),
+        "nowhere".into(),
+        BasicPublishOptions::default(),
+        b"x",
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    let got = ch
+        .basic_get("work".into(), BasicGetOptions { no_ack: false })
+        .await
+        .unwrap()
+        .unwrap();
+    got.delivery.ack(BasicAckOptions::default()).await.unwrap();
+    assert_eq!(message_count(&ch, "work").await, 2);
+    let (ctype, body) = scrape(&b, "/metrics").await;
+    assert!(ctype.starts_with("text/plain; version=0.0.4"), "{ctype}");
+    let s = series(&body);
+    let id = s
+        .keys()
+        .find(|k| k.starts_with("rabbitmq_identity_info{"))
+        .expect("identity info");
+    for label in [
+        "rabbitmq_node=",
+        "rabbitmq_cluster=",
+        "rabbitmq_cluster_permanent_id=",
+        "rabbitmq_endpoint=",
+    ] {
+        assert!(id.contains(label), "{id}");
+    }
+    assert!(s.keys().any(|k| k.starts_with("rabbitmq_build_info{")));
+    let amqp = |n: &str| s[&format!("rabbitmq_global_messages_{n}_total{{protocol=\"amqp091\"}}")];
+    assert_eq!(amqp("received"), 4.0);
+    assert_eq!(amqp("received_confirm"), 4.0);
+    assert_eq!(amqp("routed"), 3.0);
+    assert_eq!(amqp("unroutable_dropped"), 1.0);
+    assert_eq!(amqp("confirmed"), 4.0);
+    let classic = |n: &str| {
+        s[&format!(
+            "rabbitmq_global_messages_{n}_total{{protocol=\"amqp091\",queue_type=\"rabbit_classic_queue\"}}"
+        )]
+    };
+    assert_eq!(classic("delivered_get_manual_ack"), 1.0);
+    assert_eq!(classic("acknowledged"), 1.0);
+    assert_eq!(s["rabbitmq_queue_messages"], 2.0);
+    assert_eq!(s["rabbitmq_queue_messages_ready"], 2.0);
+    assert_eq!(s["rabbitmq_queues"], 1.0);
+    assert_eq!(s["rabbitmq_connections"], 1.0);
+    assert_eq!(s["rabbitmq_channels"], 1.0);
+    assert!(s["rabbitmq_connections_opened_total"] >= 1.0);
+    for k in [
+        "rabbitmq_process_resident_memory_bytes",
+        "rabbitmq_resident_memory_limit_bytes",
+        "rabbitmq_disk_space_available_bytes",
+        "rabbitmq_process_open_fds",
+        "rabbitmq_process_max_fds",
+    ] {
+        assert!(s[k] > 0.0, "{k}");
+    }
+    promtool_accepts(&body);
+    // Counters do not go back when a channel closes.
+    ch.close(200, "bye".into()).await.unwrap();
+    let s = series(&scrape(&b, "/metrics").await.1);
+    assert_eq!(
+        s["rabbitmq_global_messages_received_total{protocol=\"amqp091\"}"],
+        4.0
+    );
+    assert_eq!(s["rabbitmq_channels_closed_total"], 1.0);
+    drop(c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_object_metrics_have_one_series_per_queue() {
+    let b = start_with_api().await;
+    let (_c, ch) = b.channel().await;
+    declare(&ch, "a").await;
+    declare(&ch, "b \"quoted\"").await;
+    ch.queue_bind(
+        "a".into(),
+        "amq.direct".into(),
+        "a".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    publish(&ch, "amq.direct", "a", b"1").await;
+    assert_eq!(message_count(&ch, "a").await, 1);
+    let body = scrape(&b, "/metrics/per-object").await.1;
+    let s = series(&body);
+    assert_eq!(s["rabbitmq_queue_messages{vhost=\"/\",queue=\"a\"}"], 1.0);
+    assert_eq!(
+        s["rabbitmq_queue_messages{vhost=\"/\",queue=\"b \\\"quoted\\\"\"}"],
+        0.0
+    );
+    assert!(body.contains("rabbitmq_endpoint=\"per-object\""));
+    promtool_accepts(&body);
+}
