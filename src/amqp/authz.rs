@@ -97,6 +97,12 @@ impl Authz {
         Ok(())
     }
 
+    /// Whether the user had any topic permission on this vhost when last
+    /// looked (a publish checks this first: most users have none).
+    pub fn has_topic_permissions(&self) -> bool {
+        self.topic.is_some()
+    }
+
     /// The topic permission the user has on `exchange`, if any (only then
     /// does a topic check apply).
     pub fn topic_for(&mut self, users: &Users, exchange: &[u8]) -> Option<Arc<TopicPermission>> {
