@@ -1479,3 +1479,47 @@ async fn refusals_come_back_with_rabbitmqs_status_codes() {
         .expect_err("no tag, no API");
     assert!(e.is_unauthorized(), "{e:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishing_over_http_is_checked_as_publishing_over_amqp() {
+    let b = start_with_api().await;
+    let rc = api(&b);
+    rc.create_user(&UserParams {
+        name: "pub",
+        password_hash: &hash("pw"),
+        tags: "management",
+    })
+    .await
+    .expect("make the user");
+    let users = &b.server.as_ref().unwrap().broker.users;
+    users.set_permission("pub", "/", ".*", ".*", ".*").unwrap();
+    users
+        .set_topic_permission("pub", "/", "amq.topic", "^pub\\.", ".*")
+        .unwrap();
+    let as_pub = api_as(&b, "pub", "pw");
+    let ok = as_pub
+        .publish_message("/", "amq.topic", "pub.x", "fine", Map::new())
+        .await
+        .expect("a routing key the topic permission allows");
+    assert!(!ok.routed, "no queue is bound");
+    assert_eq!(
+        status_of(
+            as_pub
+                .publish_message("/", "amq.topic", "other.x", "refused", Map::new())
+                .await
+        ),
+        401,
+        "a topic permission refuses the key"
+    );
+    let mut props = Map::new();
+    props.insert("user_id".into(), json!("someone-else"));
+    assert_eq!(
+        status_of(
+            as_pub
+                .publish_message("/", "amq.topic", "pub.x", "forged", props)
+                .await
+        ),
+        400,
+        "a user_id other than the caller's own"
+    );
+}

@@ -297,3 +297,46 @@ where
     }
     false
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_set_after_a_restart_counts_from_when_recovered_messages_arrived() {
+    let mut b = start().await;
+    let (c, ch) = b.channel().await;
+    ch.queue_declare(
+        "kept".into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    ch.basic_publish(
+        "".into(),
+        "kept".into(),
+        BasicPublishOptions::default(),
+        b"persistent",
+        persistent(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    drop(ch);
+    drop(c);
+    b.restart().await;
+    // A day-long TTL must not expire a message a moment old.
+    put(
+        &b,
+        "day",
+        spec("^kept$", "queues", 0, json!({"message-ttl": 86_400_000})),
+        false,
+    );
+    let (_c, ch) = b.channel().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(message_count(&ch, "kept").await, 1);
+}

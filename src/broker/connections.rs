@@ -235,12 +235,16 @@ impl Connections {
                 r.by_id.values().cloned().collect::<Vec<_>>(),
             )
         };
-        let mut messages = *self.retired.lock();
+        // Under the retired lock, which a closing channel takes before it
+        // leaves its connection: each channel is counted once.
+        let retired = self.retired.lock();
+        let mut messages = *retired;
         for t in open {
             for c in t.channel_snapshots() {
                 messages.add(&c.counters);
             }
         }
+        drop(retired);
         Totals {
             connections_opened: opened,
             connections_closed: closed,
@@ -349,10 +353,12 @@ pub struct ChannelSlot {
 impl Drop for ChannelSlot {
     fn drop(&mut self) {
         self.user.fetch_sub(1, Ordering::AcqRel);
+        let mut retired = self.retired.lock();
         let view = self.tracked.channels.lock().remove(&self.number);
         if let Some(v) = view {
-            self.retired.lock().add(&v.snapshot().counters);
+            retired.add(&v.snapshot().counters);
         }
+        drop(retired);
         self.closed.fetch_add(1, Ordering::Relaxed);
     }
 }

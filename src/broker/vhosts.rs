@@ -59,7 +59,10 @@ impl Broker {
     /// everything in it goes in one store operation. False if there was
     /// no such vhost.
     pub fn delete_vhost(&self, name: &str) -> vhost::error::Result<bool> {
-        let Some(vh) = self.vhosts.write().remove(name) else {
+        // The map stays locked until everything under the name is gone, so
+        // a vhost made again with it cannot be caught by this deletion.
+        let mut vhosts = self.vhosts.write();
+        let Some(vh) = vhosts.remove(name) else {
             return Ok(false);
         };
         let closed = self
@@ -67,6 +70,7 @@ impl Broker {
             .close_vhost(name, &format!("vhost '{name}' is deleted"));
         let messages = vh.close()?;
         self.users.forget_vhost(name);
+        drop(vhosts);
         tracing::info!(
             vhost = name,
             connections = closed,

@@ -36,6 +36,18 @@ impl Caller {
         self.tagged(&["administrator", "monitoring"])
     }
 
+    /// 401 unless the caller may see policies and parameters at all
+    /// (policymaker or administrator; operator policies: administrator).
+    pub fn policy_reader(&self, operator: bool) -> ApiResult<()> {
+        if operator {
+            return self.admin();
+        }
+        if self.tagged(&["administrator", "policymaker"]) {
+            return Ok(());
+        }
+        Err(ApiError::not_authorised("Not policymaker user"))
+    }
+
     /// 401 unless administrator.
     pub fn admin(&self) -> ApiResult<()> {
         if self.is_admin() {
@@ -105,6 +117,40 @@ impl Caller {
             return Ok(());
         }
         Err(ApiError::not_authorised("Access refused."))
+    }
+}
+
+impl Caller {
+    /// 401 unless the caller's topic permissions on the topic exchange `x`
+    /// of `vh` allow `access` with `routing_key` (as over AMQP).
+    pub fn topic(
+        &self,
+        api: &Api,
+        vh: &crate::vhost::VHost,
+        x: &str,
+        access: Access,
+        routing_key: &str,
+    ) -> ApiResult<()> {
+        let Some(perms) = api
+            .broker
+            .users
+            .topic_permissions(&self.user.name, &vh.name)
+        else {
+            return Ok(());
+        };
+        let Some(t) = perms.get(x) else {
+            return Ok(());
+        };
+        let is_topic = vh
+            .exchange(x)
+            .is_some_and(|e| e.kind == Some(crate::exchange::ExchangeKind::Topic));
+        if !is_topic || t.allows(access, routing_key) {
+            return Ok(());
+        }
+        Err(ApiError::not_authorised(format!(
+            "access to topic '{routing_key}' in exchange '{x}' in vhost '{}' refused for user '{}'",
+            vh.name, self.user.name
+        )))
     }
 }
 

@@ -96,6 +96,11 @@ pub fn from_request(exchange: &str, body: &Map<String, Value>) -> ApiResult<Mess
         .get("routing_key")
         .and_then(Value::as_str)
         .unwrap_or("");
+    if routing_key.len() > 255 {
+        return Err(ApiError::bad_request(
+            "routing_key is longer than 255 bytes",
+        ));
+    }
     let payload = body.get("payload").and_then(Value::as_str).unwrap_or("");
     let payload = match body.get("payload_encoding").and_then(Value::as_str) {
         None | Some("string") => payload.as_bytes().to_vec(),

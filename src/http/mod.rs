@@ -33,17 +33,22 @@ pub struct Api {
     pub started: Instant,
     /// The listeners, for overview and health checks: (protocol, address).
     pub listeners: Vec<(&'static str, SocketAddr)>,
+    /// The cluster's permanent id (made once, at start).
+    pub cluster_id: std::sync::OnceLock<String>,
 }
 
 impl Api {
     /// The state for `broker`, whose listeners are `listeners`.
     pub fn new(broker: Arc<Broker>, listeners: Vec<(&'static str, SocketAddr)>) -> Arc<Api> {
-        Arc::new(Api {
+        let api = Arc::new(Api {
             node: node_name(),
             broker,
             started: Instant::now(),
             listeners,
-        })
+            cluster_id: std::sync::OnceLock::new(),
+        });
+        prometheus::init_cluster_id(&api);
+        api
     }
 }
 

@@ -61,7 +61,10 @@ fn escape(v: &str) -> String {
 
 /// The cluster's permanent id, made once and kept as the global
 /// parameter internal_cluster_id, as RabbitMQ keeps it.
-fn cluster_id(api: &Api) -> String {
+pub fn cluster_id(api: &Api) -> String {
+    if let Some(id) = api.cluster_id.get() {
+        return id.clone();
+    }
     let store = &api.broker.store;
     if let Ok(all) = store.global_parameters() {
         if let Some(id) = all
@@ -81,6 +84,12 @@ fn cluster_id(api: &Api) -> String {
         tracing::warn!("cannot record the cluster id: {e}");
     }
     id
+}
+
+/// Reads (or makes, once) the cluster id at start.
+pub fn init_cluster_id(api: &Api) {
+    let id = cluster_id(api);
+    let _ = api.cluster_id.set(id);
 }
 
 fn render(api: &Api, per_object: bool) -> String {
@@ -225,12 +234,8 @@ fn render(api: &Api, per_object: bool) -> String {
             "Consumers on a queue",
             consumers,
         );
-        o.counter(
-            "rabbitmq_queue_messages_published_total",
-            "Total number of messages published to queues",
-            &[],
-            depth.counters.publish,
-        );
+        // No aggregate of the per-queue publish counters: it would go
+        // back when a queue is deleted (per-object has them per queue).
     }
     let rss = crate::alarm::resident_bytes().unwrap_or(0);
     o.gauge(

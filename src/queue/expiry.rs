@@ -58,10 +58,16 @@ pub(super) fn watch_unused(queue: &Arc<Queue>) {
         loop {
             tokio::time::sleep(Duration::from_millis(wait.max(1))).await;
             let Some(q) = weak.upgrade() else { return };
-            let Some(ms) = q.state.lock().live.expires else {
-                q.expires_watched
-                    .store(false, std::sync::atomic::Ordering::Release);
-                return;
+            let ms = {
+                // The flag is cleared under the lock apply_policy takes,
+                // so a policy setting expires now starts a new watcher.
+                let st = q.state.lock();
+                let Some(ms) = st.live.expires else {
+                    q.expires_watched
+                        .store(false, std::sync::atomic::Ordering::Release);
+                    return;
+                };
+                ms
             };
             if q.is_deleted() {
                 return;
@@ -69,7 +75,7 @@ pub(super) fn watch_unused(queue: &Arc<Queue>) {
             let idle_since = q.last_used.load(std::sync::atomic::Ordering::Relaxed);
             let now = now_ms();
             if q.consumer_count() > 0 {
-                wait = ms;
+                wait = ms.min(1000);
                 continue;
             }
             if now.saturating_sub(idle_since) >= ms {

@@ -210,7 +210,7 @@ impl Queue {
                 redelivered: m.seq <= delivered,
                 stored: true,
                 deadline,
-                enqueued: 0,
+                enqueued: crate::util::coarse_wall_secs(),
                 returned: 0,
             });
         }

@@ -31,11 +31,11 @@ impl Queue {
         if st.live.overflow == Overflow::DropHead {
             self.drop_over_limit(&mut st);
         }
-        let expires = st.live.expires.is_some();
-        self.finish(st);
-        if expires {
+        if st.live.expires.is_some() {
+            // Under the lock, so it cannot miss a watcher that is ending.
             expiry::watch_unused(self);
         }
+        self.finish(st);
     }
 
     /// The names of the policy and operator policy that apply, if any.

@@ -260,7 +260,7 @@ impl Ready {
                     }
                     let enqueued = self.tail_times.front().map_or(0, |&(_, t)| t);
                     let mut deadline = self.tail_deadlines.remove(&seq).unwrap_or(0);
-                    if let Some(ttl) = self.tail_ttl {
+                    if let Some(ttl) = self.tail_ttl.filter(|_| enqueued != 0) {
                         deadline = earlier(deadline, ttl_deadline(enqueued, ttl));
                     }
                     self.mem.push_back(Entry {
@@ -309,7 +309,9 @@ impl Ready {
     pub fn retime(&mut self, ttl: u64) -> Vec<(u64, u64)> {
         let mut moved = Vec::new();
         for e in self.mem.iter_mut() {
-            if e.is_tombstone() {
+            // 0: when it arrived is not known (never from a push or a
+            // recovery, which both record it); leave it be.
+            if e.is_tombstone() || e.enqueued == 0 {
                 continue;
             }
             let d = earlier(e.deadline, ttl_deadline(e.enqueued, ttl));

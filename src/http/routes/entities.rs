@@ -57,6 +57,16 @@ fn arguments(b: &Map<String, Value>) -> ApiResult<amq_protocol::types::FieldTabl
         .map_err(ApiError::bad_request)
 }
 
+/// 400 for a name AMQP could not carry (a short string: 1 to 255 bytes).
+fn check_name(kind: &str, name: &str) -> ApiResult<()> {
+    if name.is_empty() || name.len() > 255 {
+        return Err(ApiError::bad_request(format!(
+            "{kind} name must be 1 to 255 bytes"
+        )));
+    }
+    Ok(())
+}
+
 // ---- exchanges
 
 async fn list_exchanges_in(
@@ -122,6 +132,7 @@ pub async fn put_exchange(
     Path((v, name)): Path<(String, String)>,
     body: Body,
 ) -> ApiResult<StatusCode> {
+    check_name("exchange", &name)?;
     let name = super::exchange_name(name);
     let vh = vhost(&api, &caller, &v, false)?;
     caller.resource(&api, &v, Access::Configure, &name)?;
@@ -181,14 +192,38 @@ pub async fn publish(
 ) -> ApiResult<Json<Value>> {
     let vh = vhost(&api, &caller, &v, false)?;
     let name = super::exchange_name(name);
+    if name.len() > 255 {
+        return Err(ApiError::bad_request(
+            "exchange name is longer than 255 bytes",
+        ));
+    }
     let check = if name.is_empty() {
         "amq.default"
     } else {
         name.as_str()
     };
     caller.resource(&api, &v, Access::Write, check)?;
+    // As over AMQP: no publishing while the memory alarm is up.
+    if api.broker.memory.is_raised() {
+        return Err(ApiError::unavailable(
+            "the memory alarm is in effect: publishing is blocked",
+        ));
+    }
     let b = body.object()?;
     let msg = Arc::new(message::from_request(&name, &b)?);
+    let key = String::from_utf8_lossy(msg.routing_key()).into_owned();
+    caller.topic(&api, &vh, &name, Access::Write, &key)?;
+    // The user_id property must be the caller's own (RabbitMQ's
+    // check_user_id_header), unless the caller is an impersonator.
+    if let Some(id) = msg.short_property(crate::wire::props::Field::UserId) {
+        if id != caller.user.name.as_bytes() && !caller.user.has_tag("impersonator") {
+            return Err(ApiError::bad_request(format!(
+                "user_id property set to '{}' but authenticated user was '{}'",
+                String::from_utf8_lossy(id),
+                caller.user.name
+            )));
+        }
+    }
     let mut scratch = Default::default();
     let mut routes = Vec::new();
     let hold = vh
@@ -282,6 +317,7 @@ pub async fn put_queue(
     Path((v, name)): Path<(String, String)>,
     body: Body,
 ) -> ApiResult<StatusCode> {
+    check_name("queue", &name)?;
     let vh = vhost(&api, &caller, &v, false)?;
     caller.resource(&api, &v, Access::Configure, &name)?;
     let b = body.object()?;
@@ -429,10 +465,15 @@ pub async fn get_messages(
         .and_then(Value::as_u64)
         .map(|n| n as usize);
     let sink = GetSink::default();
+    // At most this many payload bytes per request, so one request cannot
+    // hold a whole queue in memory several times over.
+    const MAX_GET_BYTES: usize = 64 << 20;
+    let mut bytes = 0usize;
     for _ in 0..count {
-        if !q.get(&sink, settle.is_none(), 0) {
+        if bytes >= MAX_GET_BYTES || !q.get(&sink, settle.is_none(), 0) {
             break;
         }
+        bytes += sink.taken.lock().last().map_or(0, |t| t.0.body().len());
     }
     let taken = std::mem::take(&mut *sink.taken.lock());
     let mut out = Vec::with_capacity(taken.len());
@@ -563,6 +604,7 @@ pub async fn bind(
         .unwrap_or("")
         .to_string();
     let args = arguments(&b)?;
+    caller.topic(&api, &vh, &source, Access::Read, &key)?;
     let d: Destination = vh.destination(&dest, to_exchange, 0)?;
     vh.bind(&source, d, &key, &args)?;
     api.broker.store.sync().await?;

@@ -177,6 +177,7 @@ pub async fn list_policies(
     caller: Caller,
     operator: bool,
 ) -> ApiResult<Json<Value>> {
+    caller.policy_reader(operator)?;
     Ok(Json(Value::Array(policies(&api, &caller, None, operator))))
 }
 
@@ -186,6 +187,7 @@ pub async fn vhost_policies(
     vhost: String,
     operator: bool,
 ) -> ApiResult<Json<Value>> {
+    caller.policy_reader(operator)?;
     api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     caller.vhost(&api, &vhost, true)?;
     Ok(Json(Value::Array(policies(
@@ -202,6 +204,7 @@ pub async fn get_policy(
     (vhost, name): (String, String),
     operator: bool,
 ) -> ApiResult<Json<Value>> {
+    caller.policy_reader(operator)?;
     let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     caller.vhost(&api, &vhost, true)?;
     let set = vh.policies();
@@ -216,10 +219,13 @@ pub async fn put_policy(
     body: Body,
     operator: bool,
 ) -> ApiResult<StatusCode> {
+    // Operator policies are administrators' (with or without a
+    // permission on the vhost, as in RabbitMQ).
     if operator {
         caller.admin()?;
+    } else {
+        caller.policymaker(&api, &vhost)?;
     }
-    caller.policymaker(&api, &vhost)?;
     let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     let spec = PolicySpec::from_value(&body.0).map_err(ApiError::bad_request)?;
     let existed = vh.policies().get(&name, operator).is_some();
@@ -234,10 +240,13 @@ pub async fn delete_policy(
     (vhost, name): (String, String),
     operator: bool,
 ) -> ApiResult<StatusCode> {
+    // Operator policies are administrators' (with or without a
+    // permission on the vhost, as in RabbitMQ).
     if operator {
         caller.admin()?;
+    } else {
+        caller.policymaker(&api, &vhost)?;
     }
-    caller.policymaker(&api, &vhost)?;
     if !api.broker.delete_policy(&vhost, &name, operator)? {
         return Err(ApiError::not_found());
     }
@@ -269,6 +278,7 @@ pub async fn list_parameters(
     State(api): State<Arc<Api>>,
     caller: Caller,
 ) -> ApiResult<Json<Value>> {
+    caller.policy_reader(false)?;
     Ok(Json(Value::Array(parameters(&api, &caller, None, None)?)))
 }
 
@@ -277,6 +287,7 @@ pub async fn component_parameters(
     caller: Caller,
     Path(component): Path<String>,
 ) -> ApiResult<Json<Value>> {
+    caller.policy_reader(false)?;
     Ok(Json(Value::Array(parameters(
         &api,
         &caller,
@@ -290,6 +301,7 @@ pub async fn vhost_parameters(
     caller: Caller,
     Path((component, vhost)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
+    caller.policy_reader(false)?;
     api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     caller.vhost(&api, &vhost, true)?;
     Ok(Json(Value::Array(parameters(
@@ -305,6 +317,7 @@ pub async fn get_parameter(
     caller: Caller,
     Path((component, vhost, name)): Path<(String, String, String)>,
 ) -> ApiResult<Json<Value>> {
+    caller.policy_reader(false)?;
     caller.vhost(&api, &vhost, true)?;
     parameters(&api, &caller, Some(&component), Some(&vhost))?
         .into_iter()
