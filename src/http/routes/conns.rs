@@ -51,8 +51,7 @@ pub async fn vhost_connections(
     Path(v): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<Value>> {
-    api.broker.vhost(&v).ok_or_else(ApiError::not_found)?;
-    caller.vhost(&api, &v, true)?;
+    super::vhost_for(&api, &caller, &v, true)?;
     let all = connections(&api, &caller, Some(&v));
     respond(
         all,
@@ -171,8 +170,7 @@ pub async fn vhost_channels(
     Path(v): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<Value>> {
-    api.broker.vhost(&v).ok_or_else(ApiError::not_found)?;
-    caller.vhost(&api, &v, true)?;
+    super::vhost_for(&api, &caller, &v, true)?;
     respond(
         channels(&api, &caller, Some(&v), None),
         &q,
@@ -238,7 +236,6 @@ pub async fn vhost_consumers(
     caller: Caller,
     Path(v): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    api.broker.vhost(&v).ok_or_else(ApiError::not_found)?;
-    caller.vhost(&api, &v, true)?;
+    super::vhost_for(&api, &caller, &v, true)?;
     Ok(Json(Value::Array(consumers(&api, &caller, Some(&v)))))
 }

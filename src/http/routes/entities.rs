@@ -23,15 +23,9 @@ use crate::http::{message, render, Api};
 use crate::queue::{Entry, Queue, Refused, Settle, Sink, Unacked};
 use crate::vhost::{Destination, ExchangeSpec, QueueSpec, VHost};
 
-fn vhost(api: &Api, caller: &Caller, name: &str, read_only: bool) -> ApiResult<Arc<VHost>> {
-    let vh = api.broker.vhost(name).ok_or_else(ApiError::not_found)?;
-    caller.vhost(api, name, read_only)?;
-    Ok(vh)
-}
-
 fn visible(api: &Api, caller: &Caller, only: Option<&str>) -> ApiResult<Vec<Arc<VHost>>> {
     match only {
-        Some(v) => Ok(vec![vhost(api, caller, v, true)?]),
+        Some(v) => Ok(vec![super::vhost_for(api, caller, v, true)?]),
         None => Ok(api
             .broker
             .vhosts()
@@ -121,7 +115,7 @@ pub async fn get_exchange(
     Path((v, name)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let name = super::exchange_name(name);
-    let vh = vhost(&api, &caller, &v, true)?;
+    let vh = super::vhost_for(&api, &caller, &v, true)?;
     let x = vh.exchange(&name).ok_or_else(ApiError::not_found)?;
     Ok(Json(render::exchange(&vh, &x)))
 }
@@ -134,7 +128,7 @@ pub async fn put_exchange(
 ) -> ApiResult<StatusCode> {
     check_name("exchange", &name)?;
     let name = super::exchange_name(name);
-    let vh = vhost(&api, &caller, &v, false)?;
+    let vh = super::vhost_for(&api, &caller, &v, false)?;
     caller.resource(&api, &v, Access::Configure, &name)?;
     let b = body.object()?;
     let kind = b
@@ -170,7 +164,7 @@ pub async fn delete_exchange(
     Path((v, name)): Path<(String, String)>,
     Query(d): Query<DeleteQuery>,
 ) -> ApiResult<StatusCode> {
-    let vh = vhost(&api, &caller, &v, false)?;
+    let vh = super::vhost_for(&api, &caller, &v, false)?;
     let name = super::exchange_name(name);
     if name.is_empty() || name.starts_with("amq.") {
         return Err(ApiError::not_authorised(format!(
@@ -190,7 +184,7 @@ pub async fn publish(
     Path((v, name)): Path<(String, String)>,
     body: Body,
 ) -> ApiResult<Json<Value>> {
-    let vh = vhost(&api, &caller, &v, false)?;
+    let vh = super::vhost_for(&api, &caller, &v, false)?;
     let name = super::exchange_name(name);
     if name.len() > 255 {
         return Err(ApiError::bad_request(
@@ -306,7 +300,7 @@ pub async fn get_queue(
     caller: Caller,
     Path((v, name)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    let vh = vhost(&api, &caller, &v, true)?;
+    let vh = super::vhost_for(&api, &caller, &v, true)?;
     let q = vh.queue(&name).ok_or_else(ApiError::not_found)?;
     Ok(Json(render::queue(&api, &vh, &q, true)))
 }
@@ -318,7 +312,7 @@ pub async fn put_queue(
     body: Body,
 ) -> ApiResult<StatusCode> {
     check_name("queue", &name)?;
-    let vh = vhost(&api, &caller, &v, false)?;
+    let vh = super::vhost_for(&api, &caller, &v, false)?;
     caller.resource(&api, &v, Access::Configure, &name)?;
     let b = body.object()?;
     let mut args = arguments(&b)?;
@@ -356,7 +350,7 @@ pub async fn delete_queue(
     Path((v, name)): Path<(String, String)>,
     Query(d): Query<DeleteQuery>,
 ) -> ApiResult<StatusCode> {
-    let vh = vhost(&api, &caller, &v, false)?;
+    let vh = super::vhost_for(&api, &caller, &v, false)?;
     let q = vh.queue(&name).ok_or_else(ApiError::not_found)?;
     caller.resource(&api, &v, Access::Configure, &name)?;
     let owner = q.config.exclusive_owner.unwrap_or(0);
@@ -376,7 +370,7 @@ pub async fn purge(
     caller: Caller,
     Path((v, name)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let vh = vhost(&api, &caller, &v, false)?;
+    let vh = super::vhost_for(&api, &caller, &v, false)?;
     let q = vh.queue(&name).ok_or_else(ApiError::not_found)?;
     caller.resource(&api, &v, Access::Read, &name)?;
     q.purge()?;
@@ -432,7 +426,7 @@ pub async fn get_messages(
     Path((v, name)): Path<(String, String)>,
     body: Body,
 ) -> ApiResult<Json<Value>> {
-    let vh = vhost(&api, &caller, &v, false)?;
+    let vh = super::vhost_for(&api, &caller, &v, false)?;
     let q = vh.queue(&name).ok_or_else(|| {
         ApiError::from(crate::vhost::Error::not_found(format!(
             "NOT_FOUND - no queue '{name}' in vhost '{v}'"
@@ -517,7 +511,7 @@ pub async fn vhost_bindings(
     caller: Caller,
     Path(v): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let vh = vhost(&api, &caller, &v, true)?;
+    let vh = super::vhost_for(&api, &caller, &v, true)?;
     Ok(Json(Value::Array(render::bindings(&vh))))
 }
 
@@ -531,7 +525,7 @@ pub async fn exchange_source_bindings(
     Path((v, x)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let x = super::exchange_name(x);
-    let vh = vhost(&api, &caller, &v, true)?;
+    let vh = super::vhost_for(&api, &caller, &v, true)?;
     vh.exchange(&x).ok_or_else(ApiError::not_found)?;
     Ok(Json(filtered(&vh, |b| b["source"] == x.as_str())))
 }
@@ -542,7 +536,7 @@ pub async fn exchange_destination_bindings(
     Path((v, x)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let x = super::exchange_name(x);
-    let vh = vhost(&api, &caller, &v, true)?;
+    let vh = super::vhost_for(&api, &caller, &v, true)?;
     vh.exchange(&x).ok_or_else(ApiError::not_found)?;
     Ok(Json(filtered(&vh, |b| {
         b["destination"] == x.as_str() && b["destination_type"] == "exchange"
@@ -554,7 +548,7 @@ pub async fn queue_bindings(
     caller: Caller,
     Path((v, q)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    let vh = vhost(&api, &caller, &v, true)?;
+    let vh = super::vhost_for(&api, &caller, &v, true)?;
     vh.queue(&q).ok_or_else(ApiError::not_found)?;
     Ok(Json(filtered(&vh, |b| {
         b["destination"] == q.as_str() && b["destination_type"] == "queue"
@@ -575,7 +569,7 @@ pub async fn between(
     Path((v, source, kind, dest)): Path<(String, String, String, String)>,
 ) -> ApiResult<Json<Value>> {
     let source = super::exchange_name(source);
-    let vh = vhost(&api, &caller, &v, true)?;
+    let vh = super::vhost_for(&api, &caller, &v, true)?;
     let to_exchange = kind_of(&kind)?;
     vh.exchange(&source).ok_or_else(ApiError::not_found)?;
     let dtype = if to_exchange { "exchange" } else { "queue" };
@@ -593,7 +587,7 @@ pub async fn bind(
     body: Body,
 ) -> ApiResult<(StatusCode, [(axum::http::HeaderName, String); 1])> {
     let source = super::exchange_name(source);
-    let vh = vhost(&api, &caller, &v, false)?;
+    let vh = super::vhost_for(&api, &caller, &v, false)?;
     let to_exchange = kind_of(&kind)?;
     caller.resource(&api, &v, Access::Write, &dest)?;
     caller.resource(&api, &v, Access::Read, &source)?;
@@ -621,7 +615,7 @@ pub async fn get_binding(
     Path((v, source, kind, dest, props)): Path<(String, String, String, String, String)>,
 ) -> ApiResult<Json<Value>> {
     let source = super::exchange_name(source);
-    let vh = vhost(&api, &caller, &v, true)?;
+    let vh = super::vhost_for(&api, &caller, &v, true)?;
     let to_exchange = kind_of(&kind)?;
     let dtype = if to_exchange { "exchange" } else { "queue" };
     render::bindings(&vh)
@@ -642,7 +636,7 @@ pub async fn unbind(
     Path((v, source, kind, dest, props)): Path<(String, String, String, String, String)>,
 ) -> ApiResult<StatusCode> {
     let source = super::exchange_name(source);
-    let vh = vhost(&api, &caller, &v, false)?;
+    let vh = super::vhost_for(&api, &caller, &v, false)?;
     let to_exchange = kind_of(&kind)?;
     caller.resource(&api, &v, Access::Write, &dest)?;
     caller.resource(&api, &v, Access::Read, &source)?;

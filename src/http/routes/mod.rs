@@ -38,6 +38,19 @@ pub fn no_content() -> StatusCode {
     StatusCode::NO_CONTENT
 }
 
+/// The vhost `name` (404 if there is none) if the caller may use it (401
+/// otherwise; `read_only` lets monitors see any).
+pub fn vhost_for(
+    api: &Api,
+    caller: &Caller,
+    name: &str,
+    read_only: bool,
+) -> Result<Arc<crate::vhost::VHost>, ApiError> {
+    let vh = api.broker.vhost(name).ok_or_else(ApiError::not_found)?;
+    caller.vhost(api, name, read_only)?;
+    Ok(vh)
+}
+
 /// "" for the default exchange's alias.
 pub fn exchange_name(name: String) -> String {
     if name == "amq.default" {

@@ -291,8 +291,7 @@ pub async fn aliveness(
     caller: Caller,
     Path(vhost): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    caller.vhost(&api, &vhost, false)?;
+    let vh = super::vhost_for(&api, &caller, &vhost, false)?;
     let spec = crate::vhost::QueueSpec {
         name: "aliveness-test".into(),
         durable: false,

@@ -40,8 +40,7 @@ pub async fn get_vhost(
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let vh = api.broker.vhost(&name).ok_or_else(ApiError::not_found)?;
-    caller.vhost(&api, &name, true)?;
+    let vh = super::vhost_for(&api, &caller, &name, true)?;
     Ok(Json(render::vhost(&api, &vh)))
 }
 
@@ -116,8 +115,7 @@ pub async fn get_vhost_limits(
     caller: Caller,
     Path(vhost): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    caller.vhost(&api, &vhost, true)?;
+    super::vhost_for(&api, &caller, &vhost, true)?;
     Ok(Json(Value::Array(limits_of(&api, Some(&vhost)))))
 }
 
@@ -188,8 +186,7 @@ pub async fn vhost_policies(
     operator: bool,
 ) -> ApiResult<Json<Value>> {
     caller.policy_reader(operator)?;
-    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    caller.vhost(&api, &vhost, true)?;
+    super::vhost_for(&api, &caller, &vhost, true)?;
     Ok(Json(Value::Array(policies(
         &api,
         &caller,
@@ -205,8 +202,7 @@ pub async fn get_policy(
     operator: bool,
 ) -> ApiResult<Json<Value>> {
     caller.policy_reader(operator)?;
-    let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    caller.vhost(&api, &vhost, true)?;
+    let vh = super::vhost_for(&api, &caller, &vhost, true)?;
     let set = vh.policies();
     let p = set.get(&name, operator).ok_or_else(ApiError::not_found)?;
     Ok(Json(policy_json(p)))
@@ -302,8 +298,7 @@ pub async fn vhost_parameters(
     Path((component, vhost)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     caller.policy_reader(false)?;
-    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    caller.vhost(&api, &vhost, true)?;
+    super::vhost_for(&api, &caller, &vhost, true)?;
     Ok(Json(Value::Array(parameters(
         &api,
         &caller,
