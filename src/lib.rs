@@ -42,6 +42,7 @@ pub mod message;
 pub mod plugins;
 pub mod policy;
 pub mod queue;
+pub mod rates;
 pub mod server;
 pub mod store;
 pub mod util;

@@ -1523,3 +1523,168 @@ async fn publishing_over_http_is_checked_as_publishing_over_amqp() {
         "a user_id other than the caller's own"
     );
 }
+
+// ---- message stats, sorting by depth, vhost creation
+
+/// GET `path` from `b`'s management API as guest, as JSON (the crate's
+/// types do not carry every stats field).
+async fn get_json(b: &TestBroker, path: &str) -> Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = b.api.expect("the management API is on");
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    // "guest:guest" in base64.
+    let req = format!(
+        "GET {path} HTTP/1.0\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.expect("send");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.expect("read");
+    let text = String::from_utf8(raw).expect("UTF-8");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
+    assert!(head.contains(" 200 "), "GET {path}: {head}");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_stats_count_what_clients_did() {
+    let b = start_with_api().await;
+    let rc = api(&b);
+    let props = ConnectionProperties::default().with_connection_name("stats-client".into());
+    let conn = Connection::connect(&b.uri(), props).await.expect("connect");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    declare(&ch, "stats.q").await;
+    declare(&ch, "stats.other").await;
+    exchange(
+        &ch,
+        "stats.x",
+        lapin::ExchangeKind::Direct,
+        ExchangeDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .expect("exchange");
+    bind(&ch, "stats.q", "stats.x", "k", FieldTable::default()).await;
+    for key in ["k", "k", "k", "k", "k", "nowhere", "nowhere"] {
+        publish_with(
+            &ch,
+            "stats.x",
+            key,
+            BasicPublishOptions::default(),
+            b"m",
+            Default::default(),
+        )
+        .await
+        .await
+        .expect("confirmed");
+    }
+    publish_with(
+        &ch,
+        "",
+        "stats.other",
+        BasicPublishOptions::default(),
+        b"m",
+        Default::default(),
+    )
+    .await
+    .await
+    .expect("confirmed");
+    for _ in 0..2 {
+        let got = ch
+            .basic_get("stats.q".into(), BasicGetOptions::default())
+            .await
+            .expect("basic.get")
+            .expect("a message");
+        got.delivery
+            .ack(BasicAckOptions::default())
+            .await
+            .expect("ack");
+    }
+    // The acks have been handled once a later synchronous method answers.
+    assert_eq!(message_count(&ch, "stats.q").await, 3);
+
+    // The exchange: 7 in, 5 routed out; counted once its channel's batch
+    // ended, so looked at until it shows.
+    let b2 = &b;
+    let x = poll(|| async move {
+        let x = get_json(b2, "/api/exchanges/%2F/stats.x").await;
+        (x["message_stats"]["publish_in"] == 7).then_some(x)
+    })
+    .await
+    .expect("the exchange counts 7 messages in");
+    assert_eq!(x["message_stats"]["publish_out"], 5);
+    assert!(x["message_stats"]["publish_in_details"]["rate"].is_number());
+    let d = get_json(&b, "/api/exchanges/%2F/amq.default").await;
+    assert_eq!(d["message_stats"]["publish_in"], 1, "{d}");
+
+    // The channel and its connection.
+    let channels = get_json(&b, "/api/channels").await;
+    let c = channels
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|c| c["connection_details"]["name"].is_string() && c["confirm"] == true)
+        .expect("the confirm channel")
+        .clone();
+    let m = &c["message_stats"];
+    assert_eq!(m["publish"], 8, "{m}");
+    assert_eq!(m["confirm"], 8, "{m}");
+    assert_eq!(m["drop_unroutable"], 2, "{m}");
+    assert_eq!(m["get"], 2, "{m}");
+    assert_eq!(m["ack"], 2, "{m}");
+    assert_eq!(m["deliver_get"], 2, "{m}");
+    assert!(m["publish_details"]["rate"].is_number());
+    let conns = get_json(&b, "/api/connections").await;
+    let ours = conns
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|c| c["user_provided_name"] == "stats-client")
+        .expect("our connection")
+        .clone();
+    for k in ["recv_oct", "send_oct", "recv_cnt", "send_cnt"] {
+        assert!(ours[k].as_u64().unwrap_or(0) > 0, "{k}: {ours}");
+    }
+    assert!(ours["recv_oct_details"]["rate"].is_number());
+    assert_eq!(ours["message_stats"]["publish"], 8);
+
+    // The vhost and the overview sum the channels.
+    let v = get_json(&b, "/api/vhosts/%2F").await;
+    assert_eq!(v["message_stats"]["publish"], 8, "{v}");
+    let o = get_json(&b, "/api/overview").await;
+    assert_eq!(o["message_stats"]["publish"], 8);
+    assert_eq!(o["message_stats"]["confirm"], 8);
+    assert_eq!(o["queue_totals"]["messages"], 4);
+    // Closing the channel keeps what it counted.
+    ch.close(200, "done".into()).await.expect("close");
+    let v = get_json(&b, "/api/vhosts/%2F").await;
+    assert_eq!(v["message_stats"]["publish"], 8, "{v}");
+
+    // Sorted by depth, deepest first, without rendering every queue.
+    let page = get_json(
+        &b,
+        "/api/queues?sort=messages&sort_reverse=true&page=1&page_size=2",
+    )
+    .await;
+    let names: Vec<&str> = page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|q| q["name"].as_str())
+        .collect();
+    assert_eq!(names, ["stats.q", "stats.other"]);
+    assert_eq!(page["filtered_count"], 2);
+
+    // A vhost made over the API may be used by whoever made it, as in
+    // RabbitMQ.
+    rc.create_vhost(&VirtualHostParams::named("made-by-guest"))
+        .await
+        .expect("create the vhost");
+    let there = login(&b, "guest", "guest", "made-by-guest")
+        .await
+        .expect("guest may use the vhost it made");
+    let tch = there.create_channel().await.expect("channel");
+    declare(&tch, "in-the-new-vhost").await;
+}

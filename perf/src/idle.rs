@@ -17,6 +17,8 @@ use crate::topology::{ExchangeKind, Topology};
 pub struct IdleConfig {
     pub uri: AmqpUri,
     pub connections: usize,
+    /// Queues without consumers, declared before the connections open.
+    pub extra_queues: usize,
     pub hold: f64,
     pub queue: String,
     pub durable: bool,
@@ -63,6 +65,24 @@ pub async fn run(cfg: IdleConfig) -> Result<IdleResult> {
         queues: topo.queues[..cfg.connections].to_vec(),
         ..topo
     };
+    let extra = Topology::new(
+        None,
+        ExchangeKind::Direct,
+        &format!("{}-idle-extra", cfg.queue),
+        cfg.extra_queues.max(2),
+        cfg.durable,
+    );
+    let extra = Topology {
+        queues: extra.queues[..cfg.extra_queues].to_vec(),
+        ..extra
+    };
+    if !extra.queues.is_empty() {
+        extra.declare(&setup_ch).await?;
+        eprintln!(
+            "warren-perf: {} queues without consumers declared",
+            extra.queues.len()
+        );
+    }
     let cpu0 = cpu_time_us();
     let start = Instant::now();
     let opened = open_all(&cfg, &topo, &shared).await;
@@ -99,8 +119,10 @@ pub async fn run(cfg: IdleConfig) -> Result<IdleResult> {
         .stop
         .store(true, std::sync::atomic::Ordering::Relaxed);
     if !cfg.keep {
-        if let Err(e) = topo.delete(&setup_ch).await {
-            eprintln!("warren-perf: cleanup failed: {e:#}");
+        for t in [&topo, &extra] {
+            if let Err(e) = t.delete(&setup_ch).await {
+                eprintln!("warren-perf: cleanup failed: {e:#}");
+            }
         }
     }
     conn::close_quietly(setup).await;

@@ -131,6 +131,9 @@ struct Args {
     /// Instead of a load run: open N idle connections, each consuming from its own queue.
     #[arg(long)]
     idle_connections: Option<usize>,
+    /// With --idle-connections: also declare N queues without consumers first (perf/scale.sh).
+    #[arg(long, default_value_t = 0)]
+    idle_queues: usize,
     /// With --idle-connections: seconds to hold them open.
     #[arg(long, default_value_t = 30.0)]
     hold: f64,
@@ -160,6 +163,7 @@ fn resolve(a: Args) -> Result<Mode> {
         return Ok(Mode::Idle(IdleConfig {
             uri,
             connections: n,
+            extra_queues: a.idle_queues,
             hold: a.hold,
             queue: a.queue,
             durable: a.durable_queues,

@@ -269,7 +269,7 @@ impl Connection {
                     Err(e) => return self.close_with(e, rd, buf).await,
                 }
             }
-            self.flush_confirms();
+            self.after_batch();
             if std::mem::take(&mut self.ctx.published)
                 && !blocked
                 && self.ctx.broker.memory.is_raised()
@@ -341,6 +341,7 @@ impl Connection {
                 None => {}
                 Some(Ok(0)) => return Closed::Lost("connection lost"),
                 Some(Ok(n)) => {
+                    self.ctx.closer.received(n);
                     last_read = Instant::now();
                     self.pinning.after_read(buf);
                     self.coalesce.read(last_read, n == spare);
@@ -484,10 +485,13 @@ impl Connection {
         }
     }
 
-    fn flush_confirms(&mut self) {
+    /// After the frames of one read: confirms that are ready go out, and
+    /// what the channels counted reaches their exchanges.
+    fn after_batch(&mut self) {
         let done = *self.ctx.flushed.borrow();
         for ch in self.channels.values_mut() {
             ch.send_confirms(done, &self.ctx);
+            ch.flush_stats();
         }
     }
 

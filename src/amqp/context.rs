@@ -108,6 +108,10 @@ impl ConnCtx {
 pub struct Closer {
     reason: std::sync::OnceLock<String>,
     outbox: std::sync::Weak<Outbox>,
+    /// Bytes and reads from the socket (the read loop's, one load and
+    /// store per read).
+    recv_oct: std::sync::atomic::AtomicU64,
+    recv_cnt: std::sync::atomic::AtomicU64,
 }
 
 impl Closer {
@@ -115,7 +119,17 @@ impl Closer {
         Closer {
             reason: std::sync::OnceLock::new(),
             outbox: Arc::downgrade(outbox),
+            recv_oct: Default::default(),
+            recv_cnt: Default::default(),
         }
+    }
+
+    /// One read of `n` bytes (only the connection's read loop calls this).
+    pub fn received(&self, n: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (oct, cnt) = (&self.recv_oct, &self.recv_cnt);
+        oct.store(oct.load(Relaxed) + n as u64, Relaxed);
+        cnt.store(cnt.load(Relaxed) + 1, Relaxed);
     }
 
     /// Why the connection must close, once asked to.
@@ -129,6 +143,17 @@ impl crate::broker::connections::Control for Closer {
         let _ = self.reason.set(reason.to_string());
         if let Some(outbox) = self.outbox.upgrade() {
             outbox.wake_reader();
+        }
+    }
+
+    fn io(&self) -> crate::broker::connections::Io {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (send_oct, send_cnt) = self.outbox.upgrade().map_or((0, 0), |o| o.sent());
+        crate::broker::connections::Io {
+            recv_oct: self.recv_oct.load(Relaxed),
+            recv_cnt: self.recv_cnt.load(Relaxed),
+            send_oct,
+            send_cnt,
         }
     }
 }

@@ -52,6 +52,10 @@ pub struct Outbox {
     /// Heartbeat interval in seconds agreed at tune (0 = none).
     heartbeat: AtomicU64,
     closed: AtomicBool,
+    /// Bytes and writes to the socket (the writer's, one load and store
+    /// per write).
+    send_oct: AtomicU64,
+    send_cnt: AtomicU64,
 }
 
 struct Inner {
@@ -80,6 +84,8 @@ impl Outbox {
             replies: AtomicUsize::new(0),
             heartbeat: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            send_oct: AtomicU64::new(0),
+            send_cnt: AtomicU64::new(0),
         }
     }
 
@@ -186,6 +192,14 @@ impl Outbox {
         self.notify.notify_one();
     }
 
+    /// Bytes and writes sent so far.
+    pub fn sent(&self) -> (u64, u64) {
+        (
+            self.send_oct.load(Ordering::Relaxed),
+            self.send_cnt.load(Ordering::Relaxed),
+        )
+    }
+
     /// The writer task: runs until the socket fails, a write makes no
     /// progress for the send timeout, or `finish` is called.
     pub async fn run_writer(self: Arc<Self>, mut socket: OwnedWriteHalf) {
@@ -279,7 +293,12 @@ impl Outbox {
         while !out.is_empty() {
             match tokio::time::timeout(self.send_timeout, socket.write(out)).await {
                 Ok(Ok(0)) | Ok(Err(_)) => return Err(false),
-                Ok(Ok(n)) => out = &out[n..],
+                Ok(Ok(n)) => {
+                    let (oct, cnt) = (&self.send_oct, &self.send_cnt);
+                    oct.store(oct.load(Ordering::Relaxed) + n as u64, Ordering::Relaxed);
+                    cnt.store(cnt.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                    out = &out[n..];
+                }
                 Err(_) => return Err(true),
             }
         }

@@ -14,10 +14,27 @@ use std::sync::Arc;
 use amq_protocol::types::FieldTable;
 use parking_lot::Mutex;
 
+use crate::rates::Rates;
+
 /// What the AMQP layer gives the registry to close a connection.
 pub trait Control: Send + Sync {
     /// Closes the connection with 320 CONNECTION_FORCED and `reason`.
     fn force_close(&self, reason: &str);
+
+    /// What its socket carried so far.
+    fn io(&self) -> Io {
+        Io::default()
+    }
+}
+
+/// Bytes and socket reads / writes of a connection (RabbitMQ's recv_oct,
+/// recv_cnt, send_oct, send_cnt).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Io {
+    pub recv_oct: u64,
+    pub recv_cnt: u64,
+    pub send_oct: u64,
+    pub send_cnt: u64,
 }
 
 /// What is known of a connection from its handshake.
@@ -59,6 +76,28 @@ pub struct MessageCounters {
 }
 
 impl MessageCounters {
+    /// How many counters there are.
+    pub const LEN: usize = 13;
+
+    /// The values, in field order.
+    pub fn values(&self) -> [u64; Self::LEN] {
+        [
+            self.received,
+            self.received_confirm,
+            self.routed,
+            self.unroutable_dropped,
+            self.unroutable_returned,
+            self.confirmed,
+            self.delivered_consume_manual_ack,
+            self.delivered_consume_auto_ack,
+            self.delivered_get_manual_ack,
+            self.delivered_get_auto_ack,
+            self.get_empty,
+            self.redelivered,
+            self.acknowledged,
+        ]
+    }
+
     /// Adds `o` in.
     pub fn add(&mut self, o: &MessageCounters) {
         self.received += o.received;
@@ -81,6 +120,8 @@ impl MessageCounters {
 #[derive(Debug, Clone, Default)]
 pub struct ChannelSnapshot {
     pub counters: MessageCounters,
+    /// The counters' rates per second, in `MessageCounters::values` order.
+    pub rates: [f64; MessageCounters::LEN],
     pub number: u16,
     pub prefetch: u32,
     pub global_prefetch: u32,
@@ -95,6 +136,9 @@ pub struct ChannelSnapshot {
 pub trait ChannelView: Send + Sync {
     /// Its state now.
     fn snapshot(&self) -> ChannelSnapshot;
+
+    /// Samples its counters for their rates (every few seconds).
+    fn sample(&self, _now_ms: u64) {}
 }
 
 /// An open connection.
@@ -103,6 +147,8 @@ pub struct Tracked {
     pub control: Arc<dyn Control>,
     /// Its open channels, by number.
     pub channels: Mutex<std::collections::BTreeMap<u16, Arc<dyn ChannelView>>>,
+    /// recv_oct and send_oct, sampled for their rates.
+    io_rates: Mutex<Rates<2>>,
 }
 
 impl Tracked {
@@ -112,6 +158,24 @@ impl Tracked {
             info,
             control,
             channels: Mutex::new(Default::default()),
+            io_rates: Mutex::new(Rates::default()),
+        }
+    }
+
+    /// Its socket's counters, and the rates of recv_oct and send_oct.
+    pub fn io(&self) -> (Io, [f64; 2]) {
+        (self.control.io(), *self.io_rates.lock().per_sec())
+    }
+
+    /// Samples its counters and its channels' for their rates.
+    pub fn sample(&self, now_ms: u64) {
+        let io = self.control.io();
+        self.io_rates
+            .lock()
+            .sample(now_ms, [io.recv_oct, io.send_oct]);
+        let views: Vec<_> = self.channels.lock().values().cloned().collect();
+        for v in views {
+            v.sample(now_ms);
         }
     }
 
@@ -156,11 +220,18 @@ fn decrement(map: &mut HashMap<String, u64>, key: &str) {
 #[derive(Default)]
 pub struct Connections {
     inner: Mutex<Registry>,
-    /// What closed channels counted (so node-wide counters never go back).
-    retired: Arc<Mutex<MessageCounters>>,
+    /// What closed channels counted (so counters never go back).
+    retired: Arc<Mutex<Retired>>,
     /// Channels ever opened and closed.
     channels_opened: Arc<AtomicU64>,
     channels_closed: Arc<AtomicU64>,
+}
+
+/// What closed channels counted, in all and per vhost.
+#[derive(Default)]
+struct Retired {
+    all: MessageCounters,
+    per_vhost: HashMap<String, MessageCounters>,
 }
 
 /// Node-wide totals, for metrics.
@@ -238,7 +309,7 @@ impl Connections {
         // Under the retired lock, which a closing channel takes before it
         // leaves its connection: each channel is counted once.
         let retired = self.retired.lock();
-        let mut messages = *retired;
+        let mut messages = retired.all;
         for t in open {
             for c in t.channel_snapshots() {
                 messages.add(&c.counters);
@@ -252,6 +323,27 @@ impl Connections {
             channels_closed: self.channels_closed.load(Ordering::Relaxed),
             messages,
         }
+    }
+
+    /// Every channel's message counters summed per vhost (open ones now,
+    /// closed ones as they ended).
+    pub fn by_vhost(&self) -> HashMap<String, MessageCounters> {
+        let open: Vec<_> = self.inner.lock().by_id.values().cloned().collect();
+        let retired = self.retired.lock();
+        let mut per = retired.per_vhost.clone();
+        for t in open {
+            let sum = per.entry(t.info.vhost.clone()).or_default();
+            for c in t.channel_snapshots() {
+                sum.add(&c.counters);
+            }
+        }
+        per
+    }
+
+    /// Forgets what closed channels counted in vhosts `keep` refuses
+    /// (deleted ones).
+    pub fn retain_vhosts(&self, keep: impl Fn(&str) -> bool) {
+        self.retired.lock().per_vhost.retain(|v, _| keep(v));
     }
 
     /// How many connections are open.
@@ -346,7 +438,7 @@ pub struct ChannelSlot {
     user: Arc<AtomicU64>,
     tracked: Arc<Tracked>,
     number: u16,
-    retired: Arc<Mutex<MessageCounters>>,
+    retired: Arc<Mutex<Retired>>,
     closed: Arc<AtomicU64>,
 }
 
@@ -356,7 +448,13 @@ impl Drop for ChannelSlot {
         let mut retired = self.retired.lock();
         let view = self.tracked.channels.lock().remove(&self.number);
         if let Some(v) = view {
-            retired.add(&v.snapshot().counters);
+            let counters = v.snapshot().counters;
+            retired.all.add(&counters);
+            retired
+                .per_vhost
+                .entry(self.tracked.info.vhost.clone())
+                .or_default()
+                .add(&counters);
         }
         drop(retired);
         self.closed.fetch_add(1, Ordering::Relaxed);

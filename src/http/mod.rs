@@ -14,6 +14,7 @@ pub mod prometheus;
 mod render;
 mod routes;
 
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,7 +22,11 @@ use std::time::Instant;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use parking_lot::Mutex;
+
+use crate::broker::connections::MessageCounters;
 use crate::broker::Broker;
+use crate::rates::Rates;
 
 pub use error::ApiError;
 
@@ -35,6 +40,8 @@ pub struct Api {
     pub listeners: Vec<(&'static str, SocketAddr)>,
     /// The cluster's permanent id (made once, at start).
     pub cluster_id: std::sync::OnceLock<String>,
+    /// The rates of what each vhost's channels counted (the sampler's).
+    pub vhost_rates: Mutex<HashMap<String, Rates<{ MessageCounters::LEN }>>>,
 }
 
 impl Api {
@@ -46,6 +53,7 @@ impl Api {
             started: Instant::now(),
             listeners,
             cluster_id: std::sync::OnceLock::new(),
+            vhost_rates: Mutex::default(),
         });
         prometheus::init_cluster_id(&api);
         api
@@ -65,8 +73,9 @@ fn node_name() -> String {
 /// How often message rates are sampled.
 const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Samples every queue's counters every few seconds (the rates the API
-/// shows are the change between the last two samples).
+/// Samples the counters of every queue, exchange, connection, channel and
+/// vhost every few seconds (the rates the API shows are the change between
+/// the last two samples).
 async fn sample(api: Arc<Api>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     loop {
@@ -74,12 +83,31 @@ async fn sample(api: Arc<Api>, mut stop: watch::Receiver<bool>) {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let now = crate::util::now_ms();
-        for vh in api.broker.vhosts() {
-            for q in vh.queues() {
-                q.sample_stats(now);
-            }
+        sample_once(&api, crate::util::now_ms());
+    }
+}
+
+fn sample_once(api: &Api, now: u64) {
+    let vhosts = api.broker.vhosts();
+    for vh in &vhosts {
+        for q in vh.queues() {
+            q.sample_stats(now);
         }
+        for x in vh.exchanges() {
+            x.stats.sample(now);
+        }
+    }
+    let connections = &api.broker.connections;
+    for t in connections.list() {
+        t.sample(now);
+    }
+    let names: HashSet<&str> = vhosts.iter().map(|v| v.name.as_str()).collect();
+    connections.retain_vhosts(|v| names.contains(v));
+    let per_vhost = connections.by_vhost();
+    let mut rates = api.vhost_rates.lock();
+    rates.retain(|v, _| per_vhost.contains_key(v));
+    for (v, c) in per_vhost {
+        rates.entry(v).or_default().sample(now, c.values());
     }
 }
 

@@ -16,6 +16,7 @@ use axum::Router;
 use super::render::{self, Totals};
 use super::Api;
 use crate::definitions::RABBITMQ_VERSION;
+use crate::queue::stats::Depth;
 
 /// A text exposition being written.
 struct Out(String);
@@ -137,12 +138,20 @@ fn render(api: &Api, per_object: bool) -> String {
     let mut per_queue = Vec::new();
     for vh in api.broker.vhosts() {
         for q in vh.queues() {
-            let s = q.snapshot();
             queues += 1;
-            consumers += s.consumers as u64;
-            depth.add(&s);
             if per_object {
+                let s = q.snapshot();
+                consumers += s.consumers as u64;
+                depth.add(&Depth {
+                    ready: s.ready,
+                    unacked: s.unacked,
+                    consumers: s.consumers,
+                });
                 per_queue.push((vh.name.clone(), q.name().to_string(), s));
+            } else {
+                let d = q.depth();
+                consumers += d.consumers as u64;
+                depth.add(&d);
             }
         }
     }

@@ -8,9 +8,11 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use super::Api;
-use crate::broker::connections::{ChannelSnapshot, Tracked};
+use std::collections::HashMap;
+
+use crate::broker::connections::{ChannelSnapshot, MessageCounters, Tracked};
 use crate::broker::vhosts::vhost_limits;
-use crate::queue::stats::{Counters, Snapshot};
+use crate::queue::stats::{Counters, Depth};
 use crate::queue::Queue;
 use crate::vhost::{policies::queue_type, Destination, Exchange, VHost};
 
@@ -74,31 +76,84 @@ pub fn message_stats(c: &Counters, rates: &[f64; 7]) -> Value {
     Value::Object(o)
 }
 
-/// Depth and counters summed over queues.
+/// message_stats of a channel (or a sum of channels): RabbitMQ's names
+/// for what the channel counted, with rates.
+pub fn channel_stats(c: &MessageCounters, rates: &[f64; MessageCounters::LEN]) -> Value {
+    // The index of each field in MessageCounters::values.
+    const NAMES: [(&str, usize); 11] = [
+        ("publish", 0),
+        ("drop_unroutable", 3),
+        ("return_unroutable", 4),
+        ("confirm", 5),
+        ("deliver", 6),
+        ("deliver_no_ack", 7),
+        ("get", 8),
+        ("get_no_ack", 9),
+        ("get_empty", 10),
+        ("redeliver", 11),
+        ("ack", 12),
+    ];
+    let v = c.values();
+    let mut o = Map::new();
+    for (name, i) in NAMES {
+        counter(&mut o, name, v[i], rates[i]);
+    }
+    let deliver_get = (6..=9).map(|i| v[i]).sum();
+    counter(
+        &mut o,
+        "deliver_get",
+        deliver_get,
+        (6..=9).map(|i| rates[i]).sum(),
+    );
+    Value::Object(o)
+}
+
+/// Channel counters with their rates, summed.
+#[derive(Default)]
+pub struct ChannelTotals {
+    pub counters: MessageCounters,
+    pub rates: [f64; MessageCounters::LEN],
+}
+
+impl ChannelTotals {
+    /// What the channels of the vhosts `names` counted (`per_vhost` from
+    /// the registry), with the rates the sampler keeps.
+    pub fn of_vhosts<'a>(
+        api: &Api,
+        per_vhost: &HashMap<String, MessageCounters>,
+        names: impl Iterator<Item = &'a str>,
+    ) -> ChannelTotals {
+        let rates = api.vhost_rates.lock();
+        let mut t = ChannelTotals::default();
+        for name in names {
+            if let Some(c) = per_vhost.get(name) {
+                t.counters.add(c);
+            }
+            if let Some(r) = rates.get(name) {
+                for (sum, x) in t.rates.iter_mut().zip(r.per_sec()) {
+                    *sum += x;
+                }
+            }
+        }
+        t
+    }
+
+    pub fn json(&self) -> Value {
+        channel_stats(&self.counters, &self.rates)
+    }
+}
+
+/// Depth summed over queues.
 #[derive(Default)]
 pub struct Totals {
     pub ready: u64,
     pub unacked: u64,
-    pub counters: Counters,
-    pub rates: [f64; 7],
 }
 
 impl Totals {
-    pub fn add(&mut self, s: &Snapshot) {
-        self.ready += s.ready;
-        self.unacked += s.unacked;
-        let c = &mut self.counters;
-        let o = &s.stats.counters;
-        c.publish += o.publish;
-        c.deliver += o.deliver;
-        c.deliver_no_ack += o.deliver_no_ack;
-        c.get += o.get;
-        c.get_no_ack += o.get_no_ack;
-        c.ack += o.ack;
-        c.redeliver += o.redeliver;
-        for i in 0..7 {
-            self.rates[i] += s.stats.rates[i];
-        }
+    pub fn add(&mut self, d: &Depth) {
+        self.ready += d.ready;
+        self.unacked += d.unacked;
     }
 
     /// queue_totals / the messages fields.
@@ -109,12 +164,13 @@ impl Totals {
     }
 }
 
-/// A vhost, with its totals.
-pub fn vhost(api: &Api, vh: &VHost) -> Value {
+/// A vhost, with its totals; `channels` is what the registry's channels
+/// counted per vhost.
+pub fn vhost(api: &Api, vh: &VHost, channels: &HashMap<String, MessageCounters>) -> Value {
     let m = vh.meta();
     let mut t = Totals::default();
     for q in vh.queues() {
-        t.add(&q.snapshot());
+        t.add(&q.depth());
     }
     let dqt = if m.default_queue_type.is_empty() {
         "classic".to_string()
@@ -130,7 +186,7 @@ pub fn vhost(api: &Api, vh: &VHost) -> Value {
         "tracing": false,
         "cluster_state": {api.node.clone(): "running"},
         "limits": vhost_limits(vh),
-        "message_stats": message_stats(&t.counters, &t.rates),
+        "message_stats": ChannelTotals::of_vhosts(api, channels, std::iter::once(vh.name.as_str())).json(),
     });
     if let Value::Object(map) = &mut o {
         t.depth(map);
@@ -178,7 +234,7 @@ pub fn queue(api: &Api, vh: &VHost, q: &Arc<Queue>, detailed: bool) -> Value {
         "memory": 0,
         "recoverable_slaves": Value::Null,
         "backing_queue_status": {"mode": "default", "len": s.ready},
-        "message_stats": message_stats(&s.stats.counters, &s.stats.rates),
+        "message_stats": message_stats(&s.stats.counters, s.stats.rates()),
     });
     let Value::Object(map) = &mut o else {
         return o;
@@ -200,6 +256,33 @@ pub fn queue(api: &Api, vh: &VHost, q: &Arc<Queue>, detailed: bool) -> Value {
         map.insert("incoming".into(), json!([]));
     }
     o
+}
+
+/// A queue's value of the list field `field`, without rendering the
+/// queue (sorting 100,000 queues by depth); None for a field it does not
+/// know, which is then rendered.
+pub fn queue_sort_value(q: &Queue, field: &str) -> Option<Value> {
+    let s = q.snapshot();
+    Some(match field {
+        "messages" => (s.ready + s.unacked).into(),
+        "messages_ready" | "messages_ready_ram" | "backing_queue_status.len" => s.ready.into(),
+        "messages_unacknowledged" | "messages_unacknowledged_ram" => s.unacked.into(),
+        "consumers" => s.consumers.into(),
+        "message_bytes" | "message_bytes_ready" | "message_bytes_ram" => s.ready_bytes.into(),
+        "policy" => s.policy.into(),
+        "operator_policy" => s.operator_policy.into(),
+        "durable" => q.config.durable.into(),
+        "auto_delete" => q.config.auto_delete.into(),
+        "exclusive" => q.config.exclusive_owner.is_some().into(),
+        _ => {
+            let rest = field.strip_prefix("message_stats.")?;
+            let stats = message_stats(&s.stats.counters, s.stats.rates());
+            rest.split('.')
+                .try_fold(&stats, |v, k| v.get(k))
+                .cloned()
+                .unwrap_or(Value::Null)
+        }
+    })
 }
 
 /// A consumer.
@@ -247,10 +330,19 @@ pub fn exchange(vh: &VHost, x: &Exchange) -> Value {
         "arguments": crate::definitions::args_json(&x.arguments),
         "policy": x.policy.read().name,
         "user_who_performed_action": "",
-        "message_stats": {},
+        "message_stats": exchange_stats(x),
         "incoming": [],
         "outgoing": [],
     })
+}
+
+fn exchange_stats(x: &Exchange) -> Value {
+    let [published, routed] = x.stats.counters();
+    let [published_rate, routed_rate] = x.stats.rates();
+    let mut o = Map::new();
+    counter(&mut o, "publish_in", published, published_rate);
+    counter(&mut o, "publish_out", routed, routed_rate);
+    Value::Object(o)
 }
 
 /// RabbitMQ's properties_key: what names a binding in a URL (the routing
@@ -325,6 +417,14 @@ fn binding_json(
 /// A connection.
 pub fn connection(api: &Api, t: &Tracked) -> Value {
     let i = &t.info;
+    let (io, io_rates) = t.io();
+    let mut channels = ChannelTotals::default();
+    for c in t.channel_snapshots() {
+        channels.counters.add(&c.counters);
+        for (sum, x) in channels.rates.iter_mut().zip(c.rates) {
+            *sum += x;
+        }
+    }
     let user_name = i
         .client_properties
         .inner()
@@ -353,12 +453,13 @@ pub fn connection(api: &Api, t: &Tracked) -> Value {
         "channels": t.channels.lock().len(),
         "client_properties": crate::definitions::args_json(&i.client_properties),
         "send_pend": 0,
-        "recv_cnt": 0,
-        "send_cnt": 0,
+        "recv_cnt": io.recv_cnt,
+        "send_cnt": io.send_cnt,
+        "message_stats": channels.json(),
     });
     if let Value::Object(m) = &mut o {
-        counter(m, "recv_oct", 0, 0.0);
-        counter(m, "send_oct", 0, 0.0);
+        counter(m, "recv_oct", io.recv_oct, io_rates[0]);
+        counter(m, "send_oct", io.send_oct, io_rates[1]);
     }
     o
 }
@@ -388,6 +489,6 @@ pub fn channel(api: &Api, t: &Tracked, c: &ChannelSnapshot) -> Value {
         "confirm": c.confirm,
         "transactional": c.transactional,
         "pending_raft_commands": 0,
-        "message_stats": {},
+        "message_stats": channel_stats(&c.counters, &c.rates),
     })
 }

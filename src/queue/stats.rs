@@ -7,6 +7,7 @@
 //! idle).
 
 use super::Queue;
+use crate::rates::Rates;
 
 /// Counted operations, in the order `Counters::ALL` names them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,28 +47,22 @@ impl Counters {
     }
 }
 
-/// Counters, the last sample and the rates since the one before.
+/// Counters and their rates.
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
     pub counters: Counters,
-    last: [u64; 7],
-    last_ms: u64,
-    /// Per second, between the last two samples.
-    pub rates: [f64; 7],
+    sampled: Rates<7>,
 }
 
 impl Stats {
     /// Takes a sample at `now_ms`: the rates since the previous one.
     pub fn sample(&mut self, now_ms: u64) {
-        let now = self.counters.values();
-        if self.last_ms != 0 && now_ms > self.last_ms {
-            let secs = (now_ms - self.last_ms) as f64 / 1000.0;
-            for (rate, (n, last)) in self.rates.iter_mut().zip(now.iter().zip(self.last)) {
-                *rate = (n - last) as f64 / secs;
-            }
-        }
-        self.last = now;
-        self.last_ms = now_ms;
+        self.sampled.sample(now_ms, self.counters.values());
+    }
+
+    /// Per second, between the last two samples, in `Counters::NAMES` order.
+    pub fn rates(&self) -> &[f64; 7] {
+        self.sampled.per_sec()
     }
 }
 
@@ -85,7 +80,25 @@ pub struct Snapshot {
     pub stats: Stats,
 }
 
+/// A queue's depth and consumers, for sums over many queues.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Depth {
+    pub ready: u64,
+    pub unacked: u64,
+    pub consumers: u32,
+}
+
 impl Queue {
+    /// Its depth and consumers now (cheaper than a snapshot).
+    pub fn depth(&self) -> Depth {
+        let st = self.state.lock();
+        Depth {
+            ready: st.ready.len() as u64,
+            unacked: st.unacked as u64,
+            consumers: st.consumers.len() as u32,
+        }
+    }
+
     /// Its state now.
     pub fn snapshot(&self) -> Snapshot {
         let st = self.state.lock();
@@ -128,9 +141,9 @@ mod tests {
         s.counters.publish = 50;
         s.counters.ack = 10;
         s.sample(6_000);
-        assert_eq!(s.rates[0], 10.0);
-        assert_eq!(s.rates[5], 2.0);
+        assert_eq!(s.rates()[0], 10.0);
+        assert_eq!(s.rates()[5], 2.0);
         s.sample(11_000);
-        assert_eq!(s.rates[0], 0.0);
+        assert_eq!(s.rates()[0], 0.0);
     }
 }

@@ -36,6 +36,8 @@ pub struct Exchange {
     pub plugin: Option<Arc<dyn warren_plugin_api::ExchangeType>>,
     /// Messages held for it (delayed-message exchanges).
     pub held: std::sync::atomic::AtomicU64,
+    /// Messages in and out (stats.rs).
+    pub stats: Arc<super::stats::ExchangeStats>,
 }
 
 /// The policy that applies to an exchange.

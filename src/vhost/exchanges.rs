@@ -117,6 +117,7 @@ impl VHost {
             ever_bound: AtomicBool::new(false),
             plugin,
             held: Default::default(),
+            stats: Default::default(),
         });
         self.apply_policies_to_exchange(&x);
         self.exchanges

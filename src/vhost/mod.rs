@@ -13,6 +13,7 @@ mod lifecycle;
 pub mod policies;
 mod queues;
 pub mod routing;
+pub mod stats;
 mod table;
 
 use std::collections::HashMap;
@@ -58,6 +59,9 @@ pub struct VHost {
     policies: RwLock<Arc<crate::policy::Policies>>,
     exchanges: RwLock<HashMap<String, Arc<Exchange>>>,
     queues: RwLock<HashMap<String, Arc<Queue>>>,
+    /// The default exchange's counters (routing counts them without
+    /// looking the exchange up).
+    default_stats: Arc<stats::ExchangeStats>,
 }
 
 impl VHost {
@@ -95,6 +99,7 @@ impl VHost {
             policies: RwLock::default(),
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),
+            default_stats: Default::default(),
         };
         for (name, kind) in [
             ("", ExchangeKind::Direct),
@@ -120,6 +125,11 @@ impl VHost {
                 ever_bound: AtomicBool::new(false),
                 plugin: None,
                 held: Default::default(),
+                stats: if name.is_empty() {
+                    Arc::clone(&vh.default_stats)
+                } else {
+                    Default::default()
+                },
             });
         }
         vh

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use amq_protocol::types::{AMQPValue, FieldTable};
 
 use super::error::{Error, Result};
+use super::stats::Tally;
 use super::{Destination, Exchange, VHost};
 use crate::exchange::ExchangeKind;
 use crate::message::Message;
@@ -21,6 +22,15 @@ pub struct RouteScratch {
     /// Exchanges reached but not yet routed through.
     stack: Vec<Arc<Exchange>>,
     visited: Visited,
+    /// Message counts for the exchange published to (stats.rs).
+    tally: Tally,
+}
+
+impl RouteScratch {
+    /// Adds the message counts kept here to their exchange.
+    pub fn flush_stats(&mut self) {
+        self.tally.flush();
+    }
 }
 
 /// The exchanges one publish has reached, by address: the first without
@@ -132,6 +142,7 @@ impl VHost {
         let key = String::from_utf8_lossy(msg.routing_key());
         // Sender-selected distribution: CC and BCC headers add routing keys.
         let extra = sender_selected_keys(msg);
+        let before = out.len();
         if name.is_empty() {
             // The default exchange: every queue is bound by its own name.
             for k in std::iter::once(key.as_ref()).chain(extra.iter().map(String::as_str)) {
@@ -142,6 +153,9 @@ impl VHost {
             if !extra.is_empty() {
                 dedup(out);
             }
+            scratch
+                .tally
+                .count(&self.default_stats, out.len().saturating_sub(before));
             return Ok(None);
         }
         let x = self
@@ -173,6 +187,12 @@ impl VHost {
         }
         if nested {
             dedup(out);
+        }
+        // A held message was counted when it was published.
+        if may_hold {
+            scratch
+                .tally
+                .count(&x.stats, out.len().saturating_sub(before));
         }
         Ok(hold)
     }
@@ -224,6 +244,7 @@ impl VHost {
             dests,
             stack,
             visited,
+            ..
         } = scratch;
         dests.clear();
         x.bindings.read().route(key, table, msg, dests);

@@ -107,6 +107,11 @@ impl Channel {
         }
     }
 
+    /// Adds the exchange counts this channel kept to the exchanges.
+    pub fn flush_stats(&mut self) {
+        self.scratch.flush_stats();
+    }
+
     /// A new channel's delivery side and status, for `open` (the status
     /// is registered with the connection first).
     pub fn parts(id: u16, ctx: &ConnCtx) -> (Arc<ChannelDelivery>, Arc<status::Status>) {

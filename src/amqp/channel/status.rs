@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::amqp::delivery::ChannelDelivery;
 use crate::broker::connections::{ChannelSnapshot, ChannelView, MessageCounters};
+use crate::rates::Rates;
 
 /// Adds one to a counter only its channel's connection task writes (a
 /// load and a store, no read-modify-write).
@@ -41,6 +42,8 @@ pub struct Status {
     pub transactional: AtomicBool,
     /// Message counters of the publishing side.
     pub published: Published,
+    /// All the counters' rates, sampled every few seconds.
+    rates: parking_lot::Mutex<Rates<{ MessageCounters::LEN }>>,
 }
 
 impl Status {
@@ -55,13 +58,11 @@ impl Status {
             confirm: AtomicBool::new(false),
             transactional: AtomicBool::new(false),
             published: Published::default(),
+            rates: parking_lot::Mutex::new(Rates::default()),
         }
     }
-}
 
-impl ChannelView for Status {
-    fn snapshot(&self) -> ChannelSnapshot {
-        let get = |a: &AtomicU32| a.load(Ordering::Relaxed);
+    fn counters(&self) -> MessageCounters {
         let p = &self.published;
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut counters = self.delivery.counters();
@@ -76,8 +77,16 @@ impl ChannelView for Status {
             acknowledged: n(&p.acked),
             ..MessageCounters::default()
         });
+        counters
+    }
+}
+
+impl ChannelView for Status {
+    fn snapshot(&self) -> ChannelSnapshot {
+        let get = |a: &AtomicU32| a.load(Ordering::Relaxed);
         ChannelSnapshot {
-            counters,
+            counters: self.counters(),
+            rates: *self.rates.lock().per_sec(),
             number: self.number,
             prefetch: get(&self.prefetch),
             global_prefetch: get(&self.global_prefetch),
@@ -87,5 +96,10 @@ impl ChannelView for Status {
             confirm: self.confirm.load(Ordering::Relaxed),
             transactional: self.transactional.load(Ordering::Relaxed),
         }
+    }
+
+    fn sample(&self, now_ms: u64) {
+        let now = self.counters().values();
+        self.rates.lock().sample(now_ms, now);
     }
 }

@@ -18,7 +18,7 @@ use crate::access::Access;
 use crate::http::auth::Caller;
 use crate::http::body::Body;
 use crate::http::error::{ApiError, ApiResult};
-use crate::http::list::{respond, ListQuery};
+use crate::http::list::{respond, respond_keyed, ListQuery};
 use crate::http::{message, render, Api};
 use crate::queue::{Entry, Queue, Refused, Settle, Sink, Unacked};
 use crate::vhost::{Destination, ExchangeSpec, QueueSpec, VHost};
@@ -269,11 +269,12 @@ async fn list_queues_in(
             all.push((Arc::clone(&vh), queue));
         }
     }
-    respond(
+    respond_keyed(
         all,
         &q,
         |(v, q)| (&v.name, q.name()),
         |(v, q)| render::queue(&api, v, q, false),
+        |(_, q), field| render::queue_sort_value(q, field),
     )
     .map(Json)
 }

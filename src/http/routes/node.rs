@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 use crate::definitions::RABBITMQ_VERSION;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult};
-use crate::http::render::{self, counter, message_stats, Totals};
+use crate::http::render::{self, counter, ChannelTotals, Totals};
 use crate::http::Api;
 
 fn totals(api: &Api, caller: &Caller) -> (Totals, usize, usize, usize) {
@@ -26,10 +26,10 @@ fn totals(api: &Api, caller: &Caller) -> (Totals, usize, usize, usize) {
         }
         exchanges += vh.exchanges().len();
         for q in vh.queues() {
-            let s = q.snapshot();
-            consumers += s.consumers as usize;
+            let d = q.depth();
+            consumers += d.consumers as usize;
             queues += 1;
-            t.add(&s);
+            t.add(&d);
         }
     }
     (t, queues, exchanges, consumers)
@@ -61,6 +61,15 @@ fn exchange_types(api: &Api) -> Vec<Value> {
 
 pub async fn overview(State(api): State<Arc<Api>>, caller: Caller) -> Json<Value> {
     let (t, queues, exchanges, consumers) = totals(&api, &caller);
+    let per_vhost = api.broker.connections.by_vhost();
+    let seen: Vec<String> = api
+        .broker
+        .vhosts()
+        .into_iter()
+        .filter(|v| caller.sees(&api, &v.name))
+        .map(|v| v.name.clone())
+        .collect();
+    let message_stats = ChannelTotals::of_vhosts(&api, &per_vhost, seen.iter().map(String::as_str));
     let conns = api.broker.connections.list();
     let channels: usize = conns.iter().map(|c| c.channels.lock().len()).sum();
     let mut queue_totals = Map::new();
@@ -79,7 +88,7 @@ pub async fn overview(State(api): State<Arc<Api>>, caller: Caller) -> Json<Value
         "release_series_support_status": "supported",
         "disable_stats": false,
         "enable_queue_totals": true,
-        "message_stats": message_stats(&t.counters, &t.rates),
+        "message_stats": message_stats.json(),
         "churn_rates": {
             "channel_closed": 0, "channel_created": 0, "connection_closed": 0,
             "connection_created": 0, "queue_created": 0, "queue_declared": 0, "queue_deleted": 0,

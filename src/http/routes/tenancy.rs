@@ -32,7 +32,14 @@ pub async fn list_vhosts(
         .into_iter()
         .filter(|v| caller.sees(&api, &v.name))
         .collect();
-    respond(vhosts, &q, |v| ("", &v.name), |v| render::vhost(&api, v)).map(Json)
+    let channels = api.broker.connections.by_vhost();
+    respond(
+        vhosts,
+        &q,
+        |v| ("", &v.name),
+        |v| render::vhost(&api, v, &channels),
+    )
+    .map(Json)
 }
 
 pub async fn get_vhost(
@@ -41,7 +48,8 @@ pub async fn get_vhost(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let vh = super::vhost_for(&api, &caller, &name, true)?;
-    Ok(Json(render::vhost(&api, &vh)))
+    let channels = api.broker.connections.by_vhost();
+    Ok(Json(render::vhost(&api, &vh, &channels)))
 }
 
 pub async fn put_vhost(
@@ -73,6 +81,12 @@ pub async fn put_vhost(
         )?,
     };
     let created = api.broker.put_vhost(meta)?;
+    if created {
+        // As RabbitMQ's API: whoever makes a vhost may use it at once.
+        api.broker
+            .users
+            .set_permission(&caller.user.name, &name, ".*", ".*", ".*")?;
+    }
     api.broker.store.sync().await?;
     Ok(created_or_updated(created))
 }
