@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// Lowest first, as in the ARCHITECTURE table.
 const LAYERS: &[&[&str]] = &[
-    &["wire", "util"],
+    &["wire", "util", "rates"],
     &["config", "message", "alarm", "plugins", "policy"],
     &["store", "exchange"],
     &["queue", "delayed", "access"],

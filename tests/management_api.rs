@@ -1657,6 +1657,12 @@ async fn message_stats_count_what_clients_did() {
     assert_eq!(o["message_stats"]["publish"], 8);
     assert_eq!(o["message_stats"]["confirm"], 8);
     assert_eq!(o["queue_totals"]["messages"], 4);
+    let churn = &o["churn_rates"];
+    assert_eq!(churn["queue_declared"], 2, "{churn}");
+    assert_eq!(churn["queue_created"], 2, "{churn}");
+    assert_eq!(churn["queue_deleted"], 0, "{churn}");
+    assert!(churn["connection_created"].as_u64() >= Some(1), "{churn}");
+    assert!(churn["queue_declared_details"]["rate"].is_number());
     // Closing the channel keeps what it counted.
     ch.close(200, "done".into()).await.expect("close");
     let v = get_json(&b, "/api/vhosts/%2F").await;

@@ -159,6 +159,10 @@ async fn metrics_carry_rabbitmqs_names_and_count_what_clients_did() {
     assert_eq!(s["rabbitmq_connections"], 1.0);
     assert_eq!(s["rabbitmq_channels"], 1.0);
     assert!(s["rabbitmq_connections_opened_total"] >= 1.0);
+    // One queue declared (passive declares do not count) and created.
+    assert_eq!(s["rabbitmq_queues_declared_total"], 1.0);
+    assert_eq!(s["rabbitmq_queues_created_total"], 1.0);
+    assert_eq!(s["rabbitmq_queues_deleted_total"], 0.0);
     for k in [
         "rabbitmq_process_resident_memory_bytes",
         "rabbitmq_resident_memory_limit_bytes",
@@ -170,6 +174,9 @@ async fn metrics_carry_rabbitmqs_names_and_count_what_clients_did() {
     }
     promtool_accepts(&body);
     // Counters do not go back when a channel closes.
+    ch.queue_delete("work".into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
     ch.close(200, "bye".into()).await.unwrap();
     let s = series(&scrape(&b, "/metrics").await.1);
     assert_eq!(
@@ -177,6 +184,7 @@ async fn metrics_carry_rabbitmqs_names_and_count_what_clients_did() {
         4.0
     );
     assert_eq!(s["rabbitmq_channels_closed_total"], 1.0);
+    assert_eq!(s["rabbitmq_queues_deleted_total"], 1.0);
     drop(c);
 }
 

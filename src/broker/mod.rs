@@ -47,6 +47,8 @@ pub struct Broker {
     pub memory: Arc<crate::alarm::MemoryAlarm>,
     /// Users and their permissions.
     pub users: crate::access::Users,
+    /// Queues declared, created and deleted in any vhost.
+    pub queue_churn: Arc<crate::vhost::stats::QueueChurn>,
 }
 
 impl Broker {
@@ -82,6 +84,7 @@ impl Broker {
             next_connection: AtomicU64::new(1),
             open_connections: Arc::new(AtomicU64::new(0)),
             plugins: Arc::new(crate::plugins::Plugins::enabled()),
+            queue_churn: Arc::default(),
         });
         broker
             .recover()

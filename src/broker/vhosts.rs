@@ -33,6 +33,7 @@ impl Broker {
             Arc::clone(&self.plugins),
             Arc::clone(&self.delayed),
             (max != 0).then_some(max),
+            Arc::clone(&self.queue_churn),
         )
     }
 

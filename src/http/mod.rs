@@ -42,6 +42,8 @@ pub struct Api {
     pub cluster_id: std::sync::OnceLock<String>,
     /// The rates of what each vhost's channels counted (the sampler's).
     pub vhost_rates: Mutex<HashMap<String, Rates<{ MessageCounters::LEN }>>>,
+    /// The rates of the overview's churn counters (`churn`'s order).
+    pub churn_rates: Mutex<Rates<7>>,
 }
 
 impl Api {
@@ -54,9 +56,42 @@ impl Api {
             listeners,
             cluster_id: std::sync::OnceLock::new(),
             vhost_rates: Mutex::default(),
+            churn_rates: Mutex::default(),
         });
         prometheus::init_cluster_id(&api);
         api
+    }
+}
+
+/// The overview's churn_rates names, and the counters for them.
+pub const CHURN: [&str; 7] = [
+    "channel_closed",
+    "channel_created",
+    "connection_closed",
+    "connection_created",
+    "queue_created",
+    "queue_declared",
+    "queue_deleted",
+];
+
+fn churn(broker: &Broker) -> [u64; 7] {
+    let t = broker.connections.totals();
+    let [declared, created, deleted] = broker.queue_churn.counters();
+    [
+        t.channels_closed,
+        t.channels_opened,
+        t.connections_closed,
+        t.connections_opened,
+        created,
+        declared,
+        deleted,
+    ]
+}
+
+impl Api {
+    /// The churn counters now, with their rates.
+    pub fn churn(&self) -> ([u64; 7], [f64; 7]) {
+        (churn(&self.broker), *self.churn_rates.lock().per_sec())
     }
 }
 
@@ -97,6 +132,8 @@ fn sample_once(api: &Api, now: u64) {
             x.stats.sample(now);
         }
     }
+    let now_churn = churn(&api.broker);
+    api.churn_rates.lock().sample(now, now_churn);
     let connections = &api.broker.connections;
     for t in connections.list() {
         t.sample(now);

@@ -191,6 +191,26 @@ fn render(api: &Api, per_object: bool) -> String {
         &[],
         c.channels_closed,
     );
+    let [declared, created, deleted] = api.broker.queue_churn.counters();
+    for (name, help, v) in [
+        (
+            "rabbitmq_queues_declared_total",
+            "Total number of queues declared",
+            declared,
+        ),
+        (
+            "rabbitmq_queues_created_total",
+            "Total number of queues created",
+            created,
+        ),
+        (
+            "rabbitmq_queues_deleted_total",
+            "Total number of queues deleted",
+            deleted,
+        ),
+    ] {
+        o.counter(name, help, &[], v);
+    }
     let m = &c.messages;
     let amqp = [("protocol", "amqp091")];
     let classic = [

@@ -132,6 +132,7 @@ impl VHost {
         self.closed.store(true, Ordering::Release);
         self.store.delete_vhost(&self.name)?;
         let queues: Vec<_> = self.queues.write().drain().map(|(_, q)| q).collect();
+        self.churn.deleted(queues.len() as u64);
         let mut messages = 0u64;
         for q in queues {
             messages += q.delete().count as u64;

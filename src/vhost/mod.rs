@@ -62,6 +62,8 @@ pub struct VHost {
     /// The default exchange's counters (routing counts them without
     /// looking the exchange up).
     default_stats: Arc<stats::ExchangeStats>,
+    /// The node's queue churn counters.
+    churn: Arc<stats::QueueChurn>,
 }
 
 impl VHost {
@@ -74,8 +76,11 @@ impl VHost {
         plugins: Arc<crate::plugins::Plugins>,
         delayed: Arc<crate::delayed::Scheduler>,
         max_queues: Option<u64>,
+        churn: Arc<stats::QueueChurn>,
     ) -> Arc<VHost> {
-        Arc::new_cyclic(|me| Self::build(meta, store, plugins, delayed, max_queues, me.clone()))
+        Arc::new_cyclic(|me| {
+            Self::build(meta, store, plugins, delayed, max_queues, churn, me.clone())
+        })
     }
 
     fn build(
@@ -84,6 +89,7 @@ impl VHost {
         plugins: Arc<crate::plugins::Plugins>,
         delayed: Arc<crate::delayed::Scheduler>,
         max_queues: Option<u64>,
+        churn: Arc<stats::QueueChurn>,
         me: std::sync::Weak<VHost>,
     ) -> VHost {
         let vh = VHost {
@@ -100,6 +106,7 @@ impl VHost {
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),
             default_stats: Default::default(),
+            churn,
         };
         for (name, kind) in [
             ("", ExchangeKind::Direct),

@@ -27,8 +27,21 @@ pub struct QueueSpec {
 }
 
 impl VHost {
-    /// `queue.declare`. Returns the queue and whether it was created.
+    /// `queue.declare`. Returns the queue.
     pub fn declare_queue(
+        &self,
+        spec: &QueueSpec,
+        passive: bool,
+        conn_id: u64,
+    ) -> Result<Arc<Queue>> {
+        let q = self.declare_queue_inner(spec, passive, conn_id)?;
+        if !passive {
+            self.churn.declared();
+        }
+        Ok(q)
+    }
+
+    fn declare_queue_inner(
         &self,
         spec: &QueueSpec,
         passive: bool,
@@ -111,6 +124,7 @@ impl VHost {
         let q = Queue::new(config, Arc::clone(&self.store), self.me.clone());
         self.apply_to_queue(&self.policies(), &q);
         queues.insert(spec.name.clone(), Arc::clone(&q));
+        self.churn.created();
         Ok(q)
     }
 
@@ -193,6 +207,7 @@ impl VHost {
             }
         }
         let deleted = q.delete();
+        self.churn.deleted(1);
         self.unbind_everywhere_locked(topology, &Destination::Queue(Arc::clone(q)))?;
         if q.config.store_id != 0 {
             self.store

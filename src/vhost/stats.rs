@@ -3,7 +3,7 @@
 //! tally (two plain additions); the tally folds into the exchange's
 //! atomics when the channel publishes to another exchange, once per read
 //! batch (the connection's loop calls `flush`), and when it is dropped:
-//! no shared write per message.
+//! no shared write per message. Also the node's queue churn counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -45,6 +45,35 @@ impl ExchangeStats {
     pub fn sample(&self, now_ms: u64) {
         let now = self.counters();
         self.rates.lock().sample(now_ms, now);
+    }
+}
+
+/// Queues declared, created and deleted, node-wide (one per node, shared
+/// by its vhosts; rabbitmq_prometheus's queues_*_total and the overview's
+/// churn rates).
+#[derive(Debug, Default)]
+pub struct QueueChurn {
+    declared: AtomicU64,
+    created: AtomicU64,
+    deleted: AtomicU64,
+}
+
+impl QueueChurn {
+    pub(super) fn declared(&self) {
+        self.declared.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn created(&self) {
+        self.created.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn deleted(&self, n: u64) {
+        self.deleted.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// [declared, created, deleted].
+    pub fn counters(&self) -> [u64; 3] {
+        [&self.declared, &self.created, &self.deleted].map(|c| c.load(Ordering::Relaxed))
     }
 }
 

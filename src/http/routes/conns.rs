@@ -11,7 +11,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::no_content;
-use crate::broker::connections::Tracked;
+use crate::broker::connections::{ChannelSnapshot, Tracked};
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::list::{respond, ListQuery};
@@ -130,24 +130,45 @@ pub async fn close_user_connections(
     Ok(no_content())
 }
 
-fn channels(api: &Api, caller: &Caller, vhost: Option<&str>, conn: Option<&str>) -> Vec<Value> {
+/// A channel, named as RabbitMQ names it, rendered only if its page
+/// shows it.
+struct ChannelItem {
+    t: Arc<Tracked>,
+    c: ChannelSnapshot,
+    name: String,
+}
+
+impl ChannelItem {
+    fn key(&self) -> (&str, &str) {
+        (&self.t.info.vhost, &self.name)
+    }
+
+    fn render(&self, api: &Api) -> Value {
+        render::channel(api, &self.t, &self.c)
+    }
+}
+
+fn channels(
+    api: &Api,
+    caller: &Caller,
+    vhost: Option<&str>,
+    conn: Option<&str>,
+) -> Vec<ChannelItem> {
     let mut out = Vec::new();
     for t in connections(api, caller, vhost) {
         if conn.is_some_and(|c| c != t.info.name) {
             continue;
         }
         for c in t.channel_snapshots() {
-            out.push(render::channel(api, &t, &c));
+            let name = format!("{} ({})", t.info.name, c.number);
+            out.push(ChannelItem {
+                t: Arc::clone(&t),
+                c,
+                name,
+            });
         }
     }
     out
-}
-
-fn name_of(v: &Value) -> (&str, &str) {
-    (
-        v["vhost"].as_str().unwrap_or(""),
-        v["name"].as_str().unwrap_or(""),
-    )
 }
 
 pub async fn list_channels(
@@ -158,8 +179,8 @@ pub async fn list_channels(
     respond(
         channels(&api, &caller, None, None),
         &q,
-        name_of,
-        Value::clone,
+        ChannelItem::key,
+        |i| i.render(&api),
     )
     .map(Json)
 }
@@ -174,8 +195,8 @@ pub async fn vhost_channels(
     respond(
         channels(&api, &caller, Some(&v), None),
         &q,
-        name_of,
-        Value::clone,
+        ChannelItem::key,
+        |i| i.render(&api),
     )
     .map(Json)
 }
@@ -186,12 +207,10 @@ pub async fn connection_channels(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     find(&api, &caller, &name)?;
-    Ok(Json(Value::Array(channels(
-        &api,
-        &caller,
-        None,
-        Some(&name),
-    ))))
+    let list = channels(&api, &caller, None, Some(&name));
+    Ok(Json(Value::Array(
+        list.iter().map(|i| i.render(&api)).collect(),
+    )))
 }
 
 pub async fn get_channel(
@@ -200,9 +219,9 @@ pub async fn get_channel(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     channels(&api, &caller, None, None)
-        .into_iter()
-        .find(|c| c["name"] == name.as_str())
-        .map(Json)
+        .iter()
+        .find(|i| i.name == name)
+        .map(|i| Json(i.render(&api)))
         .ok_or_else(ApiError::not_found)
 }
 

@@ -74,6 +74,12 @@ pub async fn overview(State(api): State<Arc<Api>>, caller: Caller) -> Json<Value
     let channels: usize = conns.iter().map(|c| c.channels.lock().len()).sum();
     let mut queue_totals = Map::new();
     t.depth(&mut queue_totals);
+    // Node-wide, as RabbitMQ's (whoever asks).
+    let mut churn_rates = Map::new();
+    let (counts, rates) = api.churn();
+    for (i, name) in crate::http::CHURN.iter().enumerate() {
+        counter(&mut churn_rates, name, counts[i], rates[i]);
+    }
     Json(json!({
         "management_version": RABBITMQ_VERSION,
         "rates_mode": "basic",
@@ -89,10 +95,7 @@ pub async fn overview(State(api): State<Arc<Api>>, caller: Caller) -> Json<Value
         "disable_stats": false,
         "enable_queue_totals": true,
         "message_stats": message_stats.json(),
-        "churn_rates": {
-            "channel_closed": 0, "channel_created": 0, "connection_closed": 0,
-            "connection_created": 0, "queue_created": 0, "queue_declared": 0, "queue_deleted": 0,
-        },
+        "churn_rates": churn_rates,
         "queue_totals": queue_totals,
         "object_totals": {
             "channels": channels,
