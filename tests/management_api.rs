@@ -4,7 +4,8 @@
 //! permissions; exchanges, queues and bindings with publish and get; queue
 //! lists, paged; connections, channels and consumers, and closing them;
 //! policies and operator policies; vhost and user limits; definitions;
-//! health checks; and the refusals (401, 404, 400). Each checks what a
+//! health checks; the refusals (401, 404, 400); and the message stats of
+//! exchanges, channels, connections, vhosts and the overview. Each checks what a
 //! client sees: the crate's types decode every answer, and what the API
 //! changes shows over AMQP too.
 
@@ -1524,25 +1525,40 @@ async fn publishing_over_http_is_checked_as_publishing_over_amqp() {
     );
 }
 
-// ---- message stats, sorting by depth, vhost creation
+// ---- message stats, sorting by depth, vhost creation, one queue's
+// bindings, a parameter's status codes
 
-/// GET `path` from `b`'s management API as guest, as JSON (the crate's
-/// types do not carry every stats field).
-async fn get_json(b: &TestBroker, path: &str) -> Value {
+/// `method path` with a JSON `body` to `b`'s management API as guest:
+/// the status and the body (the crate's types do not carry every stats
+/// field, nor a success's status).
+async fn http(b: &TestBroker, method: &str, path: &str, body: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = b.api.expect("the management API is on");
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     // "guest:guest" in base64.
     let req = format!(
-        "GET {path} HTTP/1.0\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\r\n"
+        "{method} {path} HTTP/1.0\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
     );
     s.write_all(req.as_bytes()).await.expect("send");
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).await.expect("read");
     let text = String::from_utf8(raw).expect("UTF-8");
     let (head, body) = text.split_once("\r\n\r\n").expect("a response");
-    assert!(head.contains(" 200 "), "GET {path}: {head}");
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("{method} {path}: {head}"));
+    (status, body.to_string())
+}
+
+/// GET `path` as JSON (200 expected).
+async fn get_json(b: &TestBroker, path: &str) -> Value {
+    let (status, body) = http(b, "GET", path, "").await;
+    assert_eq!(status, 200, "GET {path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1693,4 +1709,29 @@ async fn message_stats_count_what_clients_did() {
         .expect("guest may use the vhost it made");
     let tch = there.create_channel().await.expect("channel");
     declare(&tch, "in-the-new-vhost").await;
+
+    // A queue's bindings: its own only (the default exchange's, then the
+    // others), however many queues the vhost has.
+    let bindings = get_json(&b, "/api/queues/%2F/stats.q/bindings").await;
+    let sources: Vec<&str> = bindings
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|b| b["source"].as_str())
+        .collect();
+    assert_eq!(sources, ["", "stats.x"], "{bindings}");
+    let from_x = get_json(&b, "/api/exchanges/%2F/stats.x/bindings/source").await;
+    assert_eq!(from_x.as_array().map(Vec::len), Some(1), "{from_x}");
+
+    // A parameter made answers 201, updated 204, as RabbitMQ's.
+    let put = |v: &'static str| {
+        let b = &b;
+        async move {
+            http(b, "PUT", "/api/global-parameters/warren-test", v)
+                .await
+                .0
+        }
+    };
+    assert_eq!(put(r#"{"value": 1}"#).await, 201);
+    assert_eq!(put(r#"{"value": 2}"#).await, 204);
 }

@@ -366,30 +366,52 @@ pub fn properties_key(routing_key: &str, args: &amq_protocol::types::FieldTable)
 /// Every binding of `vh` (the default exchange's implicit ones first, as
 /// RabbitMQ lists them), as JSON.
 pub fn bindings(vh: &VHost) -> Vec<Value> {
+    bindings_where(vh, None, |_, _, _| true)
+}
+
+/// The bindings of `vh` from the exchange `source` (all exchanges if
+/// None) that `keep` takes (source, destination, destination type):
+/// only those are rendered.
+pub fn bindings_where(
+    vh: &VHost,
+    source: Option<&str>,
+    keep: impl Fn(&str, &str, &str) -> bool,
+) -> Vec<Value> {
     let mut out = Vec::new();
-    let mut queues = vh.queues();
-    queues.sort_by(|a, b| a.name().cmp(b.name()));
-    for q in &queues {
-        out.push(binding_json(
-            vh,
-            "",
-            q.name(),
-            "queue",
-            q.name(),
-            &Default::default(),
-        ));
+    if source.is_none_or(str::is_empty) {
+        let mut queues: Vec<_> = vh
+            .queues()
+            .into_iter()
+            .filter(|q| keep("", q.name(), "queue"))
+            .collect();
+        queues.sort_by(|a, b| a.name().cmp(b.name()));
+        for q in &queues {
+            out.push(binding_json(
+                vh,
+                "",
+                q.name(),
+                "queue",
+                q.name(),
+                &Default::default(),
+            ));
+        }
     }
-    let mut xs = vh.exchanges();
+    let mut xs = match source {
+        None => vh.exchanges(),
+        Some(name) => vh.exchange(name).into_iter().collect(),
+    };
     xs.sort_by(|a, b| a.name.cmp(&b.name));
     for x in xs.iter().filter(|x| !x.name.is_empty()) {
         let mut list = x.bindings.read().list();
         list.sort_by(|a, b| a.0.cmp(&b.0));
         for (key, args, dest) in list {
             let (name, kind) = match &dest {
-                Destination::Queue(q) => (q.name().to_string(), "queue"),
-                Destination::Exchange(d) => (d.name.clone(), "exchange"),
+                Destination::Queue(q) => (q.name(), "queue"),
+                Destination::Exchange(d) => (d.name.as_str(), "exchange"),
             };
-            out.push(binding_json(vh, &x.name, &name, kind, &key, &args));
+            if keep(&x.name, name, kind) {
+                out.push(binding_json(vh, &x.name, name, kind, &key, &args));
+            }
         }
     }
     out

@@ -27,6 +27,10 @@ impl VHost {
     /// Replaces the policies in force and applies them to every queue and
     /// exchange (the caller has made the change durable).
     pub fn set_policies(&self, policies: Policies) {
+        // Under the topology lock, which declares hold while they apply the
+        // policies in force and register the new queue or exchange: none
+        // can register with the old set after this walked past it.
+        let _topology = self.topology.lock();
         let policies = Arc::new(policies);
         *self.policies.write() = Arc::clone(&policies);
         for q in self.queues() {

@@ -516,8 +516,8 @@ pub async fn vhost_bindings(
     Ok(Json(Value::Array(render::bindings(&vh))))
 }
 
-fn filtered(vh: &VHost, keep: impl Fn(&Value) -> bool) -> Value {
-    Value::Array(render::bindings(vh).into_iter().filter(keep).collect())
+fn filtered(vh: &VHost, source: Option<&str>, keep: impl Fn(&str, &str, &str) -> bool) -> Value {
+    Value::Array(render::bindings_where(vh, source, keep))
 }
 
 pub async fn exchange_source_bindings(
@@ -528,7 +528,7 @@ pub async fn exchange_source_bindings(
     let x = super::exchange_name(x);
     let vh = super::vhost_for(&api, &caller, &v, true)?;
     vh.exchange(&x).ok_or_else(ApiError::not_found)?;
-    Ok(Json(filtered(&vh, |b| b["source"] == x.as_str())))
+    Ok(Json(filtered(&vh, Some(&x), |_, _, _| true)))
 }
 
 pub async fn exchange_destination_bindings(
@@ -539,8 +539,8 @@ pub async fn exchange_destination_bindings(
     let x = super::exchange_name(x);
     let vh = super::vhost_for(&api, &caller, &v, true)?;
     vh.exchange(&x).ok_or_else(ApiError::not_found)?;
-    Ok(Json(filtered(&vh, |b| {
-        b["destination"] == x.as_str() && b["destination_type"] == "exchange"
+    Ok(Json(filtered(&vh, None, |_, d, kind| {
+        d == x && kind == "exchange"
     })))
 }
 
@@ -551,8 +551,8 @@ pub async fn queue_bindings(
 ) -> ApiResult<Json<Value>> {
     let vh = super::vhost_for(&api, &caller, &v, true)?;
     vh.queue(&q).ok_or_else(ApiError::not_found)?;
-    Ok(Json(filtered(&vh, |b| {
-        b["destination"] == q.as_str() && b["destination_type"] == "queue"
+    Ok(Json(filtered(&vh, None, |_, d, kind| {
+        d == q && kind == "queue"
     })))
 }
 
@@ -574,10 +574,8 @@ pub async fn between(
     let to_exchange = kind_of(&kind)?;
     vh.exchange(&source).ok_or_else(ApiError::not_found)?;
     let dtype = if to_exchange { "exchange" } else { "queue" };
-    Ok(Json(filtered(&vh, |b| {
-        b["source"] == source.as_str()
-            && b["destination"] == dest.as_str()
-            && b["destination_type"] == dtype
+    Ok(Json(filtered(&vh, Some(&source), |_, d, kind| {
+        d == dest && kind == dtype
     })))
 }
 
@@ -619,14 +617,9 @@ pub async fn get_binding(
     let vh = super::vhost_for(&api, &caller, &v, true)?;
     let to_exchange = kind_of(&kind)?;
     let dtype = if to_exchange { "exchange" } else { "queue" };
-    render::bindings(&vh)
+    render::bindings_where(&vh, Some(&source), |_, d, kind| d == dest && kind == dtype)
         .into_iter()
-        .find(|b| {
-            b["source"] == source.as_str()
-                && b["destination"] == dest.as_str()
-                && b["destination_type"] == dtype
-                && b["properties_key"] == props.as_str()
-        })
+        .find(|b| b["properties_key"] == props.as_str())
         .map(Json)
         .ok_or_else(ApiError::not_found)
 }

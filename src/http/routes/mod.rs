@@ -25,6 +25,26 @@ use super::error::ApiError;
 use super::Api;
 
 /// 201 for something made, 204 for something that was there.
+/// Runs `f` on tokio's blocking pool: a policy change walks every queue of
+/// its vhost (and may drop or dead-letter many messages) under the policy
+/// lock, and an import may make thousands of entities, which must not hold
+/// up the runtime's workers.
+pub async fn off_runtime<T, E>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> crate::http::error::ApiResult<T>
+where
+    T: Send + 'static,
+    E: Send + 'static,
+    crate::http::ApiError: From<E>,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => Ok(r?),
+        Err(e) => Err(crate::http::ApiError::internal(format!(
+            "the change failed: {e}"
+        ))),
+    }
+}
+
 pub fn created_or_updated(created: bool) -> StatusCode {
     if created {
         StatusCode::CREATED

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Map, Value};
 
-use super::{created_or_updated, no_content};
+use super::{created_or_updated, no_content, off_runtime};
 use crate::broker::policies::{PolicySpec, OPERATOR_POLICY, POLICY};
 use crate::broker::vhosts::{vhost_limits, LIMITS_COMPONENT};
 use crate::http::auth::Caller;
@@ -239,7 +239,8 @@ pub async fn put_policy(
     let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     let spec = PolicySpec::from_value(&body.0).map_err(ApiError::bad_request)?;
     let existed = vh.policies().get(&name, operator).is_some();
-    api.broker.put_policy(&vhost, &name, &spec, operator)?;
+    let broker = Arc::clone(&api.broker);
+    off_runtime(move || broker.put_policy(&vhost, &name, &spec, operator)).await?;
     api.broker.store.sync().await?;
     Ok(created_or_updated(!existed))
 }
@@ -257,7 +258,8 @@ pub async fn delete_policy(
     } else {
         caller.policymaker(&api, &vhost)?;
     }
-    if !api.broker.delete_policy(&vhost, &name, operator)? {
+    let broker = Arc::clone(&api.broker);
+    if !off_runtime(move || broker.delete_policy(&vhost, &name, operator)).await? {
         return Err(ApiError::not_found());
     }
     api.broker.store.sync().await?;
@@ -345,6 +347,9 @@ pub async fn put_parameter(
     let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     let b = body.object()?;
     let value = b.get("value").cloned().unwrap_or(Value::Null);
+    let existed = parameters(&api, &caller, Some(&component), Some(&vhost))?
+        .iter()
+        .any(|p| p["name"] == name.as_str());
     match component.as_str() {
         LIMITS_COMPONENT => {
             let limits = value
@@ -356,8 +361,9 @@ pub async fn put_parameter(
         OPERATOR_POLICY | POLICY => {
             caller.admin()?;
             let spec = PolicySpec::from_value(&value).map_err(ApiError::bad_request)?;
-            api.broker
-                .put_policy(&vhost, &name, &spec, component == OPERATOR_POLICY)?;
+            let broker = Arc::clone(&api.broker);
+            let operator = component == OPERATOR_POLICY;
+            off_runtime(move || broker.put_policy(&vhost, &name, &spec, operator)).await?;
         }
         _ => api.broker.store.put_parameter(&ParameterDef {
             vhost,
@@ -367,7 +373,7 @@ pub async fn put_parameter(
         })?,
     }
     api.broker.store.sync().await?;
-    Ok(StatusCode::CREATED)
+    Ok(created_or_updated(!existed))
 }
 
 pub async fn delete_parameter(
@@ -381,8 +387,10 @@ pub async fn delete_parameter(
         LIMITS_COMPONENT => api.broker.set_vhost_limits(&vh, Map::new())?,
         OPERATOR_POLICY | POLICY => {
             caller.admin()?;
-            api.broker
-                .delete_policy(&vhost, &name, component == OPERATOR_POLICY)?;
+            let broker = Arc::clone(&api.broker);
+            let operator = component == OPERATOR_POLICY;
+            let (vhost, name) = (vhost.clone(), name.clone());
+            off_runtime(move || broker.delete_policy(&vhost, &name, operator)).await?;
         }
         _ => api
             .broker
@@ -430,11 +438,17 @@ pub async fn put_global(
     caller.admin()?;
     let b = body.object()?;
     let value = b.get("value").cloned().unwrap_or(Value::Null);
+    let existed = api
+        .broker
+        .store
+        .global_parameters()?
+        .iter()
+        .any(|g| g.name == name);
     api.broker
         .store
         .put_global_parameter(&GlobalParameterDef { name, value })?;
     api.broker.store.sync().await?;
-    Ok(StatusCode::CREATED)
+    Ok(created_or_updated(!existed))
 }
 
 pub async fn delete_global(
@@ -496,7 +510,11 @@ pub async fn import_all(
     body: Body,
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
-    crate::definitions::import(&api.broker, &body.0, None).map_err(ApiError::bad_request)?;
+    let broker = Arc::clone(&api.broker);
+    off_runtime(move || {
+        crate::definitions::import(&broker, &body.0, None).map_err(ApiError::bad_request)
+    })
+    .await?;
     api.broker.store.sync().await?;
     Ok(no_content())
 }
@@ -509,8 +527,11 @@ pub async fn import_vhost(
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
     api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    crate::definitions::import(&api.broker, &body.0, Some(&vhost))
-        .map_err(ApiError::bad_request)?;
+    let broker = Arc::clone(&api.broker);
+    off_runtime(move || {
+        crate::definitions::import(&broker, &body.0, Some(&vhost)).map_err(ApiError::bad_request)
+    })
+    .await?;
     api.broker.store.sync().await?;
     Ok(no_content())
 }
