@@ -22,7 +22,7 @@ USE = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)(?:::([a-z_][a-z0-9_]*))?")
 LAYERS = [
     ["wire", "util", "rates"],
     ["config", "message", "alarm", "plugins", "policy"],
-    ["store", "exchange"],
+    ["store", "exchange", "tls"],
     ["queue", "delayed", "access"],
     ["vhost"],
     ["broker"],

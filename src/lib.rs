@@ -45,6 +45,7 @@ pub mod queue;
 pub mod rates;
 pub mod server;
 pub mod store;
+pub mod tls;
 pub mod util;
 pub mod vhost;
 pub mod wire;

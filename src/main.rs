@@ -1,5 +1,5 @@
-//! The `warren` binary: configuration, logging, the server, and a clean stop
-//! on SIGINT / SIGTERM.
+//! The `warren` binary: configuration, logging, the server, a clean stop
+//! on SIGINT / SIGTERM, and SIGHUP to reload the TLS certificate files.
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -39,7 +39,7 @@ fn main() {
                     return 1;
                 }
             };
-            wait_for_signal().await;
+            wait_for_signal(&server).await;
             tracing::info!("shutting down");
             server.shutdown().await;
             0
@@ -49,24 +49,32 @@ fn main() {
     std::process::exit(code);
 }
 
-async fn wait_for_signal() {
+/// Waits for SIGINT or SIGTERM; a SIGHUP meanwhile reloads TLS.
+async fn wait_for_signal(server: &Server) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+        let (Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) else {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return,
+                _ = term.recv() => return,
+                _ = hup.recv() => match server.reload_tls() {
+                    Ok(()) => tracing::info!("SIGHUP: TLS certificate files reloaded"),
+                    Err(e) => tracing::warn!("SIGHUP: TLS not reloaded, the old files stay in force: {e}"),
+                },
             }
         }
     }
     #[cfg(not(unix))]
     {
+        let _ = server;
         let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -1,6 +1,8 @@
-//! The listeners: AMQP (each connection served on its own task) and the
+//! The listeners: AMQP and AMQPS (each connection served on its own task;
+//! AMQPS after a TLS handshake bounded by ssl_handshake_timeout) and the
 //! management HTTP API, each on its configured port (0: any free one;
 //! off: none); a port that cannot be bound stops the start.
+//! `Server::reload_tls` reads the certificate files again.
 //! `Server::shutdown` stops accepting, closes every connection with 320
 //! CONNECTION_FORCED, waits for them, and flushes the store.
 
@@ -13,6 +15,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::amqp::connection;
+use crate::amqp::transport::Transport;
 use crate::broker::Broker;
 use crate::config::{Config, Port};
 
@@ -21,6 +24,10 @@ pub struct Server {
     /// Where AMQP listens (the real port when configured with port 0);
     /// 0.0.0.0:0 when the AMQP listener is off.
     pub addr: SocketAddr,
+    /// Where AMQPS listens, if it is on.
+    pub amqps_addr: Option<SocketAddr>,
+    /// The TLS configuration, if a certificate is configured.
+    pub tls: Option<Arc<crate::tls::Tls>>,
     /// Where the management HTTP API listens, if it is on.
     pub management_addr: Option<SocketAddr>,
     /// Where Prometheus metrics are served, if they are.
@@ -53,24 +60,41 @@ impl Server {
             info!(file = %path.display(), ?done, "definitions imported");
         }
         let c = &broker.config;
+        let tls = match c.tls.enabled() {
+            true => Some(crate::tls::Tls::load(&c.tls)?),
+            false => None,
+        };
         let amqp = bind("AMQP", c.bind, c.port).await?;
+        let amqps = match &tls {
+            Some(_) => bind("AMQPS", c.bind, c.amqps_port()).await?,
+            None => None,
+        };
         let http = bind("the management API", c.management_bind, c.management_port).await?;
         let metrics = bind("Prometheus", c.management_bind, c.prometheus_port).await?;
         let addr_of = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
         let (amqp_addr, management_addr) = (addr_of(&amqp), addr_of(&http));
+        let amqps_addr = addr_of(&amqps);
         let prometheus_addr = addr_of(&metrics);
         let (stop, stop_rx) = watch::channel(false);
         let (alive, connections_done) = mpsc::channel::<()>(1);
         let mut tasks = Vec::new();
         let mut listeners = Vec::new();
+        let node = crate::amqp::node::Node::start();
         if let Some(l) = amqp {
             let addr = amqp_addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
             info!(%addr, "AMQP listener started");
             listeners.push(("amqp", addr));
-            let node = crate::amqp::node::Node::start();
-            let (b, s) = (Arc::clone(&broker), stop_rx.clone());
-            tasks.push(tokio::spawn(accept_loop(l, b, node, s, alive)));
+            let (b, n, s) = (Arc::clone(&broker), Arc::clone(&node), stop_rx.clone());
+            tasks.push(tokio::spawn(accept_loop(l, None, b, n, s, alive.clone())));
         }
+        if let (Some(l), Some(addr), Some(t)) = (amqps, amqps_addr, &tls) {
+            info!(%addr, "AMQPS listener started");
+            listeners.push(("amqp/ssl", addr));
+            let (b, n, s) = (Arc::clone(&broker), Arc::clone(&node), stop_rx.clone());
+            let t = Some(Arc::clone(t));
+            tasks.push(tokio::spawn(accept_loop(l, t, b, n, s, alive.clone())));
+        }
+        drop(alive);
         if let Some(addr) = management_addr {
             listeners.push(("http", addr));
         }
@@ -96,6 +120,8 @@ impl Server {
         }
         Ok(Server {
             addr: amqp_addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
+            amqps_addr,
+            tls,
             management_addr,
             prometheus_addr,
             broker,
@@ -103,6 +129,16 @@ impl Server {
             tasks,
             connections_done,
         })
+    }
+
+    /// Reads the TLS certificate, key and CA files again: new handshakes
+    /// use them, established connections keep theirs. An error keeps the
+    /// configuration in force.
+    pub fn reload_tls(&self) -> Result<(), String> {
+        match &self.tls {
+            Some(t) => t.reload(),
+            None => Err("no TLS configured".into()),
+        }
     }
 
     /// Stops accepting, closes connections with 320, waits for them and
@@ -121,8 +157,11 @@ impl Server {
     }
 }
 
+/// Accepts on `listener`; with `tls`, each connection's TLS handshake
+/// runs on its own task, bounded by ssl_handshake_timeout.
 async fn accept_loop(
     listener: TcpListener,
+    tls: Option<Arc<crate::tls::Tls>>,
     broker: Arc<Broker>,
     node: Arc<crate::amqp::node::Node>,
     mut stop: watch::Receiver<bool>,
@@ -136,8 +175,16 @@ async fn accept_loop(
                     let node = Arc::clone(&node);
                     let stop = stop.clone();
                     let alive = alive.clone();
+                    let tls = tls.clone();
                     tokio::spawn(async move {
-                        connection::serve(socket, peer, broker, node, stop).await;
+                        let transport = match tls {
+                            None => Transport::Plain(socket),
+                            Some(tls) => match tls_handshake(&tls, socket, peer).await {
+                                Some(t) => t,
+                                None => return,
+                            },
+                        };
+                        connection::serve(transport, peer, broker, node, stop).await;
                         drop(alive);
                     });
                 }
@@ -148,6 +195,28 @@ async fn accept_loop(
                 }
             },
             _ = stop.changed() => break,
+        }
+    }
+}
+
+/// The TLS handshake of a connection to the AMQPS port; None (logged) if
+/// it failed or took longer than allowed. A client speaking plain AMQP
+/// here fails at its first bytes.
+async fn tls_handshake(
+    tls: &crate::tls::Tls,
+    socket: tokio::net::TcpStream,
+    peer: SocketAddr,
+) -> Option<Transport> {
+    let _ = socket.set_nodelay(true);
+    match tokio::time::timeout(tls.handshake_timeout(), tls.acceptor().accept(socket)).await {
+        Ok(Ok(stream)) => Some(Transport::Tls(Box::new(stream))),
+        Ok(Err(e)) => {
+            warn!(%peer, "TLS handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            warn!(%peer, "TLS handshake timed out");
+            None
         }
     }
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["wire", "util", "rates"],
     &["config", "message", "alarm", "plugins", "policy"],
-    &["store", "exchange"],
+    &["store", "exchange", "tls"],
     &["queue", "delayed", "access"],
     &["vhost"],
     &["broker"],

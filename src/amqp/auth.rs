@@ -1,8 +1,12 @@
 //! SASL PLAIN and AMQPLAIN: turning a `connection.start-ok` response into a
-//! user name and password.
+//! user name and password. EXTERNAL (TLS client certificates) is decided
+//! in the handshake, which knows the certificate.
 
 /// The mechanisms offered in `connection.start`.
 pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
+/// ... on a TLS connection whose client presented a verified certificate
+/// (EXTERNAL takes the user name from it; see crate::tls::identity).
+pub const MECHANISMS_WITH_EXTERNAL: &str = "PLAIN AMQPLAIN EXTERNAL";
 
 /// Credentials a client presented.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,8 +12,6 @@ use std::time::{Duration, Instant};
 use amq_protocol::protocol::{connection, AMQPClass};
 use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
-use tokio::net::tcp::OwnedReadHalf;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
@@ -23,9 +21,10 @@ use super::codec::{self, Frame, FRAME_MIN_SIZE};
 use super::context::ConnCtx;
 use super::error::{close_method, code, ProtocolError};
 use super::flow;
-use super::handshake::{handshake, HANDSHAKE_TIMEOUT};
+use super::handshake::handshake;
 use super::outbox::Outbox;
 use super::pinning::Pinning;
+use super::transport::{Reader, Transport};
 use crate::broker::Broker;
 
 /// Most bytes read from the socket at a time.
@@ -36,16 +35,24 @@ const WRITER_DRAIN: Duration = Duration::from_secs(5);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// How much a closing peer may still send before the socket is dropped.
 const LINGER_MAX_BYTES: usize = 1 << 20;
-/// Serves one TCP connection until it closes.
+/// Serves one connection (plain or TLS, past the TLS handshake) until it
+/// closes.
 pub async fn serve(
-    socket: TcpStream,
+    socket: Transport,
     peer: SocketAddr,
     broker: Arc<Broker>,
     node: Arc<super::node::Node>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let _ = socket.set_nodelay(true);
-    let (mut rd, wr) = socket.into_split();
+    socket.set_nodelay();
+    let local = socket.local_addr().unwrap_or(peer);
+    // SASL EXTERNAL's user name, from a verified client certificate.
+    let external = socket.peer_certificate().and_then(|der| {
+        crate::tls::identity::login_name(&der, &broker.config.tls)
+            .map_err(|e| warn!(%peer, "no EXTERNAL login from the client certificate: {e}"))
+            .ok()
+    });
+    let (mut rd, wr) = socket.split();
     let outbox = Arc::new(Outbox::new(
         broker.config.outbox_high_water_bytes as usize,
         broker.config.send_timeout(),
@@ -54,8 +61,16 @@ pub async fn serve(
     // Small to start: an idle connection should cost little (see read_more).
     let mut buf = BytesMut::with_capacity(1024);
     let opened = tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        handshake(&mut rd, &mut buf, &outbox, peer, &broker, &node),
+        broker.config.handshake_timeout(),
+        handshake(
+            &mut rd,
+            &mut buf,
+            &outbox,
+            (peer, local),
+            external.as_deref(),
+            &broker,
+            &node,
+        ),
     )
     .await;
     let (ctx, heartbeat, channel_max) = match opened {
@@ -85,10 +100,11 @@ pub async fn serve(
     };
     info!(%peer, user = %ctx.user, vhost = %ctx.vhost.name, "connection opened");
     let mut conn = Connection {
-        coalesce: Coalescer::new(
-            std::os::fd::AsRawFd::as_raw_fd(rd.as_ref()),
-            Duration::from_micros(broker.config.read_pause_us),
-        ),
+        // Coalescing reads the socket itself: never under TLS.
+        coalesce: match rd.plain_fd() {
+            Some(fd) => Coalescer::new(fd, Duration::from_micros(broker.config.read_pause_us)),
+            None => Coalescer::new(rd.fd(), Duration::ZERO),
+        },
         ctx,
         pinning: Pinning::default(),
         channels: HashMap::new(),
@@ -120,7 +136,7 @@ async fn finish_writer(outbox: &Outbox, writer: tokio::task::JoinHandle<()>) {
 /// RabbitMQ does, this holds the socket long enough for the client to read
 /// our close before it sees the socket end, and slows password guessing.
 async fn linger(
-    rd: &mut OwnedReadHalf,
+    rd: &mut Reader,
     buf: &mut BytesMut,
     frame_max: u32,
     outbox: &Outbox,
@@ -209,7 +225,7 @@ impl std::fmt::Display for Closed {
 impl Connection {
     async fn run(
         &mut self,
-        rd: &mut OwnedReadHalf,
+        rd: &mut Reader,
         buf: &mut BytesMut,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Closed {
@@ -360,7 +376,7 @@ impl Connection {
     async fn close_with(
         &mut self,
         e: ProtocolError,
-        rd: &mut OwnedReadHalf,
+        rd: &mut Reader,
         buf: &mut BytesMut,
     ) -> Closed {
         warn!(

@@ -10,7 +10,6 @@ use amq_protocol::protocol::{connection, AMQPClass};
 use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
 use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
-use tokio::net::tcp::OwnedReadHalf;
 use tracing::{debug, warn};
 
 use super::auth;
@@ -18,11 +17,10 @@ use super::codec::{self, Frame, FRAME_MIN_SIZE};
 use super::context::{client_caps, ClientCaps, ConnCtx};
 use super::error::{code, ProtocolError};
 use super::outbox::Outbox;
+use super::transport::Reader;
 use crate::broker::connections::{Info, Refused, Tracked};
 use crate::broker::Broker;
 
-/// How long a client may take from TCP accept to connection.open.
-pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest a connection refused at connection.open waits for close-ok
 /// (RabbitMQ: the heartbeat interval, at most 30 s).
 const OPEN_REFUSED_MAX_HOLD: Duration = Duration::from_secs(30);
@@ -67,10 +65,11 @@ impl Refusal {
 /// connection.close. Refused sockets are held for
 /// `handshake_close_delay_ms` (see `linger`).
 pub(super) async fn handshake(
-    rd: &mut OwnedReadHalf,
+    rd: &mut Reader,
     buf: &mut BytesMut,
     outbox: &Arc<Outbox>,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, SocketAddr),
+    external: Option<&str>,
     broker: &Arc<Broker>,
     node: &Arc<super::node::Node>,
 ) -> Result<(ConnCtx, u16, u16), Refusal> {
@@ -80,7 +79,12 @@ pub(super) async fn handshake(
     let header = buf.split_to(8);
     // 0-9-1, and the 0-9 header Qpid-derived clients send (RabbitMQ takes both).
     if &header[..] != b"AMQP\x00\x00\x09\x01" && &header[..] != b"AMQP\x01\x01\x00\x09" {
-        debug!(%peer, header = ?&header[..], "unsupported protocol header");
+        if header[0] == 0x16 && header[1] == 0x03 {
+            // A TLS ClientHello: the client wanted the AMQPS port.
+            warn!(%peer, "a TLS handshake on a plain AMQP port: closing (use the AMQPS port)");
+        } else {
+            debug!(%peer, header = ?&header[..], "unsupported protocol header");
+        }
         outbox.send(|out| out.extend_from_slice(b"AMQP\x00\x00\x09\x01"));
         return Err(Refusal::gone());
     }
@@ -92,7 +96,11 @@ pub(super) async fn handshake(
             version_major: 0,
             version_minor: 9,
             server_properties: server_properties(),
-            mechanisms: LongString::from(auth::MECHANISMS),
+            mechanisms: LongString::from(if external.is_some() {
+                auth::MECHANISMS_WITH_EXTERNAL
+            } else {
+                auth::MECHANISMS
+            }),
             locales: LongString::from("en_US"),
         },
     )));
@@ -153,7 +161,16 @@ pub(super) async fn handshake(
                 caps = client_caps(&ok.client_properties);
                 mechanism = ok.mechanism.as_str().to_string();
                 client_properties = ok.client_properties.clone();
-                let creds = match auth::decode(ok.mechanism.as_str(), ok.response.as_bytes()) {
+                let creds = match (ok.mechanism.as_str(), external) {
+                    // The certificate's name; the response (an authzid, if
+                    // anything) is not used, as in RabbitMQ.
+                    ("EXTERNAL", Some(name)) => Ok(auth::Credentials {
+                        user: name.to_string(),
+                        password: String::new(),
+                    }),
+                    (m, _) => auth::decode(m, ok.response.as_bytes()),
+                };
+                let creds = match creds {
                     Ok(c) => c,
                     Err(auth::AuthError::UnknownMechanism(m)) => {
                         return Err(silent(&format!("unknown authentication mechanism '{m}'")));
@@ -162,7 +179,12 @@ pub(super) async fn handshake(
                         return Err(silent("malformed SASL response"));
                     }
                 };
-                if !broker.authenticate(&creds.user, &creds.password, peer.ip()) {
+                let known = if external.is_some() && ok.mechanism.as_str() == "EXTERNAL" {
+                    broker.authenticate_external(&creds.user, peer.ip())
+                } else {
+                    broker.authenticate(&creds.user, &creds.password, peer.ip())
+                };
+                if !known {
                     warn!(%peer, user = %creds.user, "login refused");
                     // Without the capability the client gets no close,
                     // only the end of the socket, as from RabbitMQ.
@@ -216,7 +238,6 @@ pub(super) async fn handshake(
                 };
                 let id = broker.next_connection_id();
                 let closer = Arc::new(super::context::Closer::new(outbox));
-                let local = rd.local_addr().unwrap_or(peer);
                 let tracked = Tracked::new(
                     Info {
                         id,
@@ -328,7 +349,7 @@ pub(super) async fn handshake(
 }
 
 /// One read during the handshake; the end of the stream ends it.
-async fn read_more(rd: &mut OwnedReadHalf, buf: &mut BytesMut) -> Result<(), Refusal> {
+async fn read_more(rd: &mut Reader, buf: &mut BytesMut) -> Result<(), Refusal> {
     match rd.read_buf(buf).await {
         Ok(0) | Err(_) => Err(Refusal::gone()),
         Ok(_) => Ok(()),

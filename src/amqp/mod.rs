@@ -20,3 +20,4 @@ pub mod node;
 pub mod outbox;
 pub mod pinning;
 pub mod reply_to;
+pub mod transport;

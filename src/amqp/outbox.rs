@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use super::transport::Writer;
 use bytes::BytesMut;
 use parking_lot::Mutex;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 
 use super::codec;
@@ -202,7 +202,7 @@ impl Outbox {
 
     /// The writer task: runs until the socket fails, a write makes no
     /// progress for the send timeout, or `finish` is called.
-    pub async fn run_writer(self: Arc<Self>, mut socket: OwnedWriteHalf) {
+    pub async fn run_writer(self: Arc<Self>, mut socket: Writer) {
         let mut spare = BytesMut::with_capacity(SMALL);
         // One heartbeat timer for the connection's life, re-armed only when
         // it fires (not on every write: that would be a timer-wheel update
@@ -289,7 +289,7 @@ impl Outbox {
 
     /// Writes all of `out`; Err(true) if a write made no progress for the
     /// send timeout, Err(false) if the socket failed.
-    async fn write(&self, socket: &mut OwnedWriteHalf, mut out: &[u8]) -> Result<(), bool> {
+    async fn write(&self, socket: &mut Writer, mut out: &[u8]) -> Result<(), bool> {
         while !out.is_empty() {
             match tokio::time::timeout(self.send_timeout, socket.write(out)).await {
                 Ok(Ok(0)) | Ok(Err(_)) => return Err(false),
@@ -302,15 +302,20 @@ impl Outbox {
                 Err(_) => return Err(true),
             }
         }
-        Ok(())
+        // TLS may keep records it could not send yet: they must go now,
+        // not with the next batch.
+        match tokio::time::timeout(self.send_timeout, socket.flush()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(false),
+            Err(_) => Err(true),
+        }
     }
 }
 
 /// Shuts the socket down in both directions, so a reader blocked on it
 /// sees the end of the stream.
-fn shutdown_both(socket: &OwnedWriteHalf) {
-    use std::os::fd::AsRawFd;
-    let fd = socket.as_ref().as_raw_fd();
+fn shutdown_both(socket: &Writer) {
+    let fd = socket.fd();
     // SAFETY: the fd belongs to the socket, which lives for this call.
     unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
 }

@@ -223,6 +223,16 @@ impl Broker {
         known && loopback_ok
     }
 
+    /// Whether `user`, named by a verified client certificate (SASL
+    /// EXTERNAL), may log in: the user must exist (with or without a
+    /// password); loopback_users apply as to every login.
+    pub fn authenticate_external(&self, user: &str, peer: IpAddr) -> bool {
+        let known = self.users.get(user).is_some();
+        let loopback_ok =
+            !self.config.loopback_users.iter().any(|u| u == user) || peer.is_loopback();
+        known && loopback_ok
+    }
+
     /// Whether `user` may open a connection to `vhost` (any permission on
     /// it, as in RabbitMQ).
     pub fn may_open(&self, user: &str, vhost: &str) -> bool {

@@ -8,7 +8,9 @@ use clap::Parser;
 use serde::Deserialize;
 
 mod port;
+mod tls;
 pub use port::Port;
+pub use tls::{CertLoginFrom, SanType, TlsConfig, Verify};
 
 /// The longest read pause that may be configured (1 ms).
 pub const MAX_READ_PAUSE_US: u64 = 1_000;
@@ -21,6 +23,14 @@ pub struct Config {
     pub bind: IpAddr,
     /// AMQP port (0 = any free port, off = no AMQP listener).
     pub port: Port,
+    /// AMQPS port (0 = any free port, off = none); unset: 5671 when
+    /// `tls.certfile` is set, else off.
+    pub amqps_port: Option<Port>,
+    /// TLS settings for every TLS listener (RabbitMQ's ssl_options).
+    pub tls: TlsConfig,
+    /// Milliseconds a client has for the AMQP handshake, after TLS's if
+    /// any (RabbitMQ's handshake_timeout).
+    pub handshake_timeout: u64,
     /// Address the management (HTTP API) listener binds.
     pub management_bind: IpAddr,
     /// Management (HTTP API) port (0 = any free port, off = none).
@@ -94,6 +104,9 @@ impl Default for Config {
         Config {
             bind: IpAddr::from([0, 0, 0, 0]),
             port: Port::On(5672),
+            amqps_port: None,
+            tls: TlsConfig::default(),
+            handshake_timeout: 10_000,
             management_bind: IpAddr::from([0, 0, 0, 0]),
             management_port: Port::On(15672),
             prometheus_port: Port::On(15692),
@@ -140,6 +153,24 @@ pub struct Cli {
     #[arg(long, value_name = "N|off")]
     pub port: Option<Port>,
     /// Address the management HTTP API listens on [default: 0.0.0.0].
+    /// AMQPS port (default 5671 when a certificate is configured).
+    #[arg(long, value_name = "N|off")]
+    pub amqps_port: Option<Port>,
+    /// PEM server certificate and chain (tls.certfile).
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key (tls.keyfile).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates for client certificates (tls.cacertfile).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Verify client certificates: peer or none (tls.verify).
+    #[arg(long, value_name = "peer|none")]
+    pub tls_verify: Option<Verify>,
+    /// Refuse TLS clients without a certificate (tls.fail_if_no_peer_cert).
+    #[arg(long)]
+    pub tls_fail_if_no_peer_cert: bool,
     #[arg(long, value_name = "ADDR")]
     pub management_bind: Option<IpAddr>,
     /// Management HTTP API port; 0 = any free port, off = none [default: 15672].
@@ -205,6 +236,20 @@ pub struct Cli {
 }
 
 impl Config {
+    /// The AMQPS listener's port: as set, else 5671 with a certificate.
+    pub fn amqps_port(&self) -> Port {
+        match (self.amqps_port, self.tls.enabled()) {
+            (Some(p), _) => p,
+            (None, true) => Port::On(5671),
+            (None, false) => Port::Off,
+        }
+    }
+
+    /// The AMQP handshake timeout.
+    pub fn handshake_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.handshake_timeout)
+    }
+
     /// The send timeout (`send_timeout_ms`, 0 = never).
     pub fn send_timeout(&self) -> std::time::Duration {
         match self.send_timeout_ms {
@@ -230,6 +275,24 @@ impl Cli {
         }
         if let Some(v) = self.port {
             c.port = v;
+        }
+        if let Some(v) = self.amqps_port {
+            c.amqps_port = Some(v);
+        }
+        if let Some(v) = self.tls_cert {
+            c.tls.certfile = Some(v);
+        }
+        if let Some(v) = self.tls_key {
+            c.tls.keyfile = Some(v);
+        }
+        if let Some(v) = self.tls_ca {
+            c.tls.cacertfile = Some(v);
+        }
+        if let Some(v) = self.tls_verify {
+            c.tls.verify = Some(v);
+        }
+        if self.tls_fail_if_no_peer_cert {
+            c.tls.fail_if_no_peer_cert = true;
         }
         if let Some(v) = self.management_bind {
             c.management_bind = v;
@@ -293,6 +356,15 @@ impl Cli {
         }
         if let Some(v) = self.consumer_timeout {
             c.consumer_timeout = v;
+        }
+        c.tls.check()?;
+        if c.amqps_port.and_then(Port::get).is_some() && !c.tls.enabled() {
+            return Err(
+                "amqps_port needs tls.certfile and tls.keyfile (--tls-cert, --tls-key)".into(),
+            );
+        }
+        if c.handshake_timeout == 0 {
+            return Err("handshake_timeout must be above 0".into());
         }
         if c.outbox_high_water_bytes < 4096 {
             return Err("outbox_high_water_bytes must be at least 4096".into());

@@ -78,6 +78,14 @@ pub async fn start_with_api() -> TestBroker {
     b
 }
 
+/// Starts a broker with `config`, whose data dir is in `tmp` (removed
+/// with the broker).
+pub async fn start_in(tmp: tempfile::TempDir, config: Config) -> TestBroker {
+    let mut b = start_with(config).await;
+    b._tmp = Some(tmp);
+    b
+}
+
 /// Starts a broker with `config`.
 pub async fn start_with(config: Config) -> TestBroker {
     panics::install();

@@ -1,0 +1,440 @@
+//! AMQPS as clients see it: lapin over TLS (rustls) with the server
+//! verified against a CA made here (rcgen), mutual TLS (a client
+//! certificate required, one from another CA refused, an expired one
+//! refused), plain AMQP on the TLS port and TLS on the plain port closed
+//! cleanly and quickly, and certificates reloaded without dropping
+//! established connections.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
+use lapin::{options::*, Connection, ConnectionProperties};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use warren::config::{Port, Verify};
+
+/// A CA that signs certificates.
+struct Ca {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+/// A certificate and its key, in PEM.
+struct Issued {
+    cert: String,
+    key: String,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(DnType::CommonName, name);
+        Ca {
+            cert: p.self_signed(&key).unwrap(),
+            key,
+        }
+    }
+
+    fn pem(&self) -> String {
+        self.cert.pem()
+    }
+
+    /// A certificate for `cn`, for a server (names `localhost` and
+    /// 127.0.0.1) or a client.
+    fn issue(&self, cn: &str, server: bool, expired: bool) -> Issued {
+        self.issue_with(&[(DnType::CommonName, cn)], server, expired, &[])
+    }
+
+    /// A certificate with the subject `dn` (in DER order) and the
+    /// subject alternative names `sans`.
+    fn issue_with(
+        &self,
+        dn: &[(DnType, &str)],
+        server: bool,
+        expired: bool,
+        sans: &[&str],
+    ) -> Issued {
+        let key = KeyPair::generate().unwrap();
+        let mut names: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
+        if server {
+            names.extend(["localhost".to_string(), "127.0.0.1".to_string()]);
+        }
+        let mut p = CertificateParams::new(names).unwrap();
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        for (t, v) in dn {
+            p.distinguished_name.push(t.clone(), *v);
+        }
+        p.extended_key_usages = vec![if server {
+            ExtendedKeyUsagePurpose::ServerAuth
+        } else {
+            ExtendedKeyUsagePurpose::ClientAuth
+        }];
+        if expired {
+            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        let cert = p.signed_by(&key, &self.cert, &self.key).unwrap();
+        Issued {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+}
+
+/// Writes the server's files into `dir`: cert.pem, key.pem, ca.pem.
+fn write_files(dir: &Path, server: &Issued, ca: &Ca) {
+    std::fs::write(dir.join("cert.pem"), &server.cert).unwrap();
+    std::fs::write(dir.join("key.pem"), &server.key).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+}
+
+/// A broker with AMQPS on a free port, certificates in `certs`, client
+/// certificates verified against the CA and, with `required`, required.
+async fn start_tls(certs: &Path, required: bool) -> (TestBroker, std::net::SocketAddr) {
+    start_tls_with(certs, required, |_| {}).await
+}
+
+/// As `start_tls`, with `change` made to the configuration.
+async fn start_tls_with(
+    certs: &Path,
+    required: bool,
+    change: impl FnOnce(&mut warren::Config),
+) -> (TestBroker, std::net::SocketAddr) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = config(tmp.path());
+    c.amqps_port = Some(Port::On(0));
+    c.tls.certfile = Some(certs.join("cert.pem"));
+    c.tls.keyfile = Some(certs.join("key.pem"));
+    c.tls.cacertfile = Some(certs.join("ca.pem"));
+    c.tls.verify = Some(Verify::Peer);
+    c.tls.fail_if_no_peer_cert = required;
+    c.tls.ssl_handshake_timeout = 2_000;
+    change(&mut c);
+    let b = start_in(tmp, c).await;
+    let addr = b
+        .server
+        .as_ref()
+        .and_then(|s| s.amqps_addr)
+        .expect("the AMQPS listener runs");
+    (b, addr)
+}
+
+fn amqps_uri(addr: std::net::SocketAddr) -> String {
+    format!("amqps://guest:guest@localhost:{}/%2f", addr.port())
+}
+
+/// lapin over TLS trusting `ca`, with `client` as its certificate.
+async fn connect_tls(
+    addr: std::net::SocketAddr,
+    ca: &str,
+    client: Option<&Issued>,
+) -> lapin::Result<Connection> {
+    connect_tls_uri(&amqps_uri(addr), ca, client).await
+}
+
+/// lapin to `uri` trusting `ca`, with `client` as its certificate.
+async fn connect_tls_uri(
+    uri: &str,
+    ca: &str,
+    client: Option<&Issued>,
+) -> lapin::Result<Connection> {
+    let config = OwnedTLSConfig {
+        identity: client.map(|c| OwnedIdentity::PKCS8 {
+            pem: c.cert.clone().into_bytes(),
+            key: c.key.clone().into_bytes(),
+        }),
+        cert_chain: Some(ca.to_string()),
+    };
+    let runtime = lapin::runtime::default_runtime().expect("tokio");
+    let connect =
+        Connection::connect_with_config(uri, ConnectionProperties::default(), config, runtime);
+    match tokio::time::timeout(Duration::from_secs(10), connect).await {
+        Ok(r) => r,
+        Err(_) => panic!("the TLS connection neither opened nor failed in 10 s"),
+    }
+}
+
+/// Publishes one message and gets it back over `conn`.
+async fn round_trip(conn: &Connection, queue: &str) {
+    let ch = conn.create_channel().await.expect("channel");
+    declare(&ch, queue).await;
+    publish(&ch, "", queue, b"over tls").await;
+    assert_eq!(
+        get_eventually(&ch, queue).await.as_deref(),
+        Some(&b"over tls"[..])
+    );
+}
+
+/// The certificate a raw rustls client is shown by the server at `addr`
+/// (its common name's bytes are in it), trusting `ca`.
+async fn served_certificate(addr: std::net::SocketAddr, ca: &str) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .expect("TLS handshake");
+    let (_, session) = tls.get_ref();
+    session.peer_certificates().expect("a certificate")[0].to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lapin_verifies_the_server_and_talks_amqp_over_tls() {
+    let ca = Ca::new("Warren test CA");
+    let certs = tempfile::tempdir().unwrap();
+    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let (_b, addr) = start_tls(certs.path(), false).await;
+
+    // No client certificate is needed unless required.
+    let conn = connect_tls(addr, &ca.pem(), None).await.expect("AMQPS");
+    round_trip(&conn, "tls.q").await;
+    // With one, it is checked and accepted.
+    let client = ca.issue("app", false, false);
+    let with_cert = connect_tls(addr, &ca.pem(), Some(&client))
+        .await
+        .expect("AMQPS with a client certificate");
+    round_trip(&with_cert, "tls.q2").await;
+
+    // A client that trusts another CA refuses the server.
+    let other = Ca::new("Another CA");
+    assert!(connect_tls(addr, &other.pem(), None).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_refuses_missing_foreign_and_expired_client_certificates() {
+    let ca = Ca::new("Warren test CA");
+    let certs = tempfile::tempdir().unwrap();
+    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let (_b, addr) = start_tls(certs.path(), true).await;
+
+    assert!(
+        connect_tls(addr, &ca.pem(), None).await.is_err(),
+        "no client certificate: refused (fail_if_no_peer_cert)"
+    );
+    let foreign = Ca::new("Another CA").issue("intruder", false, false);
+    assert!(
+        connect_tls(addr, &ca.pem(), Some(&foreign)).await.is_err(),
+        "a certificate from another CA: refused"
+    );
+    let expired = ca.issue("old", false, true);
+    assert!(
+        connect_tls(addr, &ca.pem(), Some(&expired)).await.is_err(),
+        "an expired certificate: refused"
+    );
+    let good = ca.issue("app", false, false);
+    let conn = connect_tls(addr, &ca.pem(), Some(&good))
+        .await
+        .expect("a good certificate is let in");
+    round_trip(&conn, "mtls.q").await;
+}
+
+/// Reads from `s` until the end of the stream; false if that took over
+/// 5 s.
+async fn ends_soon(s: &mut tokio::net::TcpStream) -> bool {
+    let mut sink = [0u8; 4096];
+    let read_all = async {
+        loop {
+            match s.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), read_all)
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wrong_protocol_on_either_port_is_closed_at_once() {
+    let ca = Ca::new("Warren test CA");
+    let certs = tempfile::tempdir().unwrap();
+    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let (b, tls_addr) = start_tls(certs.path(), false).await;
+
+    // Plain AMQP to the TLS port.
+    let mut s = tokio::net::TcpStream::connect(tls_addr).await.unwrap();
+    s.write_all(b"AMQP\x00\x00\x09\x01").await.unwrap();
+    assert!(ends_soon(&mut s).await, "closed, not left hanging");
+
+    // A TLS handshake to the plain port: the client's handshake fails fast.
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(b.addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let attempt = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp);
+    let r = tokio::time::timeout(Duration::from_secs(5), attempt).await;
+    assert!(matches!(r, Ok(Err(_))), "a quick handshake failure");
+
+    // A peer that connects and says nothing is dropped after the TLS
+    // handshake timeout (2 s here).
+    let mut idle = tokio::net::TcpStream::connect(tls_addr).await.unwrap();
+    assert!(ends_soon(&mut idle).await, "a silent peer is dropped");
+    // The broker still serves.
+    let conn = connect_tls(tls_addr, &ca.pem(), None).await.expect("AMQPS");
+    round_trip(&conn, "still.q").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_reload_without_dropping_connections() {
+    let ca = Ca::new("Warren test CA");
+    let certs = tempfile::tempdir().unwrap();
+    write_files(
+        certs.path(),
+        &ca.issue("first-certificate", true, false),
+        &ca,
+    );
+    let (b, addr) = start_tls(certs.path(), false).await;
+    let before = served_certificate(addr, &ca.pem()).await;
+    assert!(contains(&before, b"first-certificate"));
+    let conn = connect_tls(addr, &ca.pem(), None).await.expect("AMQPS");
+
+    // A broken file: the reload fails and the old certificate stays.
+    std::fs::write(certs.path().join("cert.pem"), "not a certificate").unwrap();
+    let server = b.server.as_ref().unwrap();
+    assert!(server.reload_tls().is_err());
+    assert!(contains(
+        &served_certificate(addr, &ca.pem()).await,
+        b"first-certificate"
+    ));
+
+    write_files(
+        certs.path(),
+        &ca.issue("second-certificate", true, false),
+        &ca,
+    );
+    server.reload_tls().expect("reload");
+    let after = served_certificate(addr, &ca.pem()).await;
+    assert!(contains(&after, b"second-certificate"));
+    // The connection made before the reload goes on.
+    round_trip(&conn, "across.reload").await;
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_delete("across.reload".into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+}
+
+/// A user without a password, with every permission on "/".
+fn add_certificate_user(b: &TestBroker, name: &str) {
+    let users = &b.server.as_ref().unwrap().broker.users;
+    users
+        .put_user(warren::access::User {
+            name: name.to_string(),
+            password_hash: String::new(),
+            algorithm: Default::default(),
+            tags: Vec::new(),
+            limits: Default::default(),
+        })
+        .unwrap();
+    users.set_permission(name, "/", ".*", ".*", ".*").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_logs_in_the_user_the_certificate_names() {
+    let ca = Ca::new("Warren test CA");
+    let certs = tempfile::tempdir().unwrap();
+    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let (b, addr) = start_tls(certs.path(), false).await;
+    // DER order O, OU, CN: RFC 2253 puts the last first, and escapes ",".
+    let client = ca.issue_with(
+        &[
+            (DnType::OrganizationName, "Example, Inc."),
+            (DnType::OrganizationalUnitName, "ops"),
+            (DnType::CommonName, "app"),
+        ],
+        false,
+        false,
+        &[],
+    );
+    let dn = "CN=app,OU=ops,O=Example\\, Inc.";
+    let uri = format!(
+        "amqps://localhost:{}/%2f?auth_mechanism=external",
+        addr.port()
+    );
+    // No such user yet: refused.
+    assert!(connect_tls_uri(&uri, &ca.pem(), Some(&client))
+        .await
+        .is_err());
+    add_certificate_user(&b, dn);
+    let conn = connect_tls_uri(&uri, &ca.pem(), Some(&client))
+        .await
+        .expect("EXTERNAL as the certificate's subject");
+    round_trip(&conn, "external.q").await;
+    // Without a certificate, EXTERNAL is not offered.
+    assert!(connect_tls_uri(&uri, &ca.pem(), None).await.is_err());
+    // Nor on the plain port.
+    let plain = format!("amqp://{}/%2f?auth_mechanism=external", b.addr);
+    assert!(Connection::connect(&plain, ConnectionProperties::default())
+        .await
+        .is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_can_take_the_common_name_or_a_subject_alternative_name() {
+    let ca = Ca::new("Warren test CA");
+    let certs = tempfile::tempdir().unwrap();
+    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let client = ca.issue_with(
+        &[
+            (DnType::OrganizationName, "Example"),
+            (DnType::CommonName, "by-cn"),
+        ],
+        false,
+        false,
+        &["first.example", "by-san.example"],
+    );
+    let uri = |addr: std::net::SocketAddr| {
+        format!(
+            "amqps://localhost:{}/%2f?auth_mechanism=external",
+            addr.port()
+        )
+    };
+    let (b, addr) = start_tls_with(certs.path(), false, |c| {
+        c.tls.ssl_cert_login_from = warren::config::CertLoginFrom::CommonName;
+    })
+    .await;
+    add_certificate_user(&b, "by-cn");
+    let conn = connect_tls_uri(&uri(addr), &ca.pem(), Some(&client))
+        .await
+        .expect("EXTERNAL as the common name");
+    round_trip(&conn, "cn.q").await;
+    drop(b);
+
+    let (b, addr) = start_tls_with(certs.path(), false, |c| {
+        c.tls.ssl_cert_login_from = warren::config::CertLoginFrom::SubjectAlternativeName;
+        c.tls.ssl_cert_login_san_type = warren::config::SanType::Dns;
+        c.tls.ssl_cert_login_san_index = 1;
+    })
+    .await;
+    add_certificate_user(&b, "by-san.example");
+    let conn = connect_tls_uri(&uri(addr), &ca.pem(), Some(&client))
+        .await
+        .expect("EXTERNAL as the second DNS name");
+    round_trip(&conn, "san.q").await;
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
