@@ -28,6 +28,13 @@ pub struct Server {
     pub amqps_addr: Option<SocketAddr>,
     /// The TLS configuration, if a certificate is configured.
     pub tls: Option<Arc<crate::tls::Tls>>,
+    /// Where the HTTPS management API listens, if it is on.
+    pub management_tls_addr: Option<SocketAddr>,
+    /// Where HTTPS metrics are served, if they are.
+    pub prometheus_tls_addr: Option<SocketAddr>,
+    /// Every TLS configuration in force (AMQPS, HTTPS API, HTTPS metrics),
+    /// for reloading.
+    all_tls: Vec<Arc<crate::tls::Tls>>,
     /// Where the management HTTP API listens, if it is on.
     pub management_addr: Option<SocketAddr>,
     /// Where Prometheus metrics are served, if they are.
@@ -71,10 +78,48 @@ impl Server {
         };
         let http = bind("the management API", c.management_bind, c.management_port).await?;
         let metrics = bind("Prometheus", c.management_bind, c.prometheus_port).await?;
+        // HTTPS: the AMQPS configuration unless the listener has its own.
+        let https_tls = |own: &Option<crate::config::TlsConfig>| -> Result<_, String> {
+            match (own, &tls) {
+                (Some(t), _) => crate::tls::Tls::load(t).map(Some),
+                (None, Some(t)) => Ok(Some(Arc::clone(t))),
+                (None, None) => Ok(None),
+            }
+        };
+        let (api_tls, metrics_tls) = (https_tls(&c.management_tls)?, https_tls(&c.prometheus_tls)?);
+        let https = match &api_tls {
+            Some(_) => {
+                bind(
+                    "the HTTPS management API",
+                    c.management_bind,
+                    c.management_tls_port(),
+                )
+                .await?
+            }
+            None => None,
+        };
+        let https_metrics = match &metrics_tls {
+            Some(_) => {
+                bind(
+                    "HTTPS Prometheus",
+                    c.management_bind,
+                    c.prometheus_tls_port(),
+                )
+                .await?
+            }
+            None => None,
+        };
+        let mut all_tls: Vec<Arc<crate::tls::Tls>> = Vec::new();
+        for t in [&tls, &api_tls, &metrics_tls].into_iter().flatten() {
+            if !all_tls.iter().any(|x| Arc::ptr_eq(x, t)) {
+                all_tls.push(Arc::clone(t));
+            }
+        }
         let addr_of = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
         let (amqp_addr, management_addr) = (addr_of(&amqp), addr_of(&http));
         let amqps_addr = addr_of(&amqps);
         let prometheus_addr = addr_of(&metrics);
+        let (management_tls_addr, prometheus_tls_addr) = (addr_of(&https), addr_of(&https_metrics));
         let (stop, stop_rx) = watch::channel(false);
         let (alive, connections_done) = mpsc::channel::<()>(1);
         let mut tasks = Vec::new();
@@ -101,7 +146,34 @@ impl Server {
         if let Some(addr) = prometheus_addr {
             listeners.push(("http/prometheus", addr));
         }
-        let api = crate::http::Api::new(Arc::clone(&broker), listeners);
+        if let Some(addr) = management_tls_addr {
+            listeners.push(("https", addr));
+        }
+        if let Some(addr) = prometheus_tls_addr {
+            listeners.push(("https/prometheus", addr));
+        }
+        let api = crate::http::Api::new(Arc::clone(&broker), listeners, all_tls.clone());
+        if management_addr.is_some() || management_tls_addr.is_some() {
+            crate::http::start_sampler(&api, stop_rx.clone());
+        }
+        if let (Some(l), Some(addr), Some(t)) = (https, management_tls_addr, &api_tls) {
+            info!(%addr, "HTTPS management API listener started");
+            let l = crate::http::tls::TlsListener::new(l, Arc::clone(t), stop_rx.clone());
+            tasks.push(tokio::spawn(crate::http::serve(
+                l,
+                Arc::clone(&api),
+                stop_rx.clone(),
+            )));
+        }
+        if let (Some(l), Some(addr), Some(t)) = (https_metrics, prometheus_tls_addr, &metrics_tls) {
+            info!(%addr, "HTTPS Prometheus listener started");
+            let l = crate::http::tls::TlsListener::new(l, Arc::clone(t), stop_rx.clone());
+            tasks.push(tokio::spawn(crate::http::serve_metrics(
+                l,
+                Arc::clone(&api),
+                stop_rx.clone(),
+            )));
+        }
         if let (Some(l), Some(addr)) = (http, management_addr) {
             info!(%addr, "management API listener started");
             tasks.push(tokio::spawn(crate::http::serve(
@@ -122,6 +194,9 @@ impl Server {
             addr: amqp_addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
             amqps_addr,
             tls,
+            management_tls_addr,
+            prometheus_tls_addr,
+            all_tls,
             management_addr,
             prometheus_addr,
             broker,
@@ -135,10 +210,7 @@ impl Server {
     /// use them, established connections keep theirs. An error keeps the
     /// configuration in force.
     pub fn reload_tls(&self) -> Result<(), String> {
-        match &self.tls {
-            Some(t) => t.reload(),
-            None => Err("no TLS configured".into()),
-        }
+        crate::tls::reload_all(&self.all_tls)
     }
 
     /// Stops accepting, closes connections with 320, waits for them and

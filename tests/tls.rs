@@ -116,6 +116,9 @@ async fn start_tls_with(
     c.tls.verify = Some(Verify::Peer);
     c.tls.fail_if_no_peer_cert = required;
     c.tls.ssl_handshake_timeout = 2_000;
+    // HTTPS only where a test asks (its default ports would collide).
+    c.management_tls_port = Some(Port::Off);
+    c.prometheus_tls_port = Some(Port::Off);
     change(&mut c);
     let b = start_in(tmp, c).await;
     let addr = b
@@ -334,6 +337,91 @@ async fn certificates_reload_without_dropping_connections() {
     ch.queue_delete("across.reload".into(), QueueDeleteOptions::default())
         .await
         .unwrap();
+}
+
+/// A reqwest client trusting `ca` (rustls with ring).
+fn https_client(ca: &str) -> reqwest::Client {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(config)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_management_api_and_metrics_answer_over_https() {
+    let ca = Ca::new("Warren test CA");
+    let certs = tempfile::tempdir().unwrap();
+    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let (b, _) = start_tls_with(certs.path(), false, |c| {
+        c.management_tls_port = Some(Port::On(0));
+        c.prometheus_tls_port = Some(Port::On(0));
+    })
+    .await;
+    let server = b.server.as_ref().unwrap();
+    let api_port = server.management_tls_addr.expect("HTTPS API").port();
+    let metrics_port = server.prometheus_tls_addr.expect("HTTPS metrics").port();
+
+    // rabbitmqadmin's client, over HTTPS.
+    let rc = rabbitmq_http_client::api::ClientBuilder::new()
+        .with_endpoint(format!("https://localhost:{api_port}/api"))
+        .with_basic_auth_credentials("guest", "guest")
+        .with_client(https_client(&ca.pem()))
+        .build()
+        .unwrap();
+    let o = rc.overview().await.expect("overview over HTTPS");
+    assert_eq!(o.product_name, "Warren");
+    assert!(o.listeners.iter().any(|l| l.protocol == "https"));
+    assert!(o.listeners.iter().any(|l| l.protocol == "amqp/ssl"));
+    rc.declare_queue(
+        "/",
+        &rabbitmq_http_client::requests::QueueParams::new_durable_classic_queue("https.q", None),
+    )
+    .await
+    .expect("declare over HTTPS");
+    assert!(rc
+        .list_queues()
+        .await
+        .unwrap()
+        .iter()
+        .any(|q| q.name == "https.q"));
+
+    let http = https_client(&ca.pem());
+    let metrics = http
+        .get(format!("https://localhost:{metrics_port}/metrics"))
+        .send()
+        .await
+        .expect("metrics over HTTPS")
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("rabbitmq_identity_info"), "{metrics}");
+
+    // An administrator may reload the certificates over the API; files
+    // that do not load answer 400 and leave the old ones in force.
+    let reload = || {
+        http.post(format!("https://localhost:{api_port}/api/tls/reload"))
+            .basic_auth("guest", Some("guest"))
+            .send()
+    };
+    assert_eq!(reload().await.unwrap().status().as_u16(), 204);
+    std::fs::write(certs.path().join("key.pem"), "not a key").unwrap();
+    let refused = reload().await.unwrap();
+    assert_eq!(refused.status().as_u16(), 400);
+    assert!(refused.text().await.unwrap().contains("keyfile"));
+    rc.overview()
+        .await
+        .expect("still served with the old certificate");
 }
 
 /// A user without a password, with every permission on "/".

@@ -38,6 +38,14 @@ pub struct Config {
     /// Prometheus metrics port (0 = any free port, off = none); it binds
     /// `management_bind`.
     pub prometheus_port: Port,
+    /// HTTPS management API port; unset: 15671 with a certificate.
+    pub management_tls_port: Option<Port>,
+    /// HTTPS metrics port; unset: 15691 with a certificate.
+    pub prometheus_tls_port: Option<Port>,
+    /// The HTTPS API's own TLS settings (`[management_tls]`); unset: `tls`.
+    pub management_tls: Option<TlsConfig>,
+    /// The HTTPS metrics' own TLS settings (`[prometheus_tls]`); unset: `tls`.
+    pub prometheus_tls: Option<TlsConfig>,
     /// Where the store lives.
     pub data_dir: PathBuf,
     /// Largest frame the broker proposes at tune, bytes.
@@ -110,6 +118,10 @@ impl Default for Config {
             management_bind: IpAddr::from([0, 0, 0, 0]),
             management_port: Port::On(15672),
             prometheus_port: Port::On(15692),
+            management_tls_port: None,
+            prometheus_tls_port: None,
+            management_tls: None,
+            prometheus_tls: None,
             data_dir: PathBuf::from("warren-data"),
             frame_max: 131_072,
             channel_max: 2047,
@@ -179,6 +191,12 @@ pub struct Cli {
     /// Prometheus metrics port; 0 = any free port, off = none [default: 15692].
     #[arg(long, value_name = "N|off")]
     pub prometheus_port: Option<Port>,
+    /// HTTPS management API port (default 15671 with a certificate).
+    #[arg(long, value_name = "N|off")]
+    pub management_tls_port: Option<Port>,
+    /// HTTPS metrics port (default 15691 with a certificate).
+    #[arg(long, value_name = "N|off")]
+    pub prometheus_tls_port: Option<Port>,
     /// Data directory [default: ./warren-data].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -245,6 +263,40 @@ impl Config {
         }
     }
 
+    /// The HTTPS API's TLS settings, if it has a certificate.
+    pub fn management_tls(&self) -> Option<&TlsConfig> {
+        self.management_tls
+            .as_ref()
+            .or(Some(&self.tls))
+            .filter(|t| t.enabled())
+    }
+
+    /// The HTTPS metrics' TLS settings, if it has a certificate.
+    pub fn prometheus_tls(&self) -> Option<&TlsConfig> {
+        self.prometheus_tls
+            .as_ref()
+            .or(Some(&self.tls))
+            .filter(|t| t.enabled())
+    }
+
+    /// The HTTPS API's port: as set, else 15671 with a certificate.
+    pub fn management_tls_port(&self) -> Port {
+        match (self.management_tls_port, self.management_tls().is_some()) {
+            (Some(p), _) => p,
+            (None, true) => Port::On(15671),
+            (None, false) => Port::Off,
+        }
+    }
+
+    /// The HTTPS metrics' port: as set, else 15691 with a certificate.
+    pub fn prometheus_tls_port(&self) -> Port {
+        match (self.prometheus_tls_port, self.prometheus_tls().is_some()) {
+            (Some(p), _) => p,
+            (None, true) => Port::On(15691),
+            (None, false) => Port::Off,
+        }
+    }
+
     /// The AMQP handshake timeout.
     pub fn handshake_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.handshake_timeout)
@@ -302,6 +354,12 @@ impl Cli {
         }
         if let Some(v) = self.prometheus_port {
             c.prometheus_port = v;
+        }
+        if let Some(v) = self.management_tls_port {
+            c.management_tls_port = Some(v);
+        }
+        if let Some(v) = self.prometheus_tls_port {
+            c.prometheus_tls_port = Some(v);
         }
         if let Some(v) = self.data_dir {
             c.data_dir = v;

@@ -13,13 +13,13 @@ mod message;
 pub mod prometheus;
 mod render;
 mod routes;
+pub mod tls;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use parking_lot::Mutex;
@@ -40,6 +40,8 @@ pub struct Api {
     pub listeners: Vec<(&'static str, SocketAddr)>,
     /// The cluster's permanent id (made once, at start).
     pub cluster_id: std::sync::OnceLock<String>,
+    /// The TLS configurations in force (reloaded by POST /api/tls/reload).
+    pub tls: Vec<Arc<crate::tls::Tls>>,
     /// The rates of what each vhost's channels counted (the sampler's).
     pub vhost_rates: Mutex<HashMap<String, Rates<{ MessageCounters::LEN }>>>,
     /// The rates of the overview's churn counters (`churn`'s order).
@@ -48,8 +50,13 @@ pub struct Api {
 
 impl Api {
     /// The state for `broker`, whose listeners are `listeners`.
-    pub fn new(broker: Arc<Broker>, listeners: Vec<(&'static str, SocketAddr)>) -> Arc<Api> {
+    pub fn new(
+        broker: Arc<Broker>,
+        listeners: Vec<(&'static str, SocketAddr)>,
+        tls: Vec<Arc<crate::tls::Tls>>,
+    ) -> Arc<Api> {
         let api = Arc::new(Api {
+            tls,
             node: node_name(),
             broker,
             started: Instant::now(),
@@ -148,8 +155,16 @@ fn sample_once(api: &Api, now: u64) {
     }
 }
 
+/// Starts the rate sampler (once, however many API listeners run).
+pub fn start_sampler(api: &Arc<Api>, stop: watch::Receiver<bool>) {
+    tokio::spawn(sample(Arc::clone(api), stop));
+}
+
 /// Serves Prometheus metrics on `listener` until `stop` says so.
-pub async fn serve_metrics(listener: TcpListener, api: Arc<Api>, mut stop: watch::Receiver<bool>) {
+pub async fn serve_metrics<L>(listener: L, api: Arc<Api>, mut stop: watch::Receiver<bool>)
+where
+    L: axum::serve::Listener<Addr = SocketAddr>,
+{
     let app = prometheus::router(api);
     let stopped = async move {
         let _ = stop.changed().await;
@@ -162,10 +177,15 @@ pub async fn serve_metrics(listener: TcpListener, api: Arc<Api>, mut stop: watch
     }
 }
 
-/// Serves the API on `listener` until `stop` says so.
-pub async fn serve(listener: TcpListener, api: Arc<Api>, mut stop: watch::Receiver<bool>) {
-    tokio::spawn(sample(Arc::clone(&api), stop.clone()));
+/// Serves the API on `listener` (plain or TLS) until `stop` says so.
+pub async fn serve<L>(listener: L, api: Arc<Api>, mut stop: watch::Receiver<bool>)
+where
+    L: axum::serve::Listener<Addr = SocketAddr>,
+{
+    use axum::serve::ListenerExt;
     let app = routes::router(api).into_make_service_with_connect_info::<SocketAddr>();
+    // tap_io: ConnectInfo<SocketAddr> works for any listener through it.
+    let listener = listener.tap_io(|_| {});
     let stopped = async move {
         let _ = stop.changed().await;
     };

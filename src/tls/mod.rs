@@ -66,6 +66,23 @@ impl Tls {
     }
 }
 
+/// Reloads each of `all` (every TLS listener's configuration); the first
+/// error, after trying them all.
+pub fn reload_all(all: &[Arc<Tls>]) -> Result<(), String> {
+    if all.is_empty() {
+        return Err("no TLS is configured".into());
+    }
+    let mut first = Ok(());
+    for t in all {
+        if let Err(e) = t.reload() {
+            if first.is_ok() {
+                first = Err(e);
+            }
+        }
+    }
+    first
+}
+
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }

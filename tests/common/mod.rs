@@ -89,6 +89,9 @@ pub async fn start_in(tmp: tempfile::TempDir, config: Config) -> TestBroker {
 /// Starts a broker with `config`.
 pub async fn start_with(config: Config) -> TestBroker {
     panics::install();
+    // The HTTP client of the API tests (reqwest with rustls) needs a
+    // process-wide crypto provider; the broker names its own.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let panics_before = panics::count();
     let dir = config.data_dir.clone();
     let server = Server::start(config).await.expect("broker starts");

@@ -160,6 +160,8 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/health/checks/ready-to-serve-clients", get(node::ok))
         .route("/health/checks/is-in-service", get(node::ok))
         .route("/aliveness-test/{vhost}", get(node::aliveness))
+        // Warren's own: reload the TLS certificate files (as SIGHUP).
+        .route("/tls/reload", axum::routing::post(node::reload_tls))
         .route("/vhosts", get(t::list_vhosts))
         .route(
             "/vhosts/{vhost}",

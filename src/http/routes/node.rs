@@ -346,3 +346,17 @@ pub async fn rebalance(caller: Caller) -> ApiResult<StatusCode> {
     caller.admin()?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// POST /api/tls/reload (administrators): reads every TLS listener's
+/// certificate, key and CA files again, as SIGHUP does. 204; 400 with the
+/// reason if a file does not load (the old ones stay in force); 404
+/// without TLS.
+pub async fn reload_tls(State(api): State<Arc<Api>>, caller: Caller) -> ApiResult<StatusCode> {
+    caller.admin()?;
+    if api.tls.is_empty() {
+        return Err(ApiError::not_found());
+    }
+    crate::tls::reload_all(&api.tls).map_err(ApiError::bad_request)?;
+    tracing::info!(user = %caller.user.name, "TLS certificate files reloaded over the API");
+    Ok(StatusCode::NO_CONTENT)
+}
