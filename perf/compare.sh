@@ -8,6 +8,7 @@
 #   ROUNDS=2  DURATION=10  SCENARIOS="10 1 2 3 4 5 6 7 8 9"  DRAIN_N=1000000  BACKLOG_N=5000000
 #   IDLE_N=1000  IDLE_HOLD=10  WARREN=1 (0: RabbitMQ only)  SKIP_BUILD=0  KEEP_WORK=0
 #   RMQ_PORT=5801 RMQ_DIST_PORT=5802 WARREN_PORT=5803  CARGO_TARGET_DIR  WARREN_ARGS=""
+#   RMQ_TLS_PORT=5804 WARREN_TLS_PORT=5805 (scenarios 1t and 5t: 1 and 5 over TLS)
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,6 +29,8 @@ RMQ_PORT=${RMQ_PORT:-5801}
 RMQ_DIST_PORT=${RMQ_DIST_PORT:-5802}
 WARREN_PORT=${WARREN_PORT:-5803}
 WARREN_ARGS=${WARREN_ARGS:-}
+RMQ_TLS_PORT=${RMQ_TLS_PORT:-5804}
+WARREN_TLS_PORT=${WARREN_TLS_PORT:-5805}
 TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 PERF_BIN=${PERF_BIN:-$TARGET_DIR/release/warren-perf}
 WARREN_BIN=${WARREN_BIN:-$TARGET_DIR/release/warren}
@@ -114,6 +117,26 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 uri() { echo "amqp://guest:guest@127.0.0.1:$1/%2f"; }
+tls_uri() { echo "amqps://guest:guest@localhost:$1/%2f"; }
+
+# Scenarios 1t and 5t run over TLS: one CA and a server certificate (for localhost and
+# 127.0.0.1) that both brokers use.
+TLS_DIR=$WORK/tls
+wants_tls() { case " $SCENARIOS " in *t\ *) return 0 ;; *) return 1 ;; esac; }
+make_certs() {
+    mkdir -p "$TLS_DIR" && cd "$TLS_DIR" || return 1
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+        -subj "/CN=compare CA" -keyout ca.key -out ca.pem 2>/dev/null &&
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
+            -keyout key.pem -out server.csr 2>/dev/null &&
+        printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >server.ext &&
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 \
+            -extfile server.ext -out cert.pem 2>/dev/null
+    local rc=$?
+    chmod 644 "$TLS_DIR"/*.pem
+    cd - >/dev/null || return 1
+    return $rc
+}
 
 # ---------------------------------------------------------------------------------------------
 # Setup
@@ -145,6 +168,12 @@ start_rabbitmq() {
     head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$RMQ_DIR/home/.erlang.cookie"
     chmod 400 "$RMQ_DIR/home/.erlang.cookie"
     printf 'listeners.tcp.1 = 127.0.0.1:%s\nloopback_users = none\n' "$port" >"$RMQ_DIR/rabbitmq.conf"
+    if wants_tls; then
+        printf '%s\n' "listeners.ssl.1 = 127.0.0.1:$RMQ_TLS_PORT" \
+            "ssl_options.cacertfile = $TLS_DIR/ca.pem" "ssl_options.certfile = $TLS_DIR/cert.pem" \
+            "ssl_options.keyfile = $TLS_DIR/key.pem" "ssl_options.verify = verify_none" \
+            "ssl_options.fail_if_no_peer_cert = false" >>"$RMQ_DIR/rabbitmq.conf"
+    fi
     echo '[].' >"$RMQ_DIR/enabled_plugins"
     [ -n "$(listener_pid 4369)" ] && EPMD_WAS_RUNNING=1
     say "starting RabbitMQ on 127.0.0.1:$port (dist port $RMQ_DIST_PORT, data in $RMQ_DIR)"
@@ -191,7 +220,10 @@ start_warren() {
     # shellcheck disable=SC2086 # WARREN_ARGS is a list of extra arguments
     (
         ulimit -n 65536 2>/dev/null
-        exec "$WARREN_BIN" --bind 127.0.0.1 --port "$port" --data-dir "$WARREN_DATA" $WARREN_ARGS
+        tls=()
+        wants_tls && tls=(--amqps-port "$WARREN_TLS_PORT" --tls-cert "$TLS_DIR/cert.pem"
+            --tls-key "$TLS_DIR/key.pem" --management-tls-port off --prometheus-tls-port off)
+        exec "$WARREN_BIN" --bind 127.0.0.1 --port "$port" --data-dir "$WARREN_DATA" "${tls[@]}" $WARREN_ARGS
     ) >"$WORK/warren.log" 2>&1 </dev/null &
     WARREN_PID=$!
     for ((i = 0; i < 60; i++)); do
@@ -216,6 +248,9 @@ start_warren() {
 # Measuring
 
 broker_port() { [ "$1" = rmq ] && echo "$RMQ_PORT" || echo "$WARREN_PORT"; }
+broker_tls_port() { [ "$1" = rmq ] && echo "$RMQ_TLS_PORT" || echo "$WARREN_TLS_PORT"; }
+# Set while a TLS scenario runs: run_perf connects over amqps.
+OVER_TLS=0
 broker_pid() { [ "$1" = rmq ] && echo "$RMQ_PID" || echo "$WARREN_PID"; }
 broker_up() {
     local pid
@@ -264,8 +299,10 @@ record_json() {
 run_perf() {
     local b=$1 out=$2 t=$3
     shift 3
-    echo "== $b: warren-perf $*" >>"$LOG"
-    timeout -k 10 "$t" "$PERF_BIN" --uri "$(uri "$(broker_port "$b")")" --json --interval 0 "$@" \
+    local target=(--uri "$(uri "$(broker_port "$b")")")
+    [ "$OVER_TLS" = 1 ] && target=(--uri "$(tls_uri "$(broker_tls_port "$b")")" --tls-ca "$TLS_DIR/ca.pem")
+    echo "== $b: warren-perf ${target[*]} $*" >>"$LOG"
+    timeout -k 10 "$t" "$PERF_BIN" "${target[@]}" --json --interval 0 "$@" \
         >"$out" 2>>"$LOG"
     local rc=$?
     cat "$out" >>"$LOG"
@@ -313,6 +350,17 @@ scenario() {
     local s=$1 b=$2 f pe t
     case $s in
     1) load_scenario "$b" 1 "s1=consumed_rate" --producers 1 --consumers 1 --size 16 --autoack ;;
+    1t)
+        OVER_TLS=1
+        load_scenario "$b" 1t "s1t=consumed_rate" --producers 1 --consumers 1 --size 16 --autoack
+        OVER_TLS=0
+        ;;
+    5t)
+        OVER_TLS=1
+        load_scenario "$b" 5t "s5t=confirmed_rate s5tc=consumed_rate" --producers 1 --consumers 1 \
+            --size 1024 --persistent --durable-queues --confirm 1000 --multi-ack 100 --qos 1000
+        OVER_TLS=0
+        ;;
     2) load_scenario "$b" 2 "s2=consumed_rate" --producers 1 --consumers 1 --size 1024 --autoack ;;
     3) load_scenario "$b" 3 "s3=published_rate" --producer-only --producers 1 --size 16 ;;
     4)
@@ -453,6 +501,11 @@ report() {
     for s in $SCENARIOS; do
         case $s in
         1) row s1 "1  1p/1c 16 B autoack (msg/s)" 1 ;;
+        1t) row s1t "1t 1 over TLS (msg/s)" 1t ;;
+        5t)
+            row s5t "5t 5 over TLS (confirmed/s)" 5t
+            row s5tc "5t   consumed (msg/s)"
+            ;;
         2) row s2 "2  1p/1c 1 KiB autoack (msg/s)" 2 ;;
         3) row s3 "3  publish only 16 B (msg/s)" 3 ;;
         4)
@@ -485,13 +538,23 @@ report() {
         esac
     done
     echo "* = the one-thread client used over 90% of its core in a round: the client, not the broker, was the limit"
+    local p b c0 c1
+    for p in 1 5; do
+        case " $SCENARIOS " in *" ${p}t "*) ;; *) continue ;; esac
+        for b in rmq warren; do
+            c0=$(median "$RES/s$p.cpu.$b")
+            c1=$(median "$RES/s${p}t.cpu.$b")
+            [ -n "$c0" ] && [ -n "$c1" ] && awk -v p="$p" -v b="$b" -v a="$c0" -v t="$c1" \
+                'BEGIN {printf "TLS cost, scenario %s, %s: CPU per message %.2f us plain, %.2f us TLS (x%.2f)\n", p, b, a, t, t / a}'
+        done
+    done
     [ "$WARREN_OK" = 1 ] || echo "(Warren: n/a — it did not build, start or stay up; see above)"
 }
 
 # ---------------------------------------------------------------------------------------------
 # Main
 
-for p in "$RMQ_PORT" "$RMQ_DIST_PORT" "$WARREN_PORT"; do
+for p in "$RMQ_PORT" "$RMQ_DIST_PORT" "$WARREN_PORT" "$RMQ_TLS_PORT" "$WARREN_TLS_PORT"; do
     if port_busy "$p"; then
         say "port $p is already in use; set RMQ_PORT / RMQ_DIST_PORT / WARREN_PORT"
         exit 1
@@ -499,6 +562,9 @@ for p in "$RMQ_PORT" "$RMQ_DIST_PORT" "$WARREN_PORT"; do
 done
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 ensure_rabbitmq || { say "cannot install rabbitmq-server"; exit 1; }
+if wants_tls; then
+    make_certs || { say "cannot make TLS certificates (openssl)"; exit 1; }
+fi
 build || { say "warren-perf did not build"; exit 1; }
 [ -x "$PERF_BIN" ] || { say "no warren-perf at $PERF_BIN"; exit 1; }
 start_rabbitmq || say "RabbitMQ is not available: its column will be n/a"

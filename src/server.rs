@@ -239,7 +239,17 @@ async fn accept_loop(
     mut stop: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
 ) {
+    // Handshakes in progress hold a permit: a flood of them waits in the
+    // listen backlog instead of growing memory here.
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_TLS_HANDSHAKES));
     loop {
+        let permit = match &tls {
+            Some(_) => match Arc::clone(&handshakes).acquire_owned().await {
+                Ok(p) => Some(p),
+                Err(_) => break,
+            },
+            None => None,
+        };
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
@@ -256,6 +266,7 @@ async fn accept_loop(
                                 None => return,
                             },
                         };
+                        drop(permit);
                         connection::serve(transport, peer, broker, node, stop).await;
                         drop(alive);
                     });
@@ -270,6 +281,9 @@ async fn accept_loop(
         }
     }
 }
+
+/// TLS handshakes in progress at most on the AMQPS listener.
+const MAX_TLS_HANDSHAKES: usize = 1024;
 
 /// The TLS handshake of a connection to the AMQPS port; None (logged) if
 /// it failed or took longer than allowed. A client speaking plain AMQP

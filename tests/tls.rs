@@ -1,9 +1,11 @@
 //! AMQPS as clients see it: lapin over TLS (rustls) with the server
 //! verified against a CA made here (rcgen), mutual TLS (a client
 //! certificate required, one from another CA refused, an expired one
-//! refused), plain AMQP on the TLS port and TLS on the plain port closed
-//! cleanly and quickly, and certificates reloaded without dropping
-//! established connections.
+//! refused), SASL EXTERNAL by subject, common name or alternative name,
+//! amqprs as a second client, plain AMQP on the TLS port and TLS on the
+//! plain port closed cleanly and quickly, certificates reloaded without
+//! dropping established connections, and the management API and metrics
+//! over HTTPS (rabbitmq_http_client).
 
 mod common;
 
@@ -525,4 +527,66 @@ async fn external_can_take_the_common_name_or_a_subject_alternative_name() {
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A second client: amqprs (its rustls TLS adaptor), with and without a
+/// client certificate where one is required.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqprs_talks_over_mutual_tls_too() {
+    use amqprs::channel::{BasicGetArguments, BasicPublishArguments, QueueDeclareArguments};
+    use amqprs::connection::OpenConnectionArguments;
+    use amqprs::tls::TlsAdaptor;
+    let ca = Ca::new("Warren test CA");
+    let certs = tempfile::tempdir().unwrap();
+    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let client = ca.issue("amqprs", false, false);
+    let (cert, key) = (
+        certs.path().join("client.pem"),
+        certs.path().join("client.key"),
+    );
+    std::fs::write(&cert, &client.cert).unwrap();
+    std::fs::write(&key, &client.key).unwrap();
+    let ca_file = certs.path().join("ca.pem");
+    let (_b, addr) = start_tls(certs.path(), true).await;
+
+    let open = |tls: TlsAdaptor| {
+        let mut args = OpenConnectionArguments::new("localhost", addr.port(), "guest", "guest");
+        args.tls_adaptor(tls);
+        async move {
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                amqprs::connection::Connection::open(&args),
+            )
+            .await
+            .expect("opened or refused within 10 s")
+        }
+    };
+    let without = TlsAdaptor::without_client_auth(Some(&ca_file), "localhost".into()).unwrap();
+    assert!(open(without).await.is_err(), "a certificate is required");
+    let with = TlsAdaptor::with_client_auth(Some(&ca_file), &cert, &key, "localhost".into())
+        .expect("the client's files");
+    let conn = open(with).await.expect("amqprs over mutual TLS");
+    let ch = conn.open_channel(None).await.unwrap();
+    ch.queue_declare(QueueDeclareArguments::new("amqprs.q"))
+        .await
+        .unwrap();
+    ch.basic_publish(
+        amqprs::BasicProperties::default(),
+        b"from amqprs".to_vec(),
+        BasicPublishArguments::new("", "amqprs.q"),
+    )
+    .await
+    .unwrap();
+    let mut got = None;
+    for _ in 0..100 {
+        let mut args = BasicGetArguments::new("amqprs.q");
+        args.no_ack = true;
+        got = ch.basic_get(args).await.unwrap();
+        if got.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(got.map(|(_, _, body)| body), Some(b"from amqprs".to_vec()));
+    let _ = conn.close().await;
 }

@@ -23,6 +23,10 @@ pub struct AmqpUri {
     pub user: String,
     pub password: String,
     pub vhost: String,
+    /// amqps:// (TLS, verified against `tls_ca` or the webpki roots).
+    pub tls: bool,
+    /// PEM CA file for amqps:// (`--tls-ca`).
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 fn percent_decode(s: &str) -> Result<String> {
@@ -47,12 +51,13 @@ fn percent_decode(s: &str) -> Result<String> {
 }
 
 impl AmqpUri {
-    /// Parses `amqp://[user[:pass]@]host[:port][/vhost]` (vhost `%2f` is `/`; an absent vhost is `/`).
+    /// Parses `amqp[s]://[user[:pass]@]host[:port][/vhost]` (vhost `%2f` is `/`; an absent vhost
+    /// is `/`; the port defaults to 5672, or 5671 for amqps).
     pub fn parse(uri: &str) -> Result<Self> {
-        let rest = match uri.strip_prefix("amqp://") {
-            Some(r) => r,
-            None if uri.starts_with("amqps://") => bail!("amqps:// is not supported"),
-            None => bail!("URI {uri:?} does not start with amqp://"),
+        let (rest, tls) = match (uri.strip_prefix("amqp://"), uri.strip_prefix("amqps://")) {
+            (Some(r), _) => (r, false),
+            (_, Some(r)) => (r, true),
+            _ => bail!("URI {uri:?} does not start with amqp:// or amqps://"),
         };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], Some(&rest[i + 1..])),
@@ -76,7 +81,7 @@ impl AmqpUri {
                     .parse::<u16>()
                     .with_context(|| format!("bad port in {uri:?}"))?,
             ),
-            _ => (hostport, 5672),
+            _ => (hostport, if tls { 5671 } else { 5672 }),
         };
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let host = if host.is_empty() { "127.0.0.1" } else { host };
@@ -90,6 +95,8 @@ impl AmqpUri {
             user,
             password,
             vhost,
+            tls,
+            tls_ca: None,
         })
     }
 }
@@ -213,6 +220,12 @@ pub async fn connect(
 ) -> Result<Connection> {
     let mut args = OpenConnectionArguments::new(&uri.host, uri.port, &uri.user, &uri.password);
     args.virtual_host(&uri.vhost).connection_name(name);
+    if uri.tls {
+        let tls =
+            amqprs::tls::TlsAdaptor::without_client_auth(uri.tls_ca.as_deref(), uri.host.clone())
+                .with_context(|| format!("reading the TLS CA file {:?}", uri.tls_ca))?;
+        args.tls_adaptor(tls);
+    }
     let give_up = tokio::time::Instant::now() + retry_for;
     let conn = loop {
         let attempt = tokio::time::timeout(OPEN_TIMEOUT, Connection::open(&args)).await;
@@ -305,6 +318,9 @@ mod tests {
         assert_eq!((u.user.as_str(), u.password.as_str()), ("a@b", "p:w"));
         assert_eq!((u.port, u.vhost.as_str()), (1234, "v1"));
         assert!(AmqpUri::parse("http://x").is_err());
+        let u = AmqpUri::parse("amqps://localhost/%2f").unwrap();
+        assert!(u.tls);
+        assert_eq!(u.port, 5671);
         assert!(AmqpUri::parse("amqp://h:notaport/").is_err());
     }
 }

@@ -137,6 +137,9 @@ struct Args {
     /// With --idle-connections: seconds to hold them open.
     #[arg(long, default_value_t = 30.0)]
     hold: f64,
+    /// PEM CA file that an amqps:// broker's certificate must chain to.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
     /// Only check that the broker accepts a connection (retrying for --connect-timeout).
     #[arg(long)]
     check: bool,
@@ -152,7 +155,8 @@ enum Mode {
 }
 
 fn resolve(a: Args) -> Result<Mode> {
-    let uri = AmqpUri::parse(&a.uri)?;
+    let mut uri = AmqpUri::parse(&a.uri)?;
+    uri.tls_ca = a.tls_ca.clone();
     if a.check {
         return Ok(Mode::Check(uri, a.connect_timeout));
     }

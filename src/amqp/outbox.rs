@@ -303,7 +303,10 @@ impl Outbox {
             }
         }
         // TLS may keep records it could not send yet: they must go now,
-        // not with the next batch.
+        // not with the next batch. (A plain socket keeps nothing back.)
+        if !socket.buffers() {
+            return Ok(());
+        }
         match tokio::time::timeout(self.send_timeout, socket.flush()).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(false),

@@ -110,6 +110,11 @@ impl Reader {
 }
 
 impl Writer {
+    /// Whether written bytes may wait in a buffer until a flush (TLS).
+    pub fn buffers(&self) -> bool {
+        matches!(self, Writer::Tls { .. })
+    }
+
     /// The socket's descriptor.
     pub fn fd(&self) -> RawFd {
         match self {
