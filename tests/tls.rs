@@ -82,12 +82,22 @@ impl Ca {
             p.not_before = rcgen::date_time_ymd(2020, 1, 1);
             p.not_after = rcgen::date_time_ymd(2021, 1, 1);
         }
+        if server && client_too(dn) {
+            p.extended_key_usages
+                .push(ExtendedKeyUsagePurpose::ClientAuth);
+        }
         let cert = p.signed_by(&key, &self.cert, &self.key).unwrap();
         Issued {
             cert: cert.pem(),
             key: key.serialize_pem(),
         }
     }
+}
+
+/// A node of a cluster is a server and a client of its peers: its
+/// certificate (named "node-...") carries both uses.
+fn client_too(dn: &[(DnType, &str)]) -> bool {
+    dn.iter().any(|(_, v)| v.starts_with("node-"))
 }
 
 /// Writes the server's files into `dir`: cert.pem, key.pem, ca.pem.
@@ -589,4 +599,80 @@ async fn amqprs_talks_over_mutual_tls_too() {
     }
     assert_eq!(got.map(|(_, _, body)| body), Some(b"from amqprs".to_vec()));
     let _ = conn.close().await;
+}
+
+/// Node-to-node links (for the Raft port): the node's certificate both
+/// ways, the peer's certificate required even where clients may come
+/// without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_links_require_a_certificate_from_the_cluster_ca() {
+    let ca = Ca::new("Warren cluster CA");
+    let certs = tempfile::tempdir().unwrap();
+    write_files(certs.path(), &ca.issue("node-1", true, false), &ca);
+    let settings = warren::config::TlsConfig {
+        certfile: Some(certs.path().join("cert.pem")),
+        keyfile: Some(certs.path().join("key.pem")),
+        cacertfile: Some(certs.path().join("ca.pem")),
+        // What clients get does not loosen the links.
+        verify: Some(Verify::None),
+        ..Default::default()
+    };
+    let node = warren::tls::cluster::cluster(&settings).expect("cluster TLS");
+    let no_ca = warren::config::TlsConfig {
+        cacertfile: None,
+        ..settings.clone()
+    };
+    assert!(warren::tls::cluster::cluster(&no_ca).is_err());
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&node.server));
+    let server = tokio::spawn(async move {
+        let mut outcomes = Vec::new();
+        for _ in 0..2 {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let r = acceptor.accept(tcp).await;
+            if let Ok(mut s) = r {
+                s.write_all(b"ok").await.unwrap();
+                s.flush().await.unwrap();
+                outcomes.push(true);
+            } else {
+                outcomes.push(false);
+            }
+        }
+        outcomes
+    });
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    // A peer node: accepted, and it verified us.
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut peer = tokio_rustls::TlsConnector::from(Arc::clone(&node.client))
+        .connect(name.clone(), tcp)
+        .await
+        .expect("node to node");
+    let mut buf = [0u8; 2];
+    peer.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"ok");
+    // Something without a certificate: refused.
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca.pem().as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let anonymous = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    if let Ok(mut s) = tokio_rustls::TlsConnector::from(Arc::new(anonymous))
+        .connect(name, tcp)
+        .await
+    {
+        // TLS 1.3 reports the refusal on the first read.
+        let mut buf = [0u8; 2];
+        assert!(s.read_exact(&mut buf).await.is_err());
+    }
+    assert_eq!(server.await.unwrap(), [true, false]);
 }

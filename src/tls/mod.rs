@@ -5,8 +5,10 @@
 //! see while established connections keep theirs. A reload that fails
 //! (a missing or broken file) keeps the old configuration and says why.
 //! Only TLS 1.2 and 1.3 exist in rustls: nothing older can be offered.
-//! identity.rs: the user name SASL EXTERNAL takes from a certificate.
+//! identity.rs: the user name SASL EXTERNAL takes from a certificate;
+//! cluster.rs: node-to-node links, the peer's certificate required.
 
+pub mod cluster;
 pub mod identity;
 
 use std::sync::Arc;
@@ -83,11 +85,11 @@ pub fn reload_all(all: &[Arc<Tls>]) -> Result<(), String> {
     first
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn versions(names: &[String]) -> Result<Vec<&'static SupportedProtocolVersion>, String> {
+pub(crate) fn versions(names: &[String]) -> Result<Vec<&'static SupportedProtocolVersion>, String> {
     names
         .iter()
         .map(|v| match v.as_str() {
