@@ -676,3 +676,53 @@ async fn cluster_links_require_a_certificate_from_the_cluster_ca() {
     }
     assert_eq!(server.await.unwrap(), [true, false]);
 }
+
+/// The binary reloads its certificate files on SIGHUP; a connection made
+/// before goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_certificate_files() {
+    let ca = Ca::new("Warren test CA");
+    let certs = tempfile::tempdir().unwrap();
+    write_files(certs.path(), &ca.issue("before-sighup", true, false), &ca);
+    let data = tempfile::tempdir().unwrap();
+    let tls_port = child::free_port().to_string();
+    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
+    let b = child::ChildBroker::spawn(
+        data.path(),
+        &data.path().join("warren.log"),
+        &[
+            "--amqps-port",
+            &tls_port,
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--management-tls-port",
+            "off",
+            "--prometheus-tls-port",
+            "off",
+        ],
+    );
+    let _plain = b.connect().await;
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{tls_port}").parse().unwrap();
+    assert!(contains(
+        &served_certificate(addr, &ca.pem()).await,
+        b"before-sighup"
+    ));
+    let conn = connect_tls(addr, &ca.pem(), None).await.expect("AMQPS");
+
+    write_files(certs.path(), &ca.issue("after-sighup", true, false), &ca);
+    b.signal(libc::SIGHUP);
+    let mut reloaded = false;
+    for _ in 0..100 {
+        if contains(&served_certificate(addr, &ca.pem()).await, b"after-sighup") {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(reloaded, "SIGHUP reloaded the files: {}", b.log_tail());
+    round_trip(&conn, "before.sighup").await;
+    assert!(b.is_running());
+    assert!(!b.log_tail().contains("panicked"), "{}", b.log_tail());
+}
