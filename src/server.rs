@@ -78,12 +78,23 @@ impl Server {
         };
         let http = bind("the management API", c.management_bind, c.management_port).await?;
         let metrics = bind("Prometheus", c.management_bind, c.prometheus_port).await?;
-        // HTTPS: the AMQPS configuration unless the listener has its own.
+        // HTTPS: the listener's own section, else the [tls] certificate
+        // without its client-certificate rules (browsers, scrapers and
+        // rabbitmqadmin present none), as RabbitMQ's management.ssl has
+        // options of its own.
         let https_tls = |own: &Option<crate::config::TlsConfig>| -> Result<_, String> {
-            match (own, &tls) {
-                (Some(t), _) => crate::tls::Tls::load(t).map(Some),
-                (None, Some(t)) => Ok(Some(Arc::clone(t))),
-                (None, None) => Ok(None),
+            match own {
+                Some(t) if t.enabled() => crate::tls::Tls::load(t).map(Some),
+                Some(_) => Ok(None),
+                None if c.tls.enabled() => {
+                    let shared = crate::config::TlsConfig {
+                        verify: Some(crate::config::Verify::None),
+                        fail_if_no_peer_cert: false,
+                        ..c.tls.clone()
+                    };
+                    crate::tls::Tls::load(&shared).map(Some)
+                }
+                None => Ok(None),
             }
         };
         let (api_tls, metrics_tls) = (https_tls(&c.management_tls)?, https_tls(&c.prometheus_tls)?);
@@ -244,9 +255,12 @@ async fn accept_loop(
     let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_TLS_HANDSHAKES));
     loop {
         let permit = match &tls {
-            Some(_) => match Arc::clone(&handshakes).acquire_owned().await {
-                Ok(p) => Some(p),
-                Err(_) => break,
+            Some(_) => tokio::select! {
+                p = Arc::clone(&handshakes).acquire_owned() => match p {
+                    Ok(p) => Some(p),
+                    Err(_) => break,
+                },
+                _ = stop.changed() => break,
             },
             None => None,
         };

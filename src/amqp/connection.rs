@@ -46,6 +46,7 @@ pub async fn serve(
 ) {
     socket.set_nodelay();
     let local = socket.local_addr().unwrap_or(peer);
+    let tls = socket.is_tls();
     // SASL EXTERNAL's user name, from a verified client certificate.
     let external = socket.peer_certificate().and_then(|der| {
         crate::tls::identity::login_name(&der, &broker.config.tls)
@@ -66,7 +67,7 @@ pub async fn serve(
             &mut rd,
             &mut buf,
             &outbox,
-            (peer, local),
+            (peer, local, tls),
             external.as_deref(),
             &broker,
             &node,

@@ -68,7 +68,7 @@ pub(super) async fn handshake(
     rd: &mut Reader,
     buf: &mut BytesMut,
     outbox: &Arc<Outbox>,
-    (peer, local): (SocketAddr, SocketAddr),
+    (peer, local, tls): (SocketAddr, SocketAddr, bool),
     external: Option<&str>,
     broker: &Arc<Broker>,
     node: &Arc<super::node::Node>,
@@ -252,6 +252,7 @@ pub(super) async fn handshake(
                         channel_max,
                         heartbeat,
                         auth_mechanism: std::mem::take(&mut mechanism),
+                        tls,
                     },
                     Arc::clone(&closer) as _,
                 );

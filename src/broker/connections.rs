@@ -54,6 +54,8 @@ pub struct Info {
     pub channel_max: u16,
     pub heartbeat: u16,
     pub auth_mechanism: String,
+    /// Over TLS (AMQPS).
+    pub tls: bool,
 }
 
 /// Messages a channel (or all channels) handled, as rabbitmq_prometheus
@@ -495,6 +497,7 @@ mod tests {
                 channel_max: 0,
                 heartbeat: 0,
                 auth_mechanism: "PLAIN".into(),
+                tls: false,
             },
             control,
         )

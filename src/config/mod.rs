@@ -164,7 +164,6 @@ pub struct Cli {
     /// AMQP port; 0 = any free port, off = none [default: 5672].
     #[arg(long, value_name = "N|off")]
     pub port: Option<Port>,
-    /// Address the management HTTP API listens on [default: 0.0.0.0].
     /// AMQPS port (default 5671 when a certificate is configured).
     #[arg(long, value_name = "N|off")]
     pub amqps_port: Option<Port>,
@@ -183,6 +182,7 @@ pub struct Cli {
     /// Refuse TLS clients without a certificate (tls.fail_if_no_peer_cert).
     #[arg(long)]
     pub tls_fail_if_no_peer_cert: bool,
+    /// Address the management HTTP API listens on [default: 0.0.0.0].
     #[arg(long, value_name = "ADDR")]
     pub management_bind: Option<IpAddr>,
     /// Management HTTP API port; 0 = any free port, off = none [default: 15672].

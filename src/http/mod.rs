@@ -15,7 +15,7 @@ mod render;
 mod routes;
 pub mod tls;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -145,8 +145,7 @@ fn sample_once(api: &Api, now: u64) {
     for t in connections.list() {
         t.sample(now);
     }
-    let names: HashSet<&str> = vhosts.iter().map(|v| v.name.as_str()).collect();
-    connections.retain_vhosts(|v| names.contains(v));
+    connections.retain_vhosts(|v| api.broker.vhost(v).is_some());
     let per_vhost = connections.by_vhost();
     let mut rates = api.vhost_rates.lock();
     rates.retain(|v, _| per_vhost.contains_key(v));

@@ -466,7 +466,7 @@ pub fn connection(api: &Api, t: &Tracked) -> Value {
         "protocol": "AMQP 0-9-1",
         "type": "network",
         "state": "running",
-        "ssl": false,
+        "ssl": i.tls,
         "auth_mechanism": i.auth_mechanism,
         "connected_at": i.connected_at,
         "timeout": i.heartbeat,

@@ -34,8 +34,12 @@ impl TlsListener {
         tokio::spawn(async move {
             let permits = Arc::new(Semaphore::new(MAX_HANDSHAKES));
             loop {
-                let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-                    return;
+                let permit = tokio::select! {
+                    p = Arc::clone(&permits).acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => return,
+                    },
+                    _ = stop.changed() => return,
                 };
                 let (socket, peer) = tokio::select! {
                     accepted = tcp.accept() => match accepted {

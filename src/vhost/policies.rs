@@ -27,12 +27,16 @@ impl VHost {
     /// Replaces the policies in force and applies them to every queue and
     /// exchange (the caller has made the change durable).
     pub fn set_policies(&self, policies: Policies) {
-        // Under the topology lock, which declares hold while they apply the
-        // policies in force and register the new queue or exchange: none
-        // can register with the old set after this walked past it.
-        let _topology = self.topology.lock();
+        // Swapped under the topology lock, which declares hold while they
+        // apply the policies in force and register the new queue or
+        // exchange: one registered before the swap is in the walk below,
+        // one registered after it took the new set. The walk itself runs
+        // without the lock, so declares elsewhere do not wait for it.
         let policies = Arc::new(policies);
-        *self.policies.write() = Arc::clone(&policies);
+        {
+            let _topology = self.topology.lock();
+            *self.policies.write() = Arc::clone(&policies);
+        }
         for q in self.queues() {
             self.apply_to_queue(&policies, &q);
         }

@@ -188,11 +188,14 @@ impl VHost {
         if nested {
             dedup(out);
         }
-        // A held message was counted when it was published.
+        // Counted when published (a held message routes nowhere yet); a
+        // released one is not counted again.
         if may_hold {
-            scratch
-                .tally
-                .count(&x.stats, out.len().saturating_sub(before));
+            let routed = match hold {
+                Some(_) => 0,
+                None => out.len().saturating_sub(before),
+            };
+            scratch.tally.count(&x.stats, routed);
         }
         Ok(hold)
     }

@@ -24,7 +24,6 @@ use super::body::{Body, MAX_BODY};
 use super::error::ApiError;
 use super::Api;
 
-/// 201 for something made, 204 for something that was there.
 /// Runs `f` on tokio's blocking pool: a policy change walks every queue of
 /// its vhost (and may drop or dead-letter many messages) under the policy
 /// lock, and an import may make thousands of entities, which must not hold
@@ -45,6 +44,7 @@ where
     }
 }
 
+/// 201 for something made, 204 for something that was there.
 pub fn created_or_updated(created: bool) -> StatusCode {
     if created {
         StatusCode::CREATED
