@@ -100,6 +100,15 @@ fn client_too(dn: &[(DnType, &str)]) -> bool {
     dn.iter().any(|(_, v)| v.starts_with("node-"))
 }
 
+/// A CA named `ca_name` and a temp dir holding its ca.pem and a server
+/// certificate for `server_cn` (cert.pem, key.pem).
+fn ca_and_server(ca_name: &str, server_cn: &str) -> (Ca, tempfile::TempDir) {
+    let ca = Ca::new(ca_name);
+    let certs = tempfile::tempdir().unwrap();
+    write_files(certs.path(), &ca.issue(server_cn, true, false), &ca);
+    (ca, certs)
+}
+
 /// Writes the server's files into `dir`: cert.pem, key.pem, ca.pem.
 fn write_files(dir: &Path, server: &Issued, ca: &Ca) {
     std::fs::write(dir.join("cert.pem"), &server.cert).unwrap();
@@ -213,9 +222,7 @@ async fn served_certificate(addr: std::net::SocketAddr, ca: &str) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lapin_verifies_the_server_and_talks_amqp_over_tls() {
-    let ca = Ca::new("Warren test CA");
-    let certs = tempfile::tempdir().unwrap();
-    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let (ca, certs) = ca_and_server("Warren test CA", "localhost");
     let (_b, addr) = start_tls(certs.path(), false).await;
 
     // No client certificate is needed unless required.
@@ -235,9 +242,7 @@ async fn lapin_verifies_the_server_and_talks_amqp_over_tls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_refuses_missing_foreign_and_expired_client_certificates() {
-    let ca = Ca::new("Warren test CA");
-    let certs = tempfile::tempdir().unwrap();
-    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let (ca, certs) = ca_and_server("Warren test CA", "localhost");
     let (_b, addr) = start_tls(certs.path(), true).await;
 
     assert!(
@@ -280,9 +285,7 @@ async fn ends_soon(s: &mut tokio::net::TcpStream) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wrong_protocol_on_either_port_is_closed_at_once() {
-    let ca = Ca::new("Warren test CA");
-    let certs = tempfile::tempdir().unwrap();
-    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let (ca, certs) = ca_and_server("Warren test CA", "localhost");
     let (b, tls_addr) = start_tls(certs.path(), false).await;
 
     // Plain AMQP to the TLS port.
@@ -372,9 +375,7 @@ fn https_client(ca: &str) -> reqwest::Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_management_api_and_metrics_answer_over_https() {
-    let ca = Ca::new("Warren test CA");
-    let certs = tempfile::tempdir().unwrap();
-    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let (ca, certs) = ca_and_server("Warren test CA", "localhost");
     let (b, _) = start_tls_with(certs.path(), false, |c| {
         c.management_tls_port = Some(Port::On(0));
         c.prometheus_tls_port = Some(Port::On(0));
@@ -453,9 +454,7 @@ fn add_certificate_user(b: &TestBroker, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn external_logs_in_the_user_the_certificate_names() {
-    let ca = Ca::new("Warren test CA");
-    let certs = tempfile::tempdir().unwrap();
-    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let (ca, certs) = ca_and_server("Warren test CA", "localhost");
     let (b, addr) = start_tls(certs.path(), false).await;
     // DER order O, OU, CN: RFC 2253 puts the last first, and escapes ",".
     let client = ca.issue_with(
@@ -493,9 +492,7 @@ async fn external_logs_in_the_user_the_certificate_names() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn external_can_take_the_common_name_or_a_subject_alternative_name() {
-    let ca = Ca::new("Warren test CA");
-    let certs = tempfile::tempdir().unwrap();
-    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let (ca, certs) = ca_and_server("Warren test CA", "localhost");
     let client = ca.issue_with(
         &[
             (DnType::OrganizationName, "Example"),
@@ -546,9 +543,7 @@ async fn amqprs_talks_over_mutual_tls_too() {
     use amqprs::channel::{BasicGetArguments, BasicPublishArguments, QueueDeclareArguments};
     use amqprs::connection::OpenConnectionArguments;
     use amqprs::tls::TlsAdaptor;
-    let ca = Ca::new("Warren test CA");
-    let certs = tempfile::tempdir().unwrap();
-    write_files(certs.path(), &ca.issue("localhost", true, false), &ca);
+    let (ca, certs) = ca_and_server("Warren test CA", "localhost");
     let client = ca.issue("amqprs", false, false);
     let (cert, key) = (
         certs.path().join("client.pem"),
@@ -606,9 +601,7 @@ async fn amqprs_talks_over_mutual_tls_too() {
 /// without one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_links_require_a_certificate_from_the_cluster_ca() {
-    let ca = Ca::new("Warren cluster CA");
-    let certs = tempfile::tempdir().unwrap();
-    write_files(certs.path(), &ca.issue("node-1", true, false), &ca);
+    let (ca, certs) = ca_and_server("Warren cluster CA", "node-1");
     let settings = warren::config::TlsConfig {
         certfile: Some(certs.path().join("cert.pem")),
         keyfile: Some(certs.path().join("key.pem")),
@@ -681,9 +674,7 @@ async fn cluster_links_require_a_certificate_from_the_cluster_ca() {
 /// before goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_the_certificate_files() {
-    let ca = Ca::new("Warren test CA");
-    let certs = tempfile::tempdir().unwrap();
-    write_files(certs.path(), &ca.issue("before-sighup", true, false), &ca);
+    let (ca, certs) = ca_and_server("Warren test CA", "before-sighup");
     let data = tempfile::tempdir().unwrap();
     let tls_port = child::free_port().to_string();
     let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
@@ -725,4 +716,33 @@ async fn sighup_reloads_the_certificate_files() {
     round_trip(&conn, "before.sighup").await;
     assert!(b.is_running());
     assert!(!b.log_tail().contains("panicked"), "{}", b.log_tail());
+}
+
+/// RSA (PKCS#1) and EC (SEC1) keys, a chain in certfile (the client
+/// trusts only the root), and AMQPS alone with the plain port off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rsa_and_ec_keys_and_a_chain_serve_amqps_alone() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    let root = std::fs::read_to_string(fixtures.join("root.pem")).unwrap();
+    for (chain, key) in [
+        ("rsa-chain.pem", "rsa-pkcs1.key"),
+        ("ec-chain.pem", "ec-sec1.key"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut c = config(tmp.path());
+        c.port = Port::Off;
+        c.amqps_port = Some(Port::On(0));
+        c.management_tls_port = Some(Port::Off);
+        c.prometheus_tls_port = Some(Port::Off);
+        c.tls.certfile = Some(fixtures.join(chain));
+        c.tls.keyfile = Some(fixtures.join(key));
+        let b = start_in(tmp, c).await;
+        let server = b.server.as_ref().unwrap();
+        assert_eq!(server.addr.port(), 0, "no plain listener");
+        let addr = server.amqps_addr.expect("AMQPS");
+        let conn = connect_tls(addr, &root, None)
+            .await
+            .unwrap_or_else(|e| panic!("{chain}: {e:?}"));
+        round_trip(&conn, "alone.q").await;
+    }
 }

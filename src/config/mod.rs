@@ -467,6 +467,44 @@ mod tests {
     }
 
     #[test]
+    fn tls_listeners_are_on_once_a_certificate_is_configured() {
+        let none = Cli::parse_from(["warren"]).into_config().unwrap();
+        assert_eq!(none.amqps_port(), Port::Off);
+        assert_eq!(none.management_tls_port(), Port::Off);
+        assert_eq!(none.prometheus_tls_port(), Port::Off);
+        let c = Cli::parse_from([
+            "warren",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--port",
+            "off",
+        ])
+        .into_config()
+        .unwrap();
+        assert_eq!(c.port, Port::Off);
+        assert_eq!(c.amqps_port(), Port::On(5671));
+        assert_eq!(c.management_tls_port(), Port::On(15671));
+        assert_eq!(c.prometheus_tls_port(), Port::On(15691));
+        let off = Cli::parse_from([
+            "warren",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--amqps-port",
+            "off",
+        ])
+        .into_config()
+        .unwrap();
+        assert_eq!(off.amqps_port(), Port::Off);
+        assert!(Cli::parse_from(["warren", "--amqps-port", "5671"])
+            .into_config()
+            .is_err());
+    }
+
+    #[test]
     fn unknown_keys_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.toml");

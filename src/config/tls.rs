@@ -74,20 +74,27 @@ pub enum SanType {
     OtherName,
 }
 
-/// TLS settings, shared by the AMQPS, HTTPS and metrics listeners.
+/// TLS settings, shared by the AMQPS, HTTPS and metrics listeners. Keys
+/// take RabbitMQ's ssl_options names or the flags' (tls_cert, tls_key,
+/// tls_ca, tls_verify, tls_fail_if_no_peer_cert).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TlsConfig {
     /// PEM CA certificates that client certificates must chain to.
+    #[serde(alias = "tls_ca")]
     pub cacertfile: Option<PathBuf>,
     /// PEM server certificate, then its chain.
+    #[serde(alias = "tls_cert")]
     pub certfile: Option<PathBuf>,
     /// PEM private key (PKCS#8, RSA or EC).
+    #[serde(alias = "tls_key")]
     pub keyfile: Option<PathBuf>,
     /// verify_peer or verify_none; unset: verify_peer when `cacertfile`
     /// is set (a presented certificate is always checked), else none.
+    #[serde(alias = "tls_verify")]
     pub verify: Option<Verify>,
     /// Refuse clients that present no certificate (needs verify_peer).
+    #[serde(alias = "tls_fail_if_no_peer_cert")]
     pub fail_if_no_peer_cert: bool,
     /// Protocol versions offered: "tlsv1.3", "tlsv1.2" (nothing older).
     pub versions: Vec<String>,
@@ -198,6 +205,16 @@ mod tests {
         };
         assert!(fail_without_verify.check().is_err());
         assert!(toml::from_str::<TlsConfig>("verify = \"sometimes\"").is_err());
+        let flags: TlsConfig = toml::from_str(
+            "tls_cert = \"c.pem\"\ntls_key = \"k.pem\"\ntls_ca = \"ca.pem\"\n\
+             tls_verify = \"peer\"\ntls_fail_if_no_peer_cert = true",
+        )
+        .unwrap();
+        assert_eq!(flags.certfile, t.certfile);
+        assert_eq!(flags.keyfile, t.keyfile);
+        assert_eq!(flags.cacertfile, t.cacertfile);
+        assert_eq!(flags.verify, Some(Verify::Peer));
+        assert!(flags.fail_if_no_peer_cert);
         assert_eq!("none".parse::<Verify>(), Ok(Verify::None));
     }
 }
