@@ -46,6 +46,8 @@ pub struct QueueArgs {
     /// `x-consumer-timeout`, ms (0 = none): how long a delivery may stay
     /// unacked (RabbitMQ 3.12+).
     pub consumer_timeout: Option<u64>,
+    /// `x-queue-type`.
+    pub kind: super::kind::Kind,
 }
 
 impl QueueArgs {
@@ -71,6 +73,7 @@ impl QueueArgs {
             ),
             delivery_limit: uint("x-delivery-limit"),
             consumer_timeout: uint("x-consumer-timeout"),
+            kind: super::kind::Kind::of(args),
         }
     }
 }
@@ -145,6 +148,18 @@ fn check(key: &str, value: &AMQPValue, args: &FieldTable) -> Result<(), String> 
         Some(n) if n < 0 => Err(format!("{{value_negative,{n}}}")),
         Some(n) => Ok(n),
     };
+    // The arguments RabbitMQ added with quorum queues word a wrong type
+    // differently.
+    let counted = || match int_arg(value) {
+        None => Err(format!("\"expected integer, got {}\"", type_name(value))),
+        Some(n) if n < 0 => Err(format!("{{value_negative,{n}}}")),
+        Some(n) => Ok(n),
+    };
+    let one_of = |words: &[&str], why: &str| match str_arg(value) {
+        Some(w) if words.contains(&w.as_str()) => Ok(()),
+        Some(_) => Err(why.to_string()),
+        None => wrong_type(),
+    };
     match key {
         "x-message-ttl" | "x-max-length" | "x-max-length-bytes" | "x-delivery-limit"
         | "x-consumer-timeout" => int().map(drop),
@@ -179,7 +194,18 @@ fn check(key: &str, value: &AMQPValue, args: &FieldTable) -> Result<(), String> 
                 _ => Err("invalid_queue_mode".into()),
             }
         }
-        "x-queue-type" => string(),
+        "x-queue-type" => super::kind::check_type(value),
+        "x-quorum-initial-group-size" => match counted()? {
+            0 => Err("{value_zero,0}".into()),
+            _ => Ok(()),
+        },
+        "x-max-in-memory-length" | "x-max-in-memory-bytes" => counted().map(drop),
+        "x-dead-letter-strategy" => {
+            one_of(&["at-most-once", "at-least-once"], "invalid_dlx_strategy")
+        }
+        "x-queue-leader-locator" => {
+            one_of(&["client-local", "balanced"], "invalid_queue_locator_arg")
+        }
         "x-single-active-consumer" => match value {
             AMQPValue::Boolean(_) => Ok(()),
             _ => wrong_type(),

@@ -29,6 +29,7 @@ mod dispatch;
 mod entry;
 mod expiry;
 mod host;
+pub mod kind;
 mod limits;
 mod policy;
 mod ready;
@@ -175,9 +176,10 @@ impl Queue {
         &self.config.name
     }
 
-    /// Whether messages of this queue are kept in the store.
+    /// Whether messages of this queue are kept in the store: a durable
+    /// queue's persistent ones, and every one of a quorum queue.
     fn keeps(&self, msg: &Message) -> bool {
-        self.config.store_id != 0 && msg.persistent()
+        self.config.store_id != 0 && (msg.persistent() || self.args.kind == kind::Kind::Quorum)
     }
 
     /// Where this queue pages messages out of memory (durable queues only).

@@ -32,6 +32,9 @@ pub fn queue(vh: Option<&VHost>, vhost: &str, spec: &QueueSpec) -> Result<()> {
     crate::queue::args::validate(&spec.arguments).map_err(|(arg, why)| {
         Error::precondition_failed(format!("invalid arg '{arg}' for {subject}: {why}"))
     })?;
+    let kind = crate::queue::kind::Kind::of(&spec.arguments);
+    crate::queue::kind::check_declare(kind, spec.declared(), &subject)
+        .map_err(Error::precondition_failed)?;
     if let Some(q) = vh.and_then(|v| v.queue(&spec.name)) {
         match equivalence::queue(spec, &q.config, &subject) {
             Ok(()) => {}

@@ -113,6 +113,10 @@ fn arguments(
             _ => false,
         };
         if !same {
+            // Two queue types are compared as types (RabbitMQ 3.10).
+            if let (true, Some(a), Some(b)) = (*key == "x-queue-type", g, h) {
+                return Err(inequivalent(key, subject, &value_text(a), &value_text(b)));
+            }
             let describe = |v: Option<&AMQPValue>| match v {
                 Some(v) => format!("the value '{}' of type '{}'", value_text(v), type_name(v)),
                 None => "none".to_string(),

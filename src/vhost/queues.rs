@@ -11,6 +11,7 @@ use super::bindings::Topology;
 use super::equivalence::{self, Mismatch};
 use super::error::{Error, Result};
 use super::{Destination, VHost};
+use crate::queue::kind::{self, Declared, Kind};
 use crate::queue::{Deleted, Queue, QueueConfig};
 use crate::store::QueueDef;
 
@@ -24,6 +25,19 @@ pub struct QueueSpec {
     pub arguments: FieldTable,
     /// The broker chose the name (`amq.gen-...`): the reserved prefix is ours.
     pub server_named: bool,
+}
+
+impl QueueSpec {
+    /// What the queue-type checks look at.
+    pub fn declared(&self) -> Declared<'_> {
+        Declared {
+            durable: self.durable,
+            exclusive: self.exclusive,
+            auto_delete: self.auto_delete,
+            server_named: self.server_named,
+            arguments: &self.arguments,
+        }
+    }
 }
 
 impl VHost {
@@ -93,6 +107,12 @@ impl VHost {
                 self.describe("queue", &spec.name)
             ))
         })?;
+        kind::check_declare(
+            Kind::of(&spec.arguments),
+            spec.declared(),
+            &self.describe("queue", &spec.name),
+        )
+        .map_err(Error::precondition_failed)?;
         // RabbitMQ makes exclusive queues transient whatever the flag says:
         // they die with their connection, so they are never stored.
         let stored = spec.durable && !spec.exclusive;

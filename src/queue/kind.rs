@@ -1,0 +1,192 @@
+//! Queue types (`x-queue-type`): classic, and quorum, a durable queue
+//! that keeps every message in the store whatever its delivery mode (on a
+//! cluster, every message is replicated with the node state). Quorum
+//! queues refuse what RabbitMQ 3.10's refuse, with its wording; streams do
+//! not exist in Warren yet and are refused as an unsupported type.
+
+use amq_protocol::types::{AMQPValue, FieldTable};
+
+use crate::wire::value::text;
+
+/// The types a queue may be declared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kind {
+    #[default]
+    Classic,
+    Quorum,
+}
+
+/// RabbitMQ's module name for quorum queues, which its errors print.
+const QUORUM_MODULE: &str = "rabbit_quorum_queue";
+
+/// Arguments RabbitMQ knows for some queue type but quorum queues refuse.
+const NOT_FOR_QUORUM: &[&str] = &[
+    "x-max-priority",
+    "x-queue-mode",
+    "x-queue-version",
+    "x-queue-master-locator",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+];
+
+impl Kind {
+    /// The type `args` declare (classic when none; an unknown one reads as
+    /// classic, `check_type` refuses it at declare).
+    pub fn of(args: &FieldTable) -> Kind {
+        match args.inner().get("x-queue-type").and_then(text).as_deref() {
+            Some("quorum") => Kind::Quorum,
+            _ => Kind::Classic,
+        }
+    }
+}
+
+/// The x-queue-type value check, as RabbitMQ words it.
+pub(super) fn check_type(value: &AMQPValue) -> Result<(), String> {
+    match text(value).as_deref() {
+        Some("classic" | "quorum") => Ok(()),
+        Some(other) => Err(format!("\"unsupported queue type '{other}'\"")),
+        None => Err(format!(
+            "{{unacceptable_type,{}}}",
+            crate::wire::type_name(value)
+        )),
+    }
+}
+
+/// What a declare of a queue of type `kind` may not ask for, after its
+/// arguments passed `args::validate`. `describe` is "queue 'q' in vhost
+/// '/'". The order is RabbitMQ's: a server-named queue, the refused
+/// arguments, then auto-delete, exclusive and non-durable.
+pub fn check_declare(kind: Kind, spec: Declared<'_>, describe: &str) -> Result<(), String> {
+    if kind == Kind::Classic {
+        return Ok(());
+    }
+    if spec.server_named {
+        return Err(format!(
+            "Cannot declare a server-named queue for type {QUORUM_MODULE}"
+        ));
+    }
+    if let Some(arg) = NOT_FOR_QUORUM
+        .iter()
+        .find(|a| spec.arguments.contains_key(a))
+    {
+        return Err(format!(
+            "invalid arg '{arg}' for {describe} of queue type {QUORUM_MODULE}"
+        ));
+    }
+    let property = if spec.auto_delete {
+        "auto-delete"
+    } else if spec.exclusive {
+        "exclusive-owner"
+    } else if !spec.durable {
+        "non-durable"
+    } else {
+        return Ok(());
+    };
+    Err(format!("invalid property '{property}' for {describe}"))
+}
+
+/// The parts of a declare the type checks look at.
+#[derive(Debug, Clone, Copy)]
+pub struct Declared<'a> {
+    pub durable: bool,
+    pub exclusive: bool,
+    pub auto_delete: bool,
+    pub server_named: bool,
+    pub arguments: &'a FieldTable,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quorum(extra: &[(&str, AMQPValue)]) -> FieldTable {
+        let mut t = FieldTable::default();
+        t.insert(
+            "x-queue-type".into(),
+            AMQPValue::LongString("quorum".into()),
+        );
+        for (k, v) in extra {
+            t.insert((*k).into(), v.clone());
+        }
+        t
+    }
+
+    fn declared(args: &FieldTable) -> Declared<'_> {
+        Declared {
+            durable: true,
+            exclusive: false,
+            auto_delete: false,
+            server_named: false,
+            arguments: args,
+        }
+    }
+
+    const Q: &str = "queue 'q' in vhost '/'";
+
+    #[test]
+    fn quorum_refuses_what_rabbitmq_refuses_in_its_order() {
+        let args = quorum(&[]);
+        assert_eq!(Kind::of(&args), Kind::Quorum);
+        assert!(check_declare(Kind::Quorum, declared(&args), Q).is_ok());
+        let with = |f: fn(&mut Declared)| {
+            let mut d = declared(&args);
+            f(&mut d);
+            check_declare(Kind::Quorum, d, Q).unwrap_err()
+        };
+        assert_eq!(
+            with(|d| d.durable = false),
+            "invalid property 'non-durable' for queue 'q' in vhost '/'"
+        );
+        assert_eq!(
+            with(|d| {
+                d.durable = false;
+                d.exclusive = true
+            }),
+            "invalid property 'exclusive-owner' for queue 'q' in vhost '/'"
+        );
+        assert_eq!(
+            with(|d| {
+                d.exclusive = true;
+                d.auto_delete = true
+            }),
+            "invalid property 'auto-delete' for queue 'q' in vhost '/'"
+        );
+        assert_eq!(
+            with(|d| d.server_named = true),
+            "Cannot declare a server-named queue for type rabbit_quorum_queue"
+        );
+        let prio = quorum(&[("x-max-priority", AMQPValue::LongInt(5))]);
+        let mut d = declared(&prio);
+        d.durable = false;
+        assert_eq!(
+            check_declare(Kind::Quorum, d, Q).unwrap_err(),
+            "invalid arg 'x-max-priority' for queue 'q' in vhost '/' of queue type rabbit_quorum_queue"
+        );
+        let allowed = quorum(&[
+            ("x-delivery-limit", AMQPValue::LongInt(3)),
+            ("x-quorum-initial-group-size", AMQPValue::LongInt(3)),
+            ("x-message-ttl", AMQPValue::LongInt(1000)),
+            ("x-overflow", AMQPValue::LongString("reject-publish".into())),
+        ]);
+        assert!(check_declare(Kind::Quorum, declared(&allowed), Q).is_ok());
+    }
+
+    #[test]
+    fn classic_is_unchanged_and_other_types_are_unsupported() {
+        let none = FieldTable::default();
+        let mut d = declared(&none);
+        d.durable = false;
+        d.server_named = true;
+        assert!(check_declare(Kind::Classic, d, Q).is_ok());
+        assert!(check_type(&AMQPValue::LongString("classic".into())).is_ok());
+        assert_eq!(
+            check_type(&AMQPValue::LongString("stream".into())).unwrap_err(),
+            "\"unsupported queue type 'stream'\""
+        );
+        assert_eq!(
+            check_type(&AMQPValue::LongInt(1)).unwrap_err(),
+            "{unacceptable_type,signedint}"
+        );
+    }
+}
