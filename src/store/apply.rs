@@ -9,7 +9,7 @@
 //! operations on one queue are ordered by the queue's own lock, and those
 //! on different queues touch different keys.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -23,6 +23,11 @@ pub struct Applier {
     pub(super) msgs: sled::Tree,
     pub(super) delayed: sled::Tree,
     pub(super) delivered: DeliveredLog,
+    /// Message puts submitted and not applied yet, readable at once (a
+    /// journal that applies on commit stages what leaves memory).
+    pub(super) pending: sled::Tree,
+    /// Whether anything was staged since `clear_pending`.
+    staged: AtomicBool,
     /// Serializes definition operations.
     defs_lock: Mutex<()>,
     /// Bumped by every definition operation.
@@ -36,6 +41,8 @@ impl Applier {
             defs: db.open_tree("definitions")?,
             msgs: db.open_tree("messages")?,
             delayed: db.open_tree("delayed")?,
+            pending: db.open_tree("pending")?,
+            staged: AtomicBool::new(false),
             delivered,
             defs_lock: Mutex::new(()),
             defs_version: AtomicU64::new(0),
@@ -51,11 +58,20 @@ impl Applier {
                 deadline,
                 paged,
                 message,
-            } => messages::put(&self.msgs, queue_id, seq, message, paged, deadline)?,
+            } => {
+                messages::put(&self.msgs, queue_id, seq, message, paged, deadline)?;
+                self.unstage(queue_id, seq)?;
+            }
             Op::RemoveMessage { queue_id, seq } => {
                 self.msgs.remove(messages::message_key(queue_id, seq))?;
+                self.unstage(queue_id, seq)?;
             }
-            Op::PurgeFrom { queue_id, from } => messages::purge_from(&self.msgs, queue_id, from)?,
+            Op::PurgeFrom { queue_id, from } => {
+                messages::purge_from(&self.msgs, queue_id, from)?;
+                if self.is_staging() {
+                    messages::purge_from(&self.pending, queue_id, from)?;
+                }
+            }
             Op::Hold {
                 due,
                 seq,
@@ -117,11 +133,56 @@ impl Applier {
         for id in gone_queues {
             self.delivered.forget(id);
             messages::purge_from(&self.msgs, id, 0)?;
+            if self.is_staging() {
+                messages::purge_from(&self.pending, id, 0)?;
+            }
         }
         if let Op::DeleteVhost { name } = *op {
             delayed::forget_vhost(&self.delayed, name)?;
         }
         Ok(applied)
+    }
+
+    /// Stages a message put (`Op::PutMessage`; anything else is ignored):
+    /// readable by the store's reads until it is applied or purged.
+    pub fn stage(&self, op: &Op<'_>) -> Result<()> {
+        if let Op::PutMessage {
+            queue_id,
+            seq,
+            deadline,
+            paged,
+            message,
+        } = *op
+        {
+            self.staged.store(true, Ordering::Release);
+            messages::put(&self.pending, queue_id, seq, message, paged, deadline)?;
+        }
+        Ok(())
+    }
+
+    /// Forgets everything staged (a new term begins, or this node stopped
+    /// serving): what was not committed never happened.
+    pub fn clear_pending(&self) -> Result<()> {
+        self.pending.clear()?;
+        self.staged.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether staged puts may exist.
+    pub(super) fn is_staging(&self) -> bool {
+        self.staged.load(Ordering::Acquire)
+    }
+
+    fn unstage(&self, queue_id: u64, seq: u64) -> Result<()> {
+        if self.is_staging() {
+            self.pending.remove(messages::message_key(queue_id, seq))?;
+        }
+        Ok(())
+    }
+
+    /// The last durable queue id given (a journal that chooses ids).
+    pub fn last_queue_id(&self) -> Result<u64> {
+        definitions::last_queue_id(&self.defs)
     }
 
     /// Counts definition operations applied.

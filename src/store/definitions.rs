@@ -195,16 +195,23 @@ pub(super) fn delete_binding(tree: &sled::Tree, def: &BindingDef) -> Result<()> 
 /// Records a durable queue under the next id (replacing a record of the
 /// same name that a failed delete left: its messages, under the old id,
 /// are swept at the next start).
-pub(super) fn declare_queue(tree: &sled::Tree, def: &QueueDef) -> Result<u64> {
-    let k = key(QUEUE, &[&def.vhost, &def.name]);
-    let n = match tree.get(NEXT_QUEUE_ID)? {
+/// The last durable queue id given.
+pub(super) fn last_queue_id(tree: &sled::Tree) -> Result<u64> {
+    match tree.get(NEXT_QUEUE_ID)? {
         Some(b) => <[u8; 8]>::try_from(&b[..])
             .map(u64::from_be_bytes)
-            .map_err(|_| Error::Corrupt("queue id counter".into()))?,
-        None => 0,
-    };
-    let id = n + 1;
-    tree.insert(NEXT_QUEUE_ID, &id.to_be_bytes())?;
+            .map_err(|_| Error::Corrupt("queue id counter".into())),
+        None => Ok(0),
+    }
+}
+
+pub(super) fn declare_queue(tree: &sled::Tree, def: &QueueDef) -> Result<u64> {
+    let k = key(QUEUE, &[&def.vhost, &def.name]);
+    let n = last_queue_id(tree)?;
+    // A journal that applies on commit chose the id when it shipped the
+    // operation (store/raft); applying it again changes nothing.
+    let id = if def.id != 0 { def.id } else { n + 1 };
+    tree.insert(NEXT_QUEUE_ID, &id.max(n).to_be_bytes())?;
     put_def(tree, k, &QueueDef { id, ..def.clone() })?;
     Ok(id)
 }

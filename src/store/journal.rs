@@ -41,6 +41,16 @@ pub trait Journal: Send + Sync {
     fn commit_now(&self) -> Result<()>;
     /// Commits what is left and stops committing (shutdown).
     fn close(&self) -> Result<()>;
+    /// Counts definition operations submitted: one that changed it must
+    /// wait for a commit before answering.
+    fn defs_version(&self) -> u64;
+    /// Submits a message put whose body leaves memory (paged out): it must
+    /// be readable at once, committed or not. A journal that applies on
+    /// commit stages it (apply.rs); a paged transient message is staged
+    /// only, it never leaves this node.
+    fn submit_paged(&self, op: &Op<'_>) -> Result<Applied> {
+        self.submit(op)
+    }
 }
 
 /// The single-node journal: sled's log, made durable by group commit.
@@ -99,6 +109,10 @@ impl Journal for LocalJournal {
         self.syncer.sync().map_err(Error::Sync)
     }
 
+    fn defs_version(&self) -> u64 {
+        self.applier.defs_version()
+    }
+
     fn close(&self) -> Result<()> {
         // The flusher's last round (deferred writes, then the sync) runs on
         // its own thread, so no number it publishes can confirm a write
@@ -145,6 +159,9 @@ mod tests {
         }
         fn close(&self) -> Result<()> {
             self.inner.close()
+        }
+        fn defs_version(&self) -> u64 {
+            self.inner.defs_version()
         }
     }
 

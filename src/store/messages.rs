@@ -216,17 +216,34 @@ impl Store {
     ) -> Result<Vec<(u64, Arc<Message>)>> {
         let range = message_key(queue_id, from)..=message_key(queue_id, u64::MAX);
         let mut out = Vec::with_capacity(n.min(4096));
-        for item in self.msgs.range(range).take(n) {
-            let (k, v) = item?;
+        let decode = |(k, v): (sled::IVec, sled::IVec)| -> Result<(u64, Arc<Message>)> {
             let (_, seq) = split_key(&k).ok_or_else(|| Error::Corrupt("message key".into()))?;
-            out.push((seq, Arc::new(decode_message(Bytes::copy_from_slice(&v))?)));
+            Ok((seq, Arc::new(decode_message(Bytes::copy_from_slice(&v))?)))
+        };
+        for item in self.msgs.range(range.clone()).take(n) {
+            out.push(decode(item?)?);
+        }
+        if self.applier.is_staging() {
+            // Puts not applied yet (a replicated journal's leader): merged
+            // in sequence order, a staged copy of an applied one once.
+            for item in self.applier.pending.range(range).take(n) {
+                out.push(decode(item?)?);
+            }
+            out.sort_by_key(|(seq, _)| *seq);
+            out.dedup_by_key(|(seq, _)| *seq);
+            out.truncate(n);
         }
         Ok(out)
     }
 
     /// Reads one message back (bodies paged out of memory).
     pub fn get_message(&self, queue_id: u64, seq: u64) -> Result<Option<Message>> {
-        match self.msgs.get(message_key(queue_id, seq))? {
+        let key = message_key(queue_id, seq);
+        let staged = match self.applier.is_staging() {
+            true => self.applier.pending.get(key)?,
+            false => None,
+        };
+        match staged.map_or_else(|| self.msgs.get(key), |v| Ok(Some(v)))? {
             Some(v) => Ok(Some(decode_message(Bytes::copy_from_slice(&v))?)),
             None => Ok(None),
         }

@@ -17,6 +17,7 @@ mod delivered;
 mod journal;
 mod messages;
 pub mod op;
+pub mod raft;
 mod sync;
 mod tenancy;
 mod writes;
@@ -69,12 +70,24 @@ pub struct Store {
     journal: Arc<dyn Journal>,
     /// Holders of writes deferred to the next commit.
     deferred: Arc<deferred::Registry>,
+    /// Every stored message may have been delivered (a cluster's new
+    /// leader: reservations stay on the node that made them).
+    all_delivered: bool,
 }
 
 impl Store {
     /// Opens (or creates) the store in `dir`. `cache_bytes` bounds sled's
     /// page cache.
     pub fn open(dir: &Path, cache_bytes: u64) -> Result<Arc<Store>> {
+        let (db, syncer, marks) = Self::open_files(dir, cache_bytes)?;
+        Self::from_db(db, syncer, marks, |local| local)
+    }
+
+    /// sled in `dir`, its sync, and the delivered marks.
+    fn open_files(
+        dir: &Path,
+        cache_bytes: u64,
+    ) -> Result<(sled::Db, Arc<DiskSync>, delivered::DeliveredLog)> {
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(cache_bytes)
@@ -87,7 +100,7 @@ impl Store {
         // of state: older versions kept the marks in the definitions tree.
         let legacy = delivered::take_legacy_marks(&db.open_tree("definitions")?)?;
         let marks = delivered::DeliveredLog::open(dir, legacy)?;
-        Self::from_db(db, syncer, marks, |local| local)
+        Ok((db, syncer, marks))
     }
 
     /// A store that lives in a temp dir and vanishes on drop (unit tests).
@@ -130,6 +143,27 @@ impl Store {
             applier,
             journal: wrap(Arc::new(local)),
             deferred,
+            all_delivered: false,
+        }))
+    }
+
+    /// The store of a cluster's leader for one term, over the replica's
+    /// applied state (store/raft).
+    pub(crate) fn for_term(
+        db: sled::Db,
+        applier: Arc<Applier>,
+        journal: impl FnOnce(Arc<deferred::Registry>) -> Result<Arc<dyn Journal>>,
+    ) -> Result<Arc<Store>> {
+        let deferred = Arc::new(deferred::Registry::default());
+        Ok(Arc::new(Store {
+            defs: applier.defs.clone(),
+            msgs: applier.msgs.clone(),
+            delayed: applier.delayed.clone(),
+            db,
+            journal: journal(Arc::clone(&deferred))?,
+            applier,
+            deferred,
+            all_delivered: true,
         }))
     }
 
@@ -178,14 +212,15 @@ impl Store {
     /// Counts definition changes: an operation that changed it touched
     /// durable state and must wait for a commit before answering.
     pub fn defs_version(&self) -> u64 {
-        self.applier.defs_version()
+        self.journal.defs_version()
     }
 
     /// Registers a durable queue's delivered mark: returns what the last
     /// stop left (every sequence at or below it may have been delivered)
     /// and the mark its deliveries raise (see delivered.rs).
     pub fn delivery_mark(&self, queue_id: u64) -> (u64, Arc<Mark>) {
-        self.applier.delivered.register(queue_id)
+        let (start, mark) = self.applier.delivered.register(queue_id);
+        (if self.all_delivered { u64::MAX } else { start }, mark)
     }
 
     /// Called before message `seq` of queue `queue_id` goes out: a crash

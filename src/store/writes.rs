@@ -107,7 +107,15 @@ impl Store {
     /// Writes a message paged out of memory: a transient one is never
     /// committed for its own sake and is dropped at the next start.
     pub fn put_paged(&self, queue_id: u64, seq: u64, msg: &Message, deadline: u64) -> Result<()> {
-        self.submit_put(queue_id, seq, msg, !msg.persistent(), deadline)
+        self.journal
+            .submit_paged(&Op::PutMessage {
+                queue_id,
+                seq,
+                deadline,
+                paged: !msg.persistent(),
+                message: msg,
+            })
+            .map(drop)
     }
     fn submit_put(
         &self,

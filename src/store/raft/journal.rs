@@ -1,0 +1,194 @@
+//! The leader's journal: operations go into the entry being built; the
+//! group commit (store/sync.rs, with `Shipper` as its sync) makes the
+//! deferred writes, ships the entry through Raft and waits until it is
+//! committed (fsynced on a majority) and applied here, then publishes the
+//! commit number confirms wait for. While one entry is in flight the next
+//! one fills up, so the entry size follows the load.
+//!
+//! What stays on this node: delivered-mark reservations (applied here at
+//! once; a new leader takes every message it recovers as possibly
+//! delivered) and paged transient messages (staged only). Durable queue
+//! ids are chosen here, from the applied counter, and travel in the
+//! operation. A journal lives for one term of leadership: once a commit
+//! fails (this node is no longer the leader) every submit fails.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::{BufMut, BytesMut};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use super::{Batch, Raft};
+use crate::store::apply::Applier;
+use crate::store::deferred::Registry;
+use crate::store::journal::Journal;
+use crate::store::op::{Applied, Op};
+use crate::store::sync::{Flusher, Syncer};
+use crate::store::{Error, QueueDef, Result};
+
+/// The journal of a Raft leader.
+pub struct RaftJournal {
+    applier: Arc<Applier>,
+    entry: Arc<Mutex<BytesMut>>,
+    open: Arc<AtomicBool>,
+    next_queue_id: AtomicU64,
+    defs_version: AtomicU64,
+    flusher: Arc<Flusher>,
+}
+
+/// Ships the entry being built and waits for its commit.
+struct Shipper {
+    raft: Raft,
+    entry: Arc<Mutex<BytesMut>>,
+    open: Arc<AtomicBool>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Syncer for Shipper {
+    fn sync(&self) -> std::result::Result<(), String> {
+        let ops = std::mem::take(&mut *self.entry.lock());
+        if ops.is_empty() {
+            // Every entry shipped before was committed when its sync
+            // returned: nothing is waiting.
+            return Ok(());
+        }
+        if !self.open.load(Ordering::Acquire) {
+            return Err("this node no longer leads the cluster".into());
+        }
+        let raft = self.raft.clone();
+        let batch = Batch(ops.into());
+        match self.runtime.block_on(raft.client_write(batch)) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.open.store(false, Ordering::Release);
+                Err(format!("not committed: {e}"))
+            }
+        }
+    }
+}
+
+impl RaftJournal {
+    /// The journal of a term that `raft` leads, applying through
+    /// `applier` (everything committed before the term already applied).
+    pub fn start(applier: Arc<Applier>, raft: Raft, deferred: Arc<Registry>) -> Result<RaftJournal> {
+        applier.clear_pending()?;
+        let entry = Arc::new(Mutex::new(BytesMut::new()));
+        let open = Arc::new(AtomicBool::new(true));
+        let shipper = Arc::new(Shipper {
+            raft,
+            entry: Arc::clone(&entry),
+            open: Arc::clone(&open),
+            runtime: tokio::runtime::Handle::current(),
+        });
+        let before_commit: Box<dyn Fn() -> bool + Send> = {
+            let deferred = Arc::clone(&deferred);
+            Box::new(move || deferred.write_all())
+        };
+        let flusher = Flusher::start(shipper, before_commit);
+        Ok(RaftJournal {
+            next_queue_id: AtomicU64::new(applier.last_queue_id()?),
+            applier,
+            entry,
+            open,
+            defs_version: AtomicU64::new(0),
+            flusher,
+        })
+    }
+
+    /// Whether this journal still takes operations.
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+
+    fn ship(&self, op: &Op<'_>) -> Result<()> {
+        if !self.is_open() {
+            return Err(Error::Sync("this node no longer leads the cluster".into()));
+        }
+        let mut entry = self.entry.lock();
+        let at = entry.len();
+        entry.put_u32(0);
+        if let Err(e) = op.encode(&mut entry) {
+            entry.truncate(at);
+            return Err(e);
+        }
+        let len = (entry.len() - at - 4) as u32;
+        entry[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        Ok(())
+    }
+}
+
+impl Journal for RaftJournal {
+    fn submit(&self, op: &Op<'_>) -> Result<Applied> {
+        match *op {
+            Op::Reserve { .. } => {
+                if !self.is_open() {
+                    return Err(Error::Sync("this node no longer leads the cluster".into()));
+                }
+                return self.applier.apply(op);
+            }
+            Op::PutMessage { paged: true, .. } => return self.submit_paged(op),
+            Op::DeclareQueue(def) => {
+                let id = self.next_queue_id.fetch_add(1, Ordering::SeqCst) + 1;
+                let def = QueueDef { id, ..def.clone() };
+                self.ship(&Op::DeclareQueue(&def))?;
+                self.defs_version.fetch_add(1, Ordering::SeqCst);
+                return Ok(Applied::Queue(id));
+            }
+            Op::PutMessage { .. }
+            | Op::RemoveMessage { .. }
+            | Op::PurgeFrom { .. }
+            | Op::Hold { .. }
+            | Op::Unhold { .. } => {}
+            _ => {
+                self.defs_version.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        self.ship(op)?;
+        Ok(Applied::Done)
+    }
+
+    fn submit_paged(&self, op: &Op<'_>) -> Result<Applied> {
+        if !self.is_open() {
+            return Err(Error::Sync("this node no longer leads the cluster".into()));
+        }
+        self.applier.stage(op)?;
+        if !matches!(op, Op::PutMessage { paged: true, .. }) {
+            self.ship(op)?;
+        }
+        Ok(Applied::Done)
+    }
+
+    fn ticket(&self) -> u64 {
+        self.flusher.ticket()
+    }
+
+    fn committed(&self) -> watch::Receiver<u64> {
+        self.flusher.subscribe()
+    }
+
+    fn commit_now(&self) -> Result<()> {
+        // Only reached once the committer stopped: nothing can be
+        // committed any more by this journal.
+        Err(Error::Sync("the committer stopped".into()))
+    }
+
+    fn close(&self) -> Result<()> {
+        // The committer's last round ships what is left (if this node
+        // still leads); it runs on its own thread, which needs this
+        // runtime to make progress.
+        let stop = || self.flusher.stop();
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(stop)
+            }
+            _ => stop(),
+        }
+        self.open.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    fn defs_version(&self) -> u64 {
+        self.defs_version.load(Ordering::SeqCst)
+    }
+}

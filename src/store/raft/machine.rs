@@ -1,0 +1,249 @@
+//! The state machine: committed entries applied to sled through the
+//! applier, on every node (the leader too: its applied state is exactly
+//! the committed one). Tree `raft_sm` keeps the last applied log id, the
+//! membership and the current snapshot's meta; written with the entries'
+//! effects and not synced (the log is durable, and a replay of entries
+//! already applied changes nothing, see snapshot.rs).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{Entry, EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta, StoredMembership};
+use tokio::sync::watch;
+
+use super::{snapshot, storage_error, Member, StorageError, TypeConfig};
+use crate::store::apply::Applier;
+use crate::store::op;
+
+const APPLIED: &[u8] = b"applied";
+const MEMBERSHIP: &[u8] = b"membership";
+const SNAPSHOT: &[u8] = b"snapshot";
+
+type Membership = StoredMembership<u64, Member>;
+type Meta = SnapshotMeta<u64, Member>;
+
+/// The applied state of one node.
+pub struct StateMachine {
+    applier: Arc<Applier>,
+    meta: sled::Tree,
+    /// Where snapshot files live.
+    dir: PathBuf,
+    last_applied: Option<LogId<u64>>,
+    membership: Membership,
+    /// The last applied index, for the broker waiting to serve.
+    applied: watch::Sender<u64>,
+    /// Snapshot files received and not installed yet.
+    incoming: u64,
+}
+
+impl StateMachine {
+    /// The state machine over `applier`'s trees; snapshots in `dir`.
+    pub(crate) fn open(
+        db: &sled::Db,
+        applier: Arc<Applier>,
+        dir: PathBuf,
+    ) -> crate::store::Result<StateMachine> {
+        std::fs::create_dir_all(&dir)?;
+        let meta = db.open_tree("raft_sm")?;
+        let read = |k: &[u8]| -> crate::store::Result<Option<sled::IVec>> { Ok(meta.get(k)?) };
+        let corrupt = |e: bincode::Error| crate::store::Error::Corrupt(format!("raft_sm: {e}"));
+        let last_applied = match read(APPLIED)? {
+            Some(v) => bincode::deserialize(&v).map_err(corrupt)?,
+            None => None,
+        };
+        let membership = match read(MEMBERSHIP)? {
+            Some(v) => bincode::deserialize(&v).map_err(corrupt)?,
+            None => Membership::default(),
+        };
+        let index = last_applied.map_or(0, |l: LogId<u64>| l.index);
+        Ok(StateMachine {
+            applier,
+            meta,
+            dir,
+            last_applied,
+            membership,
+            applied: watch::channel(index).0,
+            incoming: 0,
+        })
+    }
+
+    /// Watches the last applied index.
+    pub fn applied(&self) -> watch::Receiver<u64> {
+        self.applied.subscribe()
+    }
+
+    fn save(&self) -> Result<(), StorageError> {
+        let mut batch = sled::Batch::default();
+        batch.insert(APPLIED, bincode::serialize(&self.last_applied).map_err(storage_error)?);
+        batch.insert(MEMBERSHIP, bincode::serialize(&self.membership).map_err(storage_error)?);
+        self.meta.apply_batch(batch).map_err(storage_error)
+    }
+
+    fn current_path(&self) -> PathBuf {
+        self.dir.join("current.snapshot")
+    }
+
+    fn trees(&self) -> [&sled::Tree; 3] {
+        [&self.applier.defs, &self.applier.msgs, &self.applier.delayed]
+    }
+}
+
+/// Applies one entry's operations.
+fn apply_batch(applier: &Applier, raw: Vec<u8>) -> Result<(), StorageError> {
+    let raw = Bytes::from(raw);
+    let mut at = 0;
+    while at + 4 <= raw.len() {
+        let len = u32::from_be_bytes([raw[at], raw[at + 1], raw[at + 2], raw[at + 3]]) as usize;
+        let Some(one) = raw.get(at + 4..at + 4 + len) else {
+            tracing::error!("a log entry ends inside an operation: the rest is skipped");
+            break;
+        };
+        match op::decode(raw.slice_ref(one), |op| applier.apply(&op)) {
+            Ok(Ok(_)) => {}
+            // sled failing is the node failing: openraft stops it.
+            Ok(Err(crate::store::Error::Sled(e))) => return Err(storage_error(e)),
+            Ok(Err(e)) => tracing::error!("an operation did not apply: {e}"),
+            Err(e) => tracing::error!("an operation cannot be read: {e}"),
+        }
+        at += 4 + len;
+    }
+    Ok(())
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = Builder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId<u64>>, Membership), StorageError> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<()>, StorageError>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let mut out = Vec::new();
+        for e in entries {
+            match e.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Normal(batch) => apply_batch(&self.applier, batch.0)?,
+                EntryPayload::Membership(m) => {
+                    self.membership = StoredMembership::new(Some(e.log_id), m);
+                }
+            }
+            self.last_applied = Some(e.log_id);
+            out.push(());
+        }
+        self.save()?;
+        if let Some(l) = self.last_applied {
+            self.applied.send_replace(l.index);
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        Builder {
+            trees: self.trees().map(Clone::clone),
+            meta: self.meta.clone(),
+            path: self.current_path(),
+            tmp: self.dir.join("building.snapshot"),
+            last_applied: self.last_applied,
+            membership: self.membership.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
+        self.incoming += 1;
+        let path = self.dir.join(format!("incoming-{}.snapshot", self.incoming));
+        let f = tokio::fs::File::create(&path).await.map_err(storage_error)?;
+        Ok(Box::new(f))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &Meta,
+        mut snapshot: Box<tokio::fs::File>,
+    ) -> Result<(), StorageError> {
+        use tokio::io::AsyncWriteExt;
+        snapshot.flush().await.map_err(storage_error)?;
+        snapshot.sync_all().await.map_err(storage_error)?;
+        drop(snapshot);
+        let incoming = self.dir.join(format!("incoming-{}.snapshot", self.incoming));
+        let current = self.current_path();
+        std::fs::rename(&incoming, &current).map_err(storage_error)?;
+        let trees = self.trees().map(Clone::clone);
+        let path = current.clone();
+        tokio::task::spawn_blocking(move || snapshot::load(&trees.each_ref(), &path))
+            .await
+            .map_err(storage_error)?
+            .map_err(storage_error)?;
+        self.applier.clear_pending().map_err(storage_error)?;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.save()?;
+        self.meta
+            .insert(SNAPSHOT, bincode::serialize(meta).map_err(storage_error)?)
+            .map_err(storage_error)?;
+        if let Some(l) = self.last_applied {
+            self.applied.send_replace(l.index);
+        }
+        tracing::info!(snapshot = %meta.snapshot_id, "snapshot installed");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let Some(raw) = self.meta.get(SNAPSHOT).map_err(storage_error)? else {
+            return Ok(None);
+        };
+        let meta: Meta = bincode::deserialize(&raw).map_err(storage_error)?;
+        match tokio::fs::File::open(self.current_path()).await {
+            Ok(f) => Ok(Some(Snapshot {
+                meta,
+                snapshot: Box::new(f),
+            })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(storage_error(e)),
+        }
+    }
+}
+
+/// Builds a snapshot of the applied trees as of when it was made.
+pub struct Builder {
+    trees: [sled::Tree; 3],
+    meta: sled::Tree,
+    path: PathBuf,
+    tmp: PathBuf,
+    last_applied: Option<LogId<u64>>,
+    membership: Membership,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for Builder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let (trees, tmp) = (self.trees.clone(), self.tmp.clone());
+        tokio::task::spawn_blocking(move || snapshot::dump(&trees.each_ref(), &tmp))
+            .await
+            .map_err(storage_error)?
+            .map_err(storage_error)?;
+        std::fs::rename(&self.tmp, &self.path).map_err(storage_error)?;
+        let id = match self.last_applied {
+            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, crate::util::random_name()),
+            None => format!("0-0-{}", crate::util::random_name()),
+        };
+        let meta = Meta {
+            last_log_id: self.last_applied,
+            last_membership: self.membership.clone(),
+            snapshot_id: id,
+        };
+        self.meta
+            .insert(SNAPSHOT, bincode::serialize(&meta).map_err(storage_error)?)
+            .map_err(storage_error)?;
+        let f = tokio::fs::File::open(&self.path).await.map_err(storage_error)?;
+        tracing::info!(snapshot = %meta.snapshot_id, "snapshot built");
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(f),
+        })
+    }
+}

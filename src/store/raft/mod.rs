@@ -1,0 +1,138 @@
+//! The replicated store: the operation stream (op.rs) behind a Raft log
+//! (openraft 0.9). The leader's journal (journal.rs) gathers the
+//! operations submitted while the previous entry was in flight into one
+//! log entry (a `Batch`); an entry is committed once a majority has
+//! fsynced it (log.rs: one sync covers every entry appended while the
+//! previous one ran), and then every node's state machine (machine.rs)
+//! applies it to sled through the one applier. Snapshots (snapshot.rs)
+//! stream the applied trees to a node that is too far behind, from a file,
+//! in chunks.
+//!
+//! Applying on commit, on every node, keeps the applied state exactly the
+//! committed one; what the leader must read back before its commit (a
+//! message paged out of memory) is staged (apply.rs).
+
+mod journal;
+mod log;
+mod machine;
+mod snapshot;
+
+use std::io::Cursor;
+
+use serde::{Deserialize, Serialize};
+
+pub use journal::RaftJournal;
+pub use log::LogStore;
+pub use machine::StateMachine;
+
+/// A cluster member as the membership carries it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// host:port of its Raft listener (Raft messages, proxied clients).
+    pub raft: String,
+}
+
+impl std::fmt::Display for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.raft)
+    }
+}
+
+/// One log entry's operations: each a u32 length (big-endian) and the
+/// operation's encoding (op.rs).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Batch(#[serde(with = "serde_bytes")] pub Vec<u8>);
+
+impl std::fmt::Display for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "batch of {} bytes", self.0.len())
+    }
+}
+
+openraft::declare_raft_types!(
+    /// Warren's Raft types.
+    pub TypeConfig:
+        D = Batch,
+        R = (),
+        NodeId = u64,
+        Node = Member,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = tokio::fs::File,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+// `declare_raft_types!` names Cursor in its defaults.
+#[allow(dead_code)]
+type Unused = Cursor<Vec<u8>>;
+
+/// A running Raft node of this store.
+pub type Raft = openraft::Raft<TypeConfig>;
+
+/// A storage error as openraft takes it.
+pub type StorageError = openraft::StorageError<u64>;
+
+/// An I/O failure of the log or the state machine, for openraft.
+pub(crate) fn storage_error(e: impl std::fmt::Display) -> StorageError {
+    openraft::StorageError::IO {
+        source: openraft::StorageIOError::write(openraft::AnyError::error(e)),
+    }
+}
+
+/// What a cluster node opens once: sled, the applier, the Raft log and
+/// the state machine; the store of each term it leads is made from it.
+pub struct Replica {
+    db: sled::Db,
+    applier: std::sync::Arc<crate::store::Applier>,
+    /// The Raft log.
+    pub log: LogStore,
+    machine: Option<StateMachine>,
+    applied: tokio::sync::watch::Receiver<u64>,
+}
+
+impl Replica {
+    /// Opens (or creates) a node's state in `dir`.
+    pub fn open(dir: &std::path::Path, cache_bytes: u64) -> crate::store::Result<Replica> {
+        let (db, syncer, marks) = crate::store::Store::open_files(dir, cache_bytes)?;
+        let applier = std::sync::Arc::new(crate::store::Applier::new(&db, marks)?);
+        let log = LogStore::open(&db, syncer)?;
+        let machine = StateMachine::open(&db, std::sync::Arc::clone(&applier), dir.join("snapshots"))?;
+        let applied = machine.applied();
+        Ok(Replica {
+            db,
+            applier,
+            log,
+            machine: Some(machine),
+            applied,
+        })
+    }
+
+    /// The state machine, for openraft (once).
+    pub fn take_machine(&mut self) -> Option<StateMachine> {
+        self.machine.take()
+    }
+
+    /// Watches the last applied log index.
+    pub fn applied(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.applied.clone()
+    }
+
+    /// The store of a term `raft` leads here: everything committed before
+    /// it must be applied.
+    pub fn store_for_term(&self, raft: Raft) -> crate::store::Result<std::sync::Arc<crate::store::Store>> {
+        let applier = std::sync::Arc::clone(&self.applier);
+        crate::store::Store::for_term(self.db.clone(), std::sync::Arc::clone(&applier), |deferred| {
+            let j = RaftJournal::start(applier, raft, deferred)?;
+            Ok(std::sync::Arc::new(j) as std::sync::Arc<dyn crate::store::Journal>)
+        })
+    }
+
+    /// Forgets what the last term staged (this node stopped leading).
+    pub fn clear_staged(&self) -> crate::store::Result<()> {
+        self.applier.clear_pending()
+    }
+
+    /// Bytes sled uses on disk.
+    pub fn size_on_disk(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
+    }
+}
