@@ -40,8 +40,9 @@ pub enum Op<'a> {
     PutExchange(&'a ExchangeDef),
     /// Forgets a durable exchange.
     DeleteExchange { vhost: &'a str, name: &'a str },
-    /// Records a durable queue. Its `id` is ignored: the applier gives it
-    /// the next id from the applied state, and `Applied::Queue` says which.
+    /// Records a durable queue. With `id` 0 the applier gives it the next
+    /// id from the applied state, and `Applied::Queue` says which; a
+    /// journal that applies on commit chooses the id and ships it.
     DeclareQueue(&'a QueueDef),
     /// Forgets a durable queue, its messages and its delivered mark.
     DeleteQueue {
