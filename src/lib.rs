@@ -31,6 +31,7 @@ pub mod access;
 pub mod alarm;
 pub mod amqp;
 pub mod broker;
+pub mod cluster;
 pub mod config;
 pub mod definitions;
 pub mod delayed;

@@ -4,6 +4,7 @@
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 use warren::config::Cli;
+use warren::server::ClusterNode;
 use warren::Server;
 
 #[global_allocator]
@@ -32,6 +33,19 @@ fn main() {
     };
     let code = runtime.block_on(async move {
         let run = tokio::spawn(async move {
+            if config.cluster.enabled() {
+                let node = match ClusterNode::start(config).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::error!("{e}");
+                        return 1;
+                    }
+                };
+                wait_for_stop().await;
+                tracing::info!("shutting down");
+                node.shutdown().await;
+                return 0;
+            }
             let server = match Server::start(config).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -47,6 +61,24 @@ fn main() {
         run.await.unwrap_or(1)
     });
     std::process::exit(code);
+}
+
+/// Waits for SIGINT or SIGTERM (a cluster node).
+async fn wait_for_stop() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// Waits for SIGINT or SIGTERM; a SIGHUP meanwhile reloads TLS.

@@ -6,6 +6,10 @@
 //! `Server::shutdown` stops accepting, closes every connection with 320
 //! CONNECTION_FORCED, waits for them, and flushes the store.
 
+mod mirror;
+
+pub use mirror::ClusterNode;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -44,6 +48,29 @@ pub struct Server {
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     connections_done: mpsc::Receiver<()>,
+    /// What serves connections from elsewhere (a cluster follower's
+    /// proxied clients); dropped at shutdown.
+    accepted: Option<Accepted>,
+}
+
+/// What a connection accepted elsewhere needs to be served here.
+#[derive(Clone)]
+pub struct Accepted {
+    broker: Arc<Broker>,
+    node: Arc<crate::amqp::node::Node>,
+    stop: watch::Receiver<bool>,
+    alive: mpsc::Sender<()>,
+}
+
+impl Accepted {
+    /// Serves one plain AMQP connection from `peer` on its own task.
+    pub fn serve(&self, socket: tokio::net::TcpStream, peer: SocketAddr) {
+        let a = self.clone();
+        tokio::spawn(async move {
+            connection::serve(Transport::Plain(socket), peer, a.broker, a.node, a.stop).await;
+            drop(a.alive);
+        });
+    }
 }
 
 async fn bind(what: &str, ip: std::net::IpAddr, port: Port) -> Result<Option<TcpListener>, String> {
@@ -61,7 +88,12 @@ impl Server {
     /// Opens the store, recovers, imports `load_definitions`, binds the
     /// listeners and starts serving.
     pub async fn start(config: Config) -> Result<Server, String> {
-        let broker = Broker::open(config)?;
+        Self::serve(Broker::open(config)?).await
+    }
+
+    /// Imports `load_definitions` into `broker`, binds the listeners and
+    /// starts serving.
+    pub async fn serve(broker: Arc<Broker>) -> Result<Server, String> {
         if let Some(path) = broker.config.load_definitions.clone() {
             let done = crate::definitions::load_file(&broker, &path).await?;
             info!(file = %path.display(), ?done, "definitions imported");
@@ -150,6 +182,12 @@ impl Server {
             let t = Some(Arc::clone(t));
             tasks.push(tokio::spawn(accept_loop(l, t, b, n, s, alive.clone())));
         }
+        let accepted = Accepted {
+            broker: Arc::clone(&broker),
+            node: Arc::clone(&node),
+            stop: stop_rx.clone(),
+            alive: alive.clone(),
+        };
         drop(alive);
         if let Some(addr) = management_addr {
             listeners.push(("http", addr));
@@ -214,7 +252,13 @@ impl Server {
             stop,
             tasks,
             connections_done,
+            accepted: Some(accepted),
         })
+    }
+
+    /// Serves connections accepted elsewhere (until shutdown).
+    pub fn accepted(&self) -> Option<Accepted> {
+        self.accepted.clone()
     }
 
     /// Reads the TLS certificate, key and CA files again: new handshakes
@@ -227,6 +271,7 @@ impl Server {
     /// Stops accepting, closes connections with 320, waits for them and
     /// flushes the store.
     pub async fn shutdown(mut self) {
+        self.accepted = None;
         let _ = self.stop.send(true);
         for t in self.tasks.drain(..) {
             let _ = t.await;

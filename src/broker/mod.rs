@@ -58,6 +58,11 @@ impl Broker {
             .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
         let store = Store::open(&config.data_dir, config.store_cache_mb << 20)
             .map_err(|e| format!("cannot open store in {}: {e}", config.data_dir.display()))?;
+        Self::with_store(config, store)
+    }
+
+    /// Recovers from `store` (a cluster leader's, for its term).
+    pub fn with_store(config: Config, store: Arc<Store>) -> Result<Arc<Broker>, String> {
         let (held, last_seq) = store
             .recover_delayed()
             .map_err(|e| format!("cannot read delayed messages: {e}"))?;

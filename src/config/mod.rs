@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde::Deserialize;
 
+mod cluster;
 mod port;
 mod tls;
+pub use cluster::{parse_peers, ClusterConfig, Peer};
 pub use port::Port;
 pub use tls::{CertLoginFrom, SanType, TlsConfig, Verify};
 
@@ -105,6 +107,8 @@ pub struct Config {
     /// (RabbitMQ's load_definitions); a file with anything wrong stops the
     /// start, naming it.
     pub load_definitions: Option<PathBuf>,
+    /// Mirroring (`[cluster]`).
+    pub cluster: ClusterConfig,
 }
 
 impl Default for Config {
@@ -123,6 +127,7 @@ impl Default for Config {
             management_tls: None,
             prometheus_tls: None,
             data_dir: PathBuf::from("warren-data"),
+            cluster: ClusterConfig::default(),
             frame_max: 131_072,
             channel_max: 2047,
             heartbeat: 60,
@@ -251,6 +256,15 @@ pub struct Cli {
     /// Definitions file (RabbitMQ JSON) to import at start (load_definitions).
     #[arg(long = "definitions", value_name = "FILE")]
     pub load_definitions: Option<PathBuf>,
+    /// This node's id in a cluster (1 and up); none: a single node.
+    #[arg(long, value_name = "N")]
+    pub node_id: Option<u64>,
+    /// The port of this node's Raft listener (cluster nodes).
+    #[arg(long, value_name = "PORT")]
+    pub raft_port: Option<u16>,
+    /// Every cluster member, this node included: "1=HOST:RAFTPORT,2=...".
+    #[arg(long, value_name = "LIST")]
+    pub peers: Option<String>,
 }
 
 impl Config {
@@ -415,6 +429,16 @@ impl Cli {
         if let Some(v) = self.consumer_timeout {
             c.consumer_timeout = v;
         }
+        if let Some(v) = self.node_id {
+            c.cluster.node_id = Some(v);
+        }
+        if let Some(v) = self.raft_port {
+            c.cluster.raft_port = Some(v);
+        }
+        if let Some(v) = &self.peers {
+            c.cluster.peers = parse_peers(v)?;
+        }
+        c.cluster.check()?;
         c.tls.check()?;
         if c.amqps_port.and_then(Port::get).is_some() && !c.tls.enabled() {
             return Err(

@@ -83,7 +83,10 @@ impl Store {
     /// the store gave it: a new one, never reused.
     pub fn declare_queue(&self, def: &QueueDef) -> Result<u64> {
         // Id 0: the journal (or the applier) chooses.
-        let def = &QueueDef { id: 0, ..def.clone() };
+        let def = &QueueDef {
+            id: 0,
+            ..def.clone()
+        };
         match self.submit(&Op::DeclareQueue(def))? {
             Applied::Queue(id) => Ok(id),
             Applied::Done => Err(Error::Corrupt("queue declare gave no id".into())),

@@ -71,7 +71,11 @@ impl Syncer for Shipper {
 impl RaftJournal {
     /// The journal of a term that `raft` leads, applying through
     /// `applier` (everything committed before the term already applied).
-    pub fn start(applier: Arc<Applier>, raft: Raft, deferred: Arc<Registry>) -> Result<RaftJournal> {
+    pub fn start(
+        applier: Arc<Applier>,
+        raft: Raft,
+        deferred: Arc<Registry>,
+    ) -> Result<RaftJournal> {
         applier.clear_pending()?;
         let entry = Arc::new(Mutex::new(BytesMut::new()));
         let open = Arc::new(AtomicBool::new(true));

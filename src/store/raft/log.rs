@@ -46,7 +46,10 @@ impl LogStore {
         })
     }
 
-    fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
+    fn get_meta<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &[u8],
+    ) -> Result<Option<T>, StorageError> {
         match self.meta.get(key).map_err(storage_error)? {
             Some(v) => bincode::deserialize(&v).map(Some).map_err(storage_error),
             None => Ok(None),
@@ -161,7 +164,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.get_meta::<Option<LogId<u64>>>(COMMITTED)?.flatten())
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
         I::IntoIter: Send,

@@ -76,8 +76,14 @@ impl StateMachine {
 
     fn save(&self) -> Result<(), StorageError> {
         let mut batch = sled::Batch::default();
-        batch.insert(APPLIED, bincode::serialize(&self.last_applied).map_err(storage_error)?);
-        batch.insert(MEMBERSHIP, bincode::serialize(&self.membership).map_err(storage_error)?);
+        batch.insert(
+            APPLIED,
+            bincode::serialize(&self.last_applied).map_err(storage_error)?,
+        );
+        batch.insert(
+            MEMBERSHIP,
+            bincode::serialize(&self.membership).map_err(storage_error)?,
+        );
         self.meta.apply_batch(batch).map_err(storage_error)
     }
 
@@ -86,7 +92,11 @@ impl StateMachine {
     }
 
     fn trees(&self) -> [&sled::Tree; 3] {
-        [&self.applier.defs, &self.applier.msgs, &self.applier.delayed]
+        [
+            &self.applier.defs,
+            &self.applier.msgs,
+            &self.applier.delayed,
+        ]
     }
 }
 
@@ -156,8 +166,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
         self.incoming += 1;
-        let path = self.dir.join(format!("incoming-{}.snapshot", self.incoming));
-        let f = tokio::fs::File::create(&path).await.map_err(storage_error)?;
+        let path = self
+            .dir
+            .join(format!("incoming-{}.snapshot", self.incoming));
+        let f = tokio::fs::File::create(&path)
+            .await
+            .map_err(storage_error)?;
         Ok(Box::new(f))
     }
 
@@ -170,7 +184,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot.flush().await.map_err(storage_error)?;
         snapshot.sync_all().await.map_err(storage_error)?;
         drop(snapshot);
-        let incoming = self.dir.join(format!("incoming-{}.snapshot", self.incoming));
+        let incoming = self
+            .dir
+            .join(format!("incoming-{}.snapshot", self.incoming));
         let current = self.current_path();
         std::fs::rename(&incoming, &current).map_err(storage_error)?;
         let trees = self.trees().map(Clone::clone);
@@ -228,7 +244,12 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             .map_err(storage_error)?;
         std::fs::rename(&self.tmp, &self.path).map_err(storage_error)?;
         let id = match self.last_applied {
-            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, crate::util::random_name()),
+            Some(l) => format!(
+                "{}-{}-{}",
+                l.leader_id.term,
+                l.index,
+                crate::util::random_name()
+            ),
             None => format!("0-0-{}", crate::util::random_name()),
         };
         let meta = Meta {
@@ -239,7 +260,9 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
         self.meta
             .insert(SNAPSHOT, bincode::serialize(&meta).map_err(storage_error)?)
             .map_err(storage_error)?;
-        let f = tokio::fs::File::open(&self.path).await.map_err(storage_error)?;
+        let f = tokio::fs::File::open(&self.path)
+            .await
+            .map_err(storage_error)?;
         tracing::info!(snapshot = %meta.snapshot_id, "snapshot built");
         Ok(Snapshot {
             meta,

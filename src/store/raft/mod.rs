@@ -12,6 +12,9 @@
 //! committed one; what the leader must read back before its commit (a
 //! message paged out of memory) is staged (apply.rs).
 
+// openraft's traits fix the error type (StorageError, over 200 bytes).
+#![allow(clippy::result_large_err)]
+
 mod journal;
 mod log;
 mod machine;
@@ -95,7 +98,8 @@ impl Replica {
         let (db, syncer, marks) = crate::store::Store::open_files(dir, cache_bytes)?;
         let applier = std::sync::Arc::new(crate::store::Applier::new(&db, marks)?);
         let log = LogStore::open(&db, syncer)?;
-        let machine = StateMachine::open(&db, std::sync::Arc::clone(&applier), dir.join("snapshots"))?;
+        let machine =
+            StateMachine::open(&db, std::sync::Arc::clone(&applier), dir.join("snapshots"))?;
         let applied = machine.applied();
         Ok(Replica {
             db,
@@ -118,12 +122,19 @@ impl Replica {
 
     /// The store of a term `raft` leads here: everything committed before
     /// it must be applied.
-    pub fn store_for_term(&self, raft: Raft) -> crate::store::Result<std::sync::Arc<crate::store::Store>> {
+    pub fn store_for_term(
+        &self,
+        raft: Raft,
+    ) -> crate::store::Result<std::sync::Arc<crate::store::Store>> {
         let applier = std::sync::Arc::clone(&self.applier);
-        crate::store::Store::for_term(self.db.clone(), std::sync::Arc::clone(&applier), |deferred| {
-            let j = RaftJournal::start(applier, raft, deferred)?;
-            Ok(std::sync::Arc::new(j) as std::sync::Arc<dyn crate::store::Journal>)
-        })
+        crate::store::Store::for_term(
+            self.db.clone(),
+            std::sync::Arc::clone(&applier),
+            |deferred| {
+                let j = RaftJournal::start(applier, raft, deferred)?;
+                Ok(std::sync::Arc::new(j) as std::sync::Arc<dyn crate::store::Journal>)
+            },
+        )
     }
 
     /// Forgets what the last term staged (this node stopped leading).

@@ -1,0 +1,322 @@
+//! Mirroring: this node's member of the cluster's one Raft group. It
+//! runs openraft over the replica (store/raft) and the Raft listener
+//! (Raft messages from peers, rpc.rs and network.rs; clients proxied by
+//! followers, proxy.rs), forms the cluster on first start (the lowest id
+//! does), and says what this node is now (`Role`): the leader once it has
+//! applied everything committed before its term, else a follower that
+//! knows (or not) who leads.
+//!
+//! A leader that cannot confirm its leadership with a majority, and see
+//! its state machine keep up, within `step_down_ms` steps down: it stops
+//! serving at once and stops sending heartbeats (and standing for
+//! election) for a few election timeouts, so that a follower is elected.
+//! openraft 0.9 has no leader transfer; this is built from its runtime
+//! switches.
+
+mod network;
+mod proxy;
+mod rpc;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::ServerState;
+use parking_lot::RwLock;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::config::ClusterConfig;
+use crate::store::raft::{LogStore, Member, Raft, StateMachine};
+
+/// What serves a client a follower proxied here (the leader's AMQP code).
+pub type ClientHandler = Arc<dyn Fn(TcpStream, SocketAddr) + Send + Sync>;
+
+/// What this node is in the cluster now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Not leading; `leader` is the node that does, if known.
+    Follower { leader: Option<u64> },
+    /// Leading `term`, with everything before it applied: serve clients.
+    Leader { term: u64 },
+}
+
+/// This node's cluster membership.
+pub struct Cluster {
+    /// This node's id.
+    pub id: u64,
+    /// The Raft node.
+    pub raft: Raft,
+    /// Where proxied clients go while this node serves.
+    handler: RwLock<Option<ClientHandler>>,
+    role: watch::Sender<Role>,
+    stop: watch::Sender<bool>,
+    /// The address the Raft listener bound.
+    pub raft_addr: SocketAddr,
+}
+
+impl Cluster {
+    /// Starts Raft over `log` and `machine`, and the Raft listener on
+    /// `bind`:raft_port.
+    pub async fn start(
+        cfg: &ClusterConfig,
+        bind: IpAddr,
+        log: LogStore,
+        machine: StateMachine,
+    ) -> Result<Arc<Cluster>, String> {
+        let (Some(id), Some(port)) = (cfg.node_id, cfg.raft_port) else {
+            return Err("a cluster node needs --node-id and --raft-port".into());
+        };
+        let rc = openraft::Config {
+            cluster_name: "warren".into(),
+            heartbeat_interval: cfg.heartbeat_ms,
+            election_timeout_min: cfg.election_timeout_ms,
+            election_timeout_max: cfg.election_timeout_ms * 2,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
+            max_in_snapshot_log_to_keep: 1_000,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| format!("cluster settings: {e}"))?;
+        let raft = Raft::new(id, Arc::new(rc), network::Network, log, machine)
+            .await
+            .map_err(|e| format!("cannot start Raft: {e}"))?;
+        let listener = TcpListener::bind((bind, port))
+            .await
+            .map_err(|e| format!("cannot listen for Raft on {bind}:{port}: {e}"))?;
+        let raft_addr = listener
+            .local_addr()
+            .map_err(|e| format!("Raft listener: {e}"))?;
+        info!(%raft_addr, node = id, "Raft listener started");
+        let (stop, _) = watch::channel(false);
+        let (role, _) = watch::channel(Role::Follower { leader: None });
+        let cluster = Arc::new(Cluster {
+            id,
+            raft,
+            handler: RwLock::new(None),
+            role,
+            stop,
+            raft_addr,
+        });
+        tokio::spawn(Arc::clone(&cluster).accept(listener));
+        let first = cfg.peers.iter().map(|p| p.id).min();
+        let initialized = cluster
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| format!("Raft: {e}"))?;
+        if first == Some(id) && !initialized {
+            let members: BTreeMap<u64, Member> = cfg
+                .peers
+                .iter()
+                .map(|p| {
+                    (
+                        p.id,
+                        Member {
+                            raft: p.raft.clone(),
+                        },
+                    )
+                })
+                .collect();
+            info!(node = id, members = members.len(), "forming the cluster");
+            if let Err(e) = cluster.raft.initialize(members).await {
+                warn!("forming the cluster: {e}");
+            }
+        }
+        tokio::spawn(Arc::clone(&cluster).watch_role(
+            Duration::from_millis(cfg.heartbeat_ms),
+            Duration::from_millis(cfg.step_down_ms),
+            Duration::from_millis(cfg.election_timeout_ms),
+        ));
+        Ok(cluster)
+    }
+
+    /// Watches what this node is.
+    pub fn role(&self) -> watch::Receiver<Role> {
+        self.role.subscribe()
+    }
+
+    /// Sets (or clears) what serves proxied clients here.
+    pub fn set_handler(&self, h: Option<ClientHandler>) {
+        *self.handler.write() = h;
+    }
+
+    /// The Raft address of the node leading now, if known.
+    pub fn leader_addr(&self) -> Option<String> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let leader = m.current_leader?;
+        m.membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|n| n.raft.clone())
+    }
+
+    /// Stops the Raft listener and Raft.
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        if let Err(e) = self.raft.shutdown().await {
+            warn!("Raft did not stop cleanly: {e}");
+        }
+    }
+
+    async fn accept(self: Arc<Self>, listener: TcpListener) {
+        let mut stop = self.stop.subscribe();
+        loop {
+            tokio::select! {
+                r = listener.accept() => match r {
+                    Ok((s, peer)) => {
+                        let _ = s.set_nodelay(true);
+                        tokio::spawn(Arc::clone(&self).serve_peer(s, peer));
+                    }
+                    Err(e) => {
+                        warn!("Raft accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    async fn serve_peer(self: Arc<Self>, mut s: TcpStream, peer: SocketAddr) {
+        use tokio::io::AsyncReadExt;
+        let mut kind = [0u8; 1];
+        if s.read_exact(&mut kind).await.is_err() {
+            return;
+        }
+        match kind[0] {
+            rpc::RAFT => {
+                if let Err(e) = self.serve_raft(&mut s).await {
+                    tracing::debug!(%peer, "Raft connection ended: {e}");
+                }
+            }
+            rpc::PROXY => {
+                let header = match rpc::read_frame(&mut s).await {
+                    Ok((_, body)) => bincode::deserialize::<rpc::ProxyHeader>(&body),
+                    Err(_) => return,
+                };
+                let Ok(header) = header else {
+                    warn!(%peer, "a proxied connection with an unreadable header");
+                    return;
+                };
+                let handler = self.handler.read().clone();
+                match handler {
+                    Some(h) => h(s, header.client),
+                    // Not serving (any more): the follower closes the
+                    // client, which reconnects.
+                    None => drop(s),
+                }
+            }
+            other => warn!(%peer, "unknown connection kind {other} on the Raft port"),
+        }
+    }
+
+    async fn serve_raft(&self, s: &mut TcpStream) -> std::io::Result<()> {
+        let bad = |e: bincode::Error| std::io::Error::other(e.to_string());
+        loop {
+            let (kind, body) = rpc::read_frame(s).await?;
+            let answer = match kind {
+                rpc::APPEND => {
+                    let req = bincode::deserialize(&body).map_err(bad)?;
+                    bincode::serialize(&self.raft.append_entries(req).await)
+                }
+                rpc::VOTE => {
+                    let req = bincode::deserialize(&body).map_err(bad)?;
+                    bincode::serialize(&self.raft.vote(req).await)
+                }
+                rpc::SNAPSHOT => {
+                    let req = bincode::deserialize(&body).map_err(bad)?;
+                    bincode::serialize(&self.raft.install_snapshot(req).await)
+                }
+                other => return Err(std::io::Error::other(format!("unknown request {other}"))),
+            }
+            .map_err(bad)?;
+            rpc::write_frame(s, 0, &answer).await?;
+        }
+    }
+
+    /// Keeps `role` true, and steps down a leader that cannot lead.
+    async fn watch_role(self: Arc<Self>, tick: Duration, step_down: Duration, election: Duration) {
+        let mut metrics = self.raft.metrics();
+        let mut stop = self.stop.subscribe();
+        // The term this node leads and the last index when it began.
+        let mut leading: Option<(u64, u64)> = None;
+        let mut unconfirmed_since: Option<tokio::time::Instant> = None;
+        loop {
+            let m = metrics.borrow_and_update().clone();
+            let role = if m.state == ServerState::Leader {
+                let term = m.current_term;
+                let start = match leading {
+                    Some((t, i)) if t == term => i,
+                    _ => {
+                        let i = m.last_log_index.unwrap_or(0);
+                        leading = Some((term, i));
+                        i
+                    }
+                };
+                let applied = m.last_applied.map_or(0, |l| l.index);
+                if applied >= start {
+                    Role::Leader { term }
+                } else {
+                    Role::Follower { leader: None }
+                }
+            } else {
+                leading = None;
+                unconfirmed_since = None;
+                Role::Follower {
+                    leader: m.current_leader,
+                }
+            };
+            self.role.send_if_modified(|r| {
+                let changed = *r != role;
+                *r = role;
+                changed
+            });
+            if let Role::Leader { term } = role {
+                // Leadership confirmed by a majority, and applied keeping up.
+                let probe = tokio::time::timeout(step_down, self.raft.ensure_linearizable());
+                let confirmed = matches!(probe.await, Ok(Ok(_)));
+                if confirmed {
+                    unconfirmed_since = None;
+                } else {
+                    let since = *unconfirmed_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() + tick >= step_down {
+                        warn!(
+                            term,
+                            "cannot confirm leadership with a majority: stepping down"
+                        );
+                        self.step_down(election).await;
+                        unconfirmed_since = None;
+                        leading = None;
+                        continue;
+                    }
+                }
+            }
+            tokio::select! {
+                r = metrics.changed() => if r.is_err() { return },
+                _ = tokio::time::sleep(tick) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    /// Stops serving, and lets a follower win an election.
+    async fn step_down(&self, election: Duration) {
+        self.role.send_replace(Role::Follower { leader: None });
+        let rc = self.raft.runtime_config();
+        rc.heartbeat(false);
+        rc.elect(false);
+        tokio::time::sleep(election * 3).await;
+        rc.heartbeat(true);
+        rc.elect(true);
+    }
+
+    /// Serves a client that connected here while this node follows: its
+    /// bytes go to the leader's Raft listener, after a header naming it.
+    pub async fn proxy(self: Arc<Self>, client: TcpStream, peer: SocketAddr) {
+        proxy::to_leader(&self, client, peer).await
+    }
+}

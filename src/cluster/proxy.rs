@@ -1,0 +1,50 @@
+//! A follower's client connections: carried to the leader's Raft listener
+//! (rpc.rs `PROXY`), after a header naming the client, then copied both
+//! ways until either side closes. When leadership moves, the old leader
+//! closes what it served (320 CONNECTION_FORCED) and so the proxied
+//! connections end with it; clients reconnect, to any node.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tracing::debug;
+
+use super::{rpc, Cluster};
+
+/// How long a client waits here for a leader to be known.
+const WAIT_FOR_LEADER: Duration = Duration::from_secs(3);
+
+pub(super) async fn to_leader(cluster: &Cluster, mut client: TcpStream, peer: SocketAddr) {
+    let deadline = tokio::time::Instant::now() + WAIT_FOR_LEADER;
+    let addr = loop {
+        if let Some(a) = cluster.leader_addr() {
+            break a;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            debug!(%peer, "no leader to proxy to: closing");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut upstream = match TcpStream::connect(&addr).await {
+        Ok(s) => s,
+        Err(e) => {
+            debug!(%peer, leader = %addr, "cannot reach the leader: {e}");
+            return;
+        }
+    };
+    let _ = upstream.set_nodelay(true);
+    let _ = client.set_nodelay(true);
+    let header = match bincode::serialize(&rpc::ProxyHeader { client: peer }) {
+        Ok(h) => h,
+        Err(_) => return,
+    };
+    if upstream.write_all(&[rpc::PROXY]).await.is_err()
+        || rpc::write_frame(&mut upstream, 0, &header).await.is_err()
+    {
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}

@@ -1,0 +1,59 @@
+//! The Raft listener's wire format. A connection starts with one octet:
+//! `RAFT`, then requests and their answers in turn, each a frame (u32
+//! length, big-endian, then a kind octet and the bincode of the request;
+//! an answer is the bincode of `Result<answer, error>`); or `PROXY`, then
+//! one frame naming the client a follower accepted, then that client's
+//! own bytes both ways (proxy.rs).
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// A connection carrying Raft messages.
+pub const RAFT: u8 = b'R';
+/// A connection carrying a client proxied by a follower.
+pub const PROXY: u8 = b'P';
+
+/// Request kinds.
+pub const APPEND: u8 = 1;
+pub const VOTE: u8 = 2;
+pub const SNAPSHOT: u8 = 3;
+
+/// The largest frame taken (an append of many entries, a snapshot chunk).
+const FRAME_MAX: usize = 512 << 20;
+
+/// Writes one frame: `kind` (0 for an answer) and `payload`.
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    kind: u8,
+    payload: &[u8],
+) -> std::io::Result<()> {
+    let len =
+        u32::try_from(payload.len() + 1).map_err(|_| std::io::Error::other("frame too large"))?;
+    let mut head = [0u8; 5];
+    head[..4].copy_from_slice(&len.to_be_bytes());
+    head[4] = kind;
+    w.write_all(&head).await?;
+    w.write_all(payload).await?;
+    w.flush().await
+}
+
+/// Reads one frame: its kind and payload. Reads exactly the frame, so
+/// the bytes after it stay in the stream.
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<(u8, Vec<u8>)> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).await?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len == 0 || len > FRAME_MAX {
+        return Err(std::io::Error::other(format!("bad frame length {len}")));
+    }
+    let mut buf = vec![0u8; len];
+    r.read_exact(&mut buf).await?;
+    let kind = buf.remove(0);
+    Ok((kind, buf))
+}
+
+/// Who a proxied connection is from.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ProxyHeader {
+    /// The client's address as the follower saw it.
+    pub client: std::net::SocketAddr,
+}

@@ -1,0 +1,139 @@
+//! `[cluster]`: mirroring. A node with no node id runs alone, with no Raft
+//! cost; with one, it is a member of the cluster its peers list names.
+
+use serde::Deserialize;
+
+/// A cluster member as configured: its id and its Raft address.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Peer {
+    pub id: u64,
+    /// host:port of its Raft listener.
+    pub raft: String,
+}
+
+/// The cluster settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// This node's id (1 and up); none: a single node.
+    pub node_id: Option<u64>,
+    /// The port of this node's Raft listener (Raft messages and clients
+    /// proxied by followers); it binds the AMQP listener's address.
+    pub raft_port: Option<u16>,
+    /// Every member, this node included ("1=HOST:PORT,2=..." on the
+    /// command line). The lowest id forms the cluster on first start.
+    pub peers: Vec<Peer>,
+    /// Raft heartbeat interval, ms.
+    pub heartbeat_ms: u64,
+    /// A follower that heard no heartbeat for a random time between this
+    /// and twice this (ms) stands for election.
+    pub election_timeout_ms: u64,
+    /// A leader that has not heard from a majority for this long (ms)
+    /// stops serving and steps down.
+    pub step_down_ms: u64,
+    /// Log entries between snapshots.
+    pub snapshot_every: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            node_id: None,
+            raft_port: None,
+            peers: Vec::new(),
+            heartbeat_ms: 250,
+            election_timeout_ms: 1_000,
+            step_down_ms: 2_000,
+            snapshot_every: 20_000,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Whether this node is a cluster member.
+    pub fn enabled(&self) -> bool {
+        self.node_id.is_some()
+    }
+
+    /// Checks the settings hang together.
+    pub fn check(&self) -> Result<(), String> {
+        let Some(id) = self.node_id else {
+            if self.raft_port.is_some() || !self.peers.is_empty() {
+                return Err("--raft-port and --peers need --node-id".into());
+            }
+            return Ok(());
+        };
+        if id == 0 {
+            return Err("node ids start at 1".into());
+        }
+        if self.raft_port.is_none() {
+            return Err("a cluster node needs --raft-port".into());
+        }
+        if !self.peers.iter().any(|p| p.id == id) {
+            return Err(format!("--peers must list this node ({id})"));
+        }
+        let mut ids: Vec<u64> = self.peers.iter().map(|p| p.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() != self.peers.len() {
+            return Err("--peers lists a node id twice".into());
+        }
+        if self.heartbeat_ms == 0 || self.election_timeout_ms <= self.heartbeat_ms {
+            return Err("election_timeout_ms must be above heartbeat_ms (above 0)".into());
+        }
+        Ok(())
+    }
+}
+
+/// Reads "1=host:port,2=host:port".
+pub fn parse_peers(text: &str) -> Result<Vec<Peer>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|one| {
+            let (id, addr) = one
+                .split_once('=')
+                .ok_or_else(|| format!("peer '{one}' is not ID=HOST:PORT"))?;
+            let id = id
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| format!("peer '{one}': the id is not a number"))?;
+            let addr = addr.trim();
+            if addr
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+                .is_none()
+            {
+                return Err(format!("peer '{one}': the address is not HOST:PORT"));
+            }
+            Ok(Peer {
+                id,
+                raft: addr.to_string(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_parse_and_check() {
+        let peers = parse_peers("1=127.0.0.1:7001, 2=localhost:7002,3=[::1]:7003").unwrap();
+        assert_eq!(peers.len(), 3);
+        assert_eq!(peers[2].raft, "[::1]:7003");
+        assert!(parse_peers("1=nope").is_err());
+        assert!(parse_peers("x=h:1").is_err());
+        let mut c = ClusterConfig {
+            node_id: Some(2),
+            raft_port: Some(7002),
+            peers,
+            ..Default::default()
+        };
+        assert!(c.check().is_ok());
+        c.node_id = Some(4);
+        assert!(c.check().is_err());
+        assert!(ClusterConfig::default().check().is_ok());
+    }
+}

@@ -1,0 +1,158 @@
+//! A cluster node (`--node-id`): Raft runs for the node's whole life; the
+//! broker runs only while this node leads. Leading a term, it recovers a
+//! broker from the applied state (everything committed before the term)
+//! with the term's journal, binds the usual listeners and serves, also
+//! serving the clients followers proxy to it. When the term ends (another
+//! node leads, or this one stepped down) it closes every connection with
+//! 320 CONNECTION_FORCED, forgets what it staged and follows: its AMQP
+//! port then carries each client to the leader (cluster/proxy.rs).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{error, info, warn};
+
+use super::Server;
+use crate::broker::Broker;
+use crate::cluster::{Cluster, Role};
+use crate::config::Config;
+use crate::store::raft::Replica;
+
+/// A running cluster node.
+pub struct ClusterNode {
+    /// Its membership.
+    pub cluster: Arc<Cluster>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl ClusterNode {
+    /// Opens the node's state, starts Raft and the role loop.
+    pub async fn start(config: Config) -> Result<ClusterNode, String> {
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
+        let mut replica = Replica::open(&config.data_dir, config.store_cache_mb << 20)
+            .map_err(|e| format!("cannot open store in {}: {e}", config.data_dir.display()))?;
+        let machine = replica
+            .take_machine()
+            .ok_or_else(|| "the state machine is taken".to_string())?;
+        let cluster =
+            Cluster::start(&config.cluster, config.bind, replica.log.clone(), machine).await?;
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(run(config, replica, Arc::clone(&cluster), stop_rx));
+        Ok(ClusterNode {
+            cluster,
+            stop,
+            task,
+        })
+    }
+
+    /// Stops serving (closing connections with 320 if leading), then Raft.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        self.cluster.shutdown().await;
+        info!("cluster node stopped");
+    }
+}
+
+async fn run(
+    config: Config,
+    replica: Replica,
+    cluster: Arc<Cluster>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut role = cluster.role();
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let now = *role.borrow_and_update();
+        match now {
+            Role::Leader { term } => {
+                match lead(&config, &replica, &cluster).await {
+                    Ok(server) => {
+                        info!(term, "leading: serving clients");
+                        if let Some(a) = server.accepted() {
+                            cluster.set_handler(Some(Arc::new(move |s, peer| a.serve(s, peer))));
+                        }
+                        loop {
+                            tokio::select! {
+                                r = role.changed() => if r.is_err() || *role.borrow() != now { break },
+                                _ = stop.changed() => break,
+                            }
+                        }
+                        cluster.set_handler(None);
+                        info!(term, "no longer serving: closing client connections");
+                        server.shutdown().await;
+                    }
+                    Err(e) => {
+                        error!(term, "cannot serve as the leader: {e}");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+                if let Err(e) = replica.clear_staged() {
+                    warn!("cannot clear staged messages: {e}");
+                }
+            }
+            Role::Follower { .. } => {
+                let Some(listener) = bind_proxy(&config).await else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
+                loop {
+                    tokio::select! {
+                        r = listener.accept() => if let Ok((s, peer)) = r {
+                            tokio::spawn(Arc::clone(&cluster).proxy(s, peer));
+                        },
+                        r = role.changed() => {
+                            if r.is_err() {
+                                return;
+                            }
+                            if matches!(*role.borrow(), Role::Leader { .. }) {
+                                break;
+                            }
+                        }
+                        _ = stop.changed() => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The broker of this term, serving.
+async fn lead(config: &Config, replica: &Replica, cluster: &Cluster) -> Result<Server, String> {
+    let store = replica
+        .store_for_term(cluster.raft.clone())
+        .map_err(|e| format!("store: {e}"))?;
+    let broker = Broker::with_store(config.clone(), store)?;
+    // The proxy listener just closed: its port may take a moment.
+    let mut tries = 0;
+    loop {
+        match Server::serve(Arc::clone(&broker)).await {
+            Ok(s) => return Ok(s),
+            Err(e) if tries < 40 => {
+                tries += 1;
+                tracing::debug!("binding the listeners: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The AMQP port, carrying clients to the leader while this node follows.
+async fn bind_proxy(config: &Config) -> Option<TcpListener> {
+    let port = config.port.get()?;
+    match TcpListener::bind((config.bind, port)).await {
+        Ok(l) => Some(l),
+        Err(e) => {
+            warn!("cannot listen for AMQP on {}:{port}: {e}", config.bind);
+            None
+        }
+    }
+}
