@@ -143,15 +143,15 @@ impl Cluster {
         *self.handler.write() = h;
     }
 
-    /// The Raft address of the node leading now, if known.
-    pub fn leader_addr(&self) -> Option<String> {
+    /// The node leading now and its Raft address, if known.
+    pub fn leader_addr(&self) -> Option<(u64, String)> {
         let m = self.raft.metrics();
         let m = m.borrow();
         let leader = m.current_leader?;
         m.membership_config
             .membership()
             .get_node(&leader)
-            .map(|n| n.raft.clone())
+            .map(|n| (leader, n.raft.clone()))
     }
 
     /// Stops the Raft listener and Raft.

@@ -18,7 +18,7 @@ const WAIT_FOR_LEADER: Duration = Duration::from_secs(3);
 
 pub(super) async fn to_leader(cluster: &Cluster, mut client: TcpStream, peer: SocketAddr) {
     let deadline = tokio::time::Instant::now() + WAIT_FOR_LEADER;
-    let addr = loop {
+    let (leader, addr) = loop {
         if let Some(a) = cluster.leader_addr() {
             break a;
         }
@@ -46,5 +46,22 @@ pub(super) async fn to_leader(cluster: &Cluster, mut client: TcpStream, peer: So
     {
         return;
     }
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    // A leader that hangs closes nothing: once another node leads, this
+    // connection is closed here, and the client reconnects.
+    let mut metrics = cluster.raft.metrics();
+    let moved = async {
+        loop {
+            if metrics.changed().await.is_err() {
+                return;
+            }
+            let now = metrics.borrow().current_leader;
+            if now.is_some_and(|l| l != leader) {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+        _ = moved => debug!(%peer, "the leader changed: closing the proxied connection"),
+    }
 }

@@ -1,0 +1,293 @@
+//! A 3-node cluster of real processes on loopback: persistent messages
+//! published with pipelined confirms through a follower while the leader
+//! is SIGKILLed (or SIGSTOPped: a hung leader) at random moments, round
+//! after round; then everything is consumed and checked as Jepsen's
+//! total-queue checks it: every confirmed message is dequeued, nothing is
+//! dequeued that was never published, and a message comes twice only
+//! marked redelivered.
+
+mod cluster_support;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster_support::Cluster;
+use futures::StreamExt;
+use lapin::options::*;
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::BasicProperties;
+use parking_lot::Mutex;
+use rand::Rng;
+
+const QUEUE: &str = "total";
+/// Confirms outstanding at most.
+const WINDOW: usize = 300;
+/// A confirm that takes longer means the connection is stuck.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// Cluster tests share the machine's two cores: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[derive(Default)]
+struct History {
+    /// Every id sent.
+    published: BTreeSet<u64>,
+    /// Every id the broker confirmed.
+    confirmed: BTreeSet<u64>,
+}
+
+fn queue_args() -> FieldTable {
+    let mut t = FieldTable::default();
+    t.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    t
+}
+
+fn durable() -> QueueDeclareOptions {
+    QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    }
+}
+
+/// Publishes ids from 1 on, through node `order[0]` first, moving to the
+/// next node whenever a connection fails or stalls, until `stop`.
+async fn publish(
+    cluster: Arc<Cluster>,
+    order: Vec<usize>,
+    stop: Arc<AtomicBool>,
+    history: Arc<Mutex<History>>,
+) {
+    let mut next = 1u64;
+    let mut at = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let node = order[at % order.len()];
+        at += 1;
+        let uri = cluster.uri(node);
+        let conn = tokio::time::timeout(
+            Duration::from_secs(5),
+            lapin::Connection::connect(&uri, lapin::ConnectionProperties::default()),
+        )
+        .await;
+        let Ok(Ok(conn)) = conn else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let Ok(ch) = conn.create_channel().await else {
+            continue;
+        };
+        if ch
+            .queue_declare(QUEUE.into(), durable(), queue_args())
+            .await
+            .is_err()
+            || ch
+                .confirm_select(ConfirmSelectOptions::default())
+                .await
+                .is_err()
+        {
+            continue;
+        }
+        let mut window = VecDeque::new();
+        'conn: loop {
+            let stopping = stop.load(Ordering::Relaxed);
+            if !stopping {
+                let id = next;
+                next += 1;
+                history.lock().published.insert(id);
+                let sent = ch
+                    .basic_publish(
+                        "".into(),
+                        QUEUE.into(),
+                        BasicPublishOptions::default(),
+                        id.to_string().as_bytes(),
+                        BasicProperties::default().with_delivery_mode(2),
+                    )
+                    .await;
+                match sent {
+                    Ok(confirm) => window.push_back((id, confirm)),
+                    Err(_) => break 'conn,
+                }
+            }
+            while window.len() >= WINDOW || (stopping && !window.is_empty()) {
+                let Some((id, confirm)) = window.pop_front() else {
+                    break;
+                };
+                match tokio::time::timeout(CONFIRM_TIMEOUT, confirm).await {
+                    Ok(Ok(c)) if c.is_ack() => {
+                        history.lock().confirmed.insert(id);
+                    }
+                    _ => break 'conn,
+                }
+            }
+            if stopping {
+                let _ = conn.close(200, "done".into()).await;
+                return;
+            }
+        }
+    }
+}
+
+/// Everything in the queue, through node `i`: id -> (times, all but the
+/// first redelivered).
+async fn consume_all(cluster: &Cluster, i: usize) -> BTreeMap<u64, (u32, bool)> {
+    let conn = cluster
+        .connect(i, Duration::from_secs(30))
+        .await
+        .expect("connect to consume");
+    let ch = conn.create_channel().await.unwrap();
+    ch.basic_qos(1000, BasicQosOptions::default())
+        .await
+        .unwrap();
+    let q = ch
+        .queue_declare(QUEUE.into(), durable(), queue_args())
+        .await
+        .unwrap();
+    let expected = q.message_count();
+    let mut consumer = ch
+        .basic_consume(
+            QUEUE.into(),
+            "check".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let mut got: BTreeMap<u64, (u32, bool)> = BTreeMap::new();
+    let mut n = 0u32;
+    while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(3), consumer.next()).await
+    {
+        let id: u64 = std::str::from_utf8(&d.data).unwrap().parse().unwrap();
+        let e = got.entry(id).or_insert((0, true));
+        if e.0 > 0 && !d.redelivered {
+            e.1 = false;
+        }
+        e.0 += 1;
+        n += 1;
+        d.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    assert!(n >= expected, "consumed {n} of the {expected} queued");
+    got
+}
+
+fn check(history: &History, got: &BTreeMap<u64, (u32, bool)>) {
+    let lost: Vec<u64> = history
+        .confirmed
+        .iter()
+        .filter(|id| !got.contains_key(id))
+        .copied()
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} confirmed messages lost (of {}), first {:?}",
+        lost.len(),
+        history.confirmed.len(),
+        &lost[..lost.len().min(10)]
+    );
+    let unknown: Vec<u64> = got
+        .keys()
+        .filter(|id| !history.published.contains(id))
+        .copied()
+        .collect();
+    assert!(unknown.is_empty(), "never published: {unknown:?}");
+    let dup: Vec<u64> = got
+        .iter()
+        .filter(|(_, (times, redelivered))| *times > 1 && !*redelivered)
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(
+        dup.is_empty(),
+        "delivered twice, not as redelivered: {dup:?}"
+    );
+}
+
+/// Rounds of: publish a while, fail the leader with `fail`, wait for a
+/// new one, publish on, bring the old one back with `recover`.
+async fn rounds(
+    rounds: usize,
+    fail: fn(&Cluster, usize),
+    recover: fn(&Cluster, usize),
+) -> (History, BTreeMap<u64, (u32, bool)>, Vec<Duration>) {
+    let cluster = Arc::new(Cluster::start(3));
+    let (first, mut term) = cluster.wait_leader(0, Duration::from_secs(30)).await;
+    // Publish through a follower, then the others.
+    let order: Vec<usize> = (0..3).map(|k| (first + 1 + k) % 3).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let history = Arc::new(Mutex::new(History::default()));
+    let publisher = tokio::spawn(publish(
+        Arc::clone(&cluster),
+        order,
+        Arc::clone(&stop),
+        Arc::clone(&history),
+    ));
+    let mut failovers = Vec::new();
+    for _ in 0..rounds {
+        let pause = rand::thread_rng().gen_range(500..1500);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let leader = cluster.leader().expect("a leader");
+        fail(&cluster, leader);
+        let failed = tokio::time::Instant::now();
+        let (_, t) = cluster.wait_leader(term, Duration::from_secs(30)).await;
+        failovers.push(failed.elapsed());
+        term = t;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        recover(&cluster, leader);
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    tokio::time::timeout(Duration::from_secs(30), publisher)
+        .await
+        .expect("the publisher finishes")
+        .unwrap();
+    let (leader, _) = cluster.wait_leader(0, Duration::from_secs(30)).await;
+    let got = consume_all(&cluster, (leader + 1) % 3).await;
+    cluster.assert_no_panics();
+    let history = std::mem::take(&mut *history.lock());
+    (history, got, failovers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_confirmed_message_is_lost_when_the_leader_is_killed() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (history, got, failovers) = rounds(3, |c, i| c.kill(i), |c, i| c.spawn(i)).await;
+    assert!(
+        history.confirmed.len() > 1000,
+        "too few confirmed to mean anything: {}",
+        history.confirmed.len()
+    );
+    eprintln!(
+        "SIGKILL: {} published, {} confirmed, {} consumed; failovers {:?}",
+        history.published.len(),
+        history.confirmed.len(),
+        got.len(),
+        failovers
+    );
+    check(&history, &got);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_confirmed_message_is_lost_when_the_leader_hangs() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (history, got, failovers) = rounds(
+        2,
+        |c, i| c.signal(i, libc::SIGSTOP),
+        |c, i| c.signal(i, libc::SIGCONT),
+    )
+    .await;
+    assert!(
+        history.confirmed.len() > 1000,
+        "{}",
+        history.confirmed.len()
+    );
+    eprintln!(
+        "SIGSTOP: {} published, {} confirmed, {} consumed; failovers {:?}",
+        history.published.len(),
+        history.confirmed.len(),
+        got.len(),
+        failovers
+    );
+    check(&history, &got);
+}

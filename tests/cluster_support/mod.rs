@@ -1,0 +1,240 @@
+//! A Warren cluster of real `warren` processes on loopback: free ports,
+//! a data dir and a log per node, SIGKILL / SIGSTOP / SIGCONT, which node
+//! leads (from the logs: "leading: serving clients term=T"), and a check
+//! that no log says "panicked". Children are killed on drop.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lapin::{Connection, ConnectionProperties};
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().unwrap().port()
+}
+
+/// One node.
+pub struct Node {
+    pub id: u64,
+    pub amqp: u16,
+    pub raft: u16,
+    pub dir: PathBuf,
+    pub log: PathBuf,
+    child: Mutex<Option<Child>>,
+    /// SIGSTOPped and not continued.
+    stopped: AtomicBool,
+}
+
+/// The cluster.
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    peers: String,
+    _tmp: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts `n` nodes.
+    pub fn start(n: usize) -> Cluster {
+        let tmp = tempfile::tempdir().unwrap();
+        let nodes: Vec<Node> = (1..=n as u64)
+            .map(|id| Node {
+                id,
+                amqp: free_port(),
+                raft: free_port(),
+                dir: tmp.path().join(format!("d{id}")),
+                log: tmp.path().join(format!("n{id}.log")),
+                child: Mutex::new(None),
+                stopped: AtomicBool::new(false),
+            })
+            .collect();
+        let peers = nodes
+            .iter()
+            .map(|n| format!("{}=127.0.0.1:{}", n.id, n.raft))
+            .collect::<Vec<_>>()
+            .join(",");
+        let c = Cluster {
+            nodes,
+            peers,
+            _tmp: tmp,
+        };
+        for i in 0..n {
+            c.spawn(i);
+        }
+        c
+    }
+
+    /// Starts node `i` (again).
+    pub fn spawn(&self, i: usize) {
+        let bin =
+            std::env::var("WARREN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_warren").into());
+        let n = &self.nodes[i];
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&n.log)
+            .unwrap();
+        let err = out.try_clone().unwrap();
+        let child = Command::new(bin)
+            .args(["--bind", "127.0.0.1", "--management-port", "off"])
+            .args(["--prometheus-port", "off", "--log-level", "info"])
+            .arg("--port")
+            .arg(n.amqp.to_string())
+            .arg("--node-id")
+            .arg(n.id.to_string())
+            .arg("--raft-port")
+            .arg(n.raft.to_string())
+            .arg("--peers")
+            .arg(&self.peers)
+            .arg("--data-dir")
+            .arg(&n.dir)
+            .env("RUST_LOG", "info,openraft=off")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("spawn warren");
+        *n.child.lock().unwrap() = Some(child);
+        n.stopped.store(false, Ordering::SeqCst);
+    }
+
+    /// SIGKILLs node `i` and reaps it.
+    pub fn kill(&self, i: usize) {
+        let taken = self.nodes[i].child.lock().unwrap().take();
+        if let Some(mut c) = taken {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.nodes[i].stopped.store(false, Ordering::SeqCst);
+    }
+
+    /// Sends `sig` to node `i`.
+    pub fn signal(&self, i: usize, sig: i32) {
+        if let Some(c) = self.nodes[i].child.lock().unwrap().as_ref() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(c.id() as i32, sig);
+            }
+        }
+        self.nodes[i]
+            .stopped
+            .store(sig == libc::SIGSTOP, Ordering::SeqCst);
+    }
+
+    /// Whether node `i` runs (and is not stopped).
+    pub fn running(&self, i: usize) -> bool {
+        self.nodes[i].child.lock().unwrap().is_some()
+            && !self.nodes[i].stopped.load(Ordering::SeqCst)
+    }
+
+    /// The last term node `i` said it leads, from its log.
+    pub fn led_term(&self, i: usize) -> Option<u64> {
+        let text = std::fs::read_to_string(&self.nodes[i].log).ok()?;
+        text.lines()
+            .filter(|l| l.contains("leading: serving clients"))
+            .filter_map(|l| l.rsplit("term=").next()?.trim().parse::<u64>().ok())
+            .max()
+    }
+
+    /// The running node that said last (highest term) it leads.
+    pub fn leader(&self) -> Option<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.running(i))
+            .filter_map(|i| self.led_term(i).map(|t| (t, i)))
+            .max()
+            .map(|(_, i)| i)
+            .filter(|&i| self.newest_term() == self.led_term(i))
+    }
+
+    fn newest_term(&self) -> Option<u64> {
+        (0..self.nodes.len()).filter_map(|i| self.led_term(i)).max()
+    }
+
+    /// Waits for a running node to lead a term above `after`; returns it
+    /// and its term.
+    pub async fn wait_leader(&self, after: u64, within: Duration) -> (usize, u64) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(i) = self.leader() {
+                let t = self.led_term(i).unwrap_or(0);
+                if t > after {
+                    return (i, t);
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no new leader within {within:?}; {}",
+                self.logs_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// amqp:// URI of node `i`.
+    pub fn uri(&self, i: usize) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.nodes[i].amqp)
+    }
+
+    /// Connects to node `i`, retrying for `within`.
+    pub async fn connect(&self, i: usize, within: Duration) -> Option<Connection> {
+        let deadline = tokio::time::Instant::now() + within;
+        let uri = self.uri(i);
+        loop {
+            let attempt = tokio::time::timeout(
+                Duration::from_secs(5),
+                Connection::connect(&uri, ConnectionProperties::default()),
+            );
+            if let Ok(Ok(c)) = attempt.await {
+                return Some(c);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The last lines of every log.
+    pub fn logs_tail(&self) -> String {
+        let mut out = String::new();
+        for n in &self.nodes {
+            let text = std::fs::read_to_string(&n.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let from = lines.len().saturating_sub(15);
+            out.push_str(&format!(
+                "\n--- node {} ---\n{}",
+                n.id,
+                lines[from..].join("\n")
+            ));
+        }
+        out
+    }
+
+    /// Fails if any log says "panicked".
+    pub fn assert_no_panics(&self) {
+        for n in &self.nodes {
+            let text = std::fs::read_to_string(&n.log).unwrap_or_default();
+            assert!(
+                !text.contains("panicked"),
+                "node {} panicked:\n{text}",
+                n.id
+            );
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].stopped.load(Ordering::SeqCst) {
+                self.signal(i, libc::SIGCONT);
+            }
+            self.kill(i);
+        }
+    }
+}
