@@ -23,7 +23,7 @@ LAYERS = [
     ["wire", "util", "rates"],
     ["config", "message", "alarm", "plugins", "policy"],
     ["store", "exchange", "tls"],
-    ["queue", "delayed", "access"],
+    ["queue", "delayed", "access", "cluster"],
     ["vhost"],
     ["broker"],
     ["definitions"],

@@ -10,7 +10,7 @@ const LAYERS: &[&[&str]] = &[
     &["wire", "util", "rates"],
     &["config", "message", "alarm", "plugins", "policy"],
     &["store", "exchange", "tls"],
-    &["queue", "delayed", "access"],
+    &["queue", "delayed", "access", "cluster"],
     &["vhost"],
     &["broker"],
     &["definitions"],

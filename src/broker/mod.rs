@@ -49,6 +49,8 @@ pub struct Broker {
     pub users: crate::access::Users,
     /// Queues declared, created and deleted in any vhost.
     pub queue_churn: Arc<crate::vhost::stats::QueueChurn>,
+    /// The cluster this node leads, if it is a cluster member.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl Broker {
@@ -58,11 +60,16 @@ impl Broker {
             .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
         let store = Store::open(&config.data_dir, config.store_cache_mb << 20)
             .map_err(|e| format!("cannot open store in {}: {e}", config.data_dir.display()))?;
-        Self::with_store(config, store)
+        Self::with_store(config, store, None)
     }
 
-    /// Recovers from `store` (a cluster leader's, for its term).
-    pub fn with_store(config: Config, store: Arc<Store>) -> Result<Arc<Broker>, String> {
+    /// Recovers from `store`; a cluster leader's for its term, with its
+    /// `cluster`.
+    pub fn with_store(
+        config: Config,
+        store: Arc<Store>,
+        cluster: Option<Arc<crate::cluster::Cluster>>,
+    ) -> Result<Arc<Broker>, String> {
         let (held, last_seq) = store
             .recover_delayed()
             .map_err(|e| format!("cannot read delayed messages: {e}"))?;
@@ -90,6 +97,7 @@ impl Broker {
             open_connections: Arc::new(AtomicU64::new(0)),
             plugins: Arc::new(crate::plugins::Plugins::enabled()),
             queue_churn: Arc::default(),
+            cluster,
         });
         broker
             .recover()

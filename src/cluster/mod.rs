@@ -16,6 +16,9 @@
 mod network;
 mod proxy;
 mod rpc;
+mod status;
+
+pub use status::{MemberStatus, Status};
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -55,6 +58,10 @@ pub struct Cluster {
     stop: watch::Sender<bool>,
     /// The address the Raft listener bound.
     pub raft_addr: SocketAddr,
+    /// The log (its committed index, for metrics).
+    log: LogStore,
+    /// Times the leader this node knows changed.
+    leader_changes: std::sync::atomic::AtomicU64,
 }
 
 impl Cluster {
@@ -75,12 +82,12 @@ impl Cluster {
             election_timeout_min: cfg.election_timeout_ms,
             election_timeout_max: cfg.election_timeout_ms * 2,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
-            max_in_snapshot_log_to_keep: 1_000,
+            max_in_snapshot_log_to_keep: cfg.log_keep,
             ..Default::default()
         }
         .validate()
         .map_err(|e| format!("cluster settings: {e}"))?;
-        let raft = Raft::new(id, Arc::new(rc), network::Network, log, machine)
+        let raft = Raft::new(id, Arc::new(rc), network::Network, log.clone(), machine)
             .await
             .map_err(|e| format!("cannot start Raft: {e}"))?;
         let listener = TcpListener::bind((bind, port))
@@ -99,6 +106,8 @@ impl Cluster {
             role,
             stop,
             raft_addr,
+            log,
+            leader_changes: Default::default(),
         });
         tokio::spawn(Arc::clone(&cluster).accept(listener));
         let first = cfg.peers.iter().map(|p| p.id).min();
@@ -131,6 +140,12 @@ impl Cluster {
             Duration::from_millis(cfg.election_timeout_ms),
         ));
         Ok(cluster)
+    }
+
+    /// Times the leader this node knows changed.
+    pub fn leader_changes(&self) -> u64 {
+        self.leader_changes
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Watches what this node is.
@@ -245,8 +260,14 @@ impl Cluster {
         // The term this node leads and the last index when it began.
         let mut leading: Option<(u64, u64)> = None;
         let mut unconfirmed_since: Option<tokio::time::Instant> = None;
+        let mut known_leader = None;
         loop {
             let m = metrics.borrow_and_update().clone();
+            if m.current_leader.is_some() && m.current_leader != known_leader {
+                known_leader = m.current_leader;
+                self.leader_changes
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             let role = if m.state == ServerState::Leader {
                 let term = m.current_term;
                 let start = match leading {

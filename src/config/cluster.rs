@@ -33,6 +33,9 @@ pub struct ClusterConfig {
     pub step_down_ms: u64,
     /// Log entries between snapshots.
     pub snapshot_every: u64,
+    /// Log entries kept after a snapshot, for followers a little behind
+    /// (one further behind gets the snapshot).
+    pub log_keep: u64,
 }
 
 impl Default for ClusterConfig {
@@ -45,6 +48,7 @@ impl Default for ClusterConfig {
             election_timeout_ms: 1_000,
             step_down_ms: 2_000,
             snapshot_every: 20_000,
+            log_keep: 1_000,
         }
     }
 }

@@ -55,9 +55,21 @@ impl Api {
         listeners: Vec<(&'static str, SocketAddr)>,
         tls: Vec<Arc<crate::tls::Tls>>,
     ) -> Arc<Api> {
+        // A cluster member goes by warren-<id>@<its Raft host>.
+        let node = match &broker.cluster {
+            Some(c) => broker
+                .config
+                .cluster
+                .peers
+                .iter()
+                .find(|p| p.id == c.id)
+                .map(|p| routes::member_name(p.id, &p.raft))
+                .unwrap_or_else(node_name),
+            None => node_name(),
+        };
         let api = Arc::new(Api {
             tls,
-            node: node_name(),
+            node,
             broker,
             started: Instant::now(),
             listeners,

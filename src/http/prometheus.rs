@@ -130,6 +130,9 @@ fn render(api: &Api, per_object: bool) -> String {
         ],
         1,
     );
+    if let Some(cluster) = &api.broker.cluster {
+        raft_metrics(&mut o, &cluster.local_status());
+    }
     let c = api.broker.connections.totals();
     let conns = api.broker.connections.list();
     let channels: usize = conns.iter().map(|t| t.channels.lock().len()).sum();
@@ -393,4 +396,59 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/metrics", get(metrics))
         .route("/metrics/per-object", get(per_object))
         .with_state(api)
+}
+
+/// The node's Raft group, as RabbitMQ names a quorum queue's Raft series
+/// (one group here, so no queue labels), and Warren's own.
+fn raft_metrics(o: &mut Out, s: &crate::cluster::Status) {
+    for (name, help, v) in [
+        (
+            "rabbitmq_raft_term_total",
+            "Current Raft term number",
+            s.term,
+        ),
+        (
+            "rabbitmq_raft_log_commit_index",
+            "Raft log commit index",
+            s.committed,
+        ),
+        (
+            "rabbitmq_raft_log_last_applied_index",
+            "Raft log last applied index",
+            s.applied,
+        ),
+        (
+            "rabbitmq_raft_log_last_written_index",
+            "Raft log last written index",
+            s.last_log,
+        ),
+        (
+            "rabbitmq_raft_log_snapshot_index",
+            "Raft log snapshot index",
+            s.snapshot,
+        ),
+        (
+            "warren_raft_log_entries",
+            "Entries in the Raft log (since the last purge)",
+            s.log_entries(),
+        ),
+        (
+            "warren_raft_members",
+            "Members of the cluster",
+            s.members.len() as u64,
+        ),
+        (
+            "warren_raft_is_leader",
+            "1 if this node leads the cluster",
+            u64::from(s.leader == Some(s.id)),
+        ),
+    ] {
+        o.gauge(name, help, v);
+    }
+    o.counter(
+        "warren_raft_leader_changes_total",
+        "Times the leader this node knows changed",
+        &[],
+        s.leader_changes,
+    );
 }

@@ -125,11 +125,15 @@ async fn run(
 }
 
 /// The broker of this term, serving.
-async fn lead(config: &Config, replica: &Replica, cluster: &Cluster) -> Result<Server, String> {
+async fn lead(
+    config: &Config,
+    replica: &Replica,
+    cluster: &Arc<Cluster>,
+) -> Result<Server, String> {
     let store = replica
         .store_for_term(cluster.raft.clone())
         .map_err(|e| format!("store: {e}"))?;
-    let broker = Broker::with_store(config.clone(), store)?;
+    let broker = Broker::with_store(config.clone(), store, Some(Arc::clone(cluster)))?;
     // The proxy listener just closed: its port may take a moment.
     let mut tries = 0;
     loop {

@@ -24,6 +24,8 @@ pub struct Node {
     pub id: u64,
     pub amqp: u16,
     pub raft: u16,
+    /// The management API's port (served while the node leads).
+    pub http: u16,
     pub dir: PathBuf,
     pub log: PathBuf,
     child: Mutex<Option<Child>>,
@@ -35,18 +37,31 @@ pub struct Node {
 pub struct Cluster {
     pub nodes: Vec<Node>,
     peers: String,
+    /// A config file every node reads, if any.
+    config: Option<PathBuf>,
     _tmp: tempfile::TempDir,
 }
 
 impl Cluster {
     /// Starts `n` nodes.
     pub fn start(n: usize) -> Cluster {
+        Self::start_with(n, "")
+    }
+
+    /// Starts `n` nodes reading a config file of `toml` (if not empty).
+    pub fn start_with(n: usize, toml: &str) -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
+        let config = (!toml.is_empty()).then(|| {
+            let p = tmp.path().join("warren.toml");
+            std::fs::write(&p, toml).unwrap();
+            p
+        });
         let nodes: Vec<Node> = (1..=n as u64)
             .map(|id| Node {
                 id,
                 amqp: free_port(),
                 raft: free_port(),
+                http: free_port(),
                 dir: tmp.path().join(format!("d{id}")),
                 log: tmp.path().join(format!("n{id}.log")),
                 child: Mutex::new(None),
@@ -61,6 +76,7 @@ impl Cluster {
         let c = Cluster {
             nodes,
             peers,
+            config,
             _tmp: tmp,
         };
         for i in 0..n {
@@ -71,6 +87,11 @@ impl Cluster {
 
     /// Starts node `i` (again).
     pub fn spawn(&self, i: usize) {
+        let peers = self.peers.clone();
+        self.spawn_with_peers(i, &peers);
+    }
+
+    fn spawn_with_peers(&self, i: usize, peers: &str) {
         let bin =
             std::env::var("WARREN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_warren").into());
         let n = &self.nodes[i];
@@ -80,9 +101,15 @@ impl Cluster {
             .open(&n.log)
             .unwrap();
         let err = out.try_clone().unwrap();
-        let child = Command::new(bin)
-            .args(["--bind", "127.0.0.1", "--management-port", "off"])
+        let mut cmd = Command::new(bin);
+        if let Some(c) = &self.config {
+            cmd.arg("--config").arg(c);
+        }
+        let child = cmd
+            .args(["--bind", "127.0.0.1", "--management-bind", "127.0.0.1"])
             .args(["--prometheus-port", "off", "--log-level", "info"])
+            .arg("--management-port")
+            .arg(n.http.to_string())
             .arg("--port")
             .arg(n.amqp.to_string())
             .arg("--node-id")
@@ -90,7 +117,7 @@ impl Cluster {
             .arg("--raft-port")
             .arg(n.raft.to_string())
             .arg("--peers")
-            .arg(&self.peers)
+            .arg(peers)
             .arg("--data-dir")
             .arg(&n.dir)
             .env("RUST_LOG", "info,openraft=off")
@@ -173,6 +200,43 @@ impl Cluster {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Whether node `i`'s log has `text`.
+    pub fn log_has(&self, i: usize, text: &str) -> bool {
+        std::fs::read_to_string(&self.nodes[i].log).is_ok_and(|t| t.contains(text))
+    }
+
+    /// http://127.0.0.1:port of node `i`'s management API.
+    pub fn api(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.nodes[i].http)
+    }
+
+    /// Adds a node to this handle (not started): its id is the next one
+    /// and it knows only itself (`--peers` "id=addr").
+    pub fn add_node(&mut self) -> usize {
+        let id = self.nodes.len() as u64 + 1;
+        let dir = self._tmp.path().join(format!("d{id}"));
+        let log = self._tmp.path().join(format!("n{id}.log"));
+        self.nodes.push(Node {
+            id,
+            amqp: free_port(),
+            raft: free_port(),
+            http: free_port(),
+            dir,
+            log,
+            child: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+        });
+        self.nodes.len() - 1
+    }
+
+    /// Starts node `i`, a node that joins: its peers are the cluster's
+    /// and itself, and its id is not the lowest, so it waits to be added.
+    pub fn spawn_joining(&self, i: usize) {
+        let n = &self.nodes[i];
+        let peers = format!("{},{}=127.0.0.1:{}", self.peers, n.id, n.raft);
+        self.spawn_with_peers(i, &peers);
     }
 
     /// amqp:// URI of node `i`.

@@ -5,10 +5,12 @@
 //! `amq.default`, which the handlers read as "".
 
 mod access;
+mod cluster;
 mod conns;
 mod entities;
 mod node;
 
+pub use cluster::member_name;
 pub use node::{disk_free, fd_limit, open_fds};
 mod tenancy;
 
@@ -151,7 +153,12 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/health/checks/virtual-hosts", get(node::virtual_hosts))
         .route(
             "/health/checks/node-is-quorum-critical",
-            get(node::single_node),
+            get(cluster::quorum_critical),
+        )
+        .route("/cluster", get(cluster::show))
+        .route(
+            "/cluster/members/{id}",
+            put(cluster::add_member).delete(cluster::remove_member),
         )
         .route(
             "/health/checks/node-is-mirror-sync-critical",

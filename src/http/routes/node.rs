@@ -207,6 +207,9 @@ pub fn fd_limit() -> u64 {
 
 pub async fn nodes(State(api): State<Arc<Api>>, caller: Caller) -> ApiResult<Json<Value>> {
     caller.monitor()?;
+    if let Some(c) = &api.broker.cluster {
+        return Ok(Json(super::cluster::nodes(c, node_json(&api)).await));
+    }
     Ok(Json(json!([node_json(&api)])))
 }
 

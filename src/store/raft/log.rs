@@ -28,6 +28,8 @@ pub struct LogStore {
     meta: sled::Tree,
     syncer: Arc<dyn Syncer>,
     flushes: mpsc::Sender<LogFlushed<TypeConfig>>,
+    /// The last committed index openraft saved (metrics).
+    committed: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl LogStore {
@@ -43,7 +45,13 @@ impl LogStore {
             meta: db.open_tree("raft_meta")?,
             syncer,
             flushes,
+            committed: Arc::default(),
         })
+    }
+
+    /// The last committed index.
+    pub fn committed(&self) -> u64 {
+        self.committed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(
@@ -157,6 +165,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), StorageError> {
+        if let Some(c) = committed {
+            self.committed
+                .fetch_max(c.index, std::sync::atomic::Ordering::Relaxed);
+        }
         self.put_meta(COMMITTED, &committed)
     }
 

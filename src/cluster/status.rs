@@ -1,0 +1,175 @@
+//! What the management API and metrics show of the cluster: each member
+//! with its role and whether it answers, this node's Raft log and term,
+//! and membership changes (join, leave).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use openraft::ServerState;
+
+use super::Cluster;
+use crate::store::raft::Member;
+
+/// One member.
+#[derive(Debug, Clone)]
+pub struct MemberStatus {
+    pub id: u64,
+    /// host:port of its Raft listener.
+    pub raft: String,
+    pub leader: bool,
+    /// Counts toward the majority (else a learner, catching up).
+    pub voter: bool,
+    /// Its Raft listener accepted a connection just now (this node: true).
+    pub reachable: bool,
+    /// The last log index the leader knows it holds (leader only).
+    pub matched: Option<u64>,
+}
+
+/// This node's view.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub id: u64,
+    pub term: u64,
+    pub state: &'static str,
+    pub leader: Option<u64>,
+    pub last_log: u64,
+    pub committed: u64,
+    pub applied: u64,
+    pub snapshot: u64,
+    pub purged: u64,
+    pub leader_changes: u64,
+    pub members: Vec<MemberStatus>,
+}
+
+impl Status {
+    /// Voters that answer, and how many a majority is.
+    pub fn quorum(&self) -> (usize, usize) {
+        let voters = self.members.iter().filter(|m| m.voter).count();
+        let up = self
+            .members
+            .iter()
+            .filter(|m| m.voter && m.reachable)
+            .count();
+        (up, voters / 2 + 1)
+    }
+
+    /// Whether stopping this node would leave the voters that answer
+    /// short of a majority (RabbitMQ's node-is-quorum-critical).
+    pub fn quorum_critical(&self) -> bool {
+        let (up, majority) = self.quorum();
+        let me_voting = self.members.iter().any(|m| m.id == self.id && m.voter);
+        me_voting && up.saturating_sub(1) < majority
+    }
+
+    /// Entries in the log now.
+    pub fn log_entries(&self) -> u64 {
+        self.last_log.saturating_sub(self.purged)
+    }
+}
+
+impl Cluster {
+    /// This node's view of the cluster, probing each member's Raft port.
+    pub async fn status(&self) -> Status {
+        let mut s = self.local_status();
+        let probes = s.members.iter().map(|m| {
+            let addr = m.raft.clone();
+            let me = m.id == self.id;
+            async move {
+                me || matches!(
+                    tokio::time::timeout(
+                        Duration::from_millis(300),
+                        tokio::net::TcpStream::connect(&addr)
+                    )
+                    .await,
+                    Ok(Ok(_))
+                )
+            }
+        });
+        let reachable = futures::future::join_all(probes).await;
+        for (m, r) in s.members.iter_mut().zip(reachable) {
+            m.reachable = r;
+        }
+        s
+    }
+
+    /// What this node knows without asking anyone (only this node counts
+    /// as reachable).
+    pub fn local_status(&self) -> Status {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        let members = membership
+            .nodes()
+            .map(|(&id, node)| (id, node.raft.clone(), id == self.id))
+            .map(|(id, raft, reachable)| MemberStatus {
+                id,
+                raft,
+                leader: m.current_leader == Some(id),
+                voter: voters.contains(&id),
+                reachable,
+                matched: m
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(&id).cloned().flatten())
+                    .map(|l| l.index),
+            })
+            .collect();
+        Status {
+            id: self.id,
+            term: m.current_term,
+            state: match m.state {
+                ServerState::Leader => "leader",
+                ServerState::Follower => "follower",
+                ServerState::Candidate => "candidate",
+                ServerState::Learner => "learner",
+                ServerState::Shutdown => "shutdown",
+            },
+            leader: m.current_leader,
+            last_log: m.last_log_index.unwrap_or(0),
+            committed: self.log.committed(),
+            applied: m.last_applied.map_or(0, |l| l.index),
+            snapshot: m.snapshot.map_or(0, |l| l.index),
+            purged: m.purged.map_or(0, |l| l.index),
+            leader_changes: self.leader_changes(),
+            members,
+        }
+    }
+
+    /// Adds node `id` (its Raft listener at `raft`): first as a learner
+    /// that catches up from the log or a snapshot, then as a voter.
+    pub async fn add_member(&self, id: u64, raft: String) -> Result<(), String> {
+        self.raft
+            .add_learner(id, Member { raft }, true)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut voters = self.voters();
+        voters.insert(id);
+        self.raft
+            .change_membership(voters, false)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Removes node `id` from the cluster.
+    pub async fn remove_member(&self, id: u64) -> Result<(), String> {
+        let mut voters = self.voters();
+        if !voters.remove(&id) {
+            return Err(format!("node {id} is not a voting member"));
+        }
+        if voters.is_empty() {
+            return Err("the last member cannot leave".into());
+        }
+        self.raft
+            .change_membership(voters, false)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn voters(&self) -> BTreeSet<u64> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.membership_config.membership().voter_ids().collect()
+    }
+}
