@@ -63,11 +63,19 @@ pub struct Accepted {
 }
 
 impl Accepted {
-    /// Serves one plain AMQP connection from `peer` on its own task.
-    pub fn serve(&self, socket: tokio::net::TcpStream, peer: SocketAddr) {
+    /// Serves one AMQP connection a cluster member carried here from
+    /// `peer`, on its own task. A TLS link between members is not the
+    /// client's TLS: the connection is not shown as TLS and offers no
+    /// EXTERNAL login.
+    pub fn serve(&self, link: crate::cluster::Link, peer: SocketAddr) {
+        let socket = match link {
+            crate::cluster::Link::Plain(s) => Transport::Plain(s),
+            crate::cluster::Link::Server(s) => Transport::Link(s),
+            crate::cluster::Link::Client(_) => return,
+        };
         let a = self.clone();
         tokio::spawn(async move {
-            connection::serve(Transport::Plain(socket), peer, a.broker, a.node, a.stop).await;
+            connection::serve(socket, peer, a.broker, a.node, a.stop).await;
             drop(a.alive);
         });
     }

@@ -291,3 +291,56 @@ async fn no_confirmed_message_is_lost_when_the_leader_hangs() {
     );
     check(&history, &got);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_talk_over_mutual_tls_when_certificates_are_configured() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let certs = tempfile::tempdir().unwrap();
+    let toml = cluster_support::mutual_tls_config(certs.path());
+    let cluster = Arc::new(Cluster::start_with(3, &toml));
+    let (leader, term) = cluster.wait_leader(0, Duration::from_secs(30)).await;
+    // A plain connection to a Raft port gets nothing: the port speaks TLS
+    // and wants a member's certificate.
+    let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", cluster.nodes[leader].raft))
+        .await
+        .unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    raw.write_all(b"R\0\0\0\x01\x02").await.unwrap();
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(10), raw.read(&mut buf))
+        .await
+        .expect("the member closes a plain connection")
+        .unwrap_or(0);
+    assert!(
+        n == 0 || buf[0] == 0x15,
+        "a plain Raft request was answered"
+    );
+    // Publish through a follower (carried to the leader over TLS), lose
+    // the leader, and find every message on the new one.
+    let follower = (leader + 1) % 3;
+    let history = Arc::new(Mutex::new(History::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let publisher = tokio::spawn(publish(
+        Arc::clone(&cluster),
+        vec![follower, (leader + 2) % 3],
+        Arc::clone(&stop),
+        Arc::clone(&history),
+    ));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    cluster.kill(leader);
+    cluster.wait_leader(term, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::Relaxed);
+    tokio::time::timeout(Duration::from_secs(30), publisher)
+        .await
+        .expect("the publisher finishes")
+        .unwrap();
+    let (now, _) = cluster.wait_leader(0, Duration::from_secs(30)).await;
+    // Through the surviving follower: carried to the leader over TLS.
+    let via = (0..3).find(|&i| i != now && i != leader).unwrap_or(now);
+    let got = consume_all(&cluster, via).await;
+    let history = std::mem::take(&mut *history.lock());
+    assert!(history.confirmed.len() > 500, "{}", history.confirmed.len());
+    check(&history, &got);
+    cluster.assert_no_panics();
+}

@@ -19,6 +19,9 @@ use tokio_rustls::server::TlsStream;
 pub enum Transport {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+    /// A client a cluster member carried here over TLS between members:
+    /// encrypted, but not the client's own TLS.
+    Link(Box<TlsStream<TcpStream>>),
 }
 
 /// The connection's read side.
@@ -43,7 +46,7 @@ impl Transport {
     fn tcp(&self) -> &TcpStream {
         match self {
             Transport::Plain(s) => s,
-            Transport::Tls(s) => s.get_ref().0,
+            Transport::Tls(s) | Transport::Link(s) => s.get_ref().0,
         }
     }
 
@@ -64,7 +67,7 @@ impl Transport {
     /// it presented one.
     pub fn peer_certificate(&self) -> Option<Vec<u8>> {
         match self {
-            Transport::Plain(_) => None,
+            Transport::Plain(_) | Transport::Link(_) => None,
             Transport::Tls(s) => s
                 .get_ref()
                 .1
@@ -81,7 +84,7 @@ impl Transport {
                 let (r, w) = s.into_split();
                 (Reader::Plain(r), Writer::Plain(w))
             }
-            Transport::Tls(s) => {
+            Transport::Tls(s) | Transport::Link(s) => {
                 let fd = s.get_ref().0.as_raw_fd();
                 let (r, w) = tokio::io::split(*s);
                 (Reader::Tls { half: r, fd }, Writer::Tls { half: w, fd })

@@ -13,11 +13,13 @@
 //! openraft 0.9 has no leader transfer; this is built from its runtime
 //! switches.
 
+mod link;
 mod network;
 mod proxy;
 mod rpc;
 mod status;
 
+pub use link::{Link, LinkTls};
 pub use status::{MemberStatus, Status};
 
 use std::collections::BTreeMap;
@@ -35,7 +37,7 @@ use crate::config::ClusterConfig;
 use crate::store::raft::{LogStore, Member, Raft, StateMachine};
 
 /// What serves a client a follower proxied here (the leader's AMQP code).
-pub type ClientHandler = Arc<dyn Fn(TcpStream, SocketAddr) + Send + Sync>;
+pub type ClientHandler = Arc<dyn Fn(Link, SocketAddr) + Send + Sync>;
 
 /// What this node is in the cluster now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +64,10 @@ pub struct Cluster {
     log: LogStore,
     /// Times the leader this node knows changed.
     leader_changes: std::sync::atomic::AtomicU64,
+    /// Mutual TLS between members, if certificates are configured.
+    tls: link::Tls,
+    /// When the leader's commit in flight was shipped (ms; 0: none).
+    in_flight: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Cluster {
@@ -70,9 +76,12 @@ impl Cluster {
     pub async fn start(
         cfg: &ClusterConfig,
         bind: IpAddr,
+        tls: Option<LinkTls>,
         log: LogStore,
         machine: StateMachine,
+        in_flight: Arc<std::sync::atomic::AtomicU64>,
     ) -> Result<Arc<Cluster>, String> {
+        let tls = tls.map(Arc::new);
         let (Some(id), Some(port)) = (cfg.node_id, cfg.raft_port) else {
             return Err("a cluster node needs --node-id and --raft-port".into());
         };
@@ -87,7 +96,8 @@ impl Cluster {
         }
         .validate()
         .map_err(|e| format!("cluster settings: {e}"))?;
-        let raft = Raft::new(id, Arc::new(rc), network::Network, log.clone(), machine)
+        let net = network::Network { tls: tls.clone() };
+        let raft = Raft::new(id, Arc::new(rc), net, log.clone(), machine)
             .await
             .map_err(|e| format!("cannot start Raft: {e}"))?;
         let listener = TcpListener::bind((bind, port))
@@ -108,6 +118,8 @@ impl Cluster {
             raft_addr,
             log,
             leader_changes: Default::default(),
+            tls,
+            in_flight,
         });
         tokio::spawn(Arc::clone(&cluster).accept(listener));
         let first = cfg.peers.iter().map(|p| p.id).min();
@@ -183,8 +195,13 @@ impl Cluster {
             tokio::select! {
                 r = listener.accept() => match r {
                     Ok((s, peer)) => {
-                        let _ = s.set_nodelay(true);
-                        tokio::spawn(Arc::clone(&self).serve_peer(s, peer));
+                        let this = Arc::clone(&self);
+                        tokio::spawn(async move {
+                            match link::accept(s, this.tls.as_deref()).await {
+                                Ok(l) => this.serve_peer(l, peer).await,
+                                Err(e) => warn!(%peer, "a connection to the Raft port failed: {e}"),
+                            }
+                        });
                     }
                     Err(e) => {
                         warn!("Raft accept failed: {e}");
@@ -196,7 +213,7 @@ impl Cluster {
         }
     }
 
-    async fn serve_peer(self: Arc<Self>, mut s: TcpStream, peer: SocketAddr) {
+    async fn serve_peer(self: Arc<Self>, mut s: Link, peer: SocketAddr) {
         use tokio::io::AsyncReadExt;
         let mut kind = [0u8; 1];
         if s.read_exact(&mut kind).await.is_err() {
@@ -229,7 +246,7 @@ impl Cluster {
         }
     }
 
-    async fn serve_raft(&self, s: &mut TcpStream) -> std::io::Result<()> {
+    async fn serve_raft(&self, s: &mut Link) -> std::io::Result<()> {
         let bad = |e: bincode::Error| std::io::Error::other(e.to_string());
         loop {
             let (kind, body) = rpc::read_frame(s).await?;
@@ -299,7 +316,10 @@ impl Cluster {
             if let Role::Leader { term } = role {
                 // Leadership confirmed by a majority, and applied keeping up.
                 let probe = tokio::time::timeout(step_down, self.raft.ensure_linearizable());
-                let confirmed = matches!(probe.await, Ok(Ok(_)));
+                let shipped = self.in_flight.load(std::sync::atomic::Ordering::Acquire);
+                let stalled = shipped != 0
+                    && crate::util::now_ms().saturating_sub(shipped) > step_down.as_millis() as u64;
+                let confirmed = matches!(probe.await, Ok(Ok(_))) && !stalled;
                 if confirmed {
                     unconfirmed_since = None;
                 } else {

@@ -12,8 +12,8 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use serde::{de::DeserializeOwned, Serialize};
-use tokio::net::TcpStream;
 
+use super::link::{self, Link};
 use super::rpc;
 use crate::store::raft::{Member, TypeConfig};
 
@@ -22,7 +22,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Makes a client per peer.
 #[derive(Clone, Default)]
-pub struct Network;
+pub struct Network {
+    pub tls: link::Tls,
+}
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
@@ -31,6 +33,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         Peer {
             target,
             addr: node.raft.clone(),
+            tls: self.tls.clone(),
             stream: None,
         }
     }
@@ -40,7 +43,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct Peer {
     target: u64,
     addr: String,
-    stream: Option<TcpStream>,
+    tls: link::Tls,
+    stream: Option<Link>,
 }
 
 type Failed<E> = RPCError<u64, Member, E>;
@@ -60,13 +64,15 @@ impl Peer {
         let payload =
             bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         if self.stream.is_none() {
-            let connect = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr));
+            let connect = tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                link::connect(&self.addr, self.tls.as_deref()),
+            );
             let mut s = match connect.await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => return Err(RPCError::Unreachable(Unreachable::new(&e))),
                 Err(e) => return Err(RPCError::Unreachable(Unreachable::new(&e))),
             };
-            let _ = s.set_nodelay(true);
             tokio::io::AsyncWriteExt::write_all(&mut s, &[rpc::RAFT])
                 .await
                 .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;

@@ -28,14 +28,13 @@ pub(super) async fn to_leader(cluster: &Cluster, mut client: TcpStream, peer: So
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let mut upstream = match TcpStream::connect(&addr).await {
+    let mut upstream = match super::link::connect(&addr, cluster.tls.as_deref()).await {
         Ok(s) => s,
         Err(e) => {
             debug!(%peer, leader = %addr, "cannot reach the leader: {e}");
             return;
         }
     };
-    let _ = upstream.set_nodelay(true);
     let _ = client.set_nodelay(true);
     let header = match bincode::serialize(&rpc::ProxyHeader { client: peer }) {
         Ok(h) => h,

@@ -39,8 +39,27 @@ impl ClusterNode {
         let machine = replica
             .take_machine()
             .ok_or_else(|| "the state machine is taken".to_string())?;
-        let cluster =
-            Cluster::start(&config.cluster, config.bind, replica.log.clone(), machine).await?;
+        // Mutual TLS between members when [tls] has a certificate, its
+        // key and a CA.
+        let tls = match (
+            &config.tls.certfile,
+            &config.tls.keyfile,
+            &config.tls.cacertfile,
+        ) {
+            (Some(_), Some(_), Some(_)) => Some(crate::cluster::LinkTls::new(
+                crate::tls::cluster::cluster(&config.tls)?,
+            )),
+            _ => None,
+        };
+        let cluster = Cluster::start(
+            &config.cluster,
+            config.bind,
+            tls,
+            replica.log.clone(),
+            machine,
+            replica.in_flight(),
+        )
+        .await?;
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(run(config, replica, Arc::clone(&cluster), stop_rx));
         Ok(ClusterNode {

@@ -302,3 +302,42 @@ impl Drop for Cluster {
         }
     }
 }
+
+/// `[tls]` for a cluster whose members talk over mutual TLS: a CA and one
+/// certificate for 127.0.0.1 with both uses (every member is a server
+/// and a client of the others), written into `dir`; the client listeners
+/// TLS would open (AMQPS, HTTPS) stay off.
+pub fn mutual_tls_config(dir: &std::path::Path) -> String {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    };
+    let ca_key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.distinguished_name.push(DnType::CommonName, "cluster CA");
+    let ca = p.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    p.distinguished_name.push(DnType::CommonName, "node");
+    p.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let cert = p.signed_by(&key, &ca, &ca_key).unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    let (c, k, a) = (
+        dir.join("node.pem"),
+        dir.join("node.key"),
+        dir.join("ca.pem"),
+    );
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    std::fs::write(&a, ca.pem()).unwrap();
+    format!(
+        "amqps_port = \"off\"\nmanagement_tls_port = \"off\"\nprometheus_tls_port = \"off\"\n\
+         [tls]\ncertfile = {:?}\nkeyfile = {:?}\ncacertfile = {:?}\n",
+        c.display().to_string(),
+        k.display().to_string(),
+        a.display().to_string()
+    )
+}

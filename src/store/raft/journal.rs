@@ -32,16 +32,26 @@ pub struct RaftJournal {
     applier: Arc<Applier>,
     entry: Arc<Mutex<BytesMut>>,
     open: Arc<AtomicBool>,
+    closing: Arc<AtomicBool>,
     next_queue_id: AtomicU64,
     defs_version: AtomicU64,
     flusher: Arc<Flusher>,
 }
+
+/// How long the last commit of a term may wait (shutdown): a node that
+/// lost its majority must still stop.
+const LAST_COMMIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Ships the entry being built and waits for its commit.
 struct Shipper {
     raft: Raft,
     entry: Arc<Mutex<BytesMut>>,
     open: Arc<AtomicBool>,
+    /// The term is ending: commits wait a bounded time.
+    closing: Arc<AtomicBool>,
+    /// When the commit in flight was shipped (ms since the epoch; 0:
+    /// none), for the watchdog: a leader whose commits stall steps down.
+    in_flight: Arc<AtomicU64>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -58,7 +68,22 @@ impl Syncer for Shipper {
         }
         let raft = self.raft.clone();
         let batch = Batch(ops.into());
-        match self.runtime.block_on(raft.client_write(batch)) {
+        let closing = self.closing.load(Ordering::Acquire);
+        self.in_flight
+            .store(crate::util::now_ms().max(1), Ordering::Release);
+        let result = self.runtime.block_on(async {
+            let write = raft.client_write(batch);
+            if closing {
+                tokio::time::timeout(LAST_COMMIT_TIMEOUT, write)
+                    .await
+                    .map_err(|_| "no majority answered in time".to_string())?
+                    .map_err(|e| e.to_string())
+            } else {
+                write.await.map_err(|e| e.to_string())
+            }
+        });
+        self.in_flight.store(0, Ordering::Release);
+        match result {
             Ok(_) => Ok(()),
             Err(e) => {
                 self.open.store(false, Ordering::Release);
@@ -75,14 +100,18 @@ impl RaftJournal {
         applier: Arc<Applier>,
         raft: Raft,
         deferred: Arc<Registry>,
+        in_flight: Arc<AtomicU64>,
     ) -> Result<RaftJournal> {
         applier.clear_pending()?;
         let entry = Arc::new(Mutex::new(BytesMut::new()));
         let open = Arc::new(AtomicBool::new(true));
+        let closing = Arc::new(AtomicBool::new(false));
         let shipper = Arc::new(Shipper {
             raft,
             entry: Arc::clone(&entry),
             open: Arc::clone(&open),
+            closing: Arc::clone(&closing),
+            in_flight,
             runtime: tokio::runtime::Handle::current(),
         });
         let before_commit: Box<dyn Fn() -> bool + Send> = {
@@ -95,6 +124,7 @@ impl RaftJournal {
             applier,
             entry,
             open,
+            closing,
             defs_version: AtomicU64::new(0),
             flusher,
         })
@@ -181,6 +211,7 @@ impl Journal for RaftJournal {
         // The committer's last round ships what is left (if this node
         // still leads); it runs on its own thread, which needs this
         // runtime to make progress.
+        self.closing.store(true, Ordering::Release);
         let stop = || self.flusher.stop();
         match tokio::runtime::Handle::try_current() {
             Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {

@@ -90,6 +90,8 @@ pub struct Replica {
     pub log: LogStore,
     machine: Option<StateMachine>,
     applied: tokio::sync::watch::Receiver<u64>,
+    /// When the leader's commit in flight was shipped (ms; 0: none).
+    in_flight: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Replica {
@@ -107,12 +109,19 @@ impl Replica {
             log,
             machine: Some(machine),
             applied,
+            in_flight: Default::default(),
         })
     }
 
     /// The state machine, for openraft (once).
     pub fn take_machine(&mut self) -> Option<StateMachine> {
         self.machine.take()
+    }
+
+    /// When the commit in flight was shipped (ms since the epoch; 0: none
+    /// in flight), across this node's terms.
+    pub fn in_flight(&self) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+        std::sync::Arc::clone(&self.in_flight)
     }
 
     /// Watches the last applied log index.
@@ -127,11 +136,12 @@ impl Replica {
         raft: Raft,
     ) -> crate::store::Result<std::sync::Arc<crate::store::Store>> {
         let applier = std::sync::Arc::clone(&self.applier);
+        let in_flight = self.in_flight();
         crate::store::Store::for_term(
             self.db.clone(),
             std::sync::Arc::clone(&applier),
             |deferred| {
-                let j = RaftJournal::start(applier, raft, deferred)?;
+                let j = RaftJournal::start(applier, raft, deferred, in_flight)?;
                 Ok(std::sync::Arc::new(j) as std::sync::Arc<dyn crate::store::Journal>)
             },
         )
