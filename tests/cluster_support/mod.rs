@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod total;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +28,10 @@ pub struct Node {
     pub raft: u16,
     /// The management API's port (served while the node leads).
     pub http: u16,
+    /// The address it binds and is reached at.
+    pub host: String,
+    /// The network namespace it runs in, if any.
+    pub netns: Option<String>,
     pub dir: PathBuf,
     pub log: PathBuf,
     child: Mutex<Option<Child>>,
@@ -50,6 +56,13 @@ impl Cluster {
 
     /// Starts `n` nodes reading a config file of `toml` (if not empty).
     pub fn start_with(n: usize, toml: &str) -> Cluster {
+        let hosts = vec![("127.0.0.1".to_string(), None); n];
+        Self::start_on(&hosts, toml)
+    }
+
+    /// Starts a node per (address, network namespace) of `hosts`.
+    pub fn start_on(hosts: &[(String, Option<String>)], toml: &str) -> Cluster {
+        let n = hosts.len();
         let tmp = tempfile::tempdir().unwrap();
         let config = (!toml.is_empty()).then(|| {
             let p = tmp.path().join("warren.toml");
@@ -62,6 +75,8 @@ impl Cluster {
                 amqp: free_port(),
                 raft: free_port(),
                 http: free_port(),
+                host: hosts[id as usize - 1].0.clone(),
+                netns: hosts[id as usize - 1].1.clone(),
                 dir: tmp.path().join(format!("d{id}")),
                 log: tmp.path().join(format!("n{id}.log")),
                 child: Mutex::new(None),
@@ -70,7 +85,7 @@ impl Cluster {
             .collect();
         let peers = nodes
             .iter()
-            .map(|n| format!("{}=127.0.0.1:{}", n.id, n.raft))
+            .map(|n| format!("{}={}:{}", n.id, n.host, n.raft))
             .collect::<Vec<_>>()
             .join(",");
         let c = Cluster {
@@ -101,12 +116,19 @@ impl Cluster {
             .open(&n.log)
             .unwrap();
         let err = out.try_clone().unwrap();
-        let mut cmd = Command::new(bin);
+        let mut cmd = match &n.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
         if let Some(c) = &self.config {
             cmd.arg("--config").arg(c);
         }
         let child = cmd
-            .args(["--bind", "127.0.0.1", "--management-bind", "127.0.0.1"])
+            .args(["--bind", &n.host, "--management-bind", &n.host])
             .args(["--prometheus-port", "off", "--log-level", "info"])
             .arg("--management-port")
             .arg(n.http.to_string())
@@ -209,7 +231,7 @@ impl Cluster {
 
     /// http://127.0.0.1:port of node `i`'s management API.
     pub fn api(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.nodes[i].http)
+        format!("http://{}:{}", self.nodes[i].host, self.nodes[i].http)
     }
 
     /// Adds a node to this handle (not started): its id is the next one
@@ -223,6 +245,8 @@ impl Cluster {
             amqp: free_port(),
             raft: free_port(),
             http: free_port(),
+            host: "127.0.0.1".into(),
+            netns: None,
             dir,
             log,
             child: Mutex::new(None),
@@ -235,13 +259,16 @@ impl Cluster {
     /// and itself, and its id is not the lowest, so it waits to be added.
     pub fn spawn_joining(&self, i: usize) {
         let n = &self.nodes[i];
-        let peers = format!("{},{}=127.0.0.1:{}", self.peers, n.id, n.raft);
+        let peers = format!("{},{}={}:{}", self.peers, n.id, n.host, n.raft);
         self.spawn_with_peers(i, &peers);
     }
 
     /// amqp:// URI of node `i`.
     pub fn uri(&self, i: usize) -> String {
-        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.nodes[i].amqp)
+        format!(
+            "amqp://guest:guest@{}:{}/%2f",
+            self.nodes[i].host, self.nodes[i].amqp
+        )
     }
 
     /// Connects to node `i`, retrying for `within`.

@@ -1,0 +1,233 @@
+//! A network partition that isolates the leader, made with network
+//! namespaces: each node runs in its own namespace, joined to the test by
+//! a bridge, and the leader is cut off from the other two by blackhole
+//! routes in its namespace (the test still reaches it). The minority
+//! stops confirming, the majority elects a leader and goes on, and after
+//! healing everything confirmed on either side is there, so the old
+//! leader never confirmed anything the new one lacks.
+//!
+//! Needs root and `ip` (iproute2), as the CI machines have; elsewhere the
+//! test says it is skipped and passes.
+
+mod cluster_support;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster_support::total::{check, consume_all, durable, publish, queue_args, History, QUEUE};
+use cluster_support::Cluster;
+use lapin::options::*;
+use lapin::BasicProperties;
+use parking_lot::Mutex;
+
+/// Three namespaces on a bridge; removed on drop.
+struct Net {
+    tag: String,
+    prefix: String,
+    made: Vec<String>,
+}
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Net {
+    fn new() -> Option<Net> {
+        let pid = std::process::id();
+        let tag = format!("{}", pid % 100_000);
+        let prefix = format!("10.{}.{}", 200 + pid % 50, (pid / 50) % 250);
+        let mut net = Net {
+            tag: tag.clone(),
+            prefix: prefix.clone(),
+            made: Vec::new(),
+        };
+        let br = format!("wb{tag}");
+        if !ip(&["link", "add", &br, "type", "bridge"]) {
+            return None;
+        }
+        net.made.push(format!("link:{br}"));
+        let up = ip(&["link", "set", &br, "up"])
+            && ip(&["addr", "add", &format!("{prefix}.254/24"), "dev", &br]);
+        if !up {
+            return None;
+        }
+        for i in 1..=3 {
+            let ns = net.ns(i);
+            let (v, peer) = (format!("wv{tag}{i}"), format!("wp{tag}{i}"));
+            let ok = ip(&["netns", "add", &ns])
+                && {
+                    net.made.push(format!("netns:{ns}"));
+                    true
+                }
+                && ip(&["link", "add", &v, "type", "veth", "peer", "name", &peer])
+                && {
+                    net.made.push(format!("link:{v}"));
+                    true
+                }
+                && ip(&["link", "set", &peer, "netns", &ns])
+                && ip(&["link", "set", &v, "master", &br])
+                && ip(&["link", "set", &v, "up"])
+                && ip(&[
+                    "netns",
+                    "exec",
+                    &ns,
+                    "ip",
+                    "addr",
+                    "add",
+                    &format!("{}/24", net.host(i)),
+                    "dev",
+                    &peer,
+                ])
+                && ip(&["netns", "exec", &ns, "ip", "link", "set", &peer, "up"])
+                && ip(&["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
+            if !ok {
+                return None;
+            }
+        }
+        Some(net)
+    }
+
+    fn ns(&self, i: usize) -> String {
+        format!("wn{}-{i}", self.tag)
+    }
+
+    fn host(&self, i: usize) -> String {
+        format!("{}.{i}", self.prefix)
+    }
+
+    /// Cuts node `i` (1-based) off from the other nodes, or heals it.
+    fn isolate(&self, i: usize, cut: bool) {
+        for j in 1..=3 {
+            if j != i {
+                let verb = if cut { "add" } else { "del" };
+                let dst = format!("{}/32", self.host(j));
+                assert!(
+                    ip(&[
+                        "netns",
+                        "exec",
+                        &self.ns(i),
+                        "ip",
+                        "route",
+                        verb,
+                        "blackhole",
+                        &dst
+                    ]),
+                    "ip route {verb} blackhole {dst}"
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for m in self.made.iter().rev() {
+            match m.split_once(':') {
+                Some(("link", l)) => {
+                    ip(&["link", "del", l]);
+                }
+                Some(("netns", n)) => {
+                    ip(&["netns", "del", n]);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_confirms_nothing_and_the_majority_goes_on() {
+    let Some(net) = Net::new() else {
+        eprintln!("skipped: network namespaces need root and iproute2");
+        return;
+    };
+    let hosts: Vec<(String, Option<String>)> =
+        (1..=3).map(|i| (net.host(i), Some(net.ns(i)))).collect();
+    // guest may connect from the bridge, not only from loopback.
+    let cluster = Arc::new(Cluster::start_on(&hosts, "loopback_users = []\n"));
+    let (leader, term) = cluster.wait_leader(0, Duration::from_secs(30)).await;
+    let majority: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+
+    // A publisher on the majority side, all along.
+    let history = Arc::new(Mutex::new(History::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let publisher = tokio::spawn(publish(
+        Arc::clone(&cluster),
+        majority.clone(),
+        Arc::clone(&stop),
+        Arc::clone(&history),
+    ));
+    // A client of the leader itself.
+    let conn = cluster
+        .connect(leader, Duration::from_secs(30))
+        .await
+        .expect("connect to the leader");
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_declare(QUEUE.into(), durable(), queue_args())
+        .await
+        .unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    net.isolate(leader + 1, true);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // What the isolated leader is sent now cannot be confirmed.
+    let mut pending = Vec::new();
+    for id in 1_000_000_000u64..1_000_000_050 {
+        history.lock().published.insert(id);
+        match ch
+            .basic_publish(
+                "".into(),
+                QUEUE.into(),
+                BasicPublishOptions::default(),
+                id.to_string().as_bytes(),
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+        {
+            Ok(c) => pending.push(c),
+            Err(_) => break,
+        }
+    }
+    let (_, new_term) = cluster.wait_leader(term, Duration::from_secs(30)).await;
+    assert!(new_term > term);
+    let mut acked = 0;
+    for c in pending {
+        if let Ok(Ok(conf)) = tokio::time::timeout(Duration::from_secs(8), c).await {
+            if conf.is_ack() {
+                acked += 1;
+            }
+        }
+    }
+    assert_eq!(acked, 0, "the isolated leader confirmed {acked} messages");
+
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    net.isolate(leader + 1, false);
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    stop.store(true, Ordering::Relaxed);
+    tokio::time::timeout(Duration::from_secs(30), publisher)
+        .await
+        .expect("the publisher finishes")
+        .unwrap();
+    let (now, _) = cluster.wait_leader(0, Duration::from_secs(30)).await;
+    let got = consume_all(&cluster, now).await;
+    let history = std::mem::take(&mut *history.lock());
+    assert!(history.confirmed.len() > 500, "{}", history.confirmed.len());
+    eprintln!(
+        "partition: {} published, {} confirmed, {} consumed",
+        history.published.len(),
+        history.confirmed.len(),
+        got.len()
+    );
+    check(&history, &got);
+    cluster.assert_no_panics();
+    drop(cluster);
+    drop(net);
+}

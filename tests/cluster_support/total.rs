@@ -1,0 +1,199 @@
+//! A total-queue workload in the style of Jepsen's: a publisher of
+//! numbered persistent messages with pipelined confirms that moves to
+//! another node whenever its connection fails or stalls, a consumer that
+//! takes everything, and the check: every confirmed message dequeued,
+//! nothing dequeued that was never published, a message twice only as
+//! redelivered.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use lapin::options::*;
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::BasicProperties;
+use parking_lot::Mutex;
+
+use super::Cluster;
+
+pub const QUEUE: &str = "total";
+/// Confirms outstanding at most.
+const WINDOW: usize = 300;
+/// A confirm that takes longer means the connection is stuck.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(4);
+
+#[derive(Default)]
+pub struct History {
+    /// Every id sent.
+    pub published: BTreeSet<u64>,
+    /// Every id the broker confirmed.
+    pub confirmed: BTreeSet<u64>,
+}
+
+pub fn queue_args() -> FieldTable {
+    let mut t = FieldTable::default();
+    t.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    t
+}
+
+pub fn durable() -> QueueDeclareOptions {
+    QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    }
+}
+
+/// Publishes ids from 1 on, through node `order[0]` first, moving to the
+/// next node whenever a connection fails or stalls, until `stop`.
+pub async fn publish(
+    cluster: Arc<Cluster>,
+    order: Vec<usize>,
+    stop: Arc<AtomicBool>,
+    history: Arc<Mutex<History>>,
+) {
+    let mut next = 1u64;
+    let mut at = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let node = order[at % order.len()];
+        at += 1;
+        let uri = cluster.uri(node);
+        let conn = tokio::time::timeout(
+            Duration::from_secs(5),
+            lapin::Connection::connect(&uri, lapin::ConnectionProperties::default()),
+        )
+        .await;
+        let Ok(Ok(conn)) = conn else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let Ok(ch) = conn.create_channel().await else {
+            continue;
+        };
+        if ch
+            .queue_declare(QUEUE.into(), durable(), queue_args())
+            .await
+            .is_err()
+            || ch
+                .confirm_select(ConfirmSelectOptions::default())
+                .await
+                .is_err()
+        {
+            continue;
+        }
+        let mut window = VecDeque::new();
+        'conn: loop {
+            let stopping = stop.load(Ordering::Relaxed);
+            if !stopping {
+                let id = next;
+                next += 1;
+                history.lock().published.insert(id);
+                let sent = ch
+                    .basic_publish(
+                        "".into(),
+                        QUEUE.into(),
+                        BasicPublishOptions::default(),
+                        id.to_string().as_bytes(),
+                        BasicProperties::default().with_delivery_mode(2),
+                    )
+                    .await;
+                match sent {
+                    Ok(confirm) => window.push_back((id, confirm)),
+                    Err(_) => break 'conn,
+                }
+            }
+            while window.len() >= WINDOW || (stopping && !window.is_empty()) {
+                let Some((id, confirm)) = window.pop_front() else {
+                    break;
+                };
+                match tokio::time::timeout(CONFIRM_TIMEOUT, confirm).await {
+                    Ok(Ok(c)) if c.is_ack() => {
+                        history.lock().confirmed.insert(id);
+                    }
+                    _ => break 'conn,
+                }
+            }
+            if stopping {
+                let _ = conn.close(200, "done".into()).await;
+                return;
+            }
+        }
+    }
+}
+
+/// Everything in the queue, through node `i`: id -> (times, all but the
+/// first redelivered).
+pub async fn consume_all(cluster: &Cluster, i: usize) -> BTreeMap<u64, (u32, bool)> {
+    let conn = cluster
+        .connect(i, Duration::from_secs(30))
+        .await
+        .expect("connect to consume");
+    let ch = conn.create_channel().await.unwrap();
+    ch.basic_qos(1000, BasicQosOptions::default())
+        .await
+        .unwrap();
+    let q = ch
+        .queue_declare(QUEUE.into(), durable(), queue_args())
+        .await
+        .unwrap();
+    let expected = q.message_count();
+    let mut consumer = ch
+        .basic_consume(
+            QUEUE.into(),
+            "check".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let mut got: BTreeMap<u64, (u32, bool)> = BTreeMap::new();
+    let mut n = 0u32;
+    while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(3), consumer.next()).await
+    {
+        let id: u64 = std::str::from_utf8(&d.data).unwrap().parse().unwrap();
+        let e = got.entry(id).or_insert((0, true));
+        if e.0 > 0 && !d.redelivered {
+            e.1 = false;
+        }
+        e.0 += 1;
+        n += 1;
+        d.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    assert!(n >= expected, "consumed {n} of the {expected} queued");
+    got
+}
+
+pub fn check(history: &History, got: &BTreeMap<u64, (u32, bool)>) {
+    let lost: Vec<u64> = history
+        .confirmed
+        .iter()
+        .filter(|id| !got.contains_key(id))
+        .copied()
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} confirmed messages lost (of {}), first {:?}",
+        lost.len(),
+        history.confirmed.len(),
+        &lost[..lost.len().min(10)]
+    );
+    let unknown: Vec<u64> = got
+        .keys()
+        .filter(|id| !history.published.contains(id))
+        .copied()
+        .collect();
+    assert!(unknown.is_empty(), "never published: {unknown:?}");
+    let dup: Vec<u64> = got
+        .iter()
+        .filter(|(_, (times, redelivered))| *times > 1 && !*redelivered)
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(
+        dup.is_empty(),
+        "delivered twice, not as redelivered: {dup:?}"
+    );
+}
