@@ -27,7 +27,7 @@ async fn rounds(
     rounds: usize,
     fail: fn(&Cluster, usize),
     recover: fn(&Cluster, usize),
-) -> (History, BTreeMap<u64, (u32, bool)>, Vec<Duration>) {
+) -> (History, BTreeMap<u64, (u32, bool)>, Vec<String>) {
     let cluster = Arc::new(Cluster::start(3));
     let (first, mut term) = cluster.wait_leader(0, Duration::from_secs(30)).await;
     // Publish through a follower, then the others.
@@ -40,15 +40,17 @@ async fn rounds(
         Arc::clone(&stop),
         Arc::clone(&history),
     ));
-    let mut failovers = Vec::new();
+    let mut failed_at = Vec::new();
+    let mut to_leader = Vec::new();
     for _ in 0..rounds {
         let pause = rand::thread_rng().gen_range(500..1500);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let leader = cluster.leader().expect("a leader");
         fail(&cluster, leader);
-        let failed = tokio::time::Instant::now();
+        let failed = std::time::Instant::now();
+        failed_at.push(failed);
         let (_, t) = cluster.wait_leader(term, Duration::from_secs(30)).await;
-        failovers.push(failed.elapsed());
+        to_leader.push(failed.elapsed());
         term = t;
         tokio::time::sleep(Duration::from_millis(1000)).await;
         recover(&cluster, leader);
@@ -63,6 +65,18 @@ async fn rounds(
     let got = consume_all(&cluster, (leader + 1) % 3).await;
     cluster.assert_no_panics();
     let history = std::mem::take(&mut *history.lock());
+    // How long each failure stopped confirms: to the new leader serving,
+    // and to the first confirm of a message sent after the failure.
+    let failovers = failed_at
+        .iter()
+        .zip(&to_leader)
+        .map(|(at, l)| {
+            format!(
+                "{l:.2?} to serve, {:.2?} to a confirm",
+                history.gap_after(*at)
+            )
+        })
+        .collect();
     (history, got, failovers)
 }
 
@@ -158,6 +172,54 @@ async fn members_talk_over_mutual_tls_when_certificates_are_configured() {
     let got = consume_all(&cluster, via).await;
     let history = std::mem::take(&mut *history.lock());
     assert!(history.confirmed.len() > 500, "{}", history.confirmed.len());
+    check(&history, &got);
+    cluster.assert_no_panics();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_load_loses_nothing() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cluster = Arc::new(Cluster::start(3));
+    cluster.wait_leader(0, Duration::from_secs(30)).await;
+    let history = Arc::new(Mutex::new(History::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let publisher = tokio::spawn(publish(
+        Arc::clone(&cluster),
+        vec![0, 1, 2],
+        Arc::clone(&stop),
+        Arc::clone(&history),
+    ));
+    for i in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // A clean stop (SIGTERM) ends in time, leader or not.
+        assert!(
+            cluster.terminate(i, Duration::from_secs(20)),
+            "node {i} did not stop"
+        );
+        cluster.spawn(i);
+        // Back as a member before the next one goes.
+        cluster.wait_leader(0, Duration::from_secs(30)).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    tokio::time::timeout(Duration::from_secs(30), publisher)
+        .await
+        .expect("the publisher finishes")
+        .unwrap();
+    let (leader, _) = cluster.wait_leader(0, Duration::from_secs(30)).await;
+    let got = consume_all(&cluster, leader).await;
+    let history = std::mem::take(&mut *history.lock());
+    assert!(
+        history.confirmed.len() > 1000,
+        "{}",
+        history.confirmed.len()
+    );
+    eprintln!(
+        "rolling restart: {} published, {} confirmed, {} consumed",
+        history.published.len(),
+        history.confirmed.len(),
+        got.len()
+    );
     check(&history, &got);
     cluster.assert_no_panics();
 }

@@ -6,8 +6,9 @@
 //! healing everything confirmed on either side is there, so the old
 //! leader never confirmed anything the new one lacks.
 //!
-//! Needs root and `ip` (iproute2), as the CI machines have; elsewhere the
-//! test says it is skipped and passes.
+//! Needs root and `ip` (iproute2), as the CI machines have (.ci/run
+//! installs iproute2 and sets WARREN_REQUIRE_NETNS, so there it cannot
+//! skip); elsewhere the test says it is skipped and passes.
 
 mod cluster_support;
 
@@ -143,6 +144,11 @@ impl Drop for Net {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_leader_confirms_nothing_and_the_majority_goes_on() {
     let Some(net) = Net::new() else {
+        // CI sets WARREN_REQUIRE_NETNS where it can make them.
+        assert!(
+            std::env::var_os("WARREN_REQUIRE_NETNS").is_none(),
+            "cannot make network namespaces"
+        );
         eprintln!("skipped: network namespaces need root and iproute2");
         return;
     };

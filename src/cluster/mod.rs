@@ -68,6 +68,8 @@ pub struct Cluster {
     tls: link::Tls,
     /// When the leader's commit in flight was shipped (ms; 0: none).
     in_flight: Arc<std::sync::atomic::AtomicU64>,
+    /// A step-down is under way: not serving, whatever Raft says.
+    stepping_down: std::sync::atomic::AtomicBool,
 }
 
 impl Cluster {
@@ -120,6 +122,7 @@ impl Cluster {
             leader_changes: Default::default(),
             tls,
             in_flight,
+            stepping_down: Default::default(),
         });
         tokio::spawn(Arc::clone(&cluster).accept(listener));
         let first = cfg.peers.iter().map(|p| p.id).min();
@@ -146,8 +149,10 @@ impl Cluster {
                 warn!("forming the cluster: {e}");
             }
         }
-        tokio::spawn(Arc::clone(&cluster).watch_role(
-            Duration::from_millis(cfg.heartbeat_ms),
+        let tick = Duration::from_millis(cfg.heartbeat_ms);
+        tokio::spawn(Arc::clone(&cluster).watch_role(tick));
+        tokio::spawn(Arc::clone(&cluster).watchdog(
+            tick,
             Duration::from_millis(cfg.step_down_ms),
             Duration::from_millis(cfg.election_timeout_ms),
         ));
@@ -270,13 +275,48 @@ impl Cluster {
         }
     }
 
-    /// Keeps `role` true, and steps down a leader that cannot lead.
-    async fn watch_role(self: Arc<Self>, tick: Duration, step_down: Duration, election: Duration) {
+    /// Steps down a leader that cannot lead: once per `tick` it asks Raft
+    /// to confirm leadership with a majority and see the state machine
+    /// catch up, and checks that no commit has been in flight too long.
+    async fn watchdog(self: Arc<Self>, tick: Duration, step_down: Duration, election: Duration) {
+        let mut stop = self.stop.subscribe();
+        let mut unconfirmed_since: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = stop.changed() => return,
+            }
+            if !matches!(*self.role.borrow(), Role::Leader { .. }) {
+                unconfirmed_since = None;
+                continue;
+            }
+            let probe = tokio::time::timeout(step_down, self.raft.ensure_linearizable());
+            let confirmed = matches!(probe.await, Ok(Ok(_)));
+            let shipped = self.in_flight.load(std::sync::atomic::Ordering::Acquire);
+            let stalled = shipped != 0
+                && crate::util::now_ms().saturating_sub(shipped) > step_down.as_millis() as u64;
+            if confirmed && !stalled {
+                unconfirmed_since = None;
+                continue;
+            }
+            let since = *unconfirmed_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() + tick >= step_down {
+                warn!(
+                    stalled,
+                    "cannot confirm leadership with a majority, or commits stall: stepping down"
+                );
+                self.step_down(election).await;
+                unconfirmed_since = None;
+            }
+        }
+    }
+
+    /// Keeps `role` true.
+    async fn watch_role(self: Arc<Self>, tick: Duration) {
         let mut metrics = self.raft.metrics();
         let mut stop = self.stop.subscribe();
         // The term this node leads and the last index when it began.
         let mut leading: Option<(u64, u64)> = None;
-        let mut unconfirmed_since: Option<tokio::time::Instant> = None;
         let mut known_leader = None;
         loop {
             let m = metrics.borrow_and_update().clone();
@@ -296,14 +336,17 @@ impl Cluster {
                     }
                 };
                 let applied = m.last_applied.map_or(0, |l| l.index);
-                if applied >= start {
+                if applied >= start
+                    && !self
+                        .stepping_down
+                        .load(std::sync::atomic::Ordering::Acquire)
+                {
                     Role::Leader { term }
                 } else {
                     Role::Follower { leader: None }
                 }
             } else {
                 leading = None;
-                unconfirmed_since = None;
                 Role::Follower {
                     leader: m.current_leader,
                 }
@@ -313,29 +356,6 @@ impl Cluster {
                 *r = role;
                 changed
             });
-            if let Role::Leader { term } = role {
-                // Leadership confirmed by a majority, and applied keeping up.
-                let probe = tokio::time::timeout(step_down, self.raft.ensure_linearizable());
-                let shipped = self.in_flight.load(std::sync::atomic::Ordering::Acquire);
-                let stalled = shipped != 0
-                    && crate::util::now_ms().saturating_sub(shipped) > step_down.as_millis() as u64;
-                let confirmed = matches!(probe.await, Ok(Ok(_))) && !stalled;
-                if confirmed {
-                    unconfirmed_since = None;
-                } else {
-                    let since = *unconfirmed_since.get_or_insert_with(tokio::time::Instant::now);
-                    if since.elapsed() + tick >= step_down {
-                        warn!(
-                            term,
-                            "cannot confirm leadership with a majority: stepping down"
-                        );
-                        self.step_down(election).await;
-                        unconfirmed_since = None;
-                        leading = None;
-                        continue;
-                    }
-                }
-            }
             tokio::select! {
                 r = metrics.changed() => if r.is_err() { return },
                 _ = tokio::time::sleep(tick) => {}
@@ -346,6 +366,8 @@ impl Cluster {
 
     /// Stops serving, and lets a follower win an election.
     async fn step_down(&self, election: Duration) {
+        use std::sync::atomic::Ordering;
+        self.stepping_down.store(true, Ordering::Release);
         self.role.send_replace(Role::Follower { leader: None });
         let rc = self.raft.runtime_config();
         rc.heartbeat(false);
@@ -353,6 +375,7 @@ impl Cluster {
         tokio::time::sleep(election * 3).await;
         rc.heartbeat(true);
         rc.elect(true);
+        self.stepping_down.store(false, Ordering::Release);
     }
 
     /// Serves a client that connected here while this node follows: its

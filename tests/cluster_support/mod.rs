@@ -162,6 +162,27 @@ impl Cluster {
         self.nodes[i].stopped.store(false, Ordering::SeqCst);
     }
 
+    /// SIGTERMs node `i` and waits up to `within` for it to exit (then
+    /// SIGKILLs it); true if it stopped by itself.
+    pub fn terminate(&self, i: usize, within: Duration) -> bool {
+        let taken = self.nodes[i].child.lock().unwrap().take();
+        let Some(mut c) = taken else { return true };
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(c.id() as i32, libc::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        false
+    }
+
     /// Sends `sig` to node `i`.
     pub fn signal(&self, i: usize, sig: i32) {
         if let Some(c) = self.nodes[i].child.lock().unwrap().as_ref() {

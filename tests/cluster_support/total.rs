@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use lapin::options::*;
@@ -30,6 +30,21 @@ pub struct History {
     pub published: BTreeSet<u64>,
     /// Every id the broker confirmed.
     pub confirmed: BTreeSet<u64>,
+    /// When each id was sent, and when each confirm came.
+    pub sent_at: BTreeMap<u64, Instant>,
+    pub confirmed_at: Vec<(u64, Instant)>,
+}
+
+impl History {
+    /// From `at` to the first confirm of a message sent after it: how
+    /// long publishing stopped confirming (a failover seen by a client).
+    pub fn gap_after(&self, at: Instant) -> Option<Duration> {
+        self.confirmed_at
+            .iter()
+            .filter(|(id, _)| self.sent_at.get(id).is_some_and(|s| *s > at))
+            .map(|(_, t)| t.duration_since(at))
+            .min()
+    }
 }
 
 pub fn queue_args() -> FieldTable {
@@ -91,7 +106,11 @@ pub async fn publish(
             if !stopping {
                 let id = next;
                 next += 1;
-                history.lock().published.insert(id);
+                {
+                    let mut h = history.lock();
+                    h.published.insert(id);
+                    h.sent_at.insert(id, Instant::now());
+                }
                 let sent = ch
                     .basic_publish(
                         "".into(),
@@ -112,7 +131,9 @@ pub async fn publish(
                 };
                 match tokio::time::timeout(CONFIRM_TIMEOUT, confirm).await {
                     Ok(Ok(c)) if c.is_ack() => {
-                        history.lock().confirmed.insert(id);
+                        let mut h = history.lock();
+                        h.confirmed.insert(id);
+                        h.confirmed_at.push((id, Instant::now()));
                     }
                     _ => break 'conn,
                 }
