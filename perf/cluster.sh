@@ -9,6 +9,9 @@
 #
 # Prints confirmed msg/s and broker CPU per confirmed message (the sum of
 # every node's utime+stime) as medians of ROUNDS rounds, and the ratios.
+# With a consumer keeping up, Warren never writes (nor replicates) most
+# messages: they are acked before the next commit, which their confirms
+# still wait for. The publish-only rows (no consumer) write every one.
 #
 #   perf/cluster.sh                 # ROUNDS=3 DUR=10
 #   SKIP_RABBIT=1 perf/cluster.sh   # Warren only
@@ -124,10 +127,18 @@ for r in $(seq 1 "$ROUNDS"); do
     record wf_rate "$rate"; record wf_cpu "$cpu"
     read -r rate cpu < <(run5 "amqp://guest:guest@127.0.0.1:$LEADER/%2f" --queue "qql-$r" "${QQ[@]}")
     record wl_rate "$rate"; record wl_cpu "$cpu"
+    NODES=("$SPID")
+    read -r rate cpu < <(run5 amqp://guest:guest@127.0.0.1:5910/%2f --queue "psingle-$r" --producer-only)
+    record ps_rate "$rate"; record ps_cpu "$cpu"
+    NODES=("${WPIDS[@]}")
+    read -r rate cpu < <(run5 "amqp://guest:guest@127.0.0.1:$LEADER/%2f" --queue "pqq-$r" "${QQ[@]}" --producer-only)
+    record pl_rate "$rate"; record pl_cpu "$cpu"
     if [ "$SKIP_RABBIT" != 1 ]; then
         NODES=("${RPIDS[@]}")
         read -r rate cpu < <(run5 amqp://guest:guest@127.0.0.1:5921/%2f --queue "rqq-$r" "${QQ[@]}")
         record rq_rate "$rate"; record rq_cpu "$cpu"
+        read -r rate cpu < <(run5 amqp://guest:guest@127.0.0.1:5921/%2f --queue "prqq-$r" "${QQ[@]}" --producer-only)
+        record prq_rate "$rate"; record prq_cpu "$cpu"
     fi
     echo "round $r done" >&2
 done
@@ -138,10 +149,17 @@ printf '%-44s %12s %16s\n' "Warren single node, classic durable" "$(m single_rat
 printf '%-44s %12s %16s\n' "Warren 3 nodes, quorum, via a follower" "$(m wf_rate)" "$(m wf_cpu)"
 printf '%-44s %12s %16s\n' "Warren 3 nodes, quorum, on the leader" "$(m wl_rate)" "$(m wl_cpu)"
 [ "$SKIP_RABBIT" = 1 ] || printf '%-44s %12s %16s\n' "RabbitMQ 3.10.8 3 nodes, quorum" "$(m rq_rate)" "$(m rq_cpu)"
-python3 - "$(m single_rate)" "$(m single_cpu)" "$(m wl_rate)" "$(m wl_cpu)" "$(m wf_rate)" "$(m rq_rate)" "$(m rq_cpu)" <<'EOF'
+printf '%-44s %12s %16s\n' "publish-only: Warren single node" "$(m ps_rate)" "$(m ps_cpu)"
+printf '%-44s %12s %16s\n' "publish-only: Warren 3 nodes, on the leader" "$(m pl_rate)" "$(m pl_cpu)"
+[ "$SKIP_RABBIT" = 1 ] || printf '%-44s %12s %16s\n' "publish-only: RabbitMQ 3 nodes, quorum" "$(m prq_rate)" "$(m prq_cpu)"
+python3 - "$(m single_rate)" "$(m single_cpu)" "$(m wl_rate)" "$(m wl_cpu)" "$(m wf_rate)" "$(m rq_rate)" "$(m rq_cpu)" \
+    "$(m ps_rate)" "$(m ps_cpu)" "$(m pl_rate)" "$(m pl_cpu)" "$(m prq_rate)" "$(m prq_cpu)" <<'EOF'
 import sys
-s, sc, l, lc, f, q, qc = map(float, sys.argv[1:])
+s, sc, l, lc, f, q, qc, ps, psc, pl, plc, pq, pqc = map(float, sys.argv[1:])
 print(f"Warren 3 nodes (leader) / single node: rate x{l/s:.2f}, CPU per msg x{lc/sc:.2f}")
+print(f"publish-only, Warren 3 nodes / single node: rate x{pl/ps:.2f}, CPU per msg x{plc/psc:.2f}")
 if q:
     print(f"Warren 3 nodes / RabbitMQ 3 nodes quorum: rate x{l/q:.2f} (via a follower x{f/q:.2f}), CPU per msg x{qc/lc:.2f} less")
+if pq:
+    print(f"publish-only, Warren 3 nodes / RabbitMQ 3 nodes quorum: rate x{pl/pq:.2f}, CPU per msg x{pqc/plc:.2f} less")
 EOF

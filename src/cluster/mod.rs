@@ -36,6 +36,9 @@ use tracing::{info, warn};
 use crate::config::ClusterConfig;
 use crate::store::raft::{LogStore, Member, Raft, StateMachine};
 
+/// Connections the Raft port serves at once.
+const MAX_RAFT_PORT_CONNECTIONS: usize = 4096;
+
 /// What serves a client a follower proxied here (the leader's AMQP code).
 pub type ClientHandler = Arc<dyn Fn(Link, SocketAddr) + Send + Sync>;
 
@@ -196,12 +199,23 @@ impl Cluster {
 
     async fn accept(self: Arc<Self>, listener: TcpListener) {
         let mut stop = self.stop.subscribe();
+        // Connections at once at most (members' Raft links and proxied
+        // clients); more wait in the listen backlog.
+        let open = Arc::new(tokio::sync::Semaphore::new(MAX_RAFT_PORT_CONNECTIONS));
         loop {
+            let permit = tokio::select! {
+                p = Arc::clone(&open).acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
+                _ = stop.changed() => return,
+            };
             tokio::select! {
                 r = listener.accept() => match r {
                     Ok((s, peer)) => {
                         let this = Arc::clone(&self);
                         tokio::spawn(async move {
+                            let _permit = permit;
                             match link::accept(s, this.tls.as_deref()).await {
                                 Ok(l) => this.serve_peer(l, peer).await,
                                 Err(e) => warn!(%peer, "a connection to the Raft port failed: {e}"),

@@ -79,7 +79,7 @@ impl ClusterNode {
 }
 
 async fn run(
-    config: Config,
+    mut config: Config,
     replica: Replica,
     cluster: Arc<Cluster>,
     mut stop: watch::Receiver<bool>,
@@ -95,6 +95,10 @@ async fn run(
                 match lead(&config, &replica, &cluster).await {
                     Ok(server) => {
                         info!(term, "leading: serving clients");
+                        // load_definitions is imported once per start of
+                        // this node (as RabbitMQ imports it at boot), not
+                        // at every term it leads.
+                        config.load_definitions = None;
                         if let Some(a) = server.accepted() {
                             cluster.set_handler(Some(Arc::new(move |s, peer| a.serve(s, peer))));
                         }

@@ -28,6 +28,9 @@ pub struct Applier {
     pub(super) pending: sled::Tree,
     /// Whether anything was staged since `clear_pending`.
     staged: AtomicBool,
+    /// Held messages released and not unheld in the applied state yet:
+    /// the scheduler must not release them again meanwhile.
+    pub(super) unholding: Mutex<std::collections::HashSet<Vec<u8>>>,
     /// Serializes definition operations.
     defs_lock: Mutex<()>,
     /// Bumped by every definition operation.
@@ -43,6 +46,7 @@ impl Applier {
             delayed: db.open_tree("delayed")?,
             pending: db.open_tree("pending")?,
             staged: AtomicBool::new(false),
+            unholding: Mutex::default(),
             delivered,
             defs_lock: Mutex::new(()),
             defs_version: AtomicU64::new(0),
@@ -66,12 +70,9 @@ impl Applier {
                 self.msgs.remove(messages::message_key(queue_id, seq))?;
                 self.unstage(queue_id, seq)?;
             }
-            Op::PurgeFrom { queue_id, from } => {
-                messages::purge_from(&self.msgs, queue_id, from)?;
-                if self.is_staging() {
-                    messages::purge_from(&self.pending, queue_id, from)?;
-                }
-            }
+            // What a purge leaves staged was staged after it was submitted
+            // (`unstage_from` took the rest then): it stays.
+            Op::PurgeFrom { queue_id, from } => messages::purge_from(&self.msgs, queue_id, from)?,
             Op::Hold {
                 due,
                 seq,
@@ -79,7 +80,12 @@ impl Applier {
                 delay_ms,
                 message,
             } => delayed::hold(&self.delayed, due, seq, vhost, delay_ms, message)?,
-            Op::Unhold { key } => delayed::unhold(&self.delayed, key)?,
+            Op::Unhold { key } => {
+                delayed::unhold(&self.delayed, key)?;
+                if self.is_staging() {
+                    self.unholding.lock().remove(key);
+                }
+            }
             Op::Reserve { queue_id, upto } => self.delivered.reserve(queue_id, upto)?,
             _ => return self.apply_definition(op),
         }
@@ -164,8 +170,24 @@ impl Applier {
     /// serving): what was not committed never happened.
     pub fn clear_pending(&self) -> Result<()> {
         self.pending.clear()?;
+        self.unholding.lock().clear();
         self.staged.store(false, Ordering::Release);
         Ok(())
+    }
+
+    /// Drops staged puts of queue `queue_id` from `from` on (a purge or a
+    /// delete submitted now: what is staged later stays).
+    pub fn unstage_from(&self, queue_id: u64, from: u64) -> Result<()> {
+        if self.is_staging() {
+            messages::purge_from(&self.pending, queue_id, from)?;
+        }
+        Ok(())
+    }
+
+    /// Marks a held message released until its unhold is applied.
+    pub fn unholding(&self, key: &[u8]) {
+        self.staged.store(true, Ordering::Release);
+        self.unholding.lock().insert(key.to_vec());
     }
 
     /// Whether staged puts may exist.

@@ -98,7 +98,12 @@ impl Store {
     /// Up to `limit` held messages due by `now`, earliest first.
     pub fn due_delayed(&self, now: u64, limit: usize) -> Result<Vec<DueMessage>> {
         let mut out = Vec::new();
-        for item in self.delayed.range(..key(now, u64::MAX)).take(limit) {
+        let released = self.released_not_applied();
+        let due = self.delayed.range(..key(now, u64::MAX)).filter(|item| {
+            item.as_ref()
+                .map_or(true, |(k, _)| !released.contains(&k[..]))
+        });
+        for item in due.take(limit) {
             let (k, v) = item?;
             match decode(&k, &v) {
                 Ok((_, m)) => out.push(m),
@@ -113,11 +118,24 @@ impl Store {
 
     /// When the next held message is due.
     pub fn next_delayed(&self) -> Result<Option<u64>> {
-        Ok(self
-            .delayed
-            .first()?
-            .and_then(|(k, _)| <[u8; 8]>::try_from(&k[..8]).ok())
-            .map(u64::from_be_bytes))
+        let released = self.released_not_applied();
+        for item in self.delayed.iter() {
+            let (k, _) = item?;
+            if released.contains(&k[..]) {
+                continue;
+            }
+            return Ok(<[u8; 8]>::try_from(&k[..8]).ok().map(u64::from_be_bytes));
+        }
+        Ok(None)
+    }
+
+    /// Held messages released whose unhold a replicated journal has not
+    /// applied yet (empty on a single node).
+    fn released_not_applied(&self) -> std::collections::HashSet<Vec<u8>> {
+        if !self.applier.is_staging() {
+            return Default::default();
+        }
+        self.applier.unholding.lock().clone()
     }
 
     /// At start: drops held transient messages (they do not survive a

@@ -137,16 +137,30 @@ pub(super) fn put(
     })
 }
 
-/// Applies `Op::PurgeFrom`.
+/// Records removed per sled batch when purging: one batch for a queue of
+/// millions made sled hold gigabytes at once (8 GiB for 1.6M 1 KiB).
+const PURGE_BATCH: usize = 4096;
+
+/// Applies `Op::PurgeFrom`, a bounded batch at a time.
 pub(super) fn purge_from(tree: &sled::Tree, queue_id: u64, from: u64) -> Result<()> {
-    let mut batch = sled::Batch::default();
-    let range = message_key(queue_id, from)..=message_key(queue_id, u64::MAX);
-    for item in tree.range(range) {
-        let (k, _) = item?;
-        batch.remove(k);
+    let end = message_key(queue_id, u64::MAX);
+    let mut start = message_key(queue_id, from).to_vec();
+    loop {
+        let mut batch = sled::Batch::default();
+        let mut n = 0;
+        let mut last = None;
+        for item in tree.range(start.clone()..=end.to_vec()).take(PURGE_BATCH) {
+            let (k, _) = item?;
+            batch.remove(k.clone());
+            last = Some(k);
+            n += 1;
+        }
+        tree.apply_batch(batch)?;
+        match last {
+            Some(k) if n == PURGE_BATCH => start = k.to_vec(),
+            _ => return Ok(()),
+        }
     }
-    tree.apply_batch(batch)?;
-    Ok(())
 }
 
 impl Store {
@@ -220,15 +234,20 @@ impl Store {
             let (_, seq) = split_key(&k).ok_or_else(|| Error::Corrupt("message key".into()))?;
             Ok((seq, Arc::new(decode_message(Bytes::copy_from_slice(&v))?)))
         };
-        for item in self.msgs.range(range.clone()).take(n) {
-            out.push(decode(item?)?);
-        }
-        if self.applier.is_staging() {
-            // Puts not applied yet (a replicated journal's leader): merged
-            // in sequence order, a staged copy of an applied one once.
-            for item in self.applier.pending.range(range).take(n) {
+        let staging = self.applier.is_staging();
+        if staging {
+            // Puts not applied yet (a replicated journal's leader), read
+            // first: applying one writes `msgs` before it leaves
+            // `pending`, so one being applied now is in one or both.
+            for item in self.applier.pending.range(range.clone()).take(n) {
                 out.push(decode(item?)?);
             }
+        }
+        for item in self.msgs.range(range).take(n) {
+            out.push(decode(item?)?);
+        }
+        if staging {
+            // Merged in sequence order, a message in both trees once.
             out.sort_by_key(|(seq, _)| *seq);
             out.dedup_by_key(|(seq, _)| *seq);
             out.truncate(n);

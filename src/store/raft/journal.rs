@@ -32,7 +32,7 @@ pub struct RaftJournal {
     applier: Arc<Applier>,
     entry: Arc<Mutex<BytesMut>>,
     open: Arc<AtomicBool>,
-    closing: Arc<AtomicBool>,
+    closing: watch::Sender<bool>,
     next_queue_id: AtomicU64,
     defs_version: AtomicU64,
     flusher: Arc<Flusher>,
@@ -48,7 +48,7 @@ struct Shipper {
     entry: Arc<Mutex<BytesMut>>,
     open: Arc<AtomicBool>,
     /// The term is ending: commits wait a bounded time.
-    closing: Arc<AtomicBool>,
+    closing: watch::Receiver<bool>,
     /// When the commit in flight was shipped (ms since the epoch; 0:
     /// none), for the watchdog: a leader whose commits stall steps down.
     in_flight: Arc<AtomicU64>,
@@ -57,29 +57,35 @@ struct Shipper {
 
 impl Syncer for Shipper {
     fn sync(&self) -> std::result::Result<(), String> {
+        // A journal whose commit failed never confirms again: the tickets
+        // of the failed entry may not be committed, and a later round must
+        // not publish a number that covers them.
+        if !self.open.load(Ordering::Acquire) {
+            return Err("this node no longer leads the cluster".into());
+        }
         let ops = std::mem::take(&mut *self.entry.lock());
         if ops.is_empty() {
             // Every entry shipped before was committed when its sync
             // returned: nothing is waiting.
             return Ok(());
         }
-        if !self.open.load(Ordering::Acquire) {
-            return Err("this node no longer leads the cluster".into());
-        }
         let raft = self.raft.clone();
         let batch = Batch(ops.into());
-        let closing = self.closing.load(Ordering::Acquire);
+        let mut closing = self.closing.clone();
         self.in_flight
             .store(crate::util::now_ms().max(1), Ordering::Release);
         let result = self.runtime.block_on(async {
             let write = raft.client_write(batch);
-            if closing {
-                tokio::time::timeout(LAST_COMMIT_TIMEOUT, write)
+            if *closing.borrow() {
+                return tokio::time::timeout(LAST_COMMIT_TIMEOUT, write)
                     .await
                     .map_err(|_| "no majority answered in time".to_string())?
-                    .map_err(|e| e.to_string())
-            } else {
-                write.await.map_err(|e| e.to_string())
+                    .map_err(|e| e.to_string());
+            }
+            // The term ending (close) abandons a commit that hangs.
+            tokio::select! {
+                r = write => r.map_err(|e| e.to_string()),
+                _ = closing.wait_for(|c| *c) => Err("the term ended".to_string()),
             }
         });
         self.in_flight.store(0, Ordering::Release);
@@ -105,12 +111,12 @@ impl RaftJournal {
         applier.clear_pending()?;
         let entry = Arc::new(Mutex::new(BytesMut::new()));
         let open = Arc::new(AtomicBool::new(true));
-        let closing = Arc::new(AtomicBool::new(false));
+        let (closing, closing_rx) = watch::channel(false);
         let shipper = Arc::new(Shipper {
             raft,
             entry: Arc::clone(&entry),
             open: Arc::clone(&open),
-            closing: Arc::clone(&closing),
+            closing: closing_rx,
             in_flight,
             runtime: tokio::runtime::Handle::current(),
         });
@@ -169,11 +175,13 @@ impl Journal for RaftJournal {
                 self.defs_version.fetch_add(1, Ordering::SeqCst);
                 return Ok(Applied::Queue(id));
             }
-            Op::PutMessage { .. }
-            | Op::RemoveMessage { .. }
-            | Op::PurgeFrom { .. }
-            | Op::Hold { .. }
-            | Op::Unhold { .. } => {}
+            Op::PurgeFrom { queue_id, from } => self.applier.unstage_from(queue_id, from)?,
+            Op::DeleteQueue { id, .. } => {
+                self.applier.unstage_from(id, 0)?;
+                self.defs_version.fetch_add(1, Ordering::SeqCst);
+            }
+            Op::Unhold { key } => self.applier.unholding(key),
+            Op::PutMessage { .. } | Op::RemoveMessage { .. } | Op::Hold { .. } => {}
             _ => {
                 self.defs_version.fetch_add(1, Ordering::SeqCst);
             }
@@ -211,7 +219,7 @@ impl Journal for RaftJournal {
         // The committer's last round ships what is left (if this node
         // still leads); it runs on its own thread, which needs this
         // runtime to make progress.
-        self.closing.store(true, Ordering::Release);
+        self.closing.send_replace(true);
         let stop = || self.flusher.stop();
         match tokio::runtime::Handle::try_current() {
             Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {

@@ -20,6 +20,9 @@ use crate::store::op;
 const APPLIED: &[u8] = b"applied";
 const MEMBERSHIP: &[u8] = b"membership";
 const SNAPSHOT: &[u8] = b"snapshot";
+/// Set (and synced) while a snapshot is being loaded: a crash then means
+/// the trees are half loaded, and the next start loads it again.
+const INSTALLING: &[u8] = b"installing";
 
 type Membership = StoredMembership<u64, Member>;
 type Meta = SnapshotMeta<u64, Member>;
@@ -57,16 +60,38 @@ impl StateMachine {
             Some(v) => bincode::deserialize(&v).map_err(corrupt)?,
             None => Membership::default(),
         };
-        let index = last_applied.map_or(0, |l: LogId<u64>| l.index);
-        Ok(StateMachine {
+        // Snapshots received and never installed.
+        for e in std::fs::read_dir(&dir)?.flatten() {
+            if e.file_name().to_string_lossy().starts_with("incoming-") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let mut sm = StateMachine {
             applier,
             meta,
             dir,
             last_applied,
             membership,
-            applied: watch::channel(index).0,
+            applied: watch::channel(0).0,
             incoming: 0,
-        })
+        };
+        if sm.meta.get(INSTALLING)?.is_some() {
+            let raw = sm.meta.get(SNAPSHOT)?.ok_or_else(|| {
+                crate::store::Error::Corrupt("raft_sm: installing, no snapshot".into())
+            })?;
+            let snap: Meta = bincode::deserialize(&raw).map_err(corrupt)?;
+            tracing::warn!(snapshot = %snap.snapshot_id, "a snapshot install was cut short: loading it again");
+            let trees = sm.trees().map(Clone::clone);
+            snapshot::load(&trees.each_ref(), &sm.current_path())?;
+            sm.last_applied = snap.last_log_id;
+            sm.membership = snap.last_membership.clone();
+            sm.save()
+                .map_err(|e| crate::store::Error::Corrupt(e.to_string()))?;
+            sm.meta.remove(INSTALLING)?;
+        }
+        let index = sm.last_applied.map_or(0, |l: LogId<u64>| l.index);
+        sm.applied.send_replace(index);
+        Ok(sm)
     }
 
     /// Watches the last applied index.
@@ -189,6 +214,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .join(format!("incoming-{}.snapshot", self.incoming));
         let current = self.current_path();
         std::fs::rename(&incoming, &current).map_err(storage_error)?;
+        // From here a crash loads the snapshot again at the next start.
+        self.meta
+            .insert(SNAPSHOT, bincode::serialize(meta).map_err(storage_error)?)
+            .map_err(storage_error)?;
+        self.meta
+            .insert(INSTALLING, &[1u8])
+            .map_err(storage_error)?;
+        let meta_tree = self.meta.clone();
+        tokio::task::spawn_blocking(move || meta_tree.flush())
+            .await
+            .map_err(storage_error)?
+            .map_err(storage_error)?;
         let trees = self.trees().map(Clone::clone);
         let path = current.clone();
         tokio::task::spawn_blocking(move || snapshot::load(&trees.each_ref(), &path))
@@ -199,9 +236,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.save()?;
-        self.meta
-            .insert(SNAPSHOT, bincode::serialize(meta).map_err(storage_error)?)
-            .map_err(storage_error)?;
+        self.meta.remove(INSTALLING).map_err(storage_error)?;
         if let Some(l) = self.last_applied {
             self.applied.send_replace(l.index);
         }
