@@ -156,10 +156,12 @@ python3 - "$(m single_rate)" "$(m single_cpu)" "$(m wl_rate)" "$(m wl_cpu)" "$(m
     "$(m ps_rate)" "$(m ps_cpu)" "$(m pl_rate)" "$(m pl_cpu)" "$(m prq_rate)" "$(m prq_cpu)" <<'EOF'
 import sys
 s, sc, l, lc, f, q, qc, ps, psc, pl, plc, pq, pqc = map(float, sys.argv[1:])
-print(f"Warren 3 nodes (leader) / single node: rate x{l/s:.2f}, CPU per msg x{lc/sc:.2f}")
-print(f"publish-only, Warren 3 nodes / single node: rate x{pl/ps:.2f}, CPU per msg x{plc/psc:.2f}")
-if q:
+if s and sc:
+    print(f"Warren 3 nodes (leader) / single node: rate x{l/s:.2f}, CPU per msg x{lc/sc:.2f}")
+if ps and psc:
+    print(f"publish-only, Warren 3 nodes / single node: rate x{pl/ps:.2f}, CPU per msg x{plc/psc:.2f}")
+if q and lc:
     print(f"Warren 3 nodes / RabbitMQ 3 nodes quorum: rate x{l/q:.2f} (via a follower x{f/q:.2f}), CPU per msg x{qc/lc:.2f} less")
-if pq:
+if pq and plc:
     print(f"publish-only, Warren 3 nodes / RabbitMQ 3 nodes quorum: rate x{pl/pq:.2f}, CPU per msg x{pqc/plc:.2f} less")
 EOF
