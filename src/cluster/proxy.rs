@@ -15,6 +15,8 @@ use super::{rpc, Cluster};
 
 /// How long a client waits here for a leader to be known.
 const WAIT_FOR_LEADER: Duration = Duration::from_secs(3);
+/// How long reaching the leader may take (a partitioned one never answers).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub(super) async fn to_leader(cluster: &Cluster, mut client: TcpStream, peer: SocketAddr) {
     let deadline = tokio::time::Instant::now() + WAIT_FOR_LEADER;
@@ -28,9 +30,14 @@ pub(super) async fn to_leader(cluster: &Cluster, mut client: TcpStream, peer: So
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let mut upstream = match super::link::connect(&addr, cluster.tls.as_deref()).await {
-        Ok(s) => s,
-        Err(e) => {
+    let connect = super::link::connect(&addr, cluster.tls.as_deref());
+    let mut upstream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(s)) => s,
+        Err(_) => {
+            debug!(%peer, leader = %addr, "the leader does not answer");
+            return;
+        }
+        Ok(Err(e)) => {
             debug!(%peer, leader = %addr, "cannot reach the leader: {e}");
             return;
         }
