@@ -9,13 +9,11 @@
 mod cluster_support;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster_support::total::{check, consume_all, publish, History};
+use cluster_support::total::{consume_all, report, History, Workload};
 use cluster_support::Cluster;
-use parking_lot::Mutex;
 use rand::Rng;
 
 /// Cluster tests share the machine's two cores: one at a time.
@@ -32,14 +30,7 @@ async fn rounds(
     let (first, mut term) = cluster.wait_leader(0, Duration::from_secs(30)).await;
     // Publish through a follower, then the others.
     let order: Vec<usize> = (0..3).map(|k| (first + 1 + k) % 3).collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let history = Arc::new(Mutex::new(History::default()));
-    let publisher = tokio::spawn(publish(
-        Arc::clone(&cluster),
-        order,
-        Arc::clone(&stop),
-        Arc::clone(&history),
-    ));
+    let work = Workload::start(&cluster, order);
     let mut failed_at = Vec::new();
     let mut to_leader = Vec::new();
     for _ in 0..rounds {
@@ -56,15 +47,10 @@ async fn rounds(
         recover(&cluster, leader);
     }
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    stop.store(true, Ordering::Relaxed);
-    tokio::time::timeout(Duration::from_secs(30), publisher)
-        .await
-        .expect("the publisher finishes")
-        .unwrap();
+    let history = work.stop().await;
     let (leader, _) = cluster.wait_leader(0, Duration::from_secs(30)).await;
     let got = consume_all(&cluster, (leader + 1) % 3).await;
     cluster.assert_no_panics();
-    let history = std::mem::take(&mut *history.lock());
     // How long each failure stopped confirms: to the new leader serving,
     // and to the first confirm of a message sent after the failure.
     let failovers = failed_at
@@ -84,19 +70,8 @@ async fn rounds(
 async fn no_confirmed_message_is_lost_when_the_leader_is_killed() {
     let _one = ONE_AT_A_TIME.lock().await;
     let (history, got, failovers) = rounds(3, |c, i| c.kill(i), |c, i| c.spawn(i)).await;
-    assert!(
-        history.confirmed.len() > 1000,
-        "too few confirmed to mean anything: {}",
-        history.confirmed.len()
-    );
-    eprintln!(
-        "SIGKILL: {} published, {} confirmed, {} consumed; failovers {:?}",
-        history.published.len(),
-        history.confirmed.len(),
-        got.len(),
-        failovers
-    );
-    check(&history, &got);
+    eprintln!("SIGKILL failovers: {failovers:?}");
+    report("SIGKILL", 1000, &history, &got);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,19 +83,8 @@ async fn no_confirmed_message_is_lost_when_the_leader_hangs() {
         |c, i| c.signal(i, libc::SIGCONT),
     )
     .await;
-    assert!(
-        history.confirmed.len() > 1000,
-        "{}",
-        history.confirmed.len()
-    );
-    eprintln!(
-        "SIGSTOP: {} published, {} confirmed, {} consumed; failovers {:?}",
-        history.published.len(),
-        history.confirmed.len(),
-        got.len(),
-        failovers
-    );
-    check(&history, &got);
+    eprintln!("SIGSTOP failovers: {failovers:?}");
+    report("SIGSTOP", 1000, &history, &got);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,31 +112,17 @@ async fn members_talk_over_mutual_tls_when_certificates_are_configured() {
     );
     // Publish through a follower (carried to the leader over TLS), lose
     // the leader, and find every message on the new one.
-    let follower = (leader + 1) % 3;
-    let history = Arc::new(Mutex::new(History::default()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let publisher = tokio::spawn(publish(
-        Arc::clone(&cluster),
-        vec![follower, (leader + 2) % 3],
-        Arc::clone(&stop),
-        Arc::clone(&history),
-    ));
+    let work = Workload::start(&cluster, vec![(leader + 1) % 3, (leader + 2) % 3]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     cluster.kill(leader);
     cluster.wait_leader(term, Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    stop.store(true, Ordering::Relaxed);
-    tokio::time::timeout(Duration::from_secs(30), publisher)
-        .await
-        .expect("the publisher finishes")
-        .unwrap();
+    let history = work.stop().await;
     let (now, _) = cluster.wait_leader(0, Duration::from_secs(30)).await;
     // Through the surviving follower: carried to the leader over TLS.
     let via = (0..3).find(|&i| i != now && i != leader).unwrap_or(now);
     let got = consume_all(&cluster, via).await;
-    let history = std::mem::take(&mut *history.lock());
-    assert!(history.confirmed.len() > 500, "{}", history.confirmed.len());
-    check(&history, &got);
+    report("mutual TLS", 500, &history, &got);
     cluster.assert_no_panics();
 }
 
@@ -181,14 +131,7 @@ async fn a_rolling_restart_under_load_loses_nothing() {
     let _one = ONE_AT_A_TIME.lock().await;
     let cluster = Arc::new(Cluster::start(3));
     cluster.wait_leader(0, Duration::from_secs(30)).await;
-    let history = Arc::new(Mutex::new(History::default()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let publisher = tokio::spawn(publish(
-        Arc::clone(&cluster),
-        vec![0, 1, 2],
-        Arc::clone(&stop),
-        Arc::clone(&history),
-    ));
+    let work = Workload::start(&cluster, vec![0, 1, 2]);
     for i in 0..3 {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         // A clean stop (SIGTERM) ends in time, leader or not.
@@ -201,25 +144,9 @@ async fn a_rolling_restart_under_load_loses_nothing() {
         cluster.wait_leader(0, Duration::from_secs(30)).await;
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    tokio::time::timeout(Duration::from_secs(30), publisher)
-        .await
-        .expect("the publisher finishes")
-        .unwrap();
+    let history = work.stop().await;
     let (leader, _) = cluster.wait_leader(0, Duration::from_secs(30)).await;
     let got = consume_all(&cluster, leader).await;
-    let history = std::mem::take(&mut *history.lock());
-    assert!(
-        history.confirmed.len() > 1000,
-        "{}",
-        history.confirmed.len()
-    );
-    eprintln!(
-        "rolling restart: {} published, {} confirmed, {} consumed",
-        history.published.len(),
-        history.confirmed.len(),
-        got.len()
-    );
-    check(&history, &got);
+    report("rolling restart", 1000, &history, &got);
     cluster.assert_no_panics();
 }

@@ -13,15 +13,13 @@
 mod cluster_support;
 
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster_support::total::{check, consume_all, durable, publish, queue_args, History, QUEUE};
+use cluster_support::total::{consume_all, durable, queue_args, report, Workload, QUEUE};
 use cluster_support::Cluster;
 use lapin::options::*;
 use lapin::BasicProperties;
-use parking_lot::Mutex;
 
 /// Three namespaces on a bridge; removed on drop.
 struct Net {
@@ -160,14 +158,8 @@ async fn an_isolated_leader_confirms_nothing_and_the_majority_goes_on() {
     let majority: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
 
     // A publisher on the majority side, all along.
-    let history = Arc::new(Mutex::new(History::default()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let publisher = tokio::spawn(publish(
-        Arc::clone(&cluster),
-        majority.clone(),
-        Arc::clone(&stop),
-        Arc::clone(&history),
-    ));
+    let work = Workload::start(&cluster, majority.clone());
+    let history = work.history();
     // A client of the leader itself.
     let conn = cluster
         .connect(leader, Duration::from_secs(30))
@@ -217,22 +209,10 @@ async fn an_isolated_leader_confirms_nothing_and_the_majority_goes_on() {
     tokio::time::sleep(Duration::from_millis(2000)).await;
     net.isolate(leader + 1, false);
     tokio::time::sleep(Duration::from_millis(3000)).await;
-    stop.store(true, Ordering::Relaxed);
-    tokio::time::timeout(Duration::from_secs(30), publisher)
-        .await
-        .expect("the publisher finishes")
-        .unwrap();
+    let history = work.stop().await;
     let (now, _) = cluster.wait_leader(0, Duration::from_secs(30)).await;
     let got = consume_all(&cluster, now).await;
-    let history = std::mem::take(&mut *history.lock());
-    assert!(history.confirmed.len() > 500, "{}", history.confirmed.len());
-    eprintln!(
-        "partition: {} published, {} confirmed, {} consumed",
-        history.published.len(),
-        history.confirmed.len(),
-        got.len()
-    );
-    check(&history, &got);
+    report("partition", 500, &history, &got);
     cluster.assert_no_panics();
     drop(cluster);
     drop(net);

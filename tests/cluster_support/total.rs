@@ -218,3 +218,62 @@ pub fn check(history: &History, got: &BTreeMap<u64, (u32, bool)>) {
         "delivered twice, not as redelivered: {dup:?}"
     );
 }
+
+/// A publisher running against a cluster (see `publish`).
+pub struct Workload {
+    stop: Arc<AtomicBool>,
+    history: Arc<Mutex<History>>,
+    publisher: tokio::task::JoinHandle<()>,
+}
+
+impl Workload {
+    /// Starts publishing through the nodes of `order`, the first first.
+    pub fn start(cluster: &Arc<Cluster>, order: Vec<usize>) -> Workload {
+        let stop = Arc::new(AtomicBool::new(false));
+        let history = Arc::new(Mutex::new(History::default()));
+        let publisher = tokio::spawn(publish(
+            Arc::clone(cluster),
+            order,
+            Arc::clone(&stop),
+            Arc::clone(&history),
+        ));
+        Workload {
+            stop,
+            history,
+            publisher,
+        }
+    }
+
+    /// What was published and confirmed so far, to add to.
+    pub fn history(&self) -> Arc<Mutex<History>> {
+        Arc::clone(&self.history)
+    }
+
+    /// Stops publishing, waits for the outstanding confirms, and says what
+    /// happened.
+    pub async fn stop(self) -> History {
+        self.stop.store(true, Ordering::Relaxed);
+        tokio::time::timeout(Duration::from_secs(30), self.publisher)
+            .await
+            .expect("the publisher finishes")
+            .unwrap();
+        let mut h = self.history.lock();
+        std::mem::take(&mut *h)
+    }
+}
+
+/// At least `min` confirmed, a line for the log, and `check`.
+pub fn report(label: &str, min: usize, history: &History, got: &BTreeMap<u64, (u32, bool)>) {
+    assert!(
+        history.confirmed.len() > min,
+        "{label}: too few confirmed to mean anything: {}",
+        history.confirmed.len()
+    );
+    eprintln!(
+        "{label}: {} published, {} confirmed, {} consumed",
+        history.published.len(),
+        history.confirmed.len(),
+        got.len()
+    );
+    check(history, got);
+}
