@@ -28,7 +28,7 @@ LAYERS = [
     ["broker"],
     ["definitions"],
     ["amqp", "http"],
-    ["server"],
+    ["server", "admin"],
     ["fuzz"],
 ]
 RANK = {m: i for i, layer in enumerate(LAYERS) for m in layer}

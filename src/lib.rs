@@ -28,6 +28,7 @@
 //! - [`server`] accepts connections and shuts down in order.
 
 pub mod access;
+pub mod admin;
 pub mod alarm;
 pub mod amqp;
 pub mod broker;

@@ -1,9 +1,10 @@
-//! The `warren` binary: configuration, logging, the server, a clean stop
-//! on SIGINT / SIGTERM, and SIGHUP to reload the TLS certificate files.
+//! The `warren` binary: configuration, logging, the server (a single node
+//! or a cluster member), a clean stop on SIGINT / SIGTERM, and SIGHUP to
+//! reload the TLS certificate files; or `warren cluster ...` (admin.rs).
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
-use warren::config::Cli;
+use warren::config::{Cli, Command};
 use warren::server::ClusterNode;
 use warren::Server;
 
@@ -11,7 +12,17 @@ use warren::Server;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() {
-    let config = match Cli::parse().into_config() {
+    let mut cli = Cli::parse();
+    if let Some(Command::Cluster(cmd)) = cli.command.take() {
+        match warren::admin::run(cmd) {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!("warren: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let config = match cli.into_config() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("warren: {e}");
@@ -46,7 +57,7 @@ fn main() {
                         return 1;
                     }
                 };
-                wait_for_stop().await;
+                wait_for_signal(|| node.reload_tls()).await;
                 tracing::info!("shutting down");
                 node.shutdown().await;
                 return 0;
@@ -58,7 +69,7 @@ fn main() {
                     return 1;
                 }
             };
-            wait_for_signal(&server).await;
+            wait_for_signal(|| server.reload_tls()).await;
             tracing::info!("shutting down");
             server.shutdown().await;
             0
@@ -68,26 +79,8 @@ fn main() {
     std::process::exit(code);
 }
 
-/// Waits for SIGINT or SIGTERM (a cluster node).
-async fn wait_for_stop() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut term) = signal(SignalKind::terminate()) else {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
-}
-
 /// Waits for SIGINT or SIGTERM; a SIGHUP meanwhile reloads TLS.
-async fn wait_for_signal(server: &Server) {
+async fn wait_for_signal(reload_tls: impl Fn() -> Result<(), String>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -102,7 +95,7 @@ async fn wait_for_signal(server: &Server) {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => return,
                 _ = term.recv() => return,
-                _ = hup.recv() => match server.reload_tls() {
+                _ = hup.recv() => match reload_tls() {
                     Ok(()) => tracing::info!("SIGHUP: TLS certificate files reloaded"),
                     Err(e) => tracing::warn!("SIGHUP: TLS not reloaded, the old files stay in force: {e}"),
                 },
@@ -111,7 +104,7 @@ async fn wait_for_signal(server: &Server) {
     }
     #[cfg(not(unix))]
     {
-        let _ = server;
+        let _ = reload_tls;
         let _ = tokio::signal::ctrl_c().await;
     }
 }

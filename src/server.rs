@@ -6,6 +6,7 @@
 //! `Server::shutdown` stops accepting, closes every connection with 320
 //! CONNECTION_FORCED, waits for them, and flushes the store.
 
+mod follow;
 mod mirror;
 
 pub use mirror::ClusterNode;
@@ -60,24 +61,123 @@ pub struct Accepted {
     node: Arc<crate::amqp::node::Node>,
     stop: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
+    /// The management API's proxied connections, if it is served.
+    http: Option<mpsc::Sender<(crate::cluster::Link, crate::http::Carried)>>,
 }
 
 impl Accepted {
-    /// Serves one AMQP connection a cluster member carried here from
-    /// `peer`, on its own task. A TLS link between members is not the
-    /// client's TLS: the connection is not shown as TLS and offers no
-    /// EXTERNAL login.
-    pub fn serve(&self, link: crate::cluster::Link, peer: SocketAddr) {
-        let socket = match link {
-            crate::cluster::Link::Plain(s) => Transport::Plain(s),
-            crate::cluster::Link::Server(s) => Transport::Link(s),
+    /// Serves one connection a cluster member carried here, as `header`
+    /// says (AMQP on its own task, or the management API). A TLS link
+    /// between members is not the client's TLS: what the client spoke to
+    /// the member is in the header, and a client certificate named there
+    /// is taken only over mutual TLS between members (a plain member link
+    /// proves nothing about who sent it).
+    pub fn serve(&self, link: crate::cluster::Link, header: crate::cluster::ProxyHeader) {
+        let peer = header.client;
+        if header.service == crate::cluster::Service::Http {
+            if let Some(http) = &self.http {
+                // Full: the API is swamped; the client is closed and retries.
+                let from = crate::http::Carried {
+                    client: peer,
+                    via: header.via,
+                };
+                let _ = http.try_send((link, from));
+            }
+            return;
+        }
+        let (socket, trusted) = match link {
+            crate::cluster::Link::Plain(s) => (Transport::Plain(s), false),
+            crate::cluster::Link::Server(s) => (Transport::Link(s), true),
             crate::cluster::Link::Client(_) => return,
+        };
+        let carried = connection::Carried {
+            tls: header.tls,
+            certificate: header.certificate.filter(|_| trusted),
         };
         let a = self.clone();
         tokio::spawn(async move {
-            connection::serve(socket, peer, a.broker, a.node, a.stop).await;
+            connection::serve(socket, peer, Some(carried), a.broker, a.node, a.stop).await;
             drop(a.alive);
         });
+    }
+}
+
+/// The management API's connections carried here by cluster members, as
+/// an axum listener.
+struct Carried {
+    incoming: mpsc::Receiver<(crate::cluster::Link, crate::http::Carried)>,
+    local: crate::http::Carried,
+}
+
+impl axum::serve::Listener for Carried {
+    type Io = crate::cluster::Link;
+    type Addr = crate::http::Carried;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.incoming.recv().await {
+            Some(c) => c,
+            // Every sender is gone (shutdown): nothing more will come.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
+/// The TLS configurations of a node's listeners, each if it is on.
+pub(crate) struct ListenerTls {
+    /// AMQPS: `[tls]`.
+    pub amqps: Option<Arc<crate::tls::Tls>>,
+    /// HTTPS for the API: `[management_tls]`, else `[tls]` without its
+    /// client-certificate rules (browsers, scrapers and rabbitmqadmin
+    /// present none), as RabbitMQ's management.ssl has options of its own.
+    pub api: Option<Arc<crate::tls::Tls>>,
+    /// HTTPS for /metrics: `[prometheus_tls]`, else as the API's.
+    pub metrics: Option<Arc<crate::tls::Tls>>,
+}
+
+impl ListenerTls {
+    /// Reads the certificate files the configuration names.
+    pub(crate) fn load(c: &Config) -> Result<ListenerTls, String> {
+        let https = |own: &Option<crate::config::TlsConfig>| -> Result<_, String> {
+            match own {
+                Some(t) if t.enabled() => crate::tls::Tls::load(t).map(Some),
+                Some(_) => Ok(None),
+                None if c.tls.enabled() => {
+                    let shared = crate::config::TlsConfig {
+                        verify: Some(crate::config::Verify::None),
+                        fail_if_no_peer_cert: false,
+                        ..c.tls.clone()
+                    };
+                    crate::tls::Tls::load(&shared).map(Some)
+                }
+                None => Ok(None),
+            }
+        };
+        Ok(ListenerTls {
+            amqps: match c.tls.enabled() {
+                true => Some(crate::tls::Tls::load(&c.tls)?),
+                false => None,
+            },
+            api: https(&c.management_tls)?,
+            metrics: https(&c.prometheus_tls)?,
+        })
+    }
+
+    /// Each configuration once (the API's and the metrics' may be one).
+    pub(crate) fn all(&self) -> Vec<Arc<crate::tls::Tls>> {
+        let mut all: Vec<Arc<crate::tls::Tls>> = Vec::new();
+        for t in [&self.amqps, &self.api, &self.metrics]
+            .into_iter()
+            .flatten()
+        {
+            if !all.iter().any(|x| Arc::ptr_eq(x, t)) {
+                all.push(Arc::clone(t));
+            }
+        }
+        all
     }
 }
 
@@ -107,10 +207,13 @@ impl Server {
             info!(file = %path.display(), ?done, "definitions imported");
         }
         let c = &broker.config;
-        let tls = match c.tls.enabled() {
-            true => Some(crate::tls::Tls::load(&c.tls)?),
-            false => None,
-        };
+        let loaded = ListenerTls::load(c)?;
+        let all_tls = loaded.all();
+        let ListenerTls {
+            amqps: tls,
+            api: api_tls,
+            metrics: metrics_tls,
+        } = loaded;
         let amqp = bind("AMQP", c.bind, c.port).await?;
         let amqps = match &tls {
             Some(_) => bind("AMQPS", c.bind, c.amqps_port()).await?,
@@ -122,22 +225,6 @@ impl Server {
         // without its client-certificate rules (browsers, scrapers and
         // rabbitmqadmin present none), as RabbitMQ's management.ssl has
         // options of its own.
-        let https_tls = |own: &Option<crate::config::TlsConfig>| -> Result<_, String> {
-            match own {
-                Some(t) if t.enabled() => crate::tls::Tls::load(t).map(Some),
-                Some(_) => Ok(None),
-                None if c.tls.enabled() => {
-                    let shared = crate::config::TlsConfig {
-                        verify: Some(crate::config::Verify::None),
-                        fail_if_no_peer_cert: false,
-                        ..c.tls.clone()
-                    };
-                    crate::tls::Tls::load(&shared).map(Some)
-                }
-                None => Ok(None),
-            }
-        };
-        let (api_tls, metrics_tls) = (https_tls(&c.management_tls)?, https_tls(&c.prometheus_tls)?);
         let https = match &api_tls {
             Some(_) => {
                 bind(
@@ -160,12 +247,6 @@ impl Server {
             }
             None => None,
         };
-        let mut all_tls: Vec<Arc<crate::tls::Tls>> = Vec::new();
-        for t in [&tls, &api_tls, &metrics_tls].into_iter().flatten() {
-            if !all_tls.iter().any(|x| Arc::ptr_eq(x, t)) {
-                all_tls.push(Arc::clone(t));
-            }
-        }
         let addr_of = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
         let (amqp_addr, management_addr) = (addr_of(&amqp), addr_of(&http));
         let amqps_addr = addr_of(&amqps);
@@ -190,11 +271,22 @@ impl Server {
             let t = Some(Arc::clone(t));
             tasks.push(tokio::spawn(accept_loop(l, t, b, n, s, alive.clone())));
         }
+        // The API's connections carried here by followers (served as the
+        // API's own, with the client's address).
+        let api_local = management_addr.or(management_tls_addr);
+        let (http_tx, http_rx) = match api_local {
+            Some(_) => {
+                let (t, r) = mpsc::channel(256);
+                (Some(t), Some(r))
+            }
+            None => (None, None),
+        };
         let accepted = Accepted {
             broker: Arc::clone(&broker),
             node: Arc::clone(&node),
             stop: stop_rx.clone(),
             alive: alive.clone(),
+            http: http_tx,
         };
         drop(alive);
         if let Some(addr) = management_addr {
@@ -227,6 +319,17 @@ impl Server {
             let l = crate::http::tls::TlsListener::new(l, Arc::clone(t), stop_rx.clone());
             tasks.push(tokio::spawn(crate::http::serve_metrics(
                 l,
+                Arc::clone(&api),
+                stop_rx.clone(),
+            )));
+        }
+        if let (Some(incoming), Some(local)) = (http_rx, api_local) {
+            let local = crate::http::Carried {
+                client: local,
+                via: broker.cluster.as_ref().map_or(0, |c| c.id),
+            };
+            tasks.push(tokio::spawn(crate::http::serve_carried(
+                Carried { incoming, local },
                 Arc::clone(&api),
                 stop_rx.clone(),
             )));
@@ -267,6 +370,11 @@ impl Server {
     /// Serves connections accepted elsewhere (until shutdown).
     pub fn accepted(&self) -> Option<Accepted> {
         self.accepted.clone()
+    }
+
+    /// The TLS configurations in force (reloaded by `reload_tls`).
+    pub fn tls_in_force(&self) -> Vec<Arc<crate::tls::Tls>> {
+        self.all_tls.clone()
     }
 
     /// Reads the TLS certificate, key and CA files again: new handshakes
@@ -334,7 +442,7 @@ async fn accept_loop(
                             },
                         };
                         drop(permit);
-                        connection::serve(transport, peer, broker, node, stop).await;
+                        connection::serve(transport, peer, None, broker, node, stop).await;
                         drop(alive);
                     });
                 }

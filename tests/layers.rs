@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["broker"],
     &["definitions"],
     &["amqp", "http"],
-    &["server"],
+    &["server", "admin"],
     &["fuzz"],
 ];
 

@@ -35,20 +35,33 @@ const WRITER_DRAIN: Duration = Duration::from_secs(5);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// How much a closing peer may still send before the socket is dropped.
 const LINGER_MAX_BYTES: usize = 1 << 20;
+/// How a client reached this node when a cluster member carried it here:
+/// whether it spoke TLS to that member, and the client certificate the
+/// member verified (taken only over mutual TLS between members).
+#[derive(Debug, Clone, Default)]
+pub struct Carried {
+    pub tls: bool,
+    pub certificate: Option<Vec<u8>>,
+}
+
 /// Serves one connection (plain or TLS, past the TLS handshake) until it
-/// closes.
+/// closes; `carried` says how a client a member carried here connected.
 pub async fn serve(
     socket: Transport,
     peer: SocketAddr,
+    carried: Option<Carried>,
     broker: Arc<Broker>,
     node: Arc<super::node::Node>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     socket.set_nodelay();
     let local = socket.local_addr().unwrap_or(peer);
-    let tls = socket.is_tls();
+    let (tls, certificate) = match carried {
+        Some(c) => (c.tls, c.certificate),
+        None => (socket.is_tls(), socket.peer_certificate()),
+    };
     // SASL EXTERNAL's user name, from a verified client certificate.
-    let external = socket.peer_certificate().and_then(|der| {
+    let external = certificate.and_then(|der| {
         crate::tls::identity::login_name(&der, &broker.config.tls)
             .map_err(|e| warn!(%peer, "no EXTERNAL login from the client certificate: {e}"))
             .ok()

@@ -20,6 +20,7 @@ mod rpc;
 mod status;
 
 pub use link::{Link, LinkTls};
+pub use rpc::{ProxyHeader, Service};
 pub use status::{MemberStatus, Status};
 
 use std::collections::BTreeMap;
@@ -29,7 +30,7 @@ use std::time::Duration;
 
 use openraft::ServerState;
 use parking_lot::RwLock;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -39,8 +40,9 @@ use crate::store::raft::{LogStore, Member, Raft, StateMachine};
 /// Connections the Raft port serves at once.
 const MAX_RAFT_PORT_CONNECTIONS: usize = 4096;
 
-/// What serves a client a follower proxied here (the leader's AMQP code).
-pub type ClientHandler = Arc<dyn Fn(Link, SocketAddr) + Send + Sync>;
+/// What serves a client a follower proxied here (the leader's AMQP code
+/// or its HTTP API, as the header says).
+pub type ClientHandler = Arc<dyn Fn(Link, ProxyHeader) + Send + Sync>;
 
 /// What this node is in the cluster now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,7 +257,7 @@ impl Cluster {
                 };
                 let handler = self.handler.read().clone();
                 match handler {
-                    Some(h) => h(s, header.client),
+                    Some(h) => h(s, header),
                     // Not serving (any more): the follower closes the
                     // client, which reconnects.
                     None => drop(s),
@@ -393,8 +395,11 @@ impl Cluster {
     }
 
     /// Serves a client that connected here while this node follows: its
-    /// bytes go to the leader's Raft listener, after a header naming it.
-    pub async fn proxy(self: Arc<Self>, client: TcpStream, peer: SocketAddr) {
-        proxy::to_leader(&self, client, peer).await
+    /// bytes go to the leader's Raft listener, after `header`.
+    pub async fn proxy<S>(self: Arc<Self>, client: S, header: ProxyHeader)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        proxy::to_leader(&self, client, header).await
     }
 }

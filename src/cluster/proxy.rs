@@ -1,14 +1,14 @@
-//! A follower's client connections: carried to the leader's Raft listener
-//! (rpc.rs `PROXY`), after a header naming the client, then copied both
-//! ways until either side closes. When leadership moves, the old leader
+//! A follower's client connections (AMQP, AMQPS, the HTTP API, HTTPS):
+//! carried to the leader's Raft listener (rpc.rs `PROXY`), after a header
+//! naming the client, the service, and (TLS ended here) the verified
+//! client certificate, then copied both ways until either side closes. When leadership moves, the old leader
 //! closes what it served (320 CONNECTION_FORCED) and so the proxied
 //! connections end with it; clients reconnect, to any node.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
 use super::{rpc, Cluster};
@@ -18,7 +18,11 @@ const WAIT_FOR_LEADER: Duration = Duration::from_secs(3);
 /// How long reaching the leader may take (a partitioned one never answers).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) async fn to_leader(cluster: &Cluster, mut client: TcpStream, peer: SocketAddr) {
+pub(super) async fn to_leader<S>(cluster: &Cluster, mut client: S, header: rpc::ProxyHeader)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let peer: SocketAddr = header.client;
     let deadline = tokio::time::Instant::now() + WAIT_FOR_LEADER;
     let (leader, addr) = loop {
         if let Some(a) = cluster.leader_addr() {
@@ -42,8 +46,7 @@ pub(super) async fn to_leader(cluster: &Cluster, mut client: TcpStream, peer: So
             return;
         }
     };
-    let _ = client.set_nodelay(true);
-    let header = match bincode::serialize(&rpc::ProxyHeader { client: peer }) {
+    let header = match bincode::serialize(&header) {
         Ok(h) => h,
         Err(_) => return,
     };

@@ -55,9 +55,28 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<(u8,
     Ok((kind, buf))
 }
 
-/// Who a proxied connection is from.
+/// Who a proxied connection is from, and what it came for.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ProxyHeader {
     /// The client's address as the follower saw it.
     pub client: std::net::SocketAddr,
+    /// The listener it connected to.
+    pub service: Service,
+    /// The member it connected to.
+    pub via: u64,
+    /// Whether the client spoke TLS to the follower (AMQPS, HTTPS); the
+    /// follower ended that TLS and carries the plain bytes.
+    pub tls: bool,
+    /// The client certificate (DER) the follower verified, for an EXTERNAL
+    /// login; taken only over mutual TLS between members.
+    pub certificate: Option<Vec<u8>>,
+}
+
+/// What a proxied client came for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Service {
+    /// AMQP 0-9-1 (from the AMQP or the AMQPS port).
+    Amqp,
+    /// The management HTTP API (from the HTTP or the HTTPS port).
+    Http,
 }

@@ -56,9 +56,24 @@ impl Status {
     /// Whether stopping this node would leave the voters that answer
     /// short of a majority (RabbitMQ's node-is-quorum-critical).
     pub fn quorum_critical(&self) -> bool {
+        self.quorum_critical_for(self.id)
+    }
+
+    /// Whether stopping node `id` would leave the voters that answer short
+    /// of a majority.
+    pub fn quorum_critical_for(&self, id: u64) -> bool {
         let (up, majority) = self.quorum();
-        let me_voting = self.members.iter().any(|m| m.id == self.id && m.voter);
-        me_voting && up.saturating_sub(1) < majority
+        let voting = self
+            .members
+            .iter()
+            .find(|m| m.id == id && m.voter)
+            .map(|m| m.reachable);
+        match voting {
+            Some(true) => up.saturating_sub(1) < majority,
+            // Already down: stopping it loses nothing more.
+            Some(false) => up < majority,
+            None => false,
+        }
     }
 
     /// Entries in the log now.

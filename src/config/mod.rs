@@ -8,9 +8,11 @@ use clap::Parser;
 use serde::Deserialize;
 
 mod cluster;
+pub mod command;
 mod port;
 mod tls;
 pub use cluster::{parse_peers, ClusterConfig, Peer};
+pub use command::{ClusterCommand, Command};
 pub use port::Port;
 pub use tls::{CertLoginFrom, SanType, TlsConfig, Verify};
 
@@ -265,6 +267,9 @@ pub struct Cli {
     /// Every cluster member, this node included: "1=HOST:RAFTPORT,2=...".
     #[arg(long, value_name = "LIST")]
     pub peers: Option<String>,
+    /// Operate a cluster instead of running a node.
+    #[command(subcommand)]
+    pub command: Option<Command>,
 }
 
 impl Config {

@@ -188,6 +188,49 @@ where
     }
 }
 
+/// Who a connection a cluster member carried here is from: the client's
+/// address, and the member it connected to.
+#[derive(Debug, Clone, Copy)]
+pub struct Carried {
+    pub client: SocketAddr,
+    pub via: u64,
+}
+
+/// The member a request came through (node-local questions, such as
+/// node-is-quorum-critical, are about that member).
+#[derive(Debug, Clone, Copy)]
+pub struct Via(pub u64);
+
+/// Serves the API to the connections members carry here (`listener`)
+/// until `stop` says so: as the API's own, with the client's address.
+pub async fn serve_carried<L>(listener: L, api: Arc<Api>, mut stop: watch::Receiver<bool>)
+where
+    L: axum::serve::Listener<Addr = Carried>,
+{
+    use axum::extract::{ConnectInfo, Request};
+    use axum::serve::ListenerExt;
+    // tap_io: ConnectInfo<Carried> works through it.
+    let listener = listener.tap_io(|_| {});
+    let app = routes::router(api)
+        .layer(axum::middleware::map_request(
+            |ConnectInfo(c): ConnectInfo<Carried>, mut req: Request| async move {
+                req.extensions_mut().insert(ConnectInfo(c.client));
+                req.extensions_mut().insert(Via(c.via));
+                req
+            },
+        ))
+        .into_make_service_with_connect_info::<Carried>();
+    let stopped = async move {
+        let _ = stop.changed().await;
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stopped)
+        .await
+    {
+        tracing::warn!("carried management connections failed: {e}");
+    }
+}
+
 /// Serves the API on `listener` (plain or TLS) until `stop` says so.
 pub async fn serve<L>(listener: L, api: Arc<Api>, mut stop: watch::Receiver<bool>)
 where

@@ -114,22 +114,7 @@ fn render(api: &Api, per_object: bool) -> String {
         ],
         1,
     );
-    o.family(
-        "rabbitmq_build_info",
-        "untyped",
-        "RABBITMQ_VERSION, PROMETHEUS_VERSION, ERLANG_VERSION",
-    );
-    o.value(
-        "rabbitmq_build_info",
-        &[
-            ("rabbitmq_version", RABBITMQ_VERSION),
-            ("prometheus_plugin_version", RABBITMQ_VERSION),
-            ("prometheus_client_version", "warren"),
-            ("erlang_version", "none"),
-            ("product_version", env!("CARGO_PKG_VERSION")),
-        ],
-        1,
-    );
+    build_info(&mut o);
     if let Some(cluster) = &api.broker.cluster {
         raft_metrics(&mut o, &cluster.local_status());
     }
@@ -396,6 +381,65 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/metrics", get(metrics))
         .route("/metrics/per-object", get(per_object))
         .with_state(api)
+}
+
+/// A follower's metrics: the build and this node's Raft series (queues,
+/// connections and message counters are the leader's, which serves them).
+fn render_follower(cluster: &crate::cluster::Cluster) -> String {
+    let mut o = Out(String::with_capacity(4 << 10));
+    build_info(&mut o);
+    raft_metrics(&mut o, &cluster.local_status());
+    o.0
+}
+
+async fn follower_metrics(State(c): State<Arc<crate::cluster::Cluster>>) -> impl IntoResponse {
+    text(render_follower(&c))
+}
+
+/// The Prometheus routes of a node that follows.
+pub fn follower_router(cluster: Arc<crate::cluster::Cluster>) -> Router {
+    Router::new()
+        .route("/metrics", get(follower_metrics))
+        .route("/metrics/per-object", get(follower_metrics))
+        .with_state(cluster)
+}
+
+/// Serves a follower's metrics on `listener` until `stop` says so.
+pub async fn serve_follower<L>(
+    listener: L,
+    cluster: Arc<crate::cluster::Cluster>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
+    L: axum::serve::Listener<Addr = std::net::SocketAddr>,
+{
+    let stopped = async move {
+        let _ = stop.changed().await;
+    };
+    if let Err(e) = axum::serve(listener, follower_router(cluster))
+        .with_graceful_shutdown(stopped)
+        .await
+    {
+        tracing::warn!("Prometheus listener failed: {e}");
+    }
+}
+
+fn build_info(o: &mut Out) {
+    o.family(
+        "rabbitmq_build_info",
+        "untyped",
+        "RABBITMQ_VERSION, PROMETHEUS_VERSION, ERLANG_VERSION",
+    );
+    o.value(
+        "rabbitmq_build_info",
+        &[
+            ("rabbitmq_version", RABBITMQ_VERSION),
+            ("prometheus_plugin_version", RABBITMQ_VERSION),
+            ("prometheus_client_version", "warren"),
+            ("erlang_version", "none"),
+            ("product_version", env!("CARGO_PKG_VERSION")),
+        ],
+        1,
+    );
 }
 
 /// The node's Raft group, as RabbitMQ names a quorum queue's Raft series

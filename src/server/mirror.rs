@@ -10,11 +10,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
+use super::follow::Listeners;
 use super::Server;
 use crate::broker::Broker;
 use crate::cluster::{Cluster, Role};
@@ -27,7 +27,11 @@ pub struct ClusterNode {
     pub cluster: Arc<Cluster>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    tls: TlsInForce,
 }
+
+/// The TLS configurations of the listeners open now.
+type TlsInForce = Arc<parking_lot::Mutex<Vec<Arc<crate::tls::Tls>>>>;
 
 impl ClusterNode {
     /// Opens the node's state, starts Raft and the role loop.
@@ -61,12 +65,28 @@ impl ClusterNode {
         )
         .await?;
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(run(config, replica, Arc::clone(&cluster), stop_rx));
+        let tls = TlsInForce::default();
+        let task = tokio::spawn(run(
+            config,
+            replica,
+            Arc::clone(&cluster),
+            Arc::clone(&tls),
+            stop_rx,
+        ));
         Ok(ClusterNode {
             cluster,
             stop,
             task,
+            tls,
         })
+    }
+
+    /// Reads the TLS certificate files of the listeners in force again
+    /// (SIGHUP): the broker's while leading, the carrying ones while
+    /// following.
+    pub fn reload_tls(&self) -> Result<(), String> {
+        let tls = self.tls.lock().clone();
+        crate::tls::reload_all(&tls)
     }
 
     /// Stops serving (closing connections with 320 if leading), then Raft.
@@ -82,6 +102,7 @@ async fn run(
     mut config: Config,
     replica: Replica,
     cluster: Arc<Cluster>,
+    tls: TlsInForce,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut role = cluster.role();
@@ -100,8 +121,9 @@ async fn run(
                         // at every term it leads.
                         config.load_definitions = None;
                         if let Some(a) = server.accepted() {
-                            cluster.set_handler(Some(Arc::new(move |s, peer| a.serve(s, peer))));
+                            cluster.set_handler(Some(Arc::new(move |s, h| a.serve(s, h))));
                         }
+                        *tls.lock() = server.tls_in_force();
                         loop {
                             tokio::select! {
                                 r = role.changed() => if r.is_err() || *role.borrow() != now { break },
@@ -109,6 +131,7 @@ async fn run(
                             }
                         }
                         cluster.set_handler(None);
+                        tls.lock().clear();
                         info!(term, "no longer serving: closing client connections");
                         server.shutdown().await;
                     }
@@ -122,25 +145,34 @@ async fn run(
                 }
             }
             Role::Follower { .. } => {
-                let Some(listener) = bind_proxy(&config).await else {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
+                let listeners = match Listeners::bind(&config, &cluster).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        // The broker that just stopped may hold a port a
+                        // moment longer.
+                        warn!("{e}");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
                 };
-                loop {
+                *tls.lock() = listeners.tls();
+                let leading = loop {
                     tokio::select! {
-                        r = listener.accept() => if let Ok((s, peer)) = r {
-                            tokio::spawn(Arc::clone(&cluster).proxy(s, peer));
-                        },
                         r = role.changed() => {
                             if r.is_err() {
-                                return;
+                                break false;
                             }
                             if matches!(*role.borrow(), Role::Leader { .. }) {
-                                break;
+                                break true;
                             }
                         }
-                        _ = stop.changed() => return,
+                        _ = stop.changed() => break false,
                     }
+                };
+                tls.lock().clear();
+                listeners.close().await;
+                if !leading {
+                    return;
                 }
             }
         }
@@ -168,18 +200,6 @@ async fn lead(
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(e) => return Err(e),
-        }
-    }
-}
-
-/// The AMQP port, carrying clients to the leader while this node follows.
-async fn bind_proxy(config: &Config) -> Option<TcpListener> {
-    let port = config.port.get()?;
-    match TcpListener::bind((config.bind, port)).await {
-        Ok(l) => Some(l),
-        Err(e) => {
-            warn!("cannot listen for AMQP on {}:{port}: {e}", config.bind);
-            None
         }
     }
 }

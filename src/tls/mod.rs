@@ -100,6 +100,23 @@ pub(crate) fn versions(names: &[String]) -> Result<Vec<&'static SupportedProtoco
         .collect()
 }
 
+/// A client configuration trusting the CAs in `ca` (PEM), for a tool
+/// that calls a node's HTTPS API.
+pub fn client_trusting(ca: &std::path::Path) -> Result<Arc<rustls::ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certificates(ca, "CA file")? {
+        roots
+            .add(cert)
+            .map_err(|e| format!("CA file {}: {e}", ca.display()))?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS versions: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 fn certificates(
     path: &std::path::Path,
     what: &str,

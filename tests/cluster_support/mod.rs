@@ -26,8 +26,14 @@ pub struct Node {
     pub id: u64,
     pub amqp: u16,
     pub raft: u16,
-    /// The management API's port (served while the node leads).
+    /// The management API's port (the leader serves it; a follower
+    /// carries its clients to the leader).
     pub http: u16,
+    /// Prometheus (each node answers for itself).
+    pub prometheus: u16,
+    /// AMQPS and HTTPS, when the cluster serves TLS clients.
+    pub amqps: u16,
+    pub https: u16,
     /// The address it binds and is reached at.
     pub host: String,
     /// The network namespace it runs in, if any.
@@ -45,6 +51,8 @@ pub struct Cluster {
     peers: String,
     /// A config file every node reads, if any.
     config: Option<PathBuf>,
+    /// Each node opens AMQPS and HTTPS on its own ports.
+    client_tls: bool,
     _tmp: tempfile::TempDir,
 }
 
@@ -60,8 +68,19 @@ impl Cluster {
         Self::start_on(&hosts, toml)
     }
 
+    /// Starts `n` nodes reading a config file of `toml` (which has a
+    /// `[tls]` certificate), each with AMQPS and HTTPS on ports of its own.
+    pub fn start_with_tls_clients(n: usize, toml: &str) -> Cluster {
+        let hosts = vec![("127.0.0.1".to_string(), None); n];
+        Self::start_on_with(&hosts, toml, true)
+    }
+
     /// Starts a node per (address, network namespace) of `hosts`.
     pub fn start_on(hosts: &[(String, Option<String>)], toml: &str) -> Cluster {
+        Self::start_on_with(hosts, toml, false)
+    }
+
+    fn start_on_with(hosts: &[(String, Option<String>)], toml: &str, client_tls: bool) -> Cluster {
         let n = hosts.len();
         let tmp = tempfile::tempdir().unwrap();
         let config = (!toml.is_empty()).then(|| {
@@ -75,6 +94,9 @@ impl Cluster {
                 amqp: free_port(),
                 raft: free_port(),
                 http: free_port(),
+                prometheus: free_port(),
+                amqps: free_port(),
+                https: free_port(),
                 host: hosts[id as usize - 1].0.clone(),
                 netns: hosts[id as usize - 1].1.clone(),
                 dir: tmp.path().join(format!("d{id}")),
@@ -92,6 +114,7 @@ impl Cluster {
             nodes,
             peers,
             config,
+            client_tls,
             _tmp: tmp,
         };
         for i in 0..n {
@@ -127,9 +150,15 @@ impl Cluster {
         if let Some(c) = &self.config {
             cmd.arg("--config").arg(c);
         }
+        if self.client_tls {
+            cmd.arg("--amqps-port").arg(n.amqps.to_string());
+            cmd.arg("--management-tls-port").arg(n.https.to_string());
+        }
         let child = cmd
             .args(["--bind", &n.host, "--management-bind", &n.host])
-            .args(["--prometheus-port", "off", "--log-level", "info"])
+            .arg("--prometheus-port")
+            .arg(n.prometheus.to_string())
+            .args(["--log-level", "info"])
             .arg("--management-port")
             .arg(n.http.to_string())
             .arg("--port")
@@ -266,6 +295,9 @@ impl Cluster {
             amqp: free_port(),
             raft: free_port(),
             http: free_port(),
+            prometheus: free_port(),
+            amqps: free_port(),
+            https: free_port(),
             host: "127.0.0.1".into(),
             netns: None,
             dir,

@@ -4,20 +4,22 @@
 //! /api/cluster shows this node's Raft state and changes the membership
 //! (PUT /api/cluster/members/{id} with {"raft": "host:port"} adds a node,
 //! DELETE removes one; administrators only). These are served by the
-//! leader, which serves the whole management API.
+//! leader, which serves the whole management API (followers carry their
+//! API clients to it); a node-local question asked through a follower is
+//! answered about that follower, from the leader's view.
 
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use serde_json::{json, Value};
 
 use crate::cluster::{Cluster, Status};
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult};
-use crate::http::Api;
+use crate::http::{Api, Via};
 
 /// A member's node name: warren-<id>@<its Raft host>.
 pub fn member_name(id: u64, raft: &str) -> String {
@@ -138,13 +140,19 @@ pub async fn remove_member(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// GET /api/health/checks/node-is-quorum-critical.
-pub async fn quorum_critical(State(api): State<Arc<Api>>, _caller: Caller) -> Response {
+/// GET /api/health/checks/node-is-quorum-critical, about the node asked:
+/// this one, or the follower that carried the request here.
+pub async fn quorum_critical(
+    State(api): State<Arc<Api>>,
+    via: Option<Extension<Via>>,
+    _caller: Caller,
+) -> Response {
     let Some(c) = api.broker.cluster.as_ref() else {
         return Json(json!({"status": "ok", "reason": "single node cluster"})).into_response();
     };
     let s = c.status().await;
-    if s.quorum_critical() {
+    let asked = via.map_or(s.id, |Extension(Via(id))| id);
+    if s.quorum_critical_for(asked) {
         let (up, majority) = s.quorum();
         let body = json!({
             "status": "failed",

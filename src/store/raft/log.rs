@@ -106,6 +106,64 @@ fn sync_loop(rx: mpsc::Receiver<LogFlushed<TypeConfig>>, syncer: Arc<dyn Syncer>
     }
 }
 
+impl LogStore {
+    /// Makes node `id` the only voter (`warren cluster promote`, with the
+    /// node stopped): a membership entry after the last one in the log, in
+    /// a term above any seen, and a vote for `id` in that term, synced. On
+    /// its next start the node leads alone and commits the log. `fallback`
+    /// is the applied membership and last applied id (the log may be
+    /// purged up to them). Returns the new entry's index.
+    pub(crate) fn force_single_voter(
+        &self,
+        id: u64,
+        fallback: (
+            &openraft::StoredMembership<u64, super::Member>,
+            Option<LogId<u64>>,
+        ),
+    ) -> Result<u64, String> {
+        use std::collections::{BTreeMap, BTreeSet};
+        let e = |e: StorageError| e.to_string();
+        // The last membership: in the log, else the applied one.
+        let mut membership = fallback.0.membership().clone();
+        let mut last: Option<LogId<u64>> = None;
+        for item in self.log.iter().rev() {
+            let (_, v) = item.map_err(|x| x.to_string())?;
+            let entry = decode(&v).map_err(e)?;
+            last.get_or_insert(entry.log_id);
+            if let openraft::EntryPayload::Membership(m) = entry.payload {
+                membership = m;
+                break;
+            }
+        }
+        let purged: Option<LogId<u64>> = self.get_meta(PURGED).map_err(e)?;
+        let last = last.or(purged).or(fallback.1);
+        let me = membership
+            .get_node(&id)
+            .cloned()
+            .ok_or_else(|| format!("node {id} is not a member of the cluster this store knows"))?;
+        let vote: Option<Vote<u64>> = self.get_meta(VOTE).map_err(e)?;
+        let term = vote
+            .map_or(0, |v| v.leader_id().term)
+            .max(last.map_or(0, |l| l.leader_id.term))
+            + 1;
+        let index = last.map_or(0, |l| l.index + 1);
+        let only_me =
+            openraft::Membership::new(vec![BTreeSet::from([id])], BTreeMap::from([(id, me)]));
+        let entry: Entry<TypeConfig> = Entry {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(term, id), index),
+            payload: openraft::EntryPayload::Membership(only_me),
+        };
+        let v = bincode::serialize(&entry).map_err(|x| x.to_string())?;
+        self.log
+            .insert(index.to_be_bytes(), v)
+            .map_err(|x| x.to_string())?;
+        self.put_meta(VOTE, &Vote::new_committed(term, id))
+            .map_err(e)?;
+        self.syncer.sync()?;
+        Ok(index)
+    }
+}
+
 fn decode(v: &[u8]) -> Result<Entry<TypeConfig>, StorageError> {
     bincode::deserialize(v).map_err(storage_error)
 }

@@ -94,6 +94,11 @@ impl StateMachine {
         Ok(sm)
     }
 
+    /// The applied membership and the last applied log id.
+    pub(crate) fn applied_membership(&self) -> (&Membership, Option<LogId<u64>>) {
+        (&self.membership, self.last_applied)
+    }
+
     /// Watches the last applied index.
     pub fn applied(&self) -> watch::Receiver<u64> {
         self.applied.subscribe()

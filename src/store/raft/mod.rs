@@ -113,6 +113,19 @@ impl Replica {
         })
     }
 
+    /// Makes node `id` the only voter of the cluster this store knows, with
+    /// the node stopped (`warren cluster promote`): the survivor of a
+    /// two-node mirror then leads alone. Returns the index of the entry
+    /// that says so.
+    pub fn promote(&self, id: u64) -> Result<u64, String> {
+        let machine = self
+            .machine
+            .as_ref()
+            .ok_or_else(|| "the state machine is taken".to_string())?;
+        self.log
+            .force_single_voter(id, machine.applied_membership())
+    }
+
     /// The state machine, for openraft (once).
     pub fn take_machine(&mut self) -> Option<StateMachine> {
         self.machine.take()

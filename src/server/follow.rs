@@ -1,0 +1,193 @@
+//! A follower's listeners: the ports clients know this node by carry each
+//! client to the leader (cluster/proxy.rs), so any node's address serves.
+//! AMQP and the management API go as they came; AMQPS and HTTPS end their
+//! TLS here (this node's certificate, its client-certificate rules) and the
+//! header says the client spoke TLS, with the client certificate verified
+//! here for an EXTERNAL login. Prometheus is answered here, for this node:
+//! its Raft series (the leader serves the broker's).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::{bind, ListenerTls};
+use crate::cluster::{Cluster, ProxyHeader, Service};
+use crate::config::Config;
+use crate::tls::Tls;
+
+/// TLS handshakes in progress at most, per listener.
+const MAX_HANDSHAKES: usize = 256;
+
+/// The listeners of a node while it follows.
+pub struct Listeners {
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    tls: Vec<Arc<Tls>>,
+}
+
+impl Listeners {
+    /// Binds every configured listener; an error (a port still held by the
+    /// broker that just stopped) binds none.
+    pub async fn bind(config: &Config, cluster: &Arc<Cluster>) -> Result<Listeners, String> {
+        let c = config;
+        let tls = ListenerTls::load(c)?;
+        let amqp = bind("AMQP", c.bind, c.port).await?;
+        let amqps = match &tls.amqps {
+            Some(_) => bind("AMQPS", c.bind, c.amqps_port()).await?,
+            None => None,
+        };
+        let http = bind("the management API", c.management_bind, c.management_port).await?;
+        let https = match &tls.api {
+            Some(_) => {
+                let port = c.management_tls_port();
+                bind("the HTTPS management API", c.management_bind, port).await?
+            }
+            None => None,
+        };
+        let metrics = bind("Prometheus", c.management_bind, c.prometheus_port).await?;
+        let https_metrics = match &tls.metrics {
+            Some(_) => {
+                let port = c.prometheus_tls_port();
+                bind("HTTPS Prometheus", c.management_bind, port).await?
+            }
+            None => None,
+        };
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let carry = |l: TcpListener, service: Service, t: Option<Arc<Tls>>| {
+            let (cluster, stop) = (Arc::clone(cluster), stop_rx.clone());
+            tokio::spawn(carry(l, service, t, cluster, stop))
+        };
+        if let Some(l) = amqp {
+            tasks.push(carry(l, Service::Amqp, None));
+        }
+        if let (Some(l), Some(t)) = (amqps, &tls.amqps) {
+            tasks.push(carry(l, Service::Amqp, Some(Arc::clone(t))));
+        }
+        if let Some(l) = http {
+            tasks.push(carry(l, Service::Http, None));
+        }
+        if let (Some(l), Some(t)) = (https, &tls.api) {
+            tasks.push(carry(l, Service::Http, Some(Arc::clone(t))));
+        }
+        if let Some(l) = metrics {
+            let s = stop_rx.clone();
+            let served = crate::http::prometheus::serve_follower(l, Arc::clone(cluster), s);
+            tasks.push(tokio::spawn(served));
+        }
+        if let (Some(l), Some(t)) = (https_metrics, &tls.metrics) {
+            let l = crate::http::tls::TlsListener::new(l, Arc::clone(t), stop_rx.clone());
+            let s = stop_rx.clone();
+            let served = crate::http::prometheus::serve_follower(l, Arc::clone(cluster), s);
+            tasks.push(tokio::spawn(served));
+        }
+        info!("following: client ports carry clients to the leader");
+        Ok(Listeners {
+            stop,
+            tasks,
+            tls: tls.all(),
+        })
+    }
+
+    /// The TLS configurations in force (reloaded on SIGHUP).
+    pub fn tls(&self) -> Vec<Arc<Tls>> {
+        self.tls.clone()
+    }
+
+    /// Stops accepting and frees the ports (carried connections go on until
+    /// the leader they reach stops serving them).
+    pub async fn close(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Accepts on `listener` and carries each client to the leader, after a
+/// TLS handshake here (bounded, on its own task) if `tls` is given.
+async fn carry(
+    listener: TcpListener,
+    service: Service,
+    tls: Option<Arc<Tls>>,
+    cluster: Arc<Cluster>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    loop {
+        let permit = match &tls {
+            Some(_) => tokio::select! {
+                p = Arc::clone(&handshakes).acquire_owned() => match p {
+                    Ok(p) => Some(p),
+                    Err(_) => return,
+                },
+                _ = stop.changed() => return,
+            },
+            None => None,
+        };
+        let (socket, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let _ = socket.set_nodelay(true);
+        let cluster = Arc::clone(&cluster);
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let via = cluster.id;
+            let header = |tls: bool, certificate: Option<Vec<u8>>| ProxyHeader {
+                client: peer,
+                service,
+                via,
+                tls,
+                certificate,
+            };
+            match tls {
+                None => cluster.proxy(socket, header(false, None)).await,
+                Some(tls) => {
+                    let Some(stream) = handshake(&tls, socket, peer).await else {
+                        return;
+                    };
+                    drop(permit);
+                    let certificate = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .map(|c| c.to_vec());
+                    cluster.proxy(stream, header(true, certificate)).await
+                }
+            }
+        });
+    }
+}
+
+/// A client's TLS handshake with this node; None (logged) if it failed or
+/// took longer than ssl_handshake_timeout.
+async fn handshake(
+    tls: &Tls,
+    socket: TcpStream,
+    peer: SocketAddr,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    match tokio::time::timeout(tls.handshake_timeout(), tls.acceptor().accept(socket)).await {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(e)) => {
+            warn!(%peer, "TLS handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            warn!(%peer, "TLS handshake timed out");
+            None
+        }
+    }
+}

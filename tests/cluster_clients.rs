@@ -1,0 +1,370 @@
+//! Every member serves clients: a follower carries the management API
+//! (HTTP and HTTPS), AMQPS with an EXTERNAL login from the client
+//! certificate it verified, and answers Prometheus for itself. A two-node
+//! mirror that lost a node is promoted by hand with `warren cluster
+//! promote`, and a node is added back with `warren cluster add`.
+
+mod cluster_support;
+
+use std::time::{Duration, Instant};
+
+use cluster_support::Cluster;
+use lapin::options::*;
+use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+use serde_json::{json, Value};
+
+/// Cluster tests share the machine's two cores: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A CA, a node certificate for localhost and 127.0.0.1 with both uses,
+/// and a client certificate for CN=app, written into `dir`; returns the
+/// `[tls]` config, the CA's PEM and the client's (certificate, key) PEM.
+fn certificates(dir: &std::path::Path) -> (String, String, (String, String)) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.distinguished_name.push(DnType::CommonName, "cluster CA");
+    let ca = p.self_signed(&ca_key).unwrap();
+    let issue = |names: Vec<String>, cn: &str, uses: Vec<ExtendedKeyUsagePurpose>| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(names).unwrap();
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.extended_key_usages = uses;
+        let cert = p.signed_by(&key, &ca, &ca_key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let both = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let node = issue(vec!["localhost".into(), "127.0.0.1".into()], "node", both);
+    let client = issue(vec![], "app", vec![ExtendedKeyUsagePurpose::ClientAuth]);
+    let (c, k, a) = (
+        dir.join("node.pem"),
+        dir.join("node.key"),
+        dir.join("ca.pem"),
+    );
+    std::fs::write(&c, &node.0).unwrap();
+    std::fs::write(&k, &node.1).unwrap();
+    std::fs::write(&a, ca.pem()).unwrap();
+    let toml = format!(
+        "prometheus_tls_port = \"off\"\n[tls]\ncertfile = {:?}\nkeyfile = {:?}\ncacertfile = {:?}\n",
+        c.display().to_string(),
+        k.display().to_string(),
+        a.display().to_string()
+    );
+    (toml, ca.pem(), client)
+}
+
+/// reqwest over rustls (ring), trusting `ca` if given.
+fn http(ca: Option<&str>) -> reqwest::Client {
+    use rustls::pki_types::pem::PemObject;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca.unwrap_or("").as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(config)
+        .build()
+        .unwrap()
+}
+
+/// A request as guest, retried for 30 s until it gets an answer; its
+/// status and JSON (or text as a JSON string).
+async fn call(
+    client: &reqwest::Client,
+    method: &str,
+    url: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut req = client
+            .request(method.parse().unwrap(), url)
+            .basic_auth("guest", Some("guest"));
+        if let Some(b) = &body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        if let Ok(r) = req.send().await {
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap_or_default();
+            let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            return (status, v);
+        }
+        assert!(Instant::now() < deadline, "{url} never answered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// lapin over TLS to `uri`, trusting `ca`, presenting `client`.
+async fn connect_tls(
+    uri: &str,
+    ca: &str,
+    client: Option<&(String, String)>,
+) -> lapin::Result<Connection> {
+    let config = OwnedTLSConfig {
+        identity: client.map(|(cert, key)| OwnedIdentity::PKCS8 {
+            pem: cert.clone().into_bytes(),
+            key: key.clone().into_bytes(),
+        }),
+        cert_chain: Some(ca.to_string()),
+    };
+    let runtime = lapin::runtime::default_runtime().expect("tokio");
+    let connect =
+        Connection::connect_with_config(uri, ConnectionProperties::default(), config, runtime);
+    match tokio::time::timeout(Duration::from_secs(10), connect).await {
+        Ok(r) => r,
+        Err(_) => panic!("the TLS connection neither opened nor failed in 10 s"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_carries_the_api_and_amqps_and_answers_metrics_itself() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let certs = tempfile::tempdir().unwrap();
+    let (toml, ca, client) = certificates(certs.path());
+    let c = Cluster::start_with_tls_clients(3, &toml);
+    let (leader, _) = c.wait_leader(0, Duration::from_secs(30)).await;
+    let f = (leader + 1) % 3;
+    let plain = http(None);
+    let leader_name = format!("warren-{}@", c.nodes[leader].id);
+
+    // The API through the follower is the leader's.
+    let (status, overview) = call(&plain, "GET", &format!("{}/api/overview", c.api(f)), None).await;
+    assert_eq!(status, 200, "{overview}");
+    let node = overview["node"].as_str().unwrap_or_default();
+    assert!(node.starts_with(&leader_name), "{overview}");
+    // A change made through it (a user for the client certificate).
+    let (status, v) = call(
+        &plain,
+        "PUT",
+        &format!("{}/api/users/CN%3Dapp", c.api(f)),
+        Some(json!({"password_hash": "", "tags": ""})),
+    )
+    .await;
+    assert!(status == 201 || status == 204, "{status} {v}");
+    let (status, v) = call(
+        &plain,
+        "PUT",
+        &format!("{}/api/permissions/%2F/CN%3Dapp", c.api(f)),
+        Some(json!({"configure": ".*", "write": ".*", "read": ".*"})),
+    )
+    .await;
+    assert!(status == 201 || status == 204, "{status} {v}");
+    // A node-local health check is about the follower asked.
+    let url = format!("{}/api/health/checks/node-is-quorum-critical", c.api(f));
+    assert_eq!(call(&plain, "GET", &url, None).await.0, 200);
+
+    // HTTPS through the follower.
+    let https = http(Some(&ca));
+    let url = format!("https://localhost:{}/api/whoami", c.nodes[f].https);
+    let (status, who) = call(&https, "GET", &url, None).await;
+    assert_eq!(status, 200, "{who}");
+    assert_eq!(who["name"], "guest");
+
+    // AMQPS through the follower, logged in by the certificate it verified.
+    let uri = format!(
+        "amqps://localhost:{}/%2f?auth_mechanism=external",
+        c.nodes[f].amqps
+    );
+    let conn = connect_tls(&uri, &ca, Some(&client))
+        .await
+        .expect("EXTERNAL through a follower");
+    let ch = conn.create_channel().await.unwrap();
+    let q = "carried.tls";
+    ch.queue_declare(
+        q.into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let confirm = ch
+        .basic_publish(
+            "".into(),
+            q.into(),
+            BasicPublishOptions::default(),
+            b"through a follower",
+            BasicProperties::default().with_delivery_mode(2),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(confirm.is_ack());
+    let got = ch
+        .basic_get(q.into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("the message");
+    assert_eq!(got.delivery.data, b"through a follower");
+    // The leader shows the connection as the client's own: TLS, its user.
+    let (_, conns) = call(
+        &plain,
+        "GET",
+        &format!("{}/api/connections", c.api(leader)),
+        None,
+    )
+    .await;
+    let mine = conns
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["user"] == "CN=app"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(mine["ssl"], true, "{conns}");
+    assert_eq!(mine["peer_host"], "127.0.0.1", "{conns}");
+    let _ = conn.close(200, "done".into()).await;
+    // Without a certificate, EXTERNAL is refused there too.
+    assert!(connect_tls(&uri, &ca, None).await.is_err());
+
+    // Each node answers Prometheus for itself.
+    let metrics = |i: usize| format!("http://127.0.0.1:{}/metrics", c.nodes[i].prometheus);
+    let (_, text) = call(&plain, "GET", &metrics(f), None).await;
+    let text = text.as_str().unwrap_or_default().to_string();
+    assert!(text.contains("warren_raft_is_leader 0"), "{text}");
+    assert!(text.contains("rabbitmq_raft_log_commit_index"), "{text}");
+    let (_, text) = call(&plain, "GET", &metrics(leader), None).await;
+    let text = text.as_str().unwrap_or_default().to_string();
+    assert!(text.contains("warren_raft_is_leader 1"), "{text}");
+    c.assert_no_panics();
+}
+
+/// Runs `warren` with `args`; its exit status and what it printed.
+fn warren(args: &[&str]) -> (bool, String) {
+    let bin = std::env::var("WARREN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_warren").into());
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .output()
+        .expect("run warren");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+async fn count(c: &Cluster, i: usize, queue: &str) -> u32 {
+    let conn = c
+        .connect(i, Duration::from_secs(30))
+        .await
+        .expect("connect");
+    let ch = conn.create_channel().await.unwrap();
+    let q = ch
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let _ = conn.close(200, "done".into()).await;
+    q.message_count()
+}
+
+/// Publishes `n` persistent messages to `queue` through node `i`, all
+/// confirmed.
+async fn publish(c: &Cluster, i: usize, queue: &str, n: usize) {
+    let conn = c
+        .connect(i, Duration::from_secs(30))
+        .await
+        .expect("connect");
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let mut pending = Vec::new();
+    for k in 0..n {
+        pending.push(
+            ch.basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                k.to_string().as_bytes(),
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    for p in pending {
+        assert!(p.await.unwrap().is_ack());
+    }
+    let _ = conn.close(200, "done".into()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_node_mirror_is_promoted_by_hand_and_grows_again() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut c = Cluster::start(2);
+    let (leader, _) = c.wait_leader(0, Duration::from_secs(30)).await;
+    publish(&c, leader, "mirrored", 200).await;
+    // The leader's machine is lost; the survivor alone is no majority.
+    c.kill(leader);
+    let s = 1 - leader;
+    // Stopped, promoted, started again: it leads alone, with everything.
+    assert!(c.terminate(s, Duration::from_secs(15)), "{}", c.logs_tail());
+    let dir = c.nodes[s].dir.display().to_string();
+    let id = c.nodes[s].id.to_string();
+    let (ok, out) = warren(&["cluster", "promote", "--data-dir", &dir, "--node-id", &id]);
+    assert!(ok, "{out}");
+    c.spawn(s);
+    let (now, _) = c.wait_leader(0, Duration::from_secs(30)).await;
+    assert_eq!(now, s);
+    assert_eq!(count(&c, s, "mirrored").await, 200);
+    publish(&c, s, "mirrored", 1).await;
+    // A new node is added with the command line, through the leader's API.
+    let n = c.add_node();
+    c.spawn_joining(n);
+    let raft = format!("127.0.0.1:{}", c.nodes[n].raft);
+    let new_id = c.nodes[n].id.to_string();
+    let (ok, out) = warren(&["cluster", "add", &new_id, &raft, "--url", &c.api(s)]);
+    assert!(ok, "{out}");
+    // Asked through the new follower, the cluster has two voters.
+    let (ok, out) = warren(&["cluster", "status", "--url", &c.api(n)]);
+    assert!(ok, "{out}");
+    let status: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+    let voters = status["members"]
+        .as_array()
+        .map_or(0, |m| m.iter().filter(|x| x["voter"] == true).count());
+    assert_eq!(voters, 2, "{out}");
+    // Promoting a running node is refused (its store is locked).
+    let dir = c.nodes[s].dir.display().to_string();
+    let (ok, out) = warren(&["cluster", "promote", "--data-dir", &dir, "--node-id", &id]);
+    assert!(!ok, "{out}");
+    // Wrong credentials get the API's answer.
+    let (ok, out) = warren(&["cluster", "status", "--url", &c.api(s), "-p", "wrong"]);
+    assert!(!ok && out.contains("401"), "{out}");
+    c.assert_no_panics();
+}
