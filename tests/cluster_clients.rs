@@ -97,13 +97,16 @@ async fn call(
                 .header("content-type", "application/json")
                 .body(b.to_string());
         }
-        if let Ok(r) = req.send().await {
-            let status = r.status().as_u16();
-            let text = r.text().await.unwrap_or_default();
-            let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
-            return (status, v);
-        }
-        assert!(Instant::now() < deadline, "{url} never answered");
+        let err = match req.send().await {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                let text = r.text().await.unwrap_or_default();
+                let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+                return (status, v);
+            }
+            Err(e) => e,
+        };
+        assert!(Instant::now() < deadline, "{url} never answered: {err:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -70,7 +70,7 @@ impl Syncer for Shipper {
             return Ok(());
         }
         let raft = self.raft.clone();
-        let batch = Batch(ops.into());
+        let batch = Batch(ops.freeze());
         let mut closing = self.closing.clone();
         self.in_flight
             .store(crate::util::now_ms().max(1), Ordering::Release);

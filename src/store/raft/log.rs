@@ -1,11 +1,12 @@
-//! The Raft log on sled: tree `raft_log` (index, big-endian, to the
-//! bincode of the entry) and tree `raft_meta` (vote, committed, purged).
+//! The Raft log: its entries in files of their own (entries.rs), its
+//! vote, committed and purged ids in sled's tree `raft_meta`.
 //!
-//! Appends are group-committed: `append` writes the entries into sled and
+//! Appends are group-committed: `append` writes the entries' files and
 //! hands openraft's callback to the log's sync thread, which runs one sync
-//! (sled's flush, then syncfs, store/sync.rs) for every callback that came
-//! in while the previous one ran, then reports them flushed. openraft
-//! counts an entry toward a majority only once its callback has run.
+//! (sled's flush, then syncfs of the data directory's filesystem, which
+//! covers the files, store/sync.rs) for every callback that came in while
+//! the previous one ran, then reports them flushed. openraft counts an
+//! entry toward a majority only once its callback has run.
 
 use std::ops::RangeBounds;
 use std::sync::mpsc;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{Entry, LogId, LogState, RaftLogReader, Vote};
 
+use super::entries::Entries;
 use super::{storage_error, StorageError, TypeConfig};
 use crate::store::sync::Syncer;
 
@@ -24,7 +26,7 @@ const PURGED: &[u8] = b"purged";
 /// The log of one node (cheap to clone: the reader is a clone).
 #[derive(Clone)]
 pub struct LogStore {
-    log: sled::Tree,
+    log: Arc<Entries>,
     meta: sled::Tree,
     syncer: Arc<dyn Syncer>,
     flushes: mpsc::Sender<LogFlushed<TypeConfig>>,
@@ -33,15 +35,21 @@ pub struct LogStore {
 }
 
 impl LogStore {
-    /// The log in `db`, made durable by `syncer`.
-    pub(crate) fn open(db: &sled::Db, syncer: Arc<dyn Syncer>) -> crate::store::Result<LogStore> {
+    /// The log in `db` and `dir`, made durable by `syncer`.
+    pub(crate) fn open(
+        db: &sled::Db,
+        dir: &std::path::Path,
+        syncer: Arc<dyn Syncer>,
+    ) -> crate::store::Result<LogStore> {
+        let log = Arc::new(Entries::open(dir)?);
+        migrate(db, &log, syncer.as_ref())?;
         let (flushes, rx) = mpsc::channel::<LogFlushed<TypeConfig>>();
         let thread_syncer = Arc::clone(&syncer);
         std::thread::Builder::new()
             .name("raft-log-sync".into())
             .spawn(move || sync_loop(rx, thread_syncer))?;
         Ok(LogStore {
-            log: db.open_tree("raft_log")?,
+            log,
             meta: db.open_tree("raft_meta")?,
             syncer,
             flushes,
@@ -125,12 +133,12 @@ impl LogStore {
         let e = |e: StorageError| e.to_string();
         // The last membership: in the log, else the applied one.
         let mut membership = fallback.0.membership().clone();
-        let mut last: Option<LogId<u64>> = None;
-        for item in self.log.iter().rev() {
-            let (_, v) = item.map_err(|x| x.to_string())?;
-            let entry = decode(&v).map_err(e)?;
-            last.get_or_insert(entry.log_id);
-            if let openraft::EntryPayload::Membership(m) = entry.payload {
+        let last: Option<LogId<u64>> = self.log.last();
+        for i in self.log.indexes_newest_first() {
+            let entry = self.log.range(i..=i).map_err(|x| x.to_string())?;
+            if let Some(openraft::EntryPayload::Membership(m)) =
+                entry.into_iter().next().map(|e| e.payload)
+            {
                 membership = m;
                 break;
             }
@@ -153,10 +161,7 @@ impl LogStore {
             log_id: LogId::new(openraft::CommittedLeaderId::new(term, id), index),
             payload: openraft::EntryPayload::Membership(only_me),
         };
-        let v = bincode::serialize(&entry).map_err(|x| x.to_string())?;
-        self.log
-            .insert(index.to_be_bytes(), v)
-            .map_err(|x| x.to_string())?;
+        self.log.append(vec![entry]).map_err(|x| x.to_string())?;
         self.put_meta(VOTE, &Vote::new_committed(term, id))
             .map_err(e)?;
         self.syncer.sync()?;
@@ -164,8 +169,25 @@ impl LogStore {
     }
 }
 
-fn decode(v: &[u8]) -> Result<Entry<TypeConfig>, StorageError> {
-    bincode::deserialize(v).map_err(storage_error)
+/// Moves the entries an older version kept in sled's tree `raft_log` into
+/// files, once.
+fn migrate(db: &sled::Db, log: &Entries, syncer: &dyn Syncer) -> crate::store::Result<()> {
+    let old = db.open_tree("raft_log")?;
+    if old.is_empty() {
+        return Ok(());
+    }
+    let corrupt = |e: bincode::Error| crate::store::Error::Corrupt(format!("raft_log: {e}"));
+    let mut entries = Vec::new();
+    for item in old.iter() {
+        let (_, v) = item?;
+        entries.push(bincode::deserialize::<Entry<TypeConfig>>(&v).map_err(corrupt)?);
+    }
+    tracing::info!(entries = entries.len(), "moving the Raft log out of sled");
+    log.append(entries)?;
+    syncer.sync().map_err(crate::store::Error::Sync)?;
+    old.clear()?;
+    syncer.sync().map_err(crate::store::Error::Sync)?;
+    Ok(())
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -173,24 +195,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry<TypeConfig>>, StorageError> {
-        use std::ops::Bound;
-        let start = match range.start_bound() {
-            Bound::Included(&i) => i,
-            Bound::Excluded(&i) => i.saturating_add(1),
-            Bound::Unbounded => 0,
-        };
-        let mut out = Vec::new();
-        for item in self.log.range(start.to_be_bytes()..) {
-            let (k, v) = item.map_err(storage_error)?;
-            let index = u64::from_be_bytes(
-                <[u8; 8]>::try_from(&k[..]).map_err(|_| storage_error("log key"))?,
-            );
-            if !range.contains(&index) {
-                break;
-            }
-            out.push(decode(&v)?);
-        }
-        Ok(out)
+        self.log.range(range).map_err(storage_error)
     }
 }
 
@@ -199,13 +204,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let last_purged_log_id: Option<LogId<u64>> = self.get_meta(PURGED)?;
-        let last = match self.log.last().map_err(storage_error)? {
-            Some((_, v)) => Some(decode(&v)?.log_id),
-            None => last_purged_log_id,
-        };
         Ok(LogState {
             last_purged_log_id,
-            last_log_id: last,
+            last_log_id: self.log.last().or(last_purged_log_id),
         })
     }
 
@@ -243,35 +244,56 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
         I::IntoIter: Send,
     {
-        let mut batch = sled::Batch::default();
-        for e in entries {
-            let v = bincode::serialize(&e).map_err(storage_error)?;
-            batch.insert(&e.log_id.index.to_be_bytes(), v);
-        }
-        self.log.apply_batch(batch).map_err(storage_error)?;
+        self.log
+            .append(entries.into_iter().collect())
+            .map_err(storage_error)?;
         self.flushes
             .send(callback)
             .map_err(|_| storage_error("the log's sync thread stopped"))
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError> {
-        let mut batch = sled::Batch::default();
-        for item in self.log.range(log_id.index.to_be_bytes()..) {
-            let (k, _) = item.map_err(storage_error)?;
-            batch.remove(k);
-        }
-        self.log.apply_batch(batch).map_err(storage_error)?;
+        self.log.truncate(log_id.index).map_err(storage_error)?;
         // A truncated entry must not come back after a crash.
         self.sync().await
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError> {
+        // The purged id first: a crash midway leaves files below it, which
+        // nothing reads and the next purge removes.
         self.put_meta(PURGED, &log_id)?;
-        let mut batch = sled::Batch::default();
-        for item in self.log.range(..=log_id.index.to_be_bytes()) {
-            let (k, _) = item.map_err(storage_error)?;
-            batch.remove(k);
+        self.log.purge(log_id.index).map_err(storage_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::raft::Batch;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    #[tokio::test]
+    async fn entries_kept_in_sled_by_an_older_version_move_to_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let old = db.open_tree("raft_log").unwrap();
+        for i in 1..=3u64 {
+            let e: Entry<TypeConfig> = Entry {
+                log_id: LogId::new(CommittedLeaderId::new(2, 1), i),
+                payload: EntryPayload::Normal(Batch(vec![i as u8; 4].into())),
+            };
+            old.insert(i.to_be_bytes(), bincode::serialize(&e).unwrap())
+                .unwrap();
         }
-        self.log.apply_batch(batch).map_err(storage_error)
+        let syncer = Arc::new(crate::store::sync::DiskSync::new(db.clone(), None));
+        let mut log = LogStore::open(&db, &dir.path().join("raft-log"), syncer).unwrap();
+        assert!(old.is_empty());
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id.map(|l| l.index), Some(3));
+        let got = log.try_get_log_entries(2..=3).await.unwrap();
+        assert_eq!(
+            got[1].payload,
+            EntryPayload::Normal(Batch(vec![3u8; 4].into()))
+        );
     }
 }

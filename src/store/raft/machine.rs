@@ -131,8 +131,7 @@ impl StateMachine {
 }
 
 /// Applies one entry's operations.
-fn apply_batch(applier: &Applier, raw: Vec<u8>) -> Result<(), StorageError> {
-    let raw = Bytes::from(raw);
+fn apply_batch(applier: &Applier, raw: Bytes) -> Result<(), StorageError> {
     let mut at = 0;
     while at + 4 <= raw.len() {
         let len = u32::from_be_bytes([raw[at], raw[at + 1], raw[at + 2], raw[at + 3]]) as usize;

@@ -15,6 +15,7 @@
 // openraft's traits fix the error type (StorageError, over 200 bytes).
 #![allow(clippy::result_large_err)]
 
+mod entries;
 mod journal;
 mod log;
 mod machine;
@@ -42,9 +43,10 @@ impl std::fmt::Display for Member {
 }
 
 /// One log entry's operations: each a u32 length (big-endian) and the
-/// operation's encoding (op.rs).
+/// operation's encoding (op.rs). Shared, not copied, between the log's
+/// cache, replication and apply.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Batch(#[serde(with = "serde_bytes")] pub Vec<u8>);
+pub struct Batch(pub bytes::Bytes);
 
 impl std::fmt::Display for Batch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -99,7 +101,7 @@ impl Replica {
     pub fn open(dir: &std::path::Path, cache_bytes: u64) -> crate::store::Result<Replica> {
         let (db, syncer, marks) = crate::store::Store::open_files(dir, cache_bytes)?;
         let applier = std::sync::Arc::new(crate::store::Applier::new(&db, marks)?);
-        let log = LogStore::open(&db, syncer)?;
+        let log = LogStore::open(&db, &dir.join("raft-log"), syncer)?;
         let machine =
             StateMachine::open(&db, std::sync::Arc::clone(&applier), dir.join("snapshots"))?;
         let applied = machine.applied();

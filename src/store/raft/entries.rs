@@ -1,0 +1,331 @@
+//! The Raft log's entries, one file each in `raft-log/` (named by index),
+//! with the newest in memory. Not in sled: an entry is a whole group
+//! commit (up to megabytes), and sled keeps sixteen values to a leaf, so
+//! a leaf of entries was a multi-megabyte blob that every split, and every
+//! segment its pages lived in being cleaned, wrote again: a third of a
+//! 3-node cluster's CPU went to rewriting them. A file is written once,
+//! read back only by a follower far behind, and unlinked when purged.
+//!
+//! A file is a header (magic, length, CRC-32 of the body, the entry's log
+//! id) and the bincode of the entry. Writes are not synced here: the log's sync (sled's flush
+//! and syncfs of the data directory's filesystem) covers them, and only
+//! then does openraft count an entry. A file cut short by a crash (its
+//! header or length wrong, or, among the last files, its checksum) was
+//! never reported durable: at open it is removed, with every later one.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use openraft::{Entry, LogId};
+use parking_lot::Mutex;
+
+use super::TypeConfig;
+
+const MAGIC: &[u8; 4] = b"WRL1";
+/// Magic, body length, CRC-32 of the body, then the entry's log id (term,
+/// leader node, index), so that opening the log reads headers only.
+const HEADER: usize = 36;
+/// Files at the end whose whole body is checked at open (a crash can cut
+/// short only what was written since the last sync).
+const CHECKED_AT_OPEN: usize = 64;
+
+/// Entries kept in memory at most (bytes of their batches): what apply and
+/// replication read back, and a follower a little behind.
+const CACHE_BYTES: usize = 64 << 20;
+
+/// The entry files of one node.
+pub struct Entries {
+    dir: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Every index on disk, with the entry's log id.
+    on_disk: BTreeMap<u64, LogId<u64>>,
+    /// The newest entries.
+    cache: BTreeMap<u64, Entry<TypeConfig>>,
+    cached_bytes: usize,
+}
+
+fn weight(e: &Entry<TypeConfig>) -> usize {
+    match &e.payload {
+        openraft::EntryPayload::Normal(b) => b.0.len() + 64,
+        _ => 256,
+    }
+}
+
+impl Entries {
+    /// Opens (or creates) `dir`, dropping a torn tail.
+    pub fn open(dir: &Path) -> std::io::Result<Entries> {
+        fs::create_dir_all(dir)?;
+        let mut indexes: Vec<u64> = fs::read_dir(dir)?
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse::<u64>().ok())
+            .collect();
+        indexes.sort_unstable();
+        let this = Entries {
+            dir: dir.to_path_buf(),
+            inner: Mutex::new(Inner::default()),
+        };
+        let mut on_disk = BTreeMap::new();
+        let mut torn = None;
+        let check_from = indexes.len().saturating_sub(CHECKED_AT_OPEN);
+        for (n, &i) in indexes.iter().enumerate() {
+            let read = match n >= check_from {
+                true => this.read_file(i).map(|e| e.log_id),
+                false => this.read_header(i),
+            };
+            match read {
+                Ok(id) if id.index == i => {
+                    on_disk.insert(i, id);
+                }
+                _ => {
+                    torn = Some(n);
+                    break;
+                }
+            }
+        }
+        if let Some(n) = torn {
+            tracing::warn!(
+                from = indexes[n],
+                "the Raft log ends in an entry cut short: it and what follows are dropped"
+            );
+            for &i in &indexes[n..] {
+                fs::remove_file(this.path(i))?;
+            }
+        }
+        this.inner.lock().on_disk = on_disk;
+        Ok(this)
+    }
+
+    fn path(&self, index: u64) -> PathBuf {
+        self.dir.join(format!("{index:020}"))
+    }
+
+    fn bad(index: u64, what: &str) -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("Raft log entry {index}: {what}"),
+        )
+    }
+
+    /// The header's log id, if the file is as long as it says.
+    fn read_header(&self, index: u64) -> std::io::Result<LogId<u64>> {
+        use std::io::Read;
+        let mut f = fs::File::open(self.path(index))?;
+        let size = f.metadata()?.len();
+        let mut h = [0u8; HEADER];
+        f.read_exact(&mut h)?;
+        let (len, _, id) = parse_header(&h).ok_or_else(|| Self::bad(index, "no header"))?;
+        if size != (HEADER + len) as u64 {
+            return Err(Self::bad(index, "cut short"));
+        }
+        Ok(id)
+    }
+
+    fn read_file(&self, index: u64) -> std::io::Result<Entry<TypeConfig>> {
+        let raw = fs::read(self.path(index))?;
+        let (len, crc, _) = raw
+            .get(..HEADER)
+            .and_then(parse_header)
+            .ok_or_else(|| Self::bad(index, "no header"))?;
+        let body = &raw[HEADER..];
+        if body.len() != len {
+            return Err(Self::bad(index, "cut short"));
+        }
+        if crc32fast::hash(body) != crc {
+            return Err(Self::bad(index, "checksum mismatch"));
+        }
+        bincode::deserialize(body).map_err(|e| Self::bad(index, &e.to_string()))
+    }
+
+    /// Writes `entries` (not synced: the log's sync covers them).
+    pub fn append(&self, entries: Vec<Entry<TypeConfig>>) -> std::io::Result<()> {
+        let mut out = Vec::new();
+        for e in entries {
+            out.clear();
+            out.extend_from_slice(MAGIC);
+            out.extend_from_slice(&[0u8; 8]);
+            out.extend_from_slice(&e.log_id.leader_id.term.to_be_bytes());
+            out.extend_from_slice(&e.log_id.leader_id.node_id.to_be_bytes());
+            out.extend_from_slice(&e.log_id.index.to_be_bytes());
+            bincode::serialize_into(&mut out, &e).map_err(std::io::Error::other)?;
+            let len = u32::try_from(out.len() - HEADER)
+                .map_err(|_| std::io::Error::other("a Raft log entry over 4 GiB"))?;
+            let crc = crc32fast::hash(&out[HEADER..]);
+            out[4..8].copy_from_slice(&len.to_be_bytes());
+            out[8..12].copy_from_slice(&crc.to_be_bytes());
+            let index = e.log_id.index;
+            // An entry written again (after a truncation) replaces the old
+            // file whole.
+            let mut f = fs::File::create(self.path(index))?;
+            f.write_all(&out)?;
+            let mut inner = self.inner.lock();
+            inner.on_disk.insert(index, e.log_id);
+            inner.cached_bytes += weight(&e);
+            if let Some(old) = inner.cache.insert(index, e) {
+                inner.cached_bytes -= weight(&old);
+            }
+            while inner.cached_bytes > CACHE_BYTES {
+                let Some((_, old)) = inner.cache.pop_first() else {
+                    break;
+                };
+                inner.cached_bytes -= weight(&old);
+            }
+        }
+        Ok(())
+    }
+
+    /// The entries with indexes in `range` that exist, in order.
+    pub fn range<R: std::ops::RangeBounds<u64>>(
+        &self,
+        range: R,
+    ) -> std::io::Result<Vec<Entry<TypeConfig>>> {
+        let (wanted, mut found): (Vec<u64>, BTreeMap<u64, Entry<TypeConfig>>) = {
+            let inner = self.inner.lock();
+            let wanted: Vec<u64> = inner.on_disk.range(range).map(|(&i, _)| i).collect();
+            let found = wanted
+                .iter()
+                .filter_map(|i| inner.cache.get(i).map(|e| (*i, e.clone())))
+                .collect();
+            (wanted, found)
+        };
+        let mut out = Vec::with_capacity(wanted.len());
+        for i in wanted {
+            match found.remove(&i) {
+                Some(e) => out.push(e),
+                None => out.push(self.read_file(i)?),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The last entry's log id.
+    pub fn last(&self) -> Option<LogId<u64>> {
+        self.inner.lock().on_disk.last_key_value().map(|(_, l)| *l)
+    }
+
+    /// Entries on disk.
+    pub fn len(&self) -> usize {
+        self.inner.lock().on_disk.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.inner.lock().on_disk.is_empty()
+    }
+
+    /// The indexes on disk, newest first.
+    pub fn indexes_newest_first(&self) -> Vec<u64> {
+        self.inner.lock().on_disk.keys().rev().copied().collect()
+    }
+
+    /// Removes every entry from `index` on.
+    pub fn truncate(&self, index: u64) -> std::io::Result<()> {
+        let gone: Vec<u64> = {
+            let mut inner = self.inner.lock();
+            let gone = inner.on_disk.split_off(&index);
+            let dropped = inner.cache.split_off(&index);
+            inner.cached_bytes -= dropped.values().map(weight).sum::<usize>();
+            gone.into_keys().collect()
+        };
+        // Newest first: a crash midway leaves a log with no hole.
+        for i in gone.into_iter().rev() {
+            remove(&self.path(i))?;
+        }
+        Ok(())
+    }
+
+    /// Removes every entry up to `index`.
+    pub fn purge(&self, index: u64) -> std::io::Result<()> {
+        let gone: Vec<u64> = {
+            let mut inner = self.inner.lock();
+            let kept = inner.on_disk.split_off(&(index + 1));
+            let gone = std::mem::replace(&mut inner.on_disk, kept);
+            let kept = inner.cache.split_off(&(index + 1));
+            let dropped = std::mem::replace(&mut inner.cache, kept);
+            inner.cached_bytes -= dropped.values().map(weight).sum::<usize>();
+            gone.into_keys().collect()
+        };
+        // Oldest first: a crash midway leaves a log with no hole.
+        for i in gone {
+            remove(&self.path(i))?;
+        }
+        Ok(())
+    }
+}
+
+/// A header's body length, CRC and log id.
+fn parse_header(h: &[u8]) -> Option<(usize, u32, LogId<u64>)> {
+    if h.len() < HEADER || &h[..4] != MAGIC {
+        return None;
+    }
+    let u32_at = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    let u64_at = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&h[i..i + 8]);
+        u64::from_be_bytes(b)
+    };
+    let id = LogId::new(
+        openraft::CommittedLeaderId::new(u64_at(12), u64_at(20)),
+        u64_at(28),
+    );
+    Some((u32_at(4) as usize, u32_at(8), id))
+}
+
+fn remove(p: &Path) -> std::io::Result<()> {
+    match fs::remove_file(p) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::raft::Batch;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    fn entry(i: u64, body: &[u8]) -> Entry<TypeConfig> {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), i),
+            payload: EntryPayload::Normal(Batch(bytes::Bytes::copy_from_slice(body))),
+        }
+    }
+
+    #[test]
+    fn append_read_truncate_purge_and_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Entries::open(dir.path()).unwrap();
+        e.append((1..=5).map(|i| entry(i, &[i as u8; 10])).collect())
+            .unwrap();
+        assert_eq!(e.range(2..4).unwrap().len(), 2);
+        assert_eq!(e.last().map(|l| l.index), Some(5));
+        e.truncate(5).unwrap();
+        e.purge(1).unwrap();
+        assert_eq!(e.len(), 3);
+        drop(e);
+        // Read back from the files (nothing cached).
+        let e = Entries::open(dir.path()).unwrap();
+        let all = e.range(..).unwrap();
+        assert_eq!(
+            all.iter().map(|x| x.log_id.index).collect::<Vec<_>>(),
+            [2, 3, 4]
+        );
+        assert_eq!(
+            all[0].payload,
+            EntryPayload::Normal(Batch(vec![2; 10].into()))
+        );
+        drop(e);
+        // A crash cut entry 4 short: it goes, 2 and 3 stay.
+        let p = dir.path().join(format!("{:020}", 4));
+        let raw = fs::read(&p).unwrap();
+        fs::write(&p, &raw[..raw.len() - 3]).unwrap();
+        let e = Entries::open(dir.path()).unwrap();
+        assert_eq!(e.last().map(|l| l.index), Some(3));
+        assert!(!p.exists());
+    }
+}
