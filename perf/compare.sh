@@ -9,6 +9,10 @@
 #   IDLE_N=1000  IDLE_HOLD=10  WARREN=1 (0: RabbitMQ only)  SKIP_BUILD=0  KEEP_WORK=0
 #   RMQ_PORT=5801 RMQ_DIST_PORT=5802 WARREN_PORT=5803  CARGO_TARGET_DIR  WARREN_ARGS=""
 #   RMQ_TLS_PORT=5804 WARREN_TLS_PORT=5805 (scenarios 1t and 5t: 1 and 5 over TLS)
+# Scenario c5 is scenario 5 on replicated brokers: a 3-node Warren cluster against a 3-node
+# RabbitMQ cluster with quorum queues, and their publish-only forms (perf/cluster.sh, run after
+# the single-node scenarios with ROUNDS and DURATION; CLUSTER_CATCHUP=1 adds perf/catchup.sh).
+#   SCENARIOS="5 c5"
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -85,6 +89,14 @@ stop_sampler() {
         wait "$SAMPLER_PID" 2>/dev/null
         SAMPLER_PID=
     fi
+}
+
+stop_brokers() { # the single Warren and RabbitMQ nodes, before the cluster scenario
+    stop_sampler
+    [ -n "$WARREN_PID" ] && stop_pid "$WARREN_PID" 10
+    [ -n "$RMQ_PID" ] && stop_pid "$RMQ_PID" 30
+    WARREN_PID=
+    RMQ_PID=
 }
 
 # shellcheck disable=SC2317 # called from the EXIT trap
@@ -573,6 +585,9 @@ sleep "$SETTLE"
 [ "$RMQ_OK" = 1 ] && record idle rmq $(($(rss_kb "$RMQ_PID") / 1024))
 [ "$WARREN_OK" = 1 ] && record idle warren $(($(rss_kb "$WARREN_PID") / 1024))
 
+CLUSTER=0
+case " $SCENARIOS " in *" c5 "*) CLUSTER=1 ;; esac
+SCENARIOS=$(tr ' ' '\n' <<<"$SCENARIOS" | grep -vx c5 | tr '\n' ' ')
 for s in $SCENARIOS; do
     for ((r = 1; r <= ROUNDS; r++)); do
         for b in rmq warren; do
@@ -584,6 +599,13 @@ for s in $SCENARIOS; do
     done
 done
 
-report | tee "$WORK/report.txt"
+[ -n "${SCENARIOS// /}" ] && report | tee "$WORK/report.txt"
+if [ "$CLUSTER" = 1 ]; then
+    # The single nodes stop first: the clusters need the cores and the disk.
+    stop_brokers
+    say "scenario c5: 3-node clusters (perf/cluster.sh)"
+    ROUNDS=$ROUNDS DUR=$DURATION "$HERE/cluster.sh" | tee -a "$WORK/report.txt"
+    [ "${CLUSTER_CATCHUP:-0}" = 1 ] && "$HERE/catchup.sh" | tee -a "$WORK/report.txt"
+fi
 [ -n "${RESULTS_FILE:-}" ] && cp "$WORK/report.txt" "$RESULTS_FILE"
 exit 0

@@ -371,3 +371,43 @@ async fn a_two_node_mirror_is_promoted_by_hand_and_grows_again() {
     assert!(!ok && out.contains("401"), "{out}");
     c.assert_no_panics();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_raft_port_serves_only_who_knows_the_cluster_secret() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "a cluster secret of some length\n").unwrap();
+    let toml = format!(
+        "[cluster]\nsecret_file = {:?}\n",
+        secret.display().to_string()
+    );
+    let c = Cluster::start_with(3, &toml);
+    let (leader, _) = c.wait_leader(0, Duration::from_secs(30)).await;
+    // Members know it: a client through a follower is carried to the leader.
+    let f = (leader + 1) % 3;
+    publish(&c, f, "guarded", 10).await;
+    assert_eq!(count(&c, f, "guarded").await, 10);
+    // A stranger is challenged, fails, and gets nothing more.
+    let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", c.nodes[leader].raft))
+        .await
+        .unwrap();
+    raw.write_all(&[7u8; 32]).await.unwrap();
+    let mut answer = [0u8; 64];
+    tokio::time::timeout(Duration::from_secs(10), raw.read_exact(&mut answer))
+        .await
+        .expect("the challenge is answered")
+        .unwrap();
+    // A wrong proof, then a proxied client's header.
+    raw.write_all(&[0u8; 32]).await.unwrap();
+    let _ = raw.write_all(b"P\0\0\0\x05\0abcd").await;
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(10), raw.read(&mut buf))
+        .await
+        .expect("the member closes the connection")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "a stranger was answered: {:?}", &buf[..n]);
+    assert!(c.log_has(leader, "cluster secret"), "{}", c.logs_tail());
+    c.assert_no_panics();
+}

@@ -19,7 +19,7 @@ mod proxy;
 mod rpc;
 mod status;
 
-pub use link::{Link, LinkTls};
+pub use link::{Guard, Link, LinkTls};
 pub use rpc::{ProxyHeader, Service};
 pub use status::{MemberStatus, Status};
 
@@ -69,7 +69,7 @@ pub struct Cluster {
     log: LogStore,
     /// Times the leader this node knows changed.
     leader_changes: std::sync::atomic::AtomicU64,
-    /// Mutual TLS between members, if certificates are configured.
+    /// Mutual TLS between members and the cluster secret, if configured.
     tls: link::Tls,
     /// When the leader's commit in flight was shipped (ms; 0: none).
     in_flight: Arc<std::sync::atomic::AtomicU64>,
@@ -88,7 +88,17 @@ impl Cluster {
         machine: StateMachine,
         in_flight: Arc<std::sync::atomic::AtomicU64>,
     ) -> Result<Arc<Cluster>, String> {
-        let tls = tls.map(Arc::new);
+        let secret = cfg.secret()?;
+        if tls.is_none() && secret.is_none() {
+            warn!(
+                "the Raft port trusts whoever connects: set [cluster] secret_file, or [tls] \
+                 with a CA, unless only the members can reach it"
+            );
+        }
+        let tls = match (tls, secret) {
+            (None, None) => None,
+            (tls, secret) => Some(Arc::new(link::Guard { tls, secret })),
+        };
         let (Some(id), Some(port)) = (cfg.node_id, cfg.raft_port) else {
             return Err("a cluster node needs --node-id and --raft-port".into());
         };

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -19,6 +20,26 @@ use crate::store::raft::{Member, TypeConfig};
 
 /// How long connecting to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The entries' bytes one append request carries at most (one entry of
+/// any size goes alone).
+const APPEND_MAX_BYTES: usize = 8 << 20;
+
+/// The slowest link a request's time allows for, bytes per second.
+const MIN_BANDWIDTH: usize = 16 << 20;
+
+/// An entry's bytes on the wire, near enough.
+fn entry_bytes(e: &openraft::Entry<TypeConfig>) -> usize {
+    match &e.payload {
+        openraft::EntryPayload::Normal(b) => b.0.len() + 64,
+        _ => 256,
+    }
+}
+
+/// What `bytes` add to a request's time.
+fn transfer_time(bytes: usize) -> Duration {
+    Duration::from_millis((bytes as u64).saturating_mul(1000) / MIN_BANDWIDTH as u64)
+}
 
 /// Makes a client per peer.
 #[derive(Clone, Default)]
@@ -112,7 +133,27 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, Failed<RaftError<u64>>> {
-        self.call(rpc::APPEND, &rpc, option.hard_ttl()).await
+        // A follower far behind is sent many entries at once, each a whole
+        // group commit (up to megabytes): openraft is told to send fewer,
+        // and a large request gets the time its bytes need.
+        let sizes: Vec<usize> = rpc.entries.iter().map(entry_bytes).collect();
+        let mut total = 0;
+        let fit = sizes
+            .iter()
+            .take_while(|&&b| {
+                total += b;
+                total <= APPEND_MAX_BYTES
+            })
+            .count();
+        if fit < sizes.len() && sizes.len() > 1 {
+            let hint = fit.max(1) as u64;
+            return Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(hint),
+            ));
+        }
+        let bytes: usize = sizes.iter().sum();
+        let ttl = option.hard_ttl() + transfer_time(bytes);
+        self.call(rpc::APPEND, &rpc, ttl).await
     }
 
     async fn install_snapshot(
@@ -120,7 +161,8 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, Failed<RaftError<u64, InstallSnapshotError>>> {
-        self.call(rpc::SNAPSHOT, &rpc, option.hard_ttl()).await
+        let ttl = option.hard_ttl() + transfer_time(rpc.data.len());
+        self.call(rpc::SNAPSHOT, &rpc, ttl).await
     }
 
     async fn vote(

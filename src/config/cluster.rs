@@ -36,6 +36,9 @@ pub struct ClusterConfig {
     /// Log entries kept after a snapshot, for followers a little behind
     /// (one further behind gets the snapshot).
     pub log_keep: u64,
+    /// A file holding the secret every member proves it knows on the Raft
+    /// port (as RabbitMQ's Erlang cookie); the same file on every member.
+    pub secret_file: Option<std::path::PathBuf>,
 }
 
 impl Default for ClusterConfig {
@@ -49,11 +52,33 @@ impl Default for ClusterConfig {
             step_down_ms: 2_000,
             snapshot_every: 20_000,
             log_keep: 1_000,
+            secret_file: None,
         }
     }
 }
 
+/// The fewest bytes a cluster secret may have.
+const SECRET_MIN: usize = 16;
+
 impl ClusterConfig {
+    /// The cluster secret, read from `secret_file` (surrounding whitespace
+    /// trimmed), if one is set.
+    pub fn secret(&self) -> Result<Option<Vec<u8>>, String> {
+        let Some(path) = &self.secret_file else {
+            return Ok(None);
+        };
+        let raw = std::fs::read(path)
+            .map_err(|e| format!("cluster secret_file {}: {e}", path.display()))?;
+        let secret = raw.trim_ascii().to_vec();
+        if secret.len() < SECRET_MIN {
+            return Err(format!(
+                "cluster secret_file {}: at least {SECRET_MIN} bytes, please",
+                path.display()
+            ));
+        }
+        Ok(Some(secret))
+    }
+
     /// Whether this node is a cluster member.
     pub fn enabled(&self) -> bool {
         self.node_id.is_some()

@@ -267,6 +267,10 @@ pub struct Cli {
     /// Every cluster member, this node included: "1=HOST:RAFTPORT,2=...".
     #[arg(long, value_name = "LIST")]
     pub peers: Option<String>,
+    /// A file with the secret every member proves it knows on the Raft
+    /// port (cluster.secret_file).
+    #[arg(long, value_name = "FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
     /// Operate a cluster instead of running a node.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -442,6 +446,9 @@ impl Cli {
         }
         if let Some(v) = &self.peers {
             c.cluster.peers = parse_peers(v)?;
+        }
+        if let Some(v) = &self.cluster_secret_file {
+            c.cluster.secret_file = Some(v.clone());
         }
         c.cluster.check()?;
         c.tls.check()?;

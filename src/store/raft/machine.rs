@@ -66,6 +66,14 @@ impl StateMachine {
                 let _ = std::fs::remove_file(e.path());
             }
         }
+        // An older version kept the snapshot as current.snapshot.
+        let legacy = dir.join("current.snapshot");
+        if legacy.exists() {
+            if let Some(raw) = meta.get(SNAPSHOT)? {
+                let snap: Meta = bincode::deserialize(&raw).map_err(corrupt)?;
+                std::fs::rename(&legacy, snapshot_file(&dir, &snap.snapshot_id))?;
+            }
+        }
         let mut sm = StateMachine {
             applier,
             meta,
@@ -82,7 +90,7 @@ impl StateMachine {
             let snap: Meta = bincode::deserialize(&raw).map_err(corrupt)?;
             tracing::warn!(snapshot = %snap.snapshot_id, "a snapshot install was cut short: loading it again");
             let trees = sm.trees().map(Clone::clone);
-            snapshot::load(&trees.each_ref(), &sm.current_path())?;
+            snapshot::load(&trees.each_ref(), &sm.snapshot_path(&snap.snapshot_id))?;
             sm.last_applied = snap.last_log_id;
             sm.membership = snap.last_membership.clone();
             sm.save()
@@ -117,8 +125,11 @@ impl StateMachine {
         self.meta.apply_batch(batch).map_err(storage_error)
     }
 
-    fn current_path(&self) -> PathBuf {
-        self.dir.join("current.snapshot")
+    /// The file of snapshot `id`: each snapshot has its own, never
+    /// rewritten, so a stream being sent reads one snapshot whatever is
+    /// built meanwhile, and an id always names the same bytes.
+    fn snapshot_path(&self, id: &str) -> PathBuf {
+        snapshot_file(&self.dir, id)
     }
 
     fn trees(&self) -> [&sled::Tree; 3] {
@@ -186,7 +197,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Builder {
             trees: self.trees().map(Clone::clone),
             meta: self.meta.clone(),
-            path: self.current_path(),
+            dir: self.dir.clone(),
             tmp: self.dir.join("building.snapshot"),
             last_applied: self.last_applied,
             membership: self.membership.clone(),
@@ -209,14 +220,24 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &Meta,
         mut snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError> {
+        use std::os::unix::fs::MetadataExt;
         use tokio::io::AsyncWriteExt;
         snapshot.flush().await.map_err(storage_error)?;
         snapshot.sync_all().await.map_err(storage_error)?;
+        // The file this stream wrote, found by its inode: streams may have
+        // begun (and been abandoned) since.
+        let ino = snapshot.metadata().await.map_err(storage_error)?.ino();
         drop(snapshot);
-        let incoming = self
-            .dir
-            .join(format!("incoming-{}.snapshot", self.incoming));
-        let current = self.current_path();
+        let incoming = std::fs::read_dir(&self.dir)
+            .map_err(storage_error)?
+            .flatten()
+            .find(|e| {
+                e.file_name().to_string_lossy().starts_with("incoming-")
+                    && e.metadata().is_ok_and(|m| m.ino() == ino)
+            })
+            .map(|e| e.path())
+            .ok_or_else(|| storage_error("the received snapshot's file is gone"))?;
+        let current = self.snapshot_path(&meta.snapshot_id);
         std::fs::rename(&incoming, &current).map_err(storage_error)?;
         // From here a crash loads the snapshot again at the next start.
         self.meta
@@ -244,6 +265,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if let Some(l) = self.last_applied {
             self.applied.send_replace(l.index);
         }
+        remove_other_snapshots(&self.dir, &meta.snapshot_id);
         tracing::info!(snapshot = %meta.snapshot_id, "snapshot installed");
         Ok(())
     }
@@ -253,7 +275,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             return Ok(None);
         };
         let meta: Meta = bincode::deserialize(&raw).map_err(storage_error)?;
-        match tokio::fs::File::open(self.current_path()).await {
+        match tokio::fs::File::open(self.snapshot_path(&meta.snapshot_id)).await {
             Ok(f) => Ok(Some(Snapshot {
                 meta,
                 snapshot: Box::new(f),
@@ -268,7 +290,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 pub struct Builder {
     trees: [sled::Tree; 3],
     meta: sled::Tree,
-    path: PathBuf,
+    dir: PathBuf,
     tmp: PathBuf,
     last_applied: Option<LogId<u64>>,
     membership: Membership,
@@ -281,7 +303,6 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             .await
             .map_err(storage_error)?
             .map_err(storage_error)?;
-        std::fs::rename(&self.tmp, &self.path).map_err(storage_error)?;
         let id = match self.last_applied {
             Some(l) => format!(
                 "{}-{}-{}",
@@ -296,16 +317,51 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             last_membership: self.membership.clone(),
             snapshot_id: id,
         };
-        self.meta
-            .insert(SNAPSHOT, bincode::serialize(&meta).map_err(storage_error)?)
-            .map_err(storage_error)?;
-        let f = tokio::fs::File::open(&self.path)
-            .await
-            .map_err(storage_error)?;
+        let path = snapshot_file(&self.dir, &meta.snapshot_id);
+        std::fs::rename(&self.tmp, &path).map_err(storage_error)?;
+        let f = tokio::fs::File::open(&path).await.map_err(storage_error)?;
+        // A snapshot installed meanwhile (a follower catching up) is newer:
+        // it stays the current one, and this file goes once read.
+        let newer = match self.meta.get(SNAPSHOT).map_err(storage_error)? {
+            Some(raw) => bincode::deserialize::<Meta>(&raw)
+                .map_err(storage_error)?
+                .last_log_id
+                .is_some_and(|l| Some(l) >= self.last_applied),
+            None => false,
+        };
+        if newer {
+            let _ = std::fs::remove_file(&path);
+        } else {
+            // The file first, then the meta naming it: the meta never
+            // names a file that is not there.
+            self.meta
+                .insert(SNAPSHOT, bincode::serialize(&meta).map_err(storage_error)?)
+                .map_err(storage_error)?;
+            // Older snapshots go; a stream sending one keeps reading it.
+            remove_other_snapshots(&self.dir, &meta.snapshot_id);
+        }
         tracing::info!(snapshot = %meta.snapshot_id, "snapshot built");
         Ok(Snapshot {
             meta,
             snapshot: Box::new(f),
         })
+    }
+}
+
+fn snapshot_file(dir: &std::path::Path, id: &str) -> PathBuf {
+    dir.join(format!("snap-{id}.snapshot"))
+}
+
+/// Removes every snapshot file but `keep`'s.
+fn remove_other_snapshots(dir: &std::path::Path, keep: &str) {
+    let keep = format!("snap-{keep}.snapshot");
+    let Ok(all) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in all.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.starts_with("snap-") && name != keep {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
