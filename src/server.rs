@@ -69,9 +69,9 @@ impl Accepted {
     /// Serves one connection a cluster member carried here, as `header`
     /// says (AMQP on its own task, or the management API). A TLS link
     /// between members is not the client's TLS: what the client spoke to
-    /// the member is in the header, and a client certificate named there
-    /// is taken only over mutual TLS between members (a plain member link
-    /// proves nothing about who sent it).
+    /// the member is in the header, with the client certificate the member
+    /// verified (cluster/mod.rs keeps it only from a member that proved
+    /// the cluster secret).
     pub fn serve(&self, link: crate::cluster::Link, header: crate::cluster::ProxyHeader) {
         let peer = header.client;
         if header.service == crate::cluster::Service::Http {
@@ -85,14 +85,14 @@ impl Accepted {
             }
             return;
         }
-        let (socket, trusted) = match link {
-            crate::cluster::Link::Plain(s) => (Transport::Plain(s), false),
-            crate::cluster::Link::Server(s) => (Transport::Link(s), true),
+        let socket = match link {
+            crate::cluster::Link::Plain(s) => Transport::Plain(s),
+            crate::cluster::Link::Server(s) => Transport::Link(s),
             crate::cluster::Link::Client(_) => return,
         };
         let carried = connection::Carried {
             tls: header.tls,
-            certificate: header.certificate.filter(|_| trusted),
+            certificate: header.certificate,
         };
         let a = self.clone();
         tokio::spawn(async move {

@@ -261,10 +261,21 @@ impl Cluster {
                     Ok((_, body)) => bincode::deserialize::<rpc::ProxyHeader>(&body),
                     Err(_) => return,
                 };
-                let Ok(header) = header else {
+                let Ok(mut header) = header else {
                     warn!(%peer, "a proxied connection with an unreadable header");
                     return;
                 };
+                // What the header says of the client is taken from a member
+                // that proved the cluster secret, or where the operator left
+                // the port open (warned at start). TLS between members alone
+                // proves only a certificate from the CA, which clients may
+                // hold too: the client is then taken as coming from the
+                // member's address, with no certificate.
+                let trusted = self.tls.as_ref().is_none_or(|g| g.secret.is_some());
+                if !trusted {
+                    header.client = peer;
+                    header.certificate = None;
+                }
                 let handler = self.handler.read().clone();
                 match handler {
                     Some(h) => h(s, header),

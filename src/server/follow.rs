@@ -21,6 +21,8 @@ use crate::tls::Tls;
 
 /// TLS handshakes in progress at most, per listener.
 const MAX_HANDSHAKES: usize = 256;
+/// How long closing waits for a listener's task before aborting it.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The listeners of a node while it follows.
 pub struct Listeners {
@@ -99,11 +101,16 @@ impl Listeners {
     }
 
     /// Stops accepting and frees the ports (carried connections go on until
-    /// the leader they reach stops serving them).
+    /// the leader they reach stops serving them). A Prometheus client that
+    /// holds its request open is cut off after a moment: a node elected
+    /// leader must not wait on it.
     pub async fn close(self) {
         let _ = self.stop.send(true);
-        for t in self.tasks {
-            let _ = t.await;
+        for mut t in self.tasks {
+            if tokio::time::timeout(CLOSE_WAIT, &mut t).await.is_err() {
+                t.abort();
+                let _ = t.await;
+            }
         }
     }
 }

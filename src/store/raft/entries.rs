@@ -50,11 +50,10 @@ struct Inner {
     cached_bytes: usize,
 }
 
+use super::Batch;
+
 fn weight(e: &Entry<TypeConfig>) -> usize {
-    match &e.payload {
-        openraft::EntryPayload::Normal(b) => b.0.len() + 64,
-        _ => 256,
-    }
+    Batch::weight(e)
 }
 
 impl Entries {
@@ -78,8 +77,11 @@ impl Entries {
                 true => this.read_file(i).map(|e| e.log_id),
                 false => this.read_header(i),
             };
+            // A gap is a tail cut short too: files are written unsynced,
+            // so a later one may survive a crash that an earlier one did not.
+            let follows = n == 0 || indexes[n - 1] + 1 == i;
             match read {
-                Ok(id) if id.index == i => {
+                Ok(id) if id.index == i && follows => {
                     on_disk.insert(i, id);
                 }
                 _ => {

@@ -145,6 +145,11 @@ impl LogStore {
         }
         let purged: Option<LogId<u64>> = self.get_meta(PURGED).map_err(e)?;
         let last = last.or(purged).or(fallback.1);
+        if !membership.voter_ids().any(|v| v == id) {
+            return Err(format!(
+                "node {id} is not a voting member of the cluster this store knows"
+            ));
+        }
         let me = membership
             .get_node(&id)
             .cloned()
@@ -177,12 +182,15 @@ fn migrate(db: &sled::Db, log: &Entries, syncer: &dyn Syncer) -> crate::store::R
         return Ok(());
     }
     let corrupt = |e: bincode::Error| crate::store::Error::Corrupt(format!("raft_log: {e}"));
+    tracing::info!(entries = old.len(), "moving the Raft log out of sled");
     let mut entries = Vec::new();
     for item in old.iter() {
         let (_, v) = item?;
         entries.push(bincode::deserialize::<Entry<TypeConfig>>(&v).map_err(corrupt)?);
+        if entries.len() == 64 {
+            log.append(std::mem::take(&mut entries))?;
+        }
     }
-    tracing::info!(entries = entries.len(), "moving the Raft log out of sled");
     log.append(entries)?;
     syncer.sync().map_err(crate::store::Error::Sync)?;
     old.clear()?;
@@ -259,9 +267,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError> {
-        // The purged id first: a crash midway leaves files below it, which
-        // nothing reads and the next purge removes.
+        // The purged id first, and durable (with the snapshot and applied
+        // ids written before it) before any file goes: a crash midway leaves
+        // files below it, which nothing reads and the next purge removes.
         self.put_meta(PURGED, &log_id)?;
+        self.sync().await?;
         self.log.purge(log_id.index).map_err(storage_error)
     }
 }

@@ -39,6 +39,9 @@ pub struct StateMachine {
     applied: watch::Sender<u64>,
     /// Snapshot files received and not installed yet.
     incoming: u64,
+    /// Held while the current snapshot changes (a build, an install):
+    /// openraft builds on a task of its own.
+    current: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl StateMachine {
@@ -82,6 +85,7 @@ impl StateMachine {
             membership,
             applied: watch::channel(0).0,
             incoming: 0,
+            current: Arc::default(),
         };
         if sm.meta.get(INSTALLING)?.is_some() {
             let raw = sm.meta.get(SNAPSHOT)?.ok_or_else(|| {
@@ -201,10 +205,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             tmp: self.dir.join("building.snapshot"),
             last_applied: self.last_applied,
             membership: self.membership.clone(),
+            current: Arc::clone(&self.current),
         }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
+        // openraft receives one stream at a time: one begun before this
+        // was abandoned.
+        remove_files(&self.dir, |n| n.starts_with("incoming-"));
         self.incoming += 1;
         let path = self
             .dir
@@ -238,6 +246,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .map(|e| e.path())
             .ok_or_else(|| storage_error("the received snapshot's file is gone"))?;
         let current = self.snapshot_path(&meta.snapshot_id);
+        let lock = Arc::clone(&self.current);
+        let guard = lock.lock().await;
         std::fs::rename(&incoming, &current).map_err(storage_error)?;
         // From here a crash loads the snapshot again at the next start.
         self.meta
@@ -246,11 +256,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.meta
             .insert(INSTALLING, &[1u8])
             .map_err(storage_error)?;
-        let meta_tree = self.meta.clone();
-        tokio::task::spawn_blocking(move || meta_tree.flush())
-            .await
-            .map_err(storage_error)?
-            .map_err(storage_error)?;
+        durable(&self.meta, &self.dir).await?;
+        drop(guard);
         let trees = self.trees().map(Clone::clone);
         let path = current.clone();
         tokio::task::spawn_blocking(move || snapshot::load(&trees.each_ref(), &path))
@@ -265,6 +272,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if let Some(l) = self.last_applied {
             self.applied.send_replace(l.index);
         }
+        let _guard = lock.lock().await;
         remove_other_snapshots(&self.dir, &meta.snapshot_id);
         tracing::info!(snapshot = %meta.snapshot_id, "snapshot installed");
         Ok(())
@@ -294,6 +302,7 @@ pub struct Builder {
     tmp: PathBuf,
     last_applied: Option<LogId<u64>>,
     membership: Membership,
+    current: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
@@ -318,8 +327,12 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             snapshot_id: id,
         };
         let path = snapshot_file(&self.dir, &meta.snapshot_id);
+        // Opened first: once renamed, an install's clean-up may unlink it.
+        let f = tokio::fs::File::open(&self.tmp)
+            .await
+            .map_err(storage_error)?;
+        let _guard = self.current.lock().await;
         std::fs::rename(&self.tmp, &path).map_err(storage_error)?;
-        let f = tokio::fs::File::open(&path).await.map_err(storage_error)?;
         // A snapshot installed meanwhile (a follower catching up) is newer:
         // it stays the current one, and this file goes once read.
         let newer = match self.meta.get(SNAPSHOT).map_err(storage_error)? {
@@ -337,7 +350,9 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             self.meta
                 .insert(SNAPSHOT, bincode::serialize(&meta).map_err(storage_error)?)
                 .map_err(storage_error)?;
-            // Older snapshots go; a stream sending one keeps reading it.
+            // Durable before the older snapshots go (a stream sending one
+            // keeps reading it).
+            durable(&self.meta, &self.dir).await?;
             remove_other_snapshots(&self.dir, &meta.snapshot_id);
         }
         tracing::info!(snapshot = %meta.snapshot_id, "snapshot built");
@@ -355,13 +370,30 @@ fn snapshot_file(dir: &std::path::Path, id: &str) -> PathBuf {
 /// Removes every snapshot file but `keep`'s.
 fn remove_other_snapshots(dir: &std::path::Path, keep: &str) {
     let keep = format!("snap-{keep}.snapshot");
+    remove_files(dir, |n| n.starts_with("snap-") && n != keep);
+}
+
+/// Removes the files in `dir` whose names `pick` says.
+fn remove_files(dir: &std::path::Path, pick: impl Fn(&str) -> bool) {
     let Ok(all) = std::fs::read_dir(dir) else {
         return;
     };
     for e in all.flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if name.starts_with("snap-") && name != keep {
+        if pick(&e.file_name().to_string_lossy()) {
             let _ = std::fs::remove_file(e.path());
         }
     }
+}
+
+/// Makes the snapshot meta and the snapshot directory's entries durable
+/// (sled's flush, then the directory's fsync), off the runtime's threads.
+async fn durable(meta: &sled::Tree, dir: &std::path::Path) -> Result<(), StorageError> {
+    let (meta, dir) = (meta.clone(), dir.to_path_buf());
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        meta.flush().map_err(std::io::Error::other)?;
+        std::fs::File::open(&dir)?.sync_all()
+    })
+    .await
+    .map_err(storage_error)?
+    .map_err(storage_error)
 }

@@ -48,6 +48,16 @@ impl std::fmt::Display for Member {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Batch(pub bytes::Bytes);
 
+impl Batch {
+    /// An entry's bytes, near enough (memory, the wire).
+    pub fn weight(e: &openraft::Entry<TypeConfig>) -> usize {
+        match &e.payload {
+            openraft::EntryPayload::Normal(b) => b.0.len() + 64,
+            _ => 256,
+        }
+    }
+}
+
 impl std::fmt::Display for Batch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "batch of {} bytes", self.0.len())
