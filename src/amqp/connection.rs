@@ -37,7 +37,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 const LINGER_MAX_BYTES: usize = 1 << 20;
 /// How a client reached this node when a cluster member carried it here:
 /// whether it spoke TLS to that member, and the client certificate the
-/// member verified (taken only over mutual TLS between members).
+/// member verified (kept only from a member that proved the cluster secret).
 #[derive(Debug, Clone, Default)]
 pub struct Carried {
     pub tls: bool,

@@ -68,7 +68,7 @@ pub struct ProxyHeader {
     /// follower ended that TLS and carries the plain bytes.
     pub tls: bool,
     /// The client certificate (DER) the follower verified, for an EXTERNAL
-    /// login; taken only over mutual TLS between members.
+    /// login; kept only from a member that proved the cluster secret.
     pub certificate: Option<Vec<u8>>,
 }
 
