@@ -437,7 +437,7 @@ async fn accept_loop(
                         let transport = match tls {
                             None => Transport::Plain(socket),
                             Some(tls) => match tls_handshake(&tls, socket, peer).await {
-                                Some(t) => t,
+                                Some(t) => Transport::Tls(Box::new(t)),
                                 None => return,
                             },
                         };
@@ -467,10 +467,10 @@ async fn tls_handshake(
     tls: &crate::tls::Tls,
     socket: tokio::net::TcpStream,
     peer: SocketAddr,
-) -> Option<Transport> {
+) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
     let _ = socket.set_nodelay(true);
     match tokio::time::timeout(tls.handshake_timeout(), tls.acceptor().accept(socket)).await {
-        Ok(Ok(stream)) => Some(Transport::Tls(Box::new(stream))),
+        Ok(Ok(stream)) => Some(stream),
         Ok(Err(e)) => {
             warn!(%peer, "TLS handshake failed: {e}");
             None

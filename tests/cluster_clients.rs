@@ -8,7 +8,7 @@ mod cluster_support;
 
 use std::time::{Duration, Instant};
 
-use cluster_support::Cluster;
+use cluster_support::{count, Cluster};
 use lapin::options::*;
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::types::FieldTable;
@@ -272,27 +272,6 @@ fn warren(args: &[&str]) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
-}
-
-async fn count(c: &Cluster, i: usize, queue: &str) -> u32 {
-    let conn = c
-        .connect(i, Duration::from_secs(30))
-        .await
-        .expect("connect");
-    let ch = conn.create_channel().await.unwrap();
-    let q = ch
-        .queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let _ = conn.close(200, "done".into()).await;
-    q.message_count()
 }
 
 /// Publishes `n` persistent messages to `queue` through node `i`, all

@@ -8,7 +8,7 @@ mod cluster_support;
 
 use std::time::{Duration, Instant};
 
-use cluster_support::Cluster;
+use cluster_support::{count, Cluster};
 use futures::StreamExt;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
@@ -55,27 +55,6 @@ async fn publish_one_by_one(c: &Cluster, i: usize, queue: &str, n: usize) {
         assert!(confirm.is_ack());
     }
     let _ = conn.close(200, "done".into()).await;
-}
-
-async fn count(c: &Cluster, i: usize, queue: &str) -> u32 {
-    let conn = c
-        .connect(i, Duration::from_secs(30))
-        .await
-        .expect("connect");
-    let ch = conn.create_channel().await.unwrap();
-    let q = ch
-        .queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let _ = conn.close(200, "done".into()).await;
-    q.message_count()
 }
 
 /// Makes node `want` the leader: fails over until it wins.

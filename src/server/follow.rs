@@ -6,15 +6,14 @@
 //! here for an EXTERNAL login. Prometheus is answered here, for this node:
 //! its Raft series (the leader serves the broker's).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::{bind, ListenerTls};
+use super::{bind, tls_handshake, ListenerTls};
 use crate::cluster::{Cluster, ProxyHeader, Service};
 use crate::config::Config;
 use crate::tls::Tls;
@@ -162,7 +161,7 @@ async fn carry(
             match tls {
                 None => cluster.proxy(socket, header(false, None)).await,
                 Some(tls) => {
-                    let Some(stream) = handshake(&tls, socket, peer).await else {
+                    let Some(stream) = tls_handshake(&tls, socket, peer).await else {
                         return;
                     };
                     drop(permit);
@@ -176,25 +175,5 @@ async fn carry(
                 }
             }
         });
-    }
-}
-
-/// A client's TLS handshake with this node; None (logged) if it failed or
-/// took longer than ssl_handshake_timeout.
-async fn handshake(
-    tls: &Tls,
-    socket: TcpStream,
-    peer: SocketAddr,
-) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
-    match tokio::time::timeout(tls.handshake_timeout(), tls.acceptor().accept(socket)).await {
-        Ok(Ok(stream)) => Some(stream),
-        Ok(Err(e)) => {
-            warn!(%peer, "TLS handshake failed: {e}");
-            None
-        }
-        Err(_) => {
-            warn!(%peer, "TLS handshake timed out");
-            None
-        }
     }
 }

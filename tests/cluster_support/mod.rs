@@ -431,3 +431,26 @@ pub fn mutual_tls_config(dir: &std::path::Path) -> String {
         a.display().to_string()
     )
 }
+
+/// The message count of `queue` as node `i` answers a passive declare.
+pub async fn count(c: &Cluster, i: usize, queue: &str) -> u32 {
+    use lapin::options::QueueDeclareOptions;
+    let conn = c
+        .connect(i, Duration::from_secs(30))
+        .await
+        .expect("connect");
+    let ch = conn.create_channel().await.unwrap();
+    let q = ch
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let _ = conn.close(200, "done".into()).await;
+    q.message_count()
+}
