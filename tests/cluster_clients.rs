@@ -8,6 +8,7 @@ mod cluster_support;
 
 use std::time::{Duration, Instant};
 
+use cluster_support::total::durable;
 use cluster_support::{count, Cluster};
 use lapin::options::*;
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
@@ -196,16 +197,9 @@ async fn a_follower_carries_the_api_and_amqps_and_answers_metrics_itself() {
         .expect("EXTERNAL through a follower");
     let ch = conn.create_channel().await.unwrap();
     let q = "carried.tls";
-    ch.queue_declare(
-        q.into(),
-        QueueDeclareOptions {
-            durable: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    ch.queue_declare(q.into(), durable(), FieldTable::default())
+        .await
+        .unwrap();
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();
@@ -282,16 +276,9 @@ async fn publish(c: &Cluster, i: usize, queue: &str, n: usize) {
         .await
         .expect("connect");
     let ch = conn.create_channel().await.unwrap();
-    ch.queue_declare(
-        queue.into(),
-        QueueDeclareOptions {
-            durable: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    ch.queue_declare(queue.into(), durable(), FieldTable::default())
+        .await
+        .unwrap();
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();

@@ -8,6 +8,7 @@ mod cluster_support;
 
 use std::time::{Duration, Instant};
 
+use cluster_support::total::durable;
 use cluster_support::{count, Cluster};
 use futures::StreamExt;
 use lapin::options::*;
@@ -17,13 +18,6 @@ use serde_json::Value;
 
 /// Cluster tests share the machine's two cores: one at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn durable() -> QueueDeclareOptions {
-    QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    }
-}
 
 /// Publishes `n` persistent messages to `queue` through node `i`, each
 /// confirmed before the next (so each is its own log entry).
