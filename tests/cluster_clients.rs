@@ -2,7 +2,8 @@
 //! (HTTP and HTTPS), AMQPS with an EXTERNAL login from the client
 //! certificate it verified, and answers Prometheus for itself. A two-node
 //! mirror that lost a node is promoted by hand with `warren cluster
-//! promote`, and a node is added back with `warren cluster add`.
+//! promote`, a node is added back with `warren cluster add`, and a lost
+//! node is replaced with `warren cluster replace` under load.
 
 mod cluster_support;
 
@@ -388,5 +389,114 @@ async fn the_raft_port_serves_only_who_knows_the_cluster_secret() {
         assert!(Instant::now() < deadline, "{}", c.logs_tail());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    c.assert_no_panics();
+}
+
+/// Publishes confirmed persistent messages to `queue` through node `i`
+/// until `stop` is set; returns how many were confirmed.
+async fn publish_until(
+    c: &Cluster,
+    i: usize,
+    queue: &str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> u32 {
+    let conn = c
+        .connect(i, Duration::from_secs(30))
+        .await
+        .expect("connect");
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_declare(queue.into(), durable(), FieldTable::default())
+        .await
+        .unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let mut confirmed = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut pending = Vec::new();
+        for _ in 0..50 {
+            pending.push(
+                ch.basic_publish(
+                    "".into(),
+                    queue.into(),
+                    BasicPublishOptions::default(),
+                    b"while replacing",
+                    BasicProperties::default().with_delivery_mode(2),
+                )
+                .await
+                .unwrap(),
+            );
+        }
+        for p in pending {
+            assert!(p.await.unwrap().is_ack());
+            confirmed += 1;
+        }
+    }
+    let _ = conn.close(200, "done".into()).await;
+    confirmed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_node_is_replaced_while_clients_publish() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut c = Cluster::start(3);
+    let (leader, _) = c.wait_leader(0, Duration::from_secs(30)).await;
+    publish(&c, leader, "replaced", 100).await;
+    // A follower's machine is lost.
+    let lost = (leader + 1) % 3;
+    let kept = (leader + 2) % 3;
+    c.kill(lost);
+    // Clients go on publishing through the leader while node 4 replaces it.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let n = c.add_node();
+    c.spawn_joining(n);
+    let (confirmed, (ok, out)) = {
+        let publishing = publish_until(&c, leader, "replaced", stop.clone());
+        let replacing = async {
+            let raft = format!("127.0.0.1:{}", c.nodes[n].raft);
+            let (old, new, url) = (
+                c.nodes[lost].id.to_string(),
+                c.nodes[n].id.to_string(),
+                c.api(leader),
+            );
+            let done = tokio::task::spawn_blocking(move || {
+                warren(&["cluster", "replace", &old, &new, &raft, "--url", &url])
+            })
+            .await
+            .unwrap();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            done
+        };
+        tokio::join!(publishing, replacing)
+    };
+    assert!(ok, "{out}\n{}", c.logs_tail());
+    assert!(confirmed > 0);
+    let (ok, out) = warren(&["cluster", "status", "--url", &c.api(n)]);
+    assert!(ok, "{out}");
+    let status: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+    let mut voters: Vec<u64> = status["members"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter(|x| x["voter"] == true)
+                .filter_map(|x| x["id"].as_u64())
+                .collect()
+        })
+        .unwrap_or_default();
+    voters.sort_unstable();
+    let mut want = vec![c.nodes[leader].id, c.nodes[kept].id, c.nodes[n].id];
+    want.sort_unstable();
+    assert_eq!(voters, want, "{out}");
+    // The new member counts in the majority: without the other original
+    // follower, the leader still confirms.
+    c.kill(kept);
+    publish(&c, leader, "replaced", 1).await;
+    // And it holds everything: with the old leader gone too and the other
+    // follower back, the new member and that follower lead with it all.
+    c.kill(leader);
+    c.spawn(kept);
+    let (now, _) = c.wait_leader(0, Duration::from_secs(60)).await;
+    assert!(now == n || now == kept, "{now}");
+    assert_eq!(count(&c, now, "replaced").await, 100 + confirmed + 1);
     c.assert_no_panics();
 }
