@@ -20,7 +20,7 @@ USE = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)(?:::([a-z_][a-z0-9_]*))?")
 
 # Lowest first; a module may import only from layers before its own.
 LAYERS = [
-    ["wire", "util", "rates"],
+    ["wire", "util", "rates", "history"],
     ["config", "message", "alarm", "plugins", "policy"],
     ["store", "exchange", "tls"],
     ["queue", "delayed", "access", "cluster"],

@@ -39,6 +39,7 @@ pub mod delayed;
 pub mod exchange;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod history;
 pub mod http;
 pub mod message;
 pub mod plugins;

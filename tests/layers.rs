@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// Lowest first, as in the ARCHITECTURE table.
 const LAYERS: &[&[&str]] = &[
-    &["wire", "util", "rates"],
+    &["wire", "util", "rates", "history"],
     &["config", "message", "alarm", "plugins", "policy"],
     &["store", "exchange", "tls"],
     &["queue", "delayed", "access", "cluster"],

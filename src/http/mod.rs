@@ -3,7 +3,8 @@
 //! rabbitmq_http_client crate and scripts that curl it use it. axum over
 //! one listener; basic auth against Warren's users (auth.rs); errors as
 //! RabbitMQ's JSON (error.rs); lists with RabbitMQ's paging, sorting and
-//! columns (list.rs); one module per group of endpoints under routes/.
+//! columns (list.rs); one module per group of endpoints under routes/;
+//! the web UI's files at `/` (ui.rs).
 
 mod auth;
 mod body;
@@ -13,7 +14,9 @@ mod message;
 pub mod prometheus;
 mod render;
 mod routes;
+mod samples;
 pub mod tls;
+mod ui;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -46,7 +49,22 @@ pub struct Api {
     pub vhost_rates: Mutex<HashMap<String, Rates<{ MessageCounters::LEN }>>>,
     /// The rates of the overview's churn counters (`churn`'s order).
     pub churn_rates: Mutex<Rates<7>>,
+    /// Each vhost's depth and message totals over the last minutes, in
+    /// `OVERVIEW_HISTORY`'s order (the overview's charts).
+    pub vhost_history: Mutex<HashMap<String, crate::history::History<7>>>,
 }
+
+/// What a vhost's history holds, by the API's names: three depths, then
+/// four running totals.
+pub const OVERVIEW_HISTORY: [&str; 7] = [
+    "messages",
+    "messages_ready",
+    "messages_unacknowledged",
+    "publish",
+    "deliver_get",
+    "ack",
+    "confirm",
+];
 
 impl Api {
     /// The state for `broker`, whose listeners are `listeners`.
@@ -76,6 +94,7 @@ impl Api {
             cluster_id: std::sync::OnceLock::new(),
             vhost_rates: Mutex::default(),
             churn_rates: Mutex::default(),
+            vhost_history: Mutex::default(),
         });
         prometheus::init_cluster_id(&api);
         api
@@ -143,10 +162,15 @@ async fn sample(api: Arc<Api>, mut stop: watch::Receiver<bool>) {
 
 fn sample_once(api: &Api, now: u64) {
     let vhosts = api.broker.vhosts();
+    let mut depths: HashMap<String, (u64, u64)> = HashMap::with_capacity(vhosts.len());
     for vh in &vhosts {
+        let (mut ready, mut unacked) = (0, 0);
         for q in vh.queues() {
-            q.sample_stats(now);
+            let d = q.sample_stats(now);
+            ready += d.ready;
+            unacked += d.unacked;
         }
+        depths.insert(vh.name.clone(), (ready, unacked));
         for x in vh.exchanges() {
             x.stats.sample(now);
         }
@@ -159,6 +183,28 @@ fn sample_once(api: &Api, now: u64) {
     }
     connections.retain_vhosts(|v| api.broker.vhost(v).is_some());
     let per_vhost = connections.by_vhost();
+    let mut history = api.vhost_history.lock();
+    history.retain(|v, _| depths.contains_key(v));
+    for (v, (ready, unacked)) in depths {
+        let c = per_vhost.get(&v).copied().unwrap_or_default();
+        let deliver_get = c.delivered_consume_manual_ack
+            + c.delivered_consume_auto_ack
+            + c.delivered_get_manual_ack
+            + c.delivered_get_auto_ack;
+        history.entry(v).or_default().push(
+            now,
+            [
+                ready + unacked,
+                ready,
+                unacked,
+                c.received,
+                deliver_get,
+                c.acknowledged,
+                c.confirmed,
+            ],
+        );
+    }
+    drop(history);
     let mut rates = api.vhost_rates.lock();
     rates.retain(|v, _| per_vhost.contains_key(v));
     for (v, c) in per_vhost {

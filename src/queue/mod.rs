@@ -37,6 +37,7 @@ mod settle;
 pub mod stats;
 #[cfg(test)]
 mod testing;
+mod transfer;
 mod unwritten;
 
 use std::cmp::Reverse;
@@ -110,6 +111,8 @@ struct State {
     effective: serde_json::Map<String, serde_json::Value>,
     /// Message counters for the API (stats.rs).
     stats: stats::Stats,
+    /// Depth and counters over the last minutes, kept while they change.
+    history: crate::history::Sparse<{ stats::HISTORY.len() }>,
     ready: Ready,
     next_seq: u64,
     consumers: Consumers,
@@ -155,6 +158,7 @@ impl Queue {
                 operator_policy: None,
                 effective: Default::default(),
                 stats: Default::default(),
+                history: Default::default(),
                 ready,
                 next_seq: 1,
                 consumers: Consumers::default(),

@@ -3,8 +3,8 @@
 //! rates. The counters are plain integers in the queue's state, bumped
 //! under the lock each operation already holds: no atomic and no lock of
 //! their own per message. A sampler calls `sample` every few seconds; a
-//! queue keeps only its last sample and rates (fixed size, whether busy or
-//! idle).
+//! queue keeps its last sample and rates, and a history of the last minutes
+//! only while its depth or counters change (an idle queue keeps none).
 
 use super::Queue;
 use crate::rates::Rates;
@@ -46,6 +46,17 @@ impl Counters {
         ]
     }
 }
+
+/// What a queue's history holds, by the API's names: three depths, then
+/// three running totals.
+pub const HISTORY: [&str; 6] = [
+    "messages",
+    "messages_ready",
+    "messages_unacknowledged",
+    "publish",
+    "deliver_get",
+    "ack",
+];
 
 /// Counters and their rates.
 #[derive(Debug, Clone, Default)]
@@ -119,9 +130,41 @@ impl Queue {
         self.state.lock().consumers.list()
     }
 
-    /// Samples its counters (the management sampler, every few seconds).
-    pub fn sample_stats(&self, now_ms: u64) {
-        self.state.lock().stats.sample(now_ms);
+    /// Samples its counters (the management sampler, every few seconds);
+    /// its depth at the sample.
+    pub fn sample_stats(&self, now_ms: u64) -> Depth {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        st.stats.sample(now_ms);
+        let (ready, unacked) = (st.ready.len() as u64, st.unacked as u64);
+        let c = &st.stats.counters;
+        st.history.record(
+            now_ms,
+            [
+                ready + unacked,
+                ready,
+                unacked,
+                c.publish,
+                c.deliver + c.deliver_no_ack + c.get + c.get_no_ack,
+                c.ack,
+            ],
+        );
+        Depth {
+            ready,
+            unacked,
+            consumers: st.consumers.len() as u32,
+        }
+    }
+
+    /// Its samples of the last `age_ms` before `now`, one per `incr_ms`,
+    /// newest first, in `HISTORY`'s order.
+    pub fn history(
+        &self,
+        now: u64,
+        age_ms: u64,
+        incr_ms: u64,
+    ) -> Vec<crate::history::Sample<{ HISTORY.len() }>> {
+        self.state.lock().history.select(now, age_ms, incr_ms)
     }
 
     /// The definition its policy and operator policy make together.

@@ -42,6 +42,14 @@ impl Unwritten {
         !std::mem::replace(&mut l.registered, true)
     }
 
+    /// Whether message `seq` waits here to be written.
+    pub fn pending(&self, seq: u64) -> bool {
+        let l = self.list.lock();
+        l.msgs
+            .binary_search_by_key(&seq, |(s, _, _)| *s)
+            .is_ok_and(|at| l.msgs[at].2.is_some())
+    }
+
     /// Forgets message `seq` if it was not written yet; false if it was
     /// (then it is the store's to remove).
     pub fn cancel(&self, seq: u64) -> bool {

@@ -73,6 +73,12 @@ impl Applier {
             // What a purge leaves staged was staged after it was submitted
             // (`unstage_from` took the rest then): it stays.
             Op::PurgeFrom { queue_id, from } => messages::purge_from(&self.msgs, queue_id, from)?,
+            Op::MoveMessages {
+                from,
+                to,
+                moves,
+                removes,
+            } => messages::move_records(&self.msgs, from, to, moves, removes)?,
             Op::Hold {
                 due,
                 seq,

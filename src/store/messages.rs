@@ -137,6 +137,32 @@ pub(super) fn put(
     })
 }
 
+/// Applies `Op::MoveMessages`: every re-keyed record and removal in one
+/// sled batch, so a crash leaves each message in exactly one queue.
+pub(super) fn move_records(
+    tree: &sled::Tree,
+    from: u64,
+    to: u64,
+    moves: &[(u64, u64, u64)],
+    removes: &[u64],
+) -> Result<()> {
+    let mut batch = sled::Batch::default();
+    let mut buf = BytesMut::new();
+    for &(a, b, deadline) in moves {
+        let key = message_key(from, a);
+        let Some(raw) = tree.get(key)? else { continue };
+        let (msg, paged, _) = decode_record(Bytes::copy_from_slice(&raw))?;
+        encode_record(&msg, paged, deadline, &mut buf);
+        batch.insert(&message_key(to, b)[..], &buf[..]);
+        batch.remove(&key[..]);
+    }
+    for &seq in removes {
+        batch.remove(&message_key(from, seq)[..]);
+    }
+    tree.apply_batch(batch)?;
+    Ok(())
+}
+
 /// Records removed per sled batch when purging: one batch for a queue of
 /// millions made sled hold gigabytes at once (8 GiB for 1.6M 1 KiB).
 const PURGE_BATCH: usize = 4096;

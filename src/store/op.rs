@@ -68,6 +68,17 @@ pub enum Op<'a> {
     RemoveMessage { queue_id: u64, seq: u64 },
     /// Removes a queue's messages from sequence `from` on.
     PurgeFrom { queue_id: u64, from: u64 },
+    /// Moves messages of queue `from` to queue `to` in one atomic write:
+    /// each `(from seq, to seq, deadline)` of `moves` is re-keyed with its
+    /// new expiry deadline (0: none), each seq of `removes` is removed
+    /// (messages that go to a queue that does not keep them). A missing
+    /// record is skipped.
+    MoveMessages {
+        from: u64,
+        to: u64,
+        moves: &'a [(u64, u64, u64)],
+        removes: &'a [u64],
+    },
     /// Holds a message of a delayed exchange of `vhost` until `due` (ms
     /// since the epoch); `seq` tells apart messages due at the same ms.
     Hold {
@@ -150,6 +161,7 @@ const PUT_PARAMETER: u8 = 22;
 const DELETE_PARAMETER: u8 = 23;
 const PUT_GLOBAL_PARAMETER: u8 = 24;
 const DELETE_GLOBAL_PARAMETER: u8 = 25;
+const MOVE_MESSAGES: u8 = 26;
 
 impl Op<'_> {
     /// Appends the versioned encoding to `out`.
@@ -291,6 +303,26 @@ impl Op<'_> {
                 out.put_u64(queue_id);
                 out.put_u64(upto);
             }
+            Op::MoveMessages {
+                from,
+                to,
+                moves,
+                removes,
+            } => {
+                out.put_u8(MOVE_MESSAGES);
+                out.put_u64(from);
+                out.put_u64(to);
+                out.put_u32(moves.len() as u32);
+                for &(a, b, deadline) in moves {
+                    out.put_u64(a);
+                    out.put_u64(b);
+                    out.put_u64(deadline);
+                }
+                out.put_u32(removes.len() as u32);
+                for &seq in removes {
+                    out.put_u64(seq);
+                }
+            }
         }
         Ok(())
     }
@@ -406,6 +438,26 @@ pub fn decode<R>(raw: Bytes, f: impl FnOnce(Op<'_>) -> R) -> Result<R> {
             queue_id: u64_(&mut r)?,
             upto: u64_(&mut r)?,
         }),
+        MOVE_MESSAGES => {
+            let from = u64_(&mut r)?;
+            let to = u64_(&mut r)?;
+            let n = count(&mut r, 24)?;
+            let mut moves = Vec::with_capacity(n);
+            for _ in 0..n {
+                moves.push((u64_(&mut r)?, u64_(&mut r)?, u64_(&mut r)?));
+            }
+            let n = count(&mut r, 8)?;
+            let mut removes = Vec::with_capacity(n);
+            for _ in 0..n {
+                removes.push(u64_(&mut r)?);
+            }
+            f(Op::MoveMessages {
+                from,
+                to,
+                moves: &moves,
+                removes: &removes,
+            })
+        }
         PUT_USER => f(Op::PutUser(&json(&mut r)?)),
         DELETE_USER => f(Op::DeleteUser {
             name: &str_(&mut r)?,
@@ -421,6 +473,15 @@ pub fn decode<R>(raw: Bytes, f: impl FnOnce(Op<'_>) -> R) -> Result<R> {
         USERS_SEEDED => f(Op::UsersSeeded),
         t => return Err(bad(&format!("unknown tag {t}"))),
     })
+}
+
+/// A u32 count of items of `size` bytes each, no more than are left.
+fn count(r: &mut FieldReader<'_>, size: usize) -> Result<usize> {
+    let n = r.u32().ok_or_else(|| Error::Corrupt("operation".into()))? as usize;
+    if n.saturating_mul(size) > r.remaining() {
+        return Err(Error::Corrupt("operation".into()));
+    }
+    Ok(n)
 }
 
 fn put_str(out: &mut BytesMut, s: &str) {
@@ -602,6 +663,12 @@ mod tests {
             Op::Reserve {
                 queue_id: 3,
                 upto: 1024,
+            },
+            Op::MoveMessages {
+                from: 3,
+                to: 4,
+                moves: &[(1, 7, 0), (2, 8, 1_700_000_000_000)],
+                removes: &[5],
             },
             Op::PutUser(&user),
             Op::DeleteUser { name: "app" },

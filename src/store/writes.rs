@@ -143,6 +143,23 @@ impl Store {
     pub fn remove_message(&self, queue_id: u64, seq: u64) -> Result<()> {
         self.submit(&Op::RemoveMessage { queue_id, seq }).map(drop)
     }
+    /// Moves messages of queue `from` to queue `to` atomically (see
+    /// `Op::MoveMessages`).
+    pub fn move_messages(
+        &self,
+        from: u64,
+        to: u64,
+        moves: &[(u64, u64, u64)],
+        removes: &[u64],
+    ) -> Result<()> {
+        self.submit(&Op::MoveMessages {
+            from,
+            to,
+            moves,
+            removes,
+        })
+        .map(drop)
+    }
     /// Deletes every message of a queue.
     pub fn purge_messages(&self, queue_id: u64) -> Result<()> {
         self.purge_from(queue_id, 0)

@@ -20,6 +20,8 @@ pub fn free_port() -> u16 {
 pub struct ChildBroker {
     child: Arc<Mutex<Option<Child>>>,
     pub port: u16,
+    /// The management API's port (`spawn_with_api`).
+    pub api_port: Option<u16>,
     pub data_dir: PathBuf,
     pub log: PathBuf,
 }
@@ -28,6 +30,15 @@ impl ChildBroker {
     /// Starts `warren` on a free port with `data_dir`, logging to `log`
     /// (appended), with `extra` flags.
     pub fn spawn(data_dir: &Path, log: &Path, extra: &[&str]) -> ChildBroker {
+        Self::start(data_dir, log, extra, None)
+    }
+
+    /// As `spawn`, with the management API on a free port.
+    pub fn spawn_with_api(data_dir: &Path, log: &Path, extra: &[&str]) -> ChildBroker {
+        Self::start(data_dir, log, extra, Some(free_port()))
+    }
+
+    fn start(data_dir: &Path, log: &Path, extra: &[&str], api: Option<u16>) -> ChildBroker {
         let port = free_port();
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -45,7 +56,7 @@ impl ChildBroker {
             .arg("--port")
             .arg(port.to_string())
             .arg("--management-port")
-            .arg("off")
+            .arg(api.map_or("off".to_string(), |p| p.to_string()))
             .arg("--prometheus-port")
             .arg("off")
             .arg("--data-dir")
@@ -61,6 +72,7 @@ impl ChildBroker {
         ChildBroker {
             child: Arc::new(Mutex::new(Some(child))),
             port,
+            api_port: api,
             data_dir: data_dir.to_path_buf(),
             log: log.to_path_buf(),
         }

@@ -300,10 +300,31 @@ pub async fn get_queue(
     State(api): State<Arc<Api>>,
     caller: Caller,
     Path((v, name)): Path<(String, String)>,
+    axum::extract::Query(sq): axum::extract::Query<crate::http::samples::SampleQuery>,
 ) -> ApiResult<Json<Value>> {
     let vh = super::vhost_for(&api, &caller, &v, true)?;
     let q = vh.queue(&name).ok_or_else(ApiError::not_found)?;
-    Ok(Json(render::queue(&api, &vh, &q, true)))
+    let mut json = render::queue(&api, &vh, &q, true);
+    if sq.wanted() {
+        let (age, incr) = sq.window();
+        let history = q.history(crate::util::now_ms(), age, incr);
+        if let Value::Object(o) = &mut json {
+            let mut stats = match o.remove("message_stats") {
+                Some(Value::Object(m)) => m,
+                _ => Map::new(),
+            };
+            crate::http::samples::add(
+                &sq,
+                &history,
+                &crate::queue::stats::HISTORY,
+                3,
+                o,
+                &mut stats,
+            );
+            o.insert("message_stats".into(), Value::Object(stats));
+        }
+    }
+    Ok(Json(json))
 }
 
 pub async fn put_queue(

@@ -5,6 +5,7 @@
 //! `amq.default`, which the handlers read as "".
 
 mod access;
+mod actions;
 mod cluster;
 mod conns;
 mod entities;
@@ -275,6 +276,10 @@ pub fn router(api: Arc<Api>) -> Router {
             axum::routing::delete(e::purge),
         )
         .route("/queues/{vhost}/{name}/get", post(e::get_messages))
+        .route(
+            "/queues/{vhost}/{name}/actions",
+            post(actions::queue_action),
+        )
         .route("/queues/{vhost}/{name}/bindings", get(e::queue_bindings))
         .route("/bindings", get(e::list_bindings))
         .route("/bindings/{vhost}", get(e::vhost_bindings))
@@ -304,7 +309,24 @@ pub fn router(api: Arc<Api>) -> Router {
         .fallback(not_found);
     Router::new()
         .nest("/api", api_routes)
+        .merge(super::ui::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn(unchallenged))
         .with_state(api)
+}
+
+/// A script's request (X-Requested-With, as the web UI sends) gets a
+/// failed login's 401 without the WWW-Authenticate challenge, which would
+/// make the browser cover the page's login with its own.
+async fn unchallenged(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let script = req.headers().contains_key("x-requested-with");
+    let mut r = next.run(req).await;
+    if script {
+        r.headers_mut().remove(axum::http::header::WWW_AUTHENTICATE);
+    }
+    r
 }

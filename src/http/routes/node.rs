@@ -59,7 +59,11 @@ fn exchange_types(api: &Api) -> Vec<Value> {
         .collect()
 }
 
-pub async fn overview(State(api): State<Arc<Api>>, caller: Caller) -> Json<Value> {
+pub async fn overview(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    axum::extract::Query(sq): axum::extract::Query<crate::http::samples::SampleQuery>,
+) -> Json<Value> {
     let (t, queues, exchanges, consumers) = totals(&api, &caller);
     let per_vhost = api.broker.connections.by_vhost();
     let seen: Vec<String> = api
@@ -74,6 +78,20 @@ pub async fn overview(State(api): State<Arc<Api>>, caller: Caller) -> Json<Value
     let channels: usize = conns.iter().map(|c| c.channels.lock().len()).sum();
     let mut queue_totals = Map::new();
     t.depth(&mut queue_totals);
+    let mut message_stats = message_stats.json();
+    if sq.wanted() {
+        let history = vhosts_history(&api, &seen, &sq);
+        if let Value::Object(stats) = &mut message_stats {
+            crate::http::samples::add(
+                &sq,
+                &history,
+                &crate::http::OVERVIEW_HISTORY,
+                3,
+                &mut queue_totals,
+                stats,
+            );
+        }
+    }
     // Node-wide, as RabbitMQ's (whoever asks).
     let mut churn_rates = Map::new();
     let (counts, rates) = api.churn();
@@ -94,7 +112,7 @@ pub async fn overview(State(api): State<Arc<Api>>, caller: Caller) -> Json<Value
         "release_series_support_status": "supported",
         "disable_stats": false,
         "enable_queue_totals": true,
-        "message_stats": message_stats.json(),
+        "message_stats": message_stats,
         "churn_rates": churn_rates,
         "queue_totals": queue_totals,
         "object_totals": {
@@ -109,6 +127,29 @@ pub async fn overview(State(api): State<Arc<Api>>, caller: Caller) -> Json<Value
         "listeners": listeners(&api),
         "contexts": [],
     }))
+}
+
+/// The history of the vhosts `seen`, summed sample by sample (the sampler
+/// records every vhost at the same moment), newest first.
+fn vhosts_history(
+    api: &Api,
+    seen: &[String],
+    sq: &crate::http::samples::SampleQuery,
+) -> Vec<crate::history::Sample<7>> {
+    let (age, incr) = sq.window();
+    let now = crate::util::now_ms();
+    let mut sum: std::collections::BTreeMap<u64, [u64; 7]> = Default::default();
+    let history = api.vhost_history.lock();
+    for name in seen {
+        let Some(h) = history.get(name) else { continue };
+        for (at, values) in h.select(now, age, incr) {
+            let slot = sum.entry(at).or_default();
+            for (s, v) in slot.iter_mut().zip(values) {
+                *s += v;
+            }
+        }
+    }
+    sum.into_iter().rev().collect()
 }
 
 fn node_json(api: &Api) -> Value {

@@ -181,7 +181,10 @@ impl Journal for RaftJournal {
                 self.defs_version.fetch_add(1, Ordering::SeqCst);
             }
             Op::Unhold { key } => self.applier.unholding(key),
-            Op::PutMessage { .. } | Op::RemoveMessage { .. } | Op::Hold { .. } => {}
+            Op::PutMessage { .. }
+            | Op::RemoveMessage { .. }
+            | Op::MoveMessages { .. }
+            | Op::Hold { .. } => {}
             _ => {
                 self.defs_version.fetch_add(1, Ordering::SeqCst);
             }
