@@ -36,8 +36,9 @@ function niceMax(v) {
   return 10 * e;
 }
 
-// A chart titled `title` of `series` = [{label, points}], over the last
-// `ageMs`; `unit` follows the y axis' top value.
+// A chart titled `title` of `series` = [{label, points, now?}] (`now`:
+// the value the legend shows, else the last point's), over the last
+// `ageMs`; `unit` follows the y axis' values.
 export function chart(title, series, ageMs, unit = "") {
   const W = 600, H = 160, L = 48, B = 18;
   const now = Date.now();
@@ -66,7 +67,7 @@ export function chart(title, series, ageMs, unit = "") {
     root.append(svg("path", { d, fill: "none", stroke: COLOURS[i % COLOURS.length], "stroke-width": 2, "vector-effect": "non-scaling-stroke" }));
   });
   const legend = h("div", { class: "legend" }, series.map((s, i) => {
-    const last = s.points.length ? s.points[s.points.length - 1][1] : 0;
+    const last = s.now !== undefined ? s.now : (s.points.length ? s.points[s.points.length - 1][1] : 0);
     const shown = last.toLocaleString("en-US", { maximumFractionDigits: 1 }) + unit;
     return h("span", {}, h("i", { style: `background:${COLOURS[i % COLOURS.length]}` }), `${s.label} ${shown}`);
   }));

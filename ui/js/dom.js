@@ -52,7 +52,14 @@ export function table(columns, rows, opts = {}) {
     }, c.label);
   });
   const body = rows.map((r) => h("tr", {}, columns.map((c) => h("td", { class: c.num ? "num" : null }, c.value(r)))));
-  return h("table", { class: opts.class }, h("thead", {}, h("tr", {}, head)), h("tbody", {}, body));
+  return h("table", { class: opts.class }, opts.head === false ? null : h("thead", {}, h("tr", {}, head)), h("tbody", {}, body));
+}
+
+// A two-column table of [label, value] pairs (values left undefined are
+// left out).
+export function pairs(list) {
+  const rows = list.filter((p) => p[1] !== undefined);
+  return table([{ label: "", value: (p) => h("strong", {}, p[0]) }, { label: "", value: (p) => p[1] }], rows, { head: false, class: "pairs" });
 }
 
 // A form in a box: fields are {name, label, type?, value?, options?,
@@ -107,4 +114,9 @@ export function args(obj) {
   const entries = Object.entries(obj || {});
   if (entries.length === 0) return "";
   return entries.map(([k, v]) => h("div", {}, h("span", { class: "tag" }, k), typeof v === "object" ? JSON.stringify(v) : String(v)));
+}
+
+// Replaces `el`'s children with `children` (flattened, empty ones left out).
+export function fill(el, ...children) {
+  el.replaceChildren(...children.flat(Infinity).filter((c) => c !== undefined && c !== null && c !== false && c !== ""));
 }

@@ -2,7 +2,7 @@
 // policies and operator policies, vhost and user limits.
 
 import { api, get, seg, vhostNames } from "../api.js";
-import { h, num, table, form, link, parseArgs, args } from "../dom.js";
+import { h, fill, num, table, form, link, parseArgs, args } from "../dom.js";
 import { pagedList } from "../list.js";
 import { act } from "../app.js";
 
@@ -53,7 +53,7 @@ async function user(view, name) {
       get(`/users/${seg(name)}`), get(`/users/${seg(name)}/permissions`), get(`/users/${seg(name)}/topic-permissions`),
     ]);
     const tags = Array.isArray(u.tags) ? u.tags : String(u.tags || "").split(",").filter(Boolean);
-    live.replaceChildren(
+    fill(live,
       h("p", {}, "Tags: ", tags.length ? tags.map((t) => h("span", { class: "tag" }, t)) : h("span", { class: "muted" }, "none")),
       h("h3", {}, "Permissions"),
       table([
@@ -98,7 +98,7 @@ async function vhosts(view) {
   ], "Add virtual host", (v) => act(() => api("PUT", `/vhosts/${seg(v.name)}`,
     { description: v.description, default_queue_type: v.default_queue_type }), `Virtual host ${v.name} added`), { id: "add-vhost" }));
   const refresh = async () => {
-    live.replaceChildren(table([
+    fill(live, table([
       { label: "Name", value: (v) => v.name },
       { label: "Description", value: (v) => v.description || "" },
       { label: "Messages", value: (v) => num(v.messages), num: true },
@@ -125,7 +125,7 @@ async function policies(view, operator) {
     pattern: v.pattern, "apply-to": v.apply_to, priority: Number(v.priority) || 0, definition: parseArgs(v.definition),
   }), `Policy ${v.name} set`), { id: operator ? "add-operator-policy" : "add-policy" }));
   const refresh = async () => {
-    live.replaceChildren(table([
+    fill(live, table([
       { label: "Virtual host", value: (p) => p.vhost }, { label: "Name", value: (p) => p.name },
       { label: "Pattern", value: (p) => p.pattern }, { label: "Apply to", value: (p) => p["apply-to"] },
       { label: "Definition", value: (p) => args(p.definition) }, { label: "Priority", value: (p) => p.priority, num: true },
@@ -152,7 +152,7 @@ async function limits(view) {
   const refresh = async () => {
     const [vl, ul] = await Promise.all([get("/vhost-limits"), get("/user-limits")]);
     const rows = (list, key, path) => list.flatMap((x) => Object.entries(x.value || {}).map(([k, v]) => ({ who: x[key], k, v, path })));
-    live.replaceChildren(table([
+    fill(live, table([
       { label: "Applies to", value: (x) => x.who }, { label: "Limit", value: (x) => x.k }, { label: "Value", value: (x) => x.v, num: true },
       { label: "", value: (x) => del("Clear", `/${x.path}/${seg(x.who)}/${x.k}`, "Limit cleared") },
     ], [...rows(vl, "vhost", "vhost-limits"), ...rows(ul, "user", "user-limits")], { empty: "No limits." }));

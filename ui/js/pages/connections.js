@@ -2,16 +2,12 @@
 // (list, detail with consumers).
 
 import { api, get, seg } from "../api.js";
-import { h, num, rate, bytes, table, link } from "../dom.js";
+import { h, fill, num, rate, bytes, table, pairs, link } from "../dom.js";
 import { pagedList } from "../list.js";
 import { act } from "../app.js";
 
 const connLink = (name) => link(`#/connections/${seg(name)}`, name);
 const chanLink = (name) => link(`#/channels/${seg(name)}`, name);
-
-function details(pairs) {
-  return table([{ label: "", value: (p) => p[0] }, { label: "", value: (p) => p[1] }], pairs.filter((p) => p[1] !== undefined));
-}
 
 const channelColumns = [
   { label: "Channel", value: (c) => chanLink(c.name), sort: "name" },
@@ -37,7 +33,7 @@ async function connection(view, name) {
   const refresh = async () => {
     const [c, chans] = await Promise.all([get(`/connections/${seg(name)}`), get(`/connections/${seg(name)}/channels`)]);
     const product = c.client_properties && (c.client_properties.product || c.client_properties.platform);
-    live.replaceChildren(details([
+    fill(live, pairs([
       ["User", c.user], ["Vhost", c.vhost], ["State", c.state], ["Protocol", c.protocol],
       ["Client", product], ["From", `${c.peer_host}:${c.peer_port}`], ["TLS", c.ssl ? "yes" : "no"],
       ["Received", `${bytes(c.recv_oct)} (${rate(c.recv_oct_details && c.recv_oct_details.rate)})`],
@@ -72,7 +68,7 @@ async function channel(view, name) {
   const refresh = async () => {
     const c = await get(`/channels/${seg(name)}`);
     const conn = c.connection_details && c.connection_details.name;
-    live.replaceChildren(details([
+    fill(live, pairs([
       ["Connection", conn ? connLink(conn) : undefined], ["User", c.user], ["Vhost", c.vhost],
       ["Prefetch", c.prefetch_count], ["Confirm mode", c.confirm ? "yes" : "no"],
       ["Unacked", num(c.messages_unacknowledged)], ["Unconfirmed", num(c.messages_unconfirmed)],

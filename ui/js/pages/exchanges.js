@@ -2,7 +2,7 @@
 // page: its bindings (add, remove), publish a message, delete.
 
 import { api, get, seg, vhostNames } from "../api.js";
-import { h, rate, table, form, link, parseArgs, args } from "../dom.js";
+import { h, fill, rate, table, pairs, form, link, parseArgs, args } from "../dom.js";
 import { pagedList } from "../list.js";
 import { act, flash } from "../app.js";
 
@@ -73,7 +73,7 @@ async function exchange(view, vhost, name) {
       get(`/exchanges/${seg(vhost)}/${seg(name)}/bindings/destination`),
     ]) : [[], []];
     const s = x.message_stats || {};
-    live.replaceChildren(table([{ label: "", value: (p) => p[0] }, { label: "", value: (p) => p[1] }], [
+    fill(live, pairs([
       ["Type", x.type], ["Durable", x.durable ? "yes" : "no"], ["Auto-delete", x.auto_delete ? "yes" : "no"],
       ["Internal", x.internal ? "yes" : "no"], ["Arguments", args(x.arguments)], ["Policy", x.policy || ""],
       ["Publish in", rate(s.publish_in_details && s.publish_in_details.rate)],

@@ -3,7 +3,7 @@
 // the cluster), listeners, and the definitions' download and upload.
 
 import { api, get } from "../api.js";
-import { h, num, bytes, table } from "../dom.js";
+import { h, fill, num, bytes, table } from "../dom.js";
 import { chart, points, ratePoints } from "../chart.js";
 import { act, flash } from "../app.js";
 
@@ -22,17 +22,17 @@ function gauge(used, limit, alarm) {
 
 export function messageCharts(totals, stats) {
   const age = AGE * 1000;
+  const depth = (label, key) => ({ label, points: points(totals[`${key}_details`]), now: totals[key] || 0 });
+  const rate = (label, key) => {
+    const d = stats[`${key}_details`];
+    return { label, points: ratePoints(d), now: (d && d.rate) || 0 };
+  };
   return h("div", { class: "charts" },
     chart("Queued messages", [
-      { label: "Ready", points: points(totals.messages_ready_details) },
-      { label: "Unacked", points: points(totals.messages_unacknowledged_details) },
-      { label: "Total", points: points(totals.messages_details) },
+      depth("Ready", "messages_ready"), depth("Unacked", "messages_unacknowledged"), depth("Total", "messages"),
     ], age),
     chart("Message rates", [
-      { label: "Publish", points: ratePoints(stats.publish_details) },
-      { label: "Deliver / get", points: ratePoints(stats.deliver_get_details) },
-      { label: "Ack", points: ratePoints(stats.ack_details) },
-      { label: "Confirm", points: ratePoints(stats.confirm_details) },
+      rate("Publish", "publish"), rate("Deliver / get", "deliver_get"), rate("Ack", "ack"), rate("Confirm", "confirm"),
     ], age, "/s"));
 }
 
@@ -82,7 +82,7 @@ export async function page(view) {
     const [o, ns] = await Promise.all([get(`/overview?${HISTORY}`), get("/nodes")]);
     const t = o.object_totals || {};
     const q = o.queue_totals || {};
-    live.replaceChildren(
+    fill(live,
       h("div", { class: "cards" },
         card("Messages", q.messages), card("Ready", q.messages_ready), card("Unacked", q.messages_unacknowledged),
         card("Connections", t.connections), card("Channels", t.channels), card("Exchanges", t.exchanges),

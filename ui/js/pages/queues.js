@@ -4,7 +4,7 @@
 // purge, delete.
 
 import { api, get, seg, vhostNames } from "../api.js";
-import { h, num, rate, bytes, table, form, link, parseArgs, args } from "../dom.js";
+import { h, fill, num, rate, bytes, table, pairs, form, link, parseArgs, args } from "../dom.js";
 import { pagedList } from "../list.js";
 import { act, flash } from "../app.js";
 import { messageCharts, HISTORY } from "./overview.js";
@@ -34,10 +34,8 @@ function getForm(vhost, name, out) {
       const msgs = await api("POST", `/queues/${seg(vhost)}/${seg(name)}/get`, {
         count: Number(v.count) || 1, ackmode: v.ackmode, encoding: v.encoding, truncate: 50000,
       });
-      out.replaceChildren(msgs.length === 0 ? h("p", { class: "empty" }, "Queue is empty") : msgs.map((m, i) =>
-        h("div", { class: "message" }, h("h3", {}, `Message ${i + 1}`), table([
-          { label: "", value: (p) => p[0] }, { label: "", value: (p) => p[1] },
-        ], [
+      fill(out, msgs.length === 0 ? h("p", { class: "empty" }, "Queue is empty") : msgs.map((m, i) =>
+        h("div", { class: "message" }, h("h3", {}, `Message ${i + 1}`), pairs([
           ["Exchange", m.exchange || "(AMQP default)"], ["Routing key", m.routing_key],
           ["Redelivered", m.redelivered ? "yes" : "no"], ["Remaining", num(m.message_count)],
           ["Properties", args(m.properties)], ["Payload", `${bytes(m.payload_bytes)}, ${m.payload_encoding}`],
@@ -100,13 +98,13 @@ async function queue(view, vhost, name) {
       get(`/queues/${seg(vhost)}/${seg(name)}/bindings`),
     ]);
     const s = q.message_stats || {};
-    live.replaceChildren(
+    fill(live,
       h("div", { class: "cards" },
         ...[["Total", q.messages], ["Ready", q.messages_ready], ["Unacked", q.messages_unacknowledged], ["Consumers", q.consumers]]
           .map(([l, n]) => h("div", { class: "card" }, h("div", { class: "n", "data-depth": l }, num(n)), h("div", { class: "l" }, l)))),
       messageCharts(q, s),
       h("h2", {}, "Details"),
-      table([{ label: "", value: (p) => p[0] }, { label: "", value: (p) => p[1] }], [
+      pairs([
         ["Type", q.type], ["Features", features(q)], ["State", q.state], ["Policy", q.policy || ""],
         ["Arguments", args(q.arguments)], ["Memory", bytes(q.memory)], ["Message bytes", bytes(q.message_bytes)],
       ]),

@@ -1,0 +1,392 @@
+//! The management web UI in a real browser: headless Chromium driven
+//! through chromedriver (WebDriver). It logs in, sees a queue's depth
+//! change after publishing (the page polls; no reload), declares a queue
+//! and an exchange, binds them, publishes through the UI, gets the
+//! message, moves messages between queues, purges, deletes, adds a user
+//! with a permission, and a monitoring user is refused a change.
+//! Screenshots go to target/ui-screenshots/ (CI keeps them).
+//!
+//! Needs `chromium` and `chromedriver` (Debian's chromium and
+//! chromium-driver; .ci/run installs them and sets
+//! WARREN_REQUIRE_BROWSER, so there it cannot skip); elsewhere without
+//! them the test says it is skipped and passes.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use fantoccini::{Client, ClientBuilder, Locator};
+use lapin::options::*;
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel};
+
+/// How long the UI may take to show something (it polls every 5 s).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// chromedriver on a free port, stopped on drop.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+}
+
+fn driver() -> Option<Driver> {
+    if !on_path("chromedriver") || !on_path("chromium") {
+        return None;
+    }
+    let port = child::free_port();
+    let child = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    Some(Driver { child, port })
+}
+
+async fn browser(d: &Driver) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--window-size=1280,900"],
+        }),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        match ClientBuilder::new(connector)
+            .capabilities(caps.clone())
+            .connect(&format!("http://127.0.0.1:{}", d.port))
+            .await
+        {
+            Ok(c) => return c,
+            Err(e) if Instant::now() > deadline => panic!("chromedriver: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Waits until the element at `css` has text for which `ok` holds.
+async fn wait_text(c: &Client, css: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + PATIENCE;
+    let mut last = String::new();
+    loop {
+        if let Ok(el) = c.find(Locator::Css(css)).await {
+            if let Ok(t) = el.text().await {
+                if ok(&t) {
+                    return t;
+                }
+                last = t;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{css} never showed what was expected; last: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until some flash message contains `text`.
+async fn flashed(c: &Client, text: &str) {
+    wait_text(c, "#flash", |t| t.contains(text)).await;
+}
+
+/// Fills form `id`'s fields and submits it.
+async fn submit(c: &Client, id: &str, fields: &[(&str, &str)]) {
+    let css = format!("form[data-form='{id}']");
+    let deadline = Instant::now() + PATIENCE;
+    let form = loop {
+        match c.form(Locator::Css(&css)).await {
+            Ok(f) => break f,
+            Err(e) => assert!(Instant::now() < deadline, "no form {id}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for (name, value) in fields {
+        form.set_by_name(name, value).await.expect("field");
+    }
+    form.submit().await.expect("submit");
+}
+
+async fn go(c: &Client, base: &str, hash: &str) {
+    c.goto(&format!("{base}/{hash}")).await.expect("navigate");
+}
+
+/// Clicks the button labelled `label` and accepts its confirm dialog.
+async fn click_confirmed(c: &Client, label: &str) {
+    let xpath = format!("//button[normalize-space()='{label}']");
+    let b = c
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::XPath(&xpath))
+        .await
+        .expect("button");
+    b.click().await.expect("click");
+    let deadline = Instant::now() + PATIENCE;
+    while c.accept_alert().await.is_err() {
+        assert!(Instant::now() < deadline, "no confirm dialog");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn shot(c: &Client, name: &str) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshots");
+    let _ = std::fs::create_dir_all(&dir);
+    if let Ok(png) = c.screenshot().await {
+        let _ = std::fs::write(dir.join(format!("{name}.png")), png);
+    }
+}
+
+async fn login(c: &Client, base: &str, user: &str, password: &str) {
+    go(c, base, "").await;
+    submit_login(c, user, password).await;
+    wait_text(c, "#who", |t| t.contains(user)).await;
+}
+
+async fn submit_login(c: &Client, user: &str, password: &str) {
+    c.wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("form#login"))
+        .await
+        .expect("the login form");
+    let f = c.form(Locator::Css("form#login")).await.unwrap();
+    f.set_by_name("username", user).await.unwrap();
+    f.set_by_name("password", password).await.unwrap();
+    f.submit().await.unwrap();
+}
+
+async fn publish(ch: &Channel, queue: &str, n: usize) {
+    for i in 0..n {
+        ch.basic_publish(
+            "".into(),
+            queue.into(),
+            BasicPublishOptions::default(),
+            format!("m{i}").as_bytes(),
+            BasicProperties::default().with_delivery_mode(2),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+}
+
+async fn depth(ch: &Channel, queue: &str) -> Option<u32> {
+    let probe = ch.clone();
+    match probe
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+    {
+        Ok(q) => Some(q.message_count()),
+        Err(_) => None,
+    }
+}
+
+/// Waits until `f` says yes (an AMQP check of what the UI did).
+async fn until<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    while !f().await {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ui_manages_the_broker_in_a_real_browser() {
+    let Some(d) = driver() else {
+        assert!(
+            std::env::var_os("WARREN_REQUIRE_BROWSER").is_none(),
+            "chromium and chromedriver are needed"
+        );
+        eprintln!("skipped: chromium and chromedriver are not installed");
+        return;
+    };
+    let b = start_with_api().await;
+    let base = format!("http://{}", b.api.expect("API"));
+    let conn = b.connect().await;
+    let amqp = conn.create_channel().await.unwrap();
+    amqp.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    amqp.queue_declare(
+        "orders".into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    publish(&amqp, "orders", 3).await;
+
+    let c = browser(&d).await;
+    // A wrong password is refused on the page, not by a browser dialog.
+    go(&c, &base, "").await;
+    submit_login(&c, "guest", "wrong").await;
+    wait_text(&c, "form#login", |t| t.contains("Login failed")).await;
+    login(&c, &base, "guest", "guest").await;
+    wait_text(&c, "h1", |t| t == "Overview").await;
+    wait_text(&c, ".cards", |t| t.contains("Queues")).await;
+    shot(&c, "overview").await;
+
+    // The queue's page shows its depth, and follows it without a reload.
+    go(&c, &base, "#/queues/%2F/orders").await;
+    wait_text(&c, "[data-depth='Total']", |t| t == "3").await;
+    publish(&amqp, "orders", 2).await;
+    wait_text(&c, "[data-depth='Total']", |t| t == "5").await;
+    shot(&c, "queue").await;
+
+    // Declare a queue and an exchange, bind them.
+    go(&c, &base, "#/queues").await;
+    submit(&c, "add-queue", &[("name", "from-ui"), ("durable", "true")]).await;
+    flashed(&c, "Queue from-ui declared").await;
+    wait_text(&c, ".paged table", |t| t.contains("from-ui")).await;
+    shot(&c, "queues").await;
+    go(&c, &base, "#/exchanges").await;
+    submit(&c, "add-exchange", &[("name", "ui-x"), ("type", "direct")]).await;
+    flashed(&c, "Exchange ui-x declared").await;
+    go(&c, &base, "#/exchanges/%2F/ui-x").await;
+    submit(
+        &c,
+        "bind",
+        &[
+            ("kind", "q"),
+            ("destination", "from-ui"),
+            ("routing_key", "k"),
+        ],
+    )
+    .await;
+    flashed(&c, "Bound").await;
+    wait_text(&c, "main", |t| {
+        t.contains("Bindings from here") && t.contains("from-ui")
+    })
+    .await;
+
+    // Publish through the UI, then get it on the queue's page.
+    submit(
+        &c,
+        "publish",
+        &[("routing_key", "k"), ("payload", "hello from the browser")],
+    )
+    .await;
+    flashed(&c, "Message published").await;
+    go(&c, &base, "#/queues/%2F/from-ui").await;
+    submit(
+        &c,
+        "get",
+        &[("ackmode", "ack_requeue_true"), ("count", "1")],
+    )
+    .await;
+    wait_text(&c, "pre.payload", |t| t == "hello from the browser").await;
+
+    // Move two of the orders into it.
+    go(&c, &base, "#/queues/%2F/orders").await;
+    submit(&c, "move", &[("destination", "from-ui"), ("count", "2")]).await;
+    flashed(&c, "Moved 2 messages to from-ui").await;
+    until("the move reached the queues", || async {
+        depth(&amqp, "orders").await == Some(3) && depth(&amqp, "from-ui").await == Some(3)
+    })
+    .await;
+
+    // Purge it, then delete it.
+    go(&c, &base, "#/queues/%2F/from-ui").await;
+    wait_text(&c, "[data-depth='Total']", |t| t == "3").await;
+    click_confirmed(&c, "Purge messages").await;
+    flashed(&c, "Queue purged").await;
+    until("purged", || async {
+        depth(&amqp, "from-ui").await == Some(0)
+    })
+    .await;
+    click_confirmed(&c, "Delete queue").await;
+    flashed(&c, "Queue deleted").await;
+    until("deleted", || async {
+        depth(&amqp, "from-ui").await.is_none()
+    })
+    .await;
+
+    // A user with a permission, and a monitoring user.
+    go(&c, &base, "#/admin/users").await;
+    submit(
+        &c,
+        "add-user",
+        &[
+            ("name", "ops"),
+            ("password", "ops-pw"),
+            ("tags", "management"),
+        ],
+    )
+    .await;
+    flashed(&c, "User ops added").await;
+    go(&c, &base, "#/admin/users/ops").await;
+    submit(
+        &c,
+        "set-permission",
+        &[
+            ("vhost", "/"),
+            ("configure", "^ops-"),
+            ("write", ".*"),
+            ("read", ".*"),
+        ],
+    )
+    .await;
+    flashed(&c, "Permission set").await;
+    wait_text(&c, "main", |t| t.contains("^ops-")).await;
+    shot(&c, "user").await;
+    go(&c, &base, "#/admin/users").await;
+    submit(
+        &c,
+        "add-user",
+        &[
+            ("name", "watcher"),
+            ("password", "watcher-pw"),
+            ("tags", "monitoring"),
+        ],
+    )
+    .await;
+    flashed(&c, "User watcher added").await;
+
+    // The monitoring user sees, but may not change.
+    let logout = c
+        .find(Locator::XPath("//button[normalize-space()='Log out']"))
+        .await
+        .unwrap();
+    logout.click().await.unwrap();
+    login(&c, &base, "watcher", "watcher-pw").await;
+    go(&c, &base, "#/queues").await;
+    wait_text(&c, ".paged table", |t| t.contains("orders")).await;
+    submit(&c, "add-queue", &[("name", "not-allowed")]).await;
+    flashed(&c, "401").await;
+    shot(&c, "refused").await;
+    assert_eq!(depth(&amqp, "not-allowed").await, None);
+
+    c.close().await.unwrap();
+}
