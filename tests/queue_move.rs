@@ -5,6 +5,7 @@
 //! refusals. A SIGKILL during moves finds each message exactly once.
 
 mod common;
+mod helpers;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use common::child::ChildBroker;
 use common::*;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel};
+use lapin::Channel;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde_json::{json, Value};
 
@@ -51,20 +52,6 @@ async fn durable(ch: &Channel, name: &str, args: FieldTable) {
     .expect("queue.declare");
 }
 
-async fn depth(ch: &Channel, name: &str) -> u32 {
-    ch.queue_declare(
-        name.into(),
-        QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .expect("passive declare")
-    .message_count()
-}
-
 async fn publish_confirmed(ch: &Channel, queue: &str, bodies: impl Iterator<Item = Vec<u8>>) {
     let mut pending = Vec::new();
     for b in bodies {
@@ -74,7 +61,7 @@ async fn publish_confirmed(ch: &Channel, queue: &str, bodies: impl Iterator<Item
                 queue.into(),
                 BasicPublishOptions::default(),
                 &b,
-                BasicProperties::default().with_delivery_mode(2),
+                helpers::persistent(),
             )
             .await
             .expect("publish"),
@@ -122,7 +109,7 @@ async fn messages_move_with_a_count_and_keep_what_they_carry() {
             .unwrap();
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while depth(&ch, "dlq").await < 10 {
+    while helpers::message_count(&ch, "dlq").await < 10 {
         assert!(std::time::Instant::now() < deadline, "not dead-lettered");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -135,8 +122,8 @@ async fn messages_move_with_a_count_and_keep_what_they_carry() {
     )
     .await;
     assert_eq!((status, &body), (200, &json!({"moved": 4})));
-    assert_eq!(depth(&ch, "dlq").await, 6);
-    assert_eq!(depth(&ch, "work").await, 4);
+    assert_eq!(helpers::message_count(&ch, "dlq").await, 6);
+    assert_eq!(helpers::message_count(&ch, "work").await, 4);
     // The head went first, persistent, with its x-death.
     let m = ch
         .basic_get("work".into(), BasicGetOptions { no_ack: true })
@@ -178,14 +165,14 @@ async fn messages_move_with_a_count_and_keep_what_they_carry() {
     assert_eq!(got, (1..10).map(|i| format!("m{i}")).collect::<Vec<_>>());
     drop(consumer);
     ch2.close(200, "done".into()).await.unwrap();
-    assert_eq!(depth(&ch, "dlq").await, 0);
+    assert_eq!(helpers::message_count(&ch, "dlq").await, 0);
 
     // Moved messages are durable where they went.
     b.restart().await;
     let api = b.api.expect("API").to_string();
     let (_c, ch) = b.channel().await;
-    assert_eq!(depth(&ch, "work").await, 9);
-    assert_eq!(depth(&ch, "dlq").await, 0);
+    assert_eq!(helpers::message_count(&ch, "work").await, 9);
+    assert_eq!(helpers::message_count(&ch, "dlq").await, 0);
     let (status, body) = action(
         &api,
         "guest",
@@ -197,8 +184,8 @@ async fn messages_move_with_a_count_and_keep_what_they_carry() {
     b.restart().await;
     let api = b.api.expect("API").to_string();
     let (_c, ch) = b.channel().await;
-    assert_eq!(depth(&ch, "work").await, 0);
-    assert_eq!(depth(&ch, "dlq").await, 9);
+    assert_eq!(helpers::message_count(&ch, "work").await, 0);
+    assert_eq!(helpers::message_count(&ch, "dlq").await, 9);
 
     // Refusals: the API's status and reason.
     let (status, _) = action(&api, "guest", "dlq", json!({"action": "explode"})).await;
@@ -264,7 +251,7 @@ async fn messages_move_with_a_count_and_keep_what_they_carry() {
     )
     .await;
     assert_eq!(status, 401);
-    assert_eq!(depth(&ch, "dlq").await, 9);
+    assert_eq!(helpers::message_count(&ch, "dlq").await, 9);
     b.stop().await;
 }
 
@@ -326,7 +313,10 @@ async fn a_kill_during_moves_leaves_each_message_exactly_once() {
         broker = ChildBroker::spawn_with_api(&data, &log, &[]);
         let conn = broker.connect().await;
         let ch = conn.create_channel().await.unwrap();
-        let (na, nb) = (depth(&ch, "a").await, depth(&ch, "b").await);
+        let (na, nb) = (
+            helpers::message_count(&ch, "a").await,
+            helpers::message_count(&ch, "b").await,
+        );
         eprintln!("round {round}: a {na}, b {nb}");
         assert_eq!(na + nb, N, "round {round}: a {na} + b {nb}");
         drop(conn);

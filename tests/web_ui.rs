@@ -12,6 +12,7 @@
 //! them the test says it is skipped and passes.
 
 mod common;
+mod helpers;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,7 +21,7 @@ use common::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 use lapin::options::*;
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel};
+use lapin::Channel;
 
 /// How long the UI may take to show something (it polls every 5 s).
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -179,7 +180,7 @@ async fn publish(ch: &Channel, queue: &str, n: usize) {
             queue.into(),
             BasicPublishOptions::default(),
             format!("m{i}").as_bytes(),
-            BasicProperties::default().with_delivery_mode(2),
+            helpers::persistent(),
         )
         .await
         .unwrap()
@@ -188,22 +189,13 @@ async fn publish(ch: &Channel, queue: &str, n: usize) {
     }
 }
 
-async fn depth(ch: &Channel, queue: &str) -> Option<u32> {
-    let probe = ch.clone();
-    match probe
-        .queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-    {
-        Ok(q) => Some(q.message_count()),
-        Err(_) => None,
+/// `queue`'s depth, or None if there is no such queue.
+async fn depth(conn: &lapin::Connection, queue: &str) -> Option<u32> {
+    if !helpers::queue_exists(conn, queue).await {
+        return None;
     }
+    let ch = conn.create_channel().await.ok()?;
+    Some(helpers::message_count(&ch, queue).await)
 }
 
 /// Waits until `f` says yes (an AMQP check of what the UI did).
@@ -313,7 +305,7 @@ async fn the_ui_manages_the_broker_in_a_real_browser() {
     submit(&c, "move", &[("destination", "from-ui"), ("count", "2")]).await;
     flashed(&c, "Moved 2 messages to from-ui").await;
     until("the move reached the queues", || async {
-        depth(&amqp, "orders").await == Some(3) && depth(&amqp, "from-ui").await == Some(3)
+        depth(&conn, "orders").await == Some(3) && depth(&conn, "from-ui").await == Some(3)
     })
     .await;
 
@@ -323,13 +315,13 @@ async fn the_ui_manages_the_broker_in_a_real_browser() {
     click_confirmed(&c, "Purge messages").await;
     flashed(&c, "Queue purged").await;
     until("purged", || async {
-        depth(&amqp, "from-ui").await == Some(0)
+        depth(&conn, "from-ui").await == Some(0)
     })
     .await;
     click_confirmed(&c, "Delete queue").await;
     flashed(&c, "Queue deleted").await;
     until("deleted", || async {
-        depth(&amqp, "from-ui").await.is_none()
+        depth(&conn, "from-ui").await.is_none()
     })
     .await;
 
@@ -386,7 +378,7 @@ async fn the_ui_manages_the_broker_in_a_real_browser() {
     submit(&c, "add-queue", &[("name", "not-allowed")]).await;
     flashed(&c, "401").await;
     shot(&c, "refused").await;
-    assert_eq!(depth(&amqp, "not-allowed").await, None);
+    assert_eq!(depth(&conn, "not-allowed").await, None);
 
     c.close().await.unwrap();
 }

@@ -37,15 +37,22 @@ function niceMax(v) {
 }
 
 // A chart titled `title` of `series` = [{label, points, now?}] (`now`:
-// the value the legend shows, else the last point's), over the last
-// `ageMs`; `unit` follows the y axis' values.
+// the value the legend shows, else the last point's), from the oldest
+// point (a minute back at least) to now, at most `ageMs`; `unit` follows
+// the y axis' values.
 export function chart(title, series, ageMs, unit = "") {
   const W = 600, H = 160, L = 48, B = 18;
-  const now = Date.now();
-  const from = now - ageMs;
+  // The server's clock: its newest sample is now (the browser's clock may
+  // differ from the broker's).
+  const stamps = series.flatMap((s) => s.points.map((p) => p[0]));
+  const now = stamps.length ? Math.max(...stamps) : Date.now();
+  // From the oldest sample (at least a minute back), at most `ageMs`.
+  const oldest = Math.min(now - 60000, ...stamps);
+  const from = Math.max(now - ageMs, oldest);
+  const span = now - from;
   const all = series.flatMap((s) => s.points.map((p) => p[1]));
   const top = niceMax(Math.max(0, ...all));
-  const x = (t) => L + ((t - from) / ageMs) * (W - L - 4);
+  const x = (t) => L + ((t - from) / span) * (W - L - 4);
   const y = (v) => 4 + (1 - v / top) * (H - B - 8);
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img", "aria-label": title });
   for (const f of [0, 0.5, 1]) {
@@ -54,8 +61,8 @@ export function chart(title, series, ageMs, unit = "") {
     t.textContent = (top * f).toLocaleString("en-US", { maximumFractionDigits: 1 }) + unit;
     root.append(t);
   }
-  const mins = Math.round(ageMs / 60000);
-  for (const [label, at, anchor] of [[`-${mins} min`, from, "start"], ["now", now, "end"]]) {
+  const back = span >= 120000 ? `-${Math.round(span / 60000)} min` : `-${Math.round(span / 1000)} s`;
+  for (const [label, at, anchor] of [[back, from, "start"], ["now", now, "end"]]) {
     const t = svg("text", { x: x(at), y: H - 4, "text-anchor": anchor, "font-size": 11, fill: "#5d6b7a" });
     t.textContent = label;
     root.append(t);
