@@ -45,7 +45,10 @@ impl<const N: usize> History<N> {
         let from = now.saturating_sub(age_ms.min(KEEP_MS));
         let mut out: Vec<Sample<N>> = Vec::new();
         for s in self.samples.iter().rev().take_while(|s| s.0 >= from) {
-            if out.last().is_none_or(|l| l.0 >= s.0 + incr_ms) {
+            if out
+                .last()
+                .is_none_or(|l| l.0 >= s.0.saturating_add(incr_ms))
+            {
                 out.push(*s);
             }
         }

@@ -500,3 +500,31 @@ async fn a_lost_node_is_replaced_while_clients_publish() {
     assert_eq!(count(&c, now, "replaced").await, 100 + confirmed + 1);
     c.assert_no_panics();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_is_replicated_and_survives_losing_the_leader() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let c = Cluster::start(3);
+    let (leader, term) = c.wait_leader(0, Duration::from_secs(30)).await;
+    publish(&c, leader, "dlq", 300).await;
+    publish(&c, leader, "orders", 1).await;
+    let http = http(None);
+    let (status, body) = call(
+        &http,
+        "POST",
+        &format!("{}/api/queues/%2F/dlq/actions", c.api(leader)),
+        Some(json!({"action": "move", "destination": "orders", "count": 200})),
+    )
+    .await;
+    assert_eq!(
+        (status, &body),
+        (200, &json!({"moved": 200})),
+        "{}",
+        c.logs_tail()
+    );
+    c.kill(leader);
+    let (now, _) = c.wait_leader(term, Duration::from_secs(30)).await;
+    assert_eq!(count(&c, now, "orders").await, 201);
+    assert_eq!(count(&c, now, "dlq").await, 100);
+    c.assert_no_panics();
+}

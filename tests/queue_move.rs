@@ -331,3 +331,50 @@ async fn a_kill_during_moves_leaves_each_message_exactly_once() {
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(!text.contains("panicked"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_destination_that_refuses_takes_only_what_fits() {
+    let b = start_with_api().await;
+    let api = b.api.expect("API").to_string();
+    let (_c, ch) = b.channel().await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let mut args = FieldTable::default();
+    args.insert("x-max-length".into(), AMQPValue::LongInt(5));
+    args.insert(
+        "x-overflow".into(),
+        AMQPValue::LongString("reject-publish".into()),
+    );
+    durable(&ch, "small", args).await;
+    durable(&ch, "big", FieldTable::default()).await;
+    publish_confirmed(
+        &ch,
+        "small",
+        (0..2).map(|i| format!("kept{i}").into_bytes()),
+    )
+    .await;
+    publish_confirmed(&ch, "big", (0..10).map(|i| format!("m{i}").into_bytes())).await;
+    let (status, body) = action(
+        &api,
+        "guest",
+        "big",
+        json!({"action": "move", "destination": "small"}),
+    )
+    .await;
+    assert_eq!((status, &body), (200, &json!({"moved": 3})));
+    assert_eq!(helpers::message_count(&ch, "small").await, 5);
+    assert_eq!(helpers::message_count(&ch, "big").await, 7);
+    // Nothing of the destination was dropped, and the source kept its order.
+    let first = |q: &'static str| {
+        let ch = ch.clone();
+        async move {
+            ch.basic_get(q.into(), BasicGetOptions { no_ack: true })
+                .await
+                .unwrap()
+                .map(|m| String::from_utf8_lossy(&m.delivery.data).to_string())
+        }
+    };
+    assert_eq!(first("small").await.as_deref(), Some("kept0"));
+    assert_eq!(first("big").await.as_deref(), Some("m3"));
+}

@@ -9,7 +9,9 @@
 //! Needs `chromium` and `chromedriver` (Debian's chromium and
 //! chromium-driver; .ci/run installs them and sets
 //! WARREN_REQUIRE_BROWSER, so there it cannot skip); elsewhere without
-//! them the test says it is skipped and passes.
+//! them the test says it is skipped and passes. WARREN_UI_BROWSER=firefox
+//! runs it in Firefox instead (`firefox` or `firefox-esr`, and
+//! `geckodriver`, on the PATH).
 
 mod common;
 mod helpers;
@@ -44,13 +46,28 @@ fn on_path(name: &str) -> bool {
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
 }
 
+fn firefox() -> bool {
+    std::env::var("WARREN_UI_BROWSER").is_ok_and(|b| b == "firefox")
+}
+
 fn driver() -> Option<Driver> {
-    if !on_path("chromedriver") || !on_path("chromium") {
-        return None;
-    }
     let port = child::free_port();
-    let child = Command::new("chromedriver")
-        .arg(format!("--port={port}"))
+    let mut cmd = if firefox() {
+        if !on_path("geckodriver") || !(on_path("firefox") || on_path("firefox-esr")) {
+            return None;
+        }
+        let mut c = Command::new("geckodriver");
+        c.arg("--port").arg(port.to_string());
+        c
+    } else {
+        if !on_path("chromedriver") || !on_path("chromium") {
+            return None;
+        }
+        let mut c = Command::new("chromedriver");
+        c.arg(format!("--port={port}"));
+        c
+    };
+    let child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -60,14 +77,29 @@ fn driver() -> Option<Driver> {
 
 async fn browser(d: &Driver) -> Client {
     let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        serde_json::json!({
-            "binary": "/usr/bin/chromium",
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                     "--disable-dev-shm-usage", "--window-size=1280,900"],
-        }),
-    );
+    if firefox() {
+        let binary = if on_path("firefox") {
+            "firefox"
+        } else {
+            "firefox-esr"
+        };
+        caps.insert(
+            "moz:firefoxOptions".into(),
+            serde_json::json!({
+                "binary": binary,
+                "args": ["-headless", "-width", "1280", "-height", "900"],
+            }),
+        );
+    } else {
+        caps.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1280,900"],
+            }),
+        );
+    }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let connector = hyper_util::client::legacy::connect::HttpConnector::new();
@@ -324,6 +356,55 @@ async fn the_ui_manages_the_broker_in_a_real_browser() {
         depth(&conn, "from-ui").await.is_none()
     })
     .await;
+
+    // Definitions uploaded from the overview add their vhost.
+    let defs = std::env::temp_dir().join(format!("warren-ui-defs-{}.json", std::process::id()));
+    std::fs::write(&defs, r#"{"vhosts": [{"name": "from-file"}]}"#).unwrap();
+    go(&c, &base, "").await;
+    let file = c
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("input[name='definitions']"))
+        .await
+        .expect("the definitions file input");
+    file.send_keys(&defs.display().to_string()).await.unwrap();
+    c.find(Locator::XPath("//button[normalize-space()='Upload']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    flashed(&c, "Definitions imported").await;
+    let _ = std::fs::remove_file(&defs);
+    go(&c, &base, "#/admin/vhosts").await;
+    wait_text(&c, "main", |t| t.contains("from-file")).await;
+
+    // The test's own AMQP connection is listed; its page force-closes it.
+    go(&c, &base, "#/connections").await;
+    c.wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css(".paged tbody a"))
+        .await
+        .expect("a connection")
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "main", |t| {
+        t.contains("Channels") && t.contains("guest")
+    })
+    .await;
+    c.find(Locator::XPath("//button[normalize-space()='Force close']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    flashed(&c, "Connection closed").await;
+    until("the connection was closed", || async {
+        !conn.status().connected()
+    })
+    .await;
+    let conn = b.connect().await;
 
     // A user with a permission, and a monitoring user.
     go(&c, &base, "#/admin/users").await;

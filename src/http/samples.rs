@@ -30,7 +30,11 @@ impl SampleQuery {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b).unwrap_or(5),
         };
-        (age.saturating_mul(1000), incr.max(1).saturating_mul(1000))
+        let keep = crate::history::KEEP_MS;
+        (
+            age.saturating_mul(1000).min(keep),
+            incr.max(1).saturating_mul(1000).min(keep),
+        )
     }
 }
 

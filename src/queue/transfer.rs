@@ -1,29 +1,36 @@
 //! Moving ready messages from one queue to another (the management UI's
 //! move, a dead-letter queue back to its source): exactly once across a
-//! crash. The store moves each message in one atomic write (re-keyed to
-//! the destination, `Op::MoveMessages`); until that write, the store
-//! still has it in the source, where a restart finds it.
+//! crash. Each batch is one store operation (`Op::MoveMessages`) that
+//! puts the messages in the destination and removes them from the source
+//! in one atomic write; until it is applied, the store still has them in
+//! the source, where a restart finds them.
 //!
-//! The two queues' locks are never held together: the messages are taken
-//! from the source under its lock, then put in the destination under its
-//! own. A message of the source not yet written (it waits for the next
-//! flush, unwritten.rs) is written first, so no commit in between can
-//! confirm its publisher while it is in neither place.
+//! The two queues' locks are never held together: a batch is taken from
+//! the source under its lock, then put in the destination under its own,
+//! or given back to the source's head if the destination cannot take it
+//! (deleted, full with a reject overflow, or the store refused). A message
+//! of the source not yet written (it waits for the next flush,
+//! unwritten.rs) is written first, so no commit in between can confirm its
+//! publisher while it is stored nowhere.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::args::Overflow;
 use super::dead_letter::Reason;
-use super::{now_ms, Entry, Queue};
-use crate::store;
+use super::{now_ms, Entry, Queue, State};
+use crate::store::{self, Moved};
 
-/// Messages moved per store operation.
+/// Messages moved per store operation, at most.
 pub const MOVE_BATCH: usize = 1024;
+/// Body bytes moved per store operation, at most (but one message).
+const MOVE_BATCH_BYTES: usize = 4 << 20;
 
 impl Queue {
-    /// Moves up to `max` ready messages, head first, to `to` (in the same
-    /// vhost), in batches of `MOVE_BATCH`; returns how many moved.
-    /// Expired messages on the way are dead-lettered as a get would.
+    /// Moves up to `max` ready messages, head first, to `to`; returns how
+    /// many moved. Stops early when `to` takes no more (deleted, or full
+    /// with x-overflow reject-publish). Expired messages on the way are
+    /// dead-lettered as a get would.
     pub fn move_to(self: &Arc<Self>, to: &Arc<Queue>, max: usize) -> store::Result<usize> {
         if Arc::ptr_eq(self, to) {
             return Ok(0);
@@ -34,20 +41,29 @@ impl Queue {
             if taken.is_empty() {
                 break;
             }
-            moved += taken.len();
-            to.receive_moved(self, taken)?;
+            let n = taken.len();
+            let (accepted, refused) = to.receive_moved(self, taken);
+            moved += accepted;
+            if !refused.is_empty() {
+                self.give_back(refused);
+            }
+            if accepted < n {
+                break;
+            }
         }
         Ok(moved)
     }
 
-    /// Takes up to `n` ready messages from the head, each with a record in
-    /// the store if this queue keeps it.
+    /// Takes up to `n` ready messages from the head (and about
+    /// `MOVE_BATCH_BYTES`), each with a record in the store if this queue
+    /// keeps it.
     fn take_for_move(self: &Arc<Self>, n: usize) -> store::Result<Vec<Entry>> {
         let mut st = self.state.lock();
         let pager = self.pager();
         let now = now_ms();
-        let mut taken = Vec::with_capacity(n);
-        while taken.len() < n {
+        let mut taken = Vec::with_capacity(n.min(MOVE_BATCH));
+        let mut bytes = 0;
+        while taken.len() < n && bytes < MOVE_BATCH_BYTES {
             let Some(e) = st.ready.pop_front(pager.as_ref()) else {
                 break;
             };
@@ -55,6 +71,7 @@ impl Queue {
                 st.dead.push((e, Reason::Expired));
                 continue;
             }
+            bytes += e.msg.body().len();
             taken.push(e);
         }
         let mut failed = None;
@@ -67,6 +84,7 @@ impl Queue {
                 // message travels in memory.
                 if let Err(err) = self.unstore(e.seq) {
                     failed = Some(err);
+                    break;
                 }
                 continue;
             }
@@ -84,9 +102,9 @@ impl Queue {
             }
         }
         if let Some(err) = failed {
-            // Back where they were, in order: nothing moved.
-            for e in taken.into_iter().rev() {
-                st.ready.push_front(e);
+            // Back where they were: nothing moved.
+            for e in taken {
+                st.ready.insert_sorted(e);
             }
             self.finish(st);
             return Err(err);
@@ -95,59 +113,102 @@ impl Queue {
         Ok(taken)
     }
 
-    /// Puts messages taken from `from` at the tail, moving their records
-    /// in one store operation.
-    fn receive_moved(self: &Arc<Self>, from: &Arc<Queue>, taken: Vec<Entry>) -> store::Result<()> {
+    /// Whether one more message of `bytes`, after `len` more of `more`
+    /// bytes, would break a length limit that refuses (x-overflow
+    /// reject-publish; drop-head makes room instead).
+    fn refuses(st: &State, len: u64, more: usize, bytes: usize) -> bool {
+        if st.live.overflow == Overflow::DropHead {
+            return false;
+        }
+        st.live
+            .max_length
+            .is_some_and(|max| st.ready.len() as u64 + len >= max)
+            || st
+                .live
+                .max_length_bytes
+                .is_some_and(|max| (st.ready.bytes() + more + bytes) as u64 > max)
+    }
+
+    /// Puts messages taken from `from` at the tail, with one store
+    /// operation; returns how many it took and the ones it gave back.
+    fn receive_moved(
+        self: &Arc<Self>,
+        from: &Arc<Queue>,
+        taken: Vec<Entry>,
+    ) -> (usize, Vec<Entry>) {
         let mut st = self.state.lock();
         if self.deleted.load(Ordering::Relaxed) {
-            drop(st);
-            // Back to the source's head, in order: their records never left.
-            let mut back = from.state.lock();
-            for e in taken.into_iter().rev() {
-                back.ready.push_front(e);
-            }
-            from.dispatch_locked(&mut back);
-            return Ok(());
+            return (0, taken);
         }
-        let mut moves = Vec::with_capacity(taken.len());
-        let mut removes = Vec::new();
         let mut entries = Vec::with_capacity(taken.len());
+        let mut refused = Vec::new();
+        let mut more = 0;
         for e in taken {
-            let seq = st.next_seq;
-            st.next_seq += 1;
-            let deadline = self.deadline_for(&st.live, &e.msg);
-            let had = e.stored && from.keeps(&e.msg);
-            let keeps = self.keeps(&e.msg);
-            match (had, keeps) {
-                (true, true) => moves.push((e.seq, seq, deadline)),
-                (true, false) => removes.push(e.seq),
-                (false, true) => {
-                    self.store
-                        .put_message(self.config.store_id, seq, &e.msg, deadline)?
-                }
-                (false, false) => {}
+            if !refused.is_empty()
+                || Self::refuses(&st, entries.len() as u64, more, e.msg.body().len())
+            {
+                refused.push(e);
+                continue;
             }
-            entries.push(Entry {
+            more += e.msg.body().len();
+            let had = e.stored && from.keeps(&e.msg);
+            let seq = st.next_seq + entries.len() as u64;
+            let deadline = self.deadline_for(&st.live, &e.msg);
+            let moved = Entry {
                 seq,
                 deadline,
-                stored: keeps,
+                stored: self.keeps(&e.msg),
                 enqueued: crate::util::coarse_wall_secs(),
-                ..e
-            });
+                ..e.clone()
+            };
+            entries.push((e, had, moved));
         }
+        let moves: Vec<Moved<'_>> = entries
+            .iter()
+            .filter(|(_, _, e)| e.stored)
+            .map(|(source, had, e)| Moved {
+                from_seq: if *had { source.seq } else { 0 },
+                to_seq: e.seq,
+                deadline: e.deadline,
+                message: &e.msg,
+            })
+            .collect();
+        let removes: Vec<u64> = entries
+            .iter()
+            .filter(|(_, had, e)| *had && !e.stored)
+            .map(|(source, _, _)| source.seq)
+            .collect();
         if !moves.is_empty() || !removes.is_empty() {
-            self.store.move_messages(
+            if let Err(err) = self.store.move_messages(
                 from.config.store_id,
                 self.config.store_id,
                 &moves,
                 &removes,
-            )?;
+            ) {
+                tracing::warn!(queue = %self.config.name, "cannot move messages here: {err}");
+                drop(moves);
+                let mut back: Vec<Entry> = entries
+                    .into_iter()
+                    .map(|(source, had, _)| Entry {
+                        stored: had,
+                        ..source
+                    })
+                    .collect();
+                back.extend(refused);
+                return (0, back);
+            }
         }
+        drop(moves);
+        st.next_seq += entries.len() as u64;
+        let accepted = entries.len();
         let pager = self.pager();
-        for e in entries {
+        for (_, _, e) in entries {
             let (seq, deadline) = (e.seq, e.deadline);
             st.stats.counters.publish += 1;
-            st.ready.push_back(e, pager.as_ref())?;
+            if let Err(err) = st.ready.push_back(e, pager.as_ref()) {
+                tracing::warn!(queue = %self.config.name, "cannot page a moved message out: {err}");
+                continue;
+            }
             if deadline != 0 {
                 self.schedule(&mut st, deadline, seq);
             }
@@ -155,6 +216,19 @@ impl Queue {
         self.dispatch_locked(&mut st);
         self.drop_over_limit(&mut st);
         self.finish(st);
-        Ok(())
+        (accepted, refused)
+    }
+
+    /// Puts back messages `take_for_move` took (their records never left).
+    fn give_back(self: &Arc<Self>, entries: Vec<Entry>) {
+        let mut st = self.state.lock();
+        if self.deleted.load(Ordering::Relaxed) {
+            return;
+        }
+        for e in entries {
+            st.ready.insert_sorted(e);
+        }
+        self.dispatch_locked(&mut st);
+        self.finish(st);
     }
 }

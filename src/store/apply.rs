@@ -78,7 +78,12 @@ impl Applier {
                 to,
                 moves,
                 removes,
-            } => messages::move_records(&self.msgs, from, to, moves, removes)?,
+            } => {
+                messages::move_records(&self.msgs, from, to, moves, removes)?;
+                for m in moves {
+                    self.unstage(to, m.to_seq)?;
+                }
+            }
             Op::Hold {
                 due,
                 seq,
@@ -158,16 +163,26 @@ impl Applier {
     /// Stages a message put (`Op::PutMessage`; anything else is ignored):
     /// readable by the store's reads until it is applied or purged.
     pub fn stage(&self, op: &Op<'_>) -> Result<()> {
-        if let Op::PutMessage {
-            queue_id,
-            seq,
-            deadline,
-            paged,
-            message,
-        } = *op
-        {
-            self.staged.store(true, Ordering::Release);
-            messages::put(&self.pending, queue_id, seq, message, paged, deadline)?;
+        match *op {
+            Op::PutMessage {
+                queue_id,
+                seq,
+                deadline,
+                paged,
+                message,
+            } => {
+                self.staged.store(true, Ordering::Release);
+                messages::put(&self.pending, queue_id, seq, message, paged, deadline)?;
+            }
+            // What moved is readable in its new queue at once (it may page
+            // it out before the operation is applied).
+            Op::MoveMessages { to, moves, .. } => {
+                self.staged.store(true, Ordering::Release);
+                for m in moves {
+                    messages::put(&self.pending, to, m.to_seq, m.message, false, m.deadline)?;
+                }
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -137,24 +137,23 @@ pub(super) fn put(
     })
 }
 
-/// Applies `Op::MoveMessages`: every re-keyed record and removal in one
-/// sled batch, so a crash leaves each message in exactly one queue.
+/// Applies `Op::MoveMessages`: every put and removal in one sled batch,
+/// so a crash leaves each message in exactly one queue.
 pub(super) fn move_records(
     tree: &sled::Tree,
     from: u64,
     to: u64,
-    moves: &[(u64, u64, u64)],
+    moves: &[super::op::Moved<'_>],
     removes: &[u64],
 ) -> Result<()> {
     let mut batch = sled::Batch::default();
     let mut buf = BytesMut::new();
-    for &(a, b, deadline) in moves {
-        let key = message_key(from, a);
-        let Some(raw) = tree.get(key)? else { continue };
-        let (msg, paged, _) = decode_record(Bytes::copy_from_slice(&raw))?;
-        encode_record(&msg, paged, deadline, &mut buf);
-        batch.insert(&message_key(to, b)[..], &buf[..]);
-        batch.remove(&key[..]);
+    for m in moves {
+        encode_record(m.message, false, m.deadline, &mut buf);
+        batch.insert(&message_key(to, m.to_seq)[..], &buf[..]);
+        if m.from_seq != 0 {
+            batch.remove(&message_key(from, m.from_seq)[..]);
+        }
     }
     for &seq in removes {
         batch.remove(&message_key(from, seq)[..]);

@@ -33,7 +33,7 @@ pub use delayed::DueMessage;
 pub use delivered::Mark;
 pub use journal::{Journal, LocalJournal};
 pub use messages::{decode_message, encode_message, StoredMessage};
-pub use op::{Applied, Op};
+pub use op::{Applied, Moved, Op};
 pub use sync::{DiskSync, Flusher, Syncer};
 pub use tenancy::{GlobalParameterDef, ParameterDef, VhostDef};
 

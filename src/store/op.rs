@@ -69,14 +69,15 @@ pub enum Op<'a> {
     /// Removes a queue's messages from sequence `from` on.
     PurgeFrom { queue_id: u64, from: u64 },
     /// Moves messages of queue `from` to queue `to` in one atomic write:
-    /// each `(from seq, to seq, deadline)` of `moves` is re-keyed with its
-    /// new expiry deadline (0: none), each seq of `removes` is removed
-    /// (messages that go to a queue that does not keep them). A missing
-    /// record is skipped.
+    /// each of `moves` is put in `to` (removed from `from` too when it
+    /// has a record there), each seq of `removes` is removed from `from`
+    /// (messages that go to a queue that does not keep them). The op
+    /// carries the messages, so it does not depend on what `from` still
+    /// holds when it is applied.
     MoveMessages {
         from: u64,
         to: u64,
-        moves: &'a [(u64, u64, u64)],
+        moves: &'a [Moved<'a>],
         removes: &'a [u64],
     },
     /// Holds a message of a delayed exchange of `vhost` until `due` (ms
@@ -125,6 +126,18 @@ pub enum Op<'a> {
     /// Every message of queue `queue_id` up to `upto` may have been
     /// delivered (a delivered-mark reservation, see delivered.rs).
     Reserve { queue_id: u64, upto: u64 },
+}
+
+/// One message of `Op::MoveMessages`.
+#[derive(Debug, Clone, Copy)]
+pub struct Moved<'a> {
+    /// Its sequence in the source, 0 if the source has no record of it.
+    pub from_seq: u64,
+    /// Its sequence in the destination.
+    pub to_seq: u64,
+    /// Its expiry deadline there (ms since the epoch; 0: none).
+    pub deadline: u64,
+    pub message: &'a Message,
 }
 
 /// What applying an operation produced.
@@ -313,10 +326,13 @@ impl Op<'_> {
                 out.put_u64(from);
                 out.put_u64(to);
                 out.put_u32(moves.len() as u32);
-                for &(a, b, deadline) in moves {
-                    out.put_u64(a);
-                    out.put_u64(b);
-                    out.put_u64(deadline);
+                let mut rec = BytesMut::new();
+                for m in moves {
+                    out.put_u64(m.from_seq);
+                    out.put_u64(m.to_seq);
+                    encode_record(m.message, false, m.deadline, &mut rec);
+                    out.put_u32(rec.len() as u32);
+                    out.extend_from_slice(&rec);
                 }
                 out.put_u32(removes.len() as u32);
                 for &seq in removes {
@@ -441,11 +457,25 @@ pub fn decode<R>(raw: Bytes, f: impl FnOnce(Op<'_>) -> R) -> Result<R> {
         MOVE_MESSAGES => {
             let from = u64_(&mut r)?;
             let to = u64_(&mut r)?;
-            let n = count(&mut r, 24)?;
-            let mut moves = Vec::with_capacity(n);
+            let n = count(&mut r, 20)?;
+            let mut messages = Vec::with_capacity(n);
             for _ in 0..n {
-                moves.push((u64_(&mut r)?, u64_(&mut r)?, u64_(&mut r)?));
+                let (a, b) = (u64_(&mut r)?, u64_(&mut r)?);
+                let len = r.u32().ok_or_else(|| bad("short"))? as usize;
+                let at = raw.len() - r.remaining();
+                r.take(len).ok_or_else(|| bad("short"))?;
+                let (message, _, deadline) = decode_record(raw.slice(at..at + len))?;
+                messages.push((a, b, deadline, message));
             }
+            let moves: Vec<Moved<'_>> = messages
+                .iter()
+                .map(|(from_seq, to_seq, deadline, message)| Moved {
+                    from_seq: *from_seq,
+                    to_seq: *to_seq,
+                    deadline: *deadline,
+                    message,
+                })
+                .collect();
             let n = count(&mut r, 8)?;
             let mut removes = Vec::with_capacity(n);
             for _ in 0..n {
@@ -667,7 +697,20 @@ mod tests {
             Op::MoveMessages {
                 from: 3,
                 to: 4,
-                moves: &[(1, 7, 0), (2, 8, 1_700_000_000_000)],
+                moves: &[
+                    Moved {
+                        from_seq: 1,
+                        to_seq: 7,
+                        deadline: 0,
+                        message: &m,
+                    },
+                    Moved {
+                        from_seq: 0,
+                        to_seq: 8,
+                        deadline: 1_700_000_000_000,
+                        message: &m,
+                    },
+                ],
                 removes: &[5],
             },
             Op::PutUser(&user),

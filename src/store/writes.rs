@@ -149,7 +149,7 @@ impl Store {
         &self,
         from: u64,
         to: u64,
-        moves: &[(u64, u64, u64)],
+        moves: &[super::op::Moved<'_>],
         removes: &[u64],
     ) -> Result<()> {
         self.submit(&Op::MoveMessages {

@@ -46,8 +46,12 @@ export async function act(f, done) {
 
 let current = { refresh: null, token: 0 };
 
+function decode(s) {
+  try { return decodeURIComponent(s); } catch { return s; }
+}
+
 function route() {
-  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decode);
   const name = parts[0] || "";
   return { name, params: parts.slice(1) };
 }
@@ -87,13 +91,16 @@ async function show() {
   const { name, params } = route();
   const section = SECTIONS.find(([path]) => path === name) || SECTIONS[0];
   nav(section[0]);
-  view.replaceChildren();
+  // A page of its own: one still loading when the user moves on fills a
+  // container no longer shown.
+  const page = h("div");
+  view.replaceChildren(page);
   const token = current.token;
   try {
-    const r = await section[2](view, params);
+    const r = await section[2](page, params);
     if (token === current.token) current.refresh = r || null;
   } catch (e) {
-    view.append(h("p", { class: "empty" }, e.message));
+    page.append(h("p", { class: "empty" }, e.message));
   }
 }
 

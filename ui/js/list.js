@@ -15,8 +15,11 @@ export function pagedList(path, columns, opts = {}) {
   const regex = h("input", { type: "checkbox", name: "regex" });
   const size = h("select", { name: "page_size" }, PAGE_SIZES.map((n) => h("option", { value: n, selected: n === state.size }, n)));
   const info = h("span", { class: "muted" });
-  const prev = h("button", { onclick: () => { state.page--; refresh(); } }, "\u2039 Prev");
+  const prev = h("button", { onclick: () => { state.page = Math.max(1, state.page - 1); refresh(); } }, "\u2039 Prev");
   const next = h("button", { onclick: () => { state.page++; refresh(); } }, "Next \u203A");
+  // Only the newest request's answer is shown (a slow poll may answer
+  // after the user changed the page, filter or sort).
+  let asked = 0;
   const body = h("div");
   let timer;
   filter.addEventListener("input", () => {
@@ -31,12 +34,14 @@ export function pagedList(path, columns, opts = {}) {
     refresh();
   };
   async function refresh() {
+    const mine = ++asked;
     const q = new URLSearchParams({
       page: state.page, page_size: state.size, name: state.name, use_regex: state.regex,
       sort: state.sort, sort_reverse: state.reverse,
     });
     if (opts.columns) q.set("columns", opts.columns);
     const r = await get(`${path}?${q}`);
+    if (mine !== asked) return;
     if (r.page_count > 0 && state.page > r.page_count) {
       state.page = r.page_count;
       return refresh();

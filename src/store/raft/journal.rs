@@ -181,10 +181,8 @@ impl Journal for RaftJournal {
                 self.defs_version.fetch_add(1, Ordering::SeqCst);
             }
             Op::Unhold { key } => self.applier.unholding(key),
-            Op::PutMessage { .. }
-            | Op::RemoveMessage { .. }
-            | Op::MoveMessages { .. }
-            | Op::Hold { .. } => {}
+            Op::MoveMessages { .. } => self.applier.stage(op)?,
+            Op::PutMessage { .. } | Op::RemoveMessage { .. } | Op::Hold { .. } => {}
             _ => {
                 self.defs_version.fetch_add(1, Ordering::SeqCst);
             }

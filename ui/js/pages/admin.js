@@ -13,9 +13,11 @@ const TABS = [
 
 const del = (label, path, done) => h("button", { class: "danger", onclick: () => act(() => api("DELETE", path), done) }, label);
 
+const tagList = (u) => (Array.isArray(u.tags) ? u.tags : String(u.tags || "").split(",")).filter(Boolean);
+
 async function user(view, name) {
   const live = h("div");
-  const vhosts = await vhostNames();
+  const [vhosts, current] = await Promise.all([vhostNames(), get(`/users/${seg(name)}`)]);
   view.append(h("h2", {}, `User ${name}`), live,
     form("Set permission", [
       { name: "vhost", label: "Virtual host", options: vhosts },
@@ -32,7 +34,7 @@ async function user(view, name) {
     ], "Set topic permission", (v) => act(() => api("PUT", `/topic-permissions/${seg(v.vhost)}/${seg(name)}`,
       { exchange: v.exchange, write: v.write, read: v.read }), "Topic permission set"), { id: "set-topic-permission", keep: true }),
     form("Update this user", [
-      { name: "tags", label: "Tags" },
+      { name: "tags", label: "Tags", value: tagList(current).join(", ") },
       { name: "password", label: "Password (empty: keep)", type: "password" },
     ], "Update user", async (v) => {
       const u = await get(`/users/${seg(name)}`);
@@ -52,7 +54,7 @@ async function user(view, name) {
     const [u, perms, topics] = await Promise.all([
       get(`/users/${seg(name)}`), get(`/users/${seg(name)}/permissions`), get(`/users/${seg(name)}/topic-permissions`),
     ]);
-    const tags = Array.isArray(u.tags) ? u.tags : String(u.tags || "").split(",").filter(Boolean);
+    const tags = tagList(u);
     fill(live,
       h("p", {}, "Tags: ", tags.length ? tags.map((t) => h("span", { class: "tag" }, t)) : h("span", { class: "muted" }, "none")),
       h("h3", {}, "Permissions"),
@@ -76,7 +78,7 @@ async function users(view, params) {
   if (params.length) return user(view, params.join("/"));
   const list = pagedList("/users", [
     { label: "Name", value: (u) => link(`#/admin/users/${seg(u.name)}`, u.name), sort: "name" },
-    { label: "Tags", value: (u) => (Array.isArray(u.tags) ? u.tags : String(u.tags || "").split(",")).filter(Boolean).map((t) => h("span", { class: "tag" }, t)) },
+    { label: "Tags", value: (u) => tagList(u).map((t) => h("span", { class: "tag" }, t)) },
     { label: "Has password", value: (u) => (u.password_hash ? "yes" : "no") },
   ]);
   view.append(list.el, form("Add a user", [
