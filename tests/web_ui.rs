@@ -254,7 +254,9 @@ async fn the_ui_manages_the_broker_in_a_real_browser() {
         return;
     };
     let b = start_with_api().await;
-    let base = format!("http://{}", b.api.expect("API"));
+    // The API listens on every address; browsers are pointed at loopback
+    // (Firefox refuses 0.0.0.0).
+    let base = format!("http://127.0.0.1:{}", b.api.expect("API").port());
     let conn = b.connect().await;
     let amqp = conn.create_channel().await.unwrap();
     amqp.confirm_select(ConfirmSelectOptions::default())
