@@ -160,8 +160,9 @@ impl Applier {
         Ok(applied)
     }
 
-    /// Stages a message put (`Op::PutMessage`; anything else is ignored):
-    /// readable by the store's reads until it is applied or purged.
+    /// Stages a message put (`Op::PutMessage`, and the puts of an
+    /// `Op::MoveMessages`; anything else is ignored): readable by the
+    /// store's reads until it is applied or purged.
     pub fn stage(&self, op: &Op<'_>) -> Result<()> {
         match *op {
             Op::PutMessage {

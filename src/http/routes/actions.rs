@@ -1,9 +1,10 @@
 //! POST /api/queues/{vhost}/{name}/actions: RabbitMQ's `sync` and
 //! `cancel_sync` (classic mirroring's; nothing to do here), and Warren's
 //! `move`: `{"action": "move", "destination": "q2", "count": 100}` moves
-//! up to `count` ready messages (all without it), head first, to another
-//! queue of the vhost, each exactly once even across a crash (see
-//! queue/transfer.rs); answers `{"moved": n}` once they are durable.
+//! up to `count` ready messages (all those ready now without it), head
+//! first, to another queue of the vhost, each exactly once even across a
+//! crash (see queue/transfer.rs); answers `{"moved": n}` once they are
+//! durable.
 
 use std::sync::Arc;
 
@@ -50,12 +51,14 @@ pub async fn queue_action(
             if Arc::ptr_eq(&q, &to) {
                 return Err(ApiError::bad_request("the destination is the queue itself"));
             }
+            // "All" is what is ready now: publishers keep no move going.
+            let ready = q.message_count() as usize;
             let max = match b.get("count") {
-                None | Some(Value::Null) => usize::MAX,
+                None | Some(Value::Null) => ready,
                 Some(c) => c
                     .as_u64()
                     .ok_or_else(|| ApiError::bad_request("count must be a whole number"))?
-                    as usize,
+                    .min(ready as u64) as usize,
             };
             let moved = off_runtime(move || q.move_to(&to, max)).await?;
             api.broker.store.sync().await?;
