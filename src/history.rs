@@ -30,6 +30,20 @@ impl<const N: usize> History<N> {
         }
     }
 
+    /// Value `i`'s change per second between the last two samples.
+    pub fn rate(&self, i: usize) -> f64 {
+        let n = self.samples.len();
+        if n < 2 || i >= N {
+            return 0.0;
+        }
+        let (a, b) = (self.samples[n - 2], self.samples[n - 1]);
+        let secs = b.0.saturating_sub(a.0) as f64 / 1000.0;
+        if secs <= 0.0 {
+            return 0.0;
+        }
+        (b.1[i] as f64 - a.1[i] as f64) / secs
+    }
+
     /// Whether the whole window holds one value.
     fn still(&self) -> bool {
         let full = match (self.samples.front(), self.samples.back()) {
@@ -106,6 +120,12 @@ impl<const N: usize> Sparse<N> {
         }
     }
 
+    /// Value `i`'s change per second between the last two samples (0 for
+    /// a still object): a depth's rate, negative while it shrinks.
+    pub fn rate(&self, i: usize) -> f64 {
+        self.ring.as_ref().map_or(0.0, |r| r.rate(i))
+    }
+
     /// Whether it keeps a ring now.
     pub fn is_kept(&self) -> bool {
         self.ring.is_some()
@@ -141,8 +161,10 @@ mod tests {
             s.select(10_000, 60_000, 5_000),
             vec![(10_000, [3]), (0, [3])]
         );
+        assert_eq!(s.rate(0), 0.0);
         s.record(15_000, [4]);
         assert!(s.is_kept());
+        assert_eq!(s.rate(0), 0.2);
         assert_eq!(s.select(15_000, 60_000, 5_000).len(), 2);
         let mut t = 15_000;
         while s.is_kept() {

@@ -2,6 +2,7 @@
 //! /api/overview and a queue give the sampler's values of the last
 //! minutes (depths as they were, message counters as running totals),
 //! newest first; without them there are none; any increment is taken.
+//! A depth's `rate` is its change between the last two samples.
 
 mod common;
 mod helpers;
@@ -65,6 +66,25 @@ async fn the_overview_and_a_queue_give_samples_for_charts() {
         "newest first: {stamps:?}"
     );
     assert!(overview["message_stats"]["publish_details"]["samples"].is_array());
+
+    // Depths' rates: two more messages show as growth until the next
+    // sample after the one that saw them.
+    for _ in 0..2 {
+        publish(&ch, "", "charted", b"x").await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, q) = get(&api, "/queues/%2F/charted").await;
+        let (_, o) = get(&api, "/overview").await;
+        let rate = |v: &Value| v["rate"].as_f64().unwrap_or(0.0);
+        if rate(&q["messages_details"]) > 0.0
+            && rate(&o["queue_totals"]["messages_ready_details"]) > 0.0
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no depth rate: {q}\n{o}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // Without the parameters, no samples; an absurd increment is taken.
     let (status, q) = get(&api, "/queues/%2F/charted").await;

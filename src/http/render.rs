@@ -239,9 +239,10 @@ pub fn queue(api: &Api, vh: &VHost, q: &Arc<Queue>, detailed: bool) -> Value {
     let Value::Object(map) = &mut o else {
         return o;
     };
-    counter(map, "messages", s.ready + s.unacked, 0.0);
-    counter(map, "messages_ready", s.ready, 0.0);
-    counter(map, "messages_unacknowledged", s.unacked, 0.0);
+    let [total, ready, unacked] = s.depth_rates;
+    counter(map, "messages", s.ready + s.unacked, total);
+    counter(map, "messages_ready", s.ready, ready);
+    counter(map, "messages_unacknowledged", s.unacked, unacked);
     if idle {
         map.insert("idle_since".into(), timestamp(s.idle_since).into());
     }

@@ -89,6 +89,9 @@ pub struct Snapshot {
     /// When it was last used, ms since the epoch.
     pub idle_since: u64,
     pub stats: Stats,
+    /// The change per second of messages, ready and unacked between the
+    /// sampler's last two samples.
+    pub depth_rates: [f64; 3],
 }
 
 /// A queue's depth and consumers, for sums over many queues.
@@ -122,6 +125,7 @@ impl Queue {
             operator_policy: st.operator_policy.clone(),
             idle_since: self.last_used.load(std::sync::atomic::Ordering::Relaxed),
             stats: st.stats.clone(),
+            depth_rates: [0, 1, 2].map(|i| st.history.rate(i)),
         }
     }
 

@@ -78,6 +78,7 @@ pub async fn overview(
     let channels: usize = conns.iter().map(|c| c.channels.lock().len()).sum();
     let mut queue_totals = Map::new();
     t.depth(&mut queue_totals);
+    depth_rates(&api, &seen, &mut queue_totals);
     let mut message_stats = message_stats.json();
     if sq.wanted() {
         let history = vhosts_history(&api, &seen, &sq);
@@ -127,6 +128,20 @@ pub async fn overview(
         "listeners": listeners(&api),
         "contexts": [],
     }))
+}
+
+/// The depths' rates in `queue_totals`: the change between the sampler's
+/// last two samples, summed over the vhosts `seen`.
+fn depth_rates(api: &Api, seen: &[String], queue_totals: &mut Map<String, Value>) {
+    let history = api.vhost_history.lock();
+    for (i, name) in crate::http::OVERVIEW_HISTORY[..3].iter().enumerate() {
+        let rate: f64 = seen
+            .iter()
+            .filter_map(|v| history.get(v))
+            .map(|h| h.rate(i))
+            .sum();
+        queue_totals.insert(format!("{name}_details"), json!({ "rate": rate }));
+    }
 }
 
 /// The history of the vhosts `seen`, summed sample by sample (the sampler
