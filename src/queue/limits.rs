@@ -21,11 +21,12 @@ impl Queue {
         now_ms().saturating_add(ttl).clamp(1, u64::MAX - 1)
     }
 
-    /// Whether one more message of `bytes` would break a length limit.
-    pub(super) fn full_for(&self, st: &State, bytes: usize) -> bool {
+    /// Whether one more message would break a length limit once `more`
+    /// messages are added first, `bytes` being theirs and its body's.
+    pub(super) fn full_for(&self, st: &State, more: u64, bytes: usize) -> bool {
         st.live
             .max_length
-            .is_some_and(|max| st.ready.len() as u64 >= max)
+            .is_some_and(|max| st.ready.len() as u64 + more >= max)
             || st
                 .live
                 .max_length_bytes

@@ -267,7 +267,7 @@ impl Queue {
         };
         st.stats.counters.publish += 1;
         let overflow = st.live.overflow;
-        if overflow != Overflow::DropHead && self.full_for(&st, msg.body().len()) {
+        if overflow != Overflow::DropHead && self.full_for(&st, 0, msg.body().len()) {
             if overflow == Overflow::RejectPublishDlx {
                 st.dead.push((entry, Reason::MaxLen));
                 self.finish(st);

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::args::Overflow;
 use super::dead_letter::Reason;
-use super::{now_ms, Entry, Queue, State};
+use super::{now_ms, Entry, Queue};
 use crate::store::{self, Moved};
 
 /// Messages moved per store operation, at most.
@@ -113,22 +113,6 @@ impl Queue {
         Ok(taken)
     }
 
-    /// Whether one more message of `bytes`, after `len` more of `more`
-    /// bytes, would break a length limit that refuses (x-overflow
-    /// reject-publish; drop-head makes room instead).
-    fn refuses(st: &State, len: u64, more: usize, bytes: usize) -> bool {
-        if st.live.overflow == Overflow::DropHead {
-            return false;
-        }
-        st.live
-            .max_length
-            .is_some_and(|max| st.ready.len() as u64 + len >= max)
-            || st
-                .live
-                .max_length_bytes
-                .is_some_and(|max| (st.ready.bytes() + more + bytes) as u64 > max)
-    }
-
     /// Puts messages taken from `from` at the tail, with one store
     /// operation; returns how many it took and the ones it gave back.
     fn receive_moved(
@@ -144,9 +128,11 @@ impl Queue {
         let mut refused = Vec::new();
         let mut more = 0;
         for e in taken {
-            if !refused.is_empty()
-                || Self::refuses(&st, entries.len() as u64, more, e.msg.body().len())
-            {
+            // A reject overflow refuses what does not fit; drop-head makes
+            // room instead (after the push).
+            let fits = st.live.overflow == Overflow::DropHead
+                || !self.full_for(&st, entries.len() as u64, more + e.msg.body().len());
+            if !refused.is_empty() || !fits {
                 refused.push(e);
                 continue;
             }
