@@ -67,13 +67,25 @@ fn promote(dir: &std::path::Path, id: u64) -> Result<(), String> {
             dir.display()
         )
     })?;
-    let index = replica.promote(id)?;
+    let index = replica.promote(id, &answers)?;
     println!(
         "node {id} is now the only voter (log index {index}); start it with its usual flags: \
          it leads alone. Never promote the other node: start it again only with an empty \
          data directory, then add it (warren cluster add)."
     );
     Ok(())
+}
+
+/// Whether something accepts a TCP connection at `addr` (host:port)
+/// within two seconds: a member that still runs.
+fn answers(addr: &str) -> bool {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let Ok(addrs) = addr.to_socket_addrs() else {
+        return false;
+    };
+    addrs
+        .into_iter()
+        .any(|a| TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok())
 }
 
 /// A member's management API.

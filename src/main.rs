@@ -57,10 +57,18 @@ fn main() {
                         return 1;
                     }
                 };
-                wait_for_signal(|| node.reload_tls()).await;
+                // A node whose log or state machine failed stops (an
+                // entry that cannot be applied is never skipped).
+                let failed = tokio::select! {
+                    _ = wait_for_signal(|| node.reload_tls()) => None,
+                    e = node.failed() => Some(e),
+                };
+                if let Some(e) = &failed {
+                    tracing::error!("stopping: this node cannot go on: {e}");
+                }
                 tracing::info!("shutting down");
                 node.shutdown().await;
-                return 0;
+                return if failed.is_some() { 70 } else { 0 };
             }
             let server = match Server::start(config).await {
                 Ok(s) => s,

@@ -528,3 +528,52 @@ async fn a_move_is_replicated_and_survives_losing_the_leader() {
     assert_eq!(count(&c, now, "dlq").await, 100);
     c.assert_no_panics();
 }
+
+/// `warren cluster promote` made any voter the only one: promoting a
+/// stopped member of a 3-node cluster whose other two still formed a
+/// majority, or one node of a mirror whose peer still ran, made a second
+/// leader with a quorum of its own. It is refused unless the mirror has
+/// two voters and the other one does not answer, and the node it leaves
+/// out never gets a vote from the promoted one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promote_is_refused_unless_the_peer_is_lost_and_the_old_peer_is_fenced() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let promote = |c: &Cluster, i: usize| {
+        let dir = c.nodes[i].dir.display().to_string();
+        let id = c.nodes[i].id.to_string();
+        warren(&["cluster", "promote", "--data-dir", &dir, "--node-id", &id])
+    };
+    {
+        let c = Cluster::start(3);
+        let (leader, _) = c.wait_leader(0, Duration::from_secs(30)).await;
+        let f = (leader + 1) % 3;
+        assert!(c.terminate(f, Duration::from_secs(15)), "{}", c.logs_tail());
+        let (ok, out) = promote(&c, f);
+        assert!(!ok && out.contains("3 voters"), "{out}");
+        c.assert_no_panics();
+    }
+    let c = Cluster::start(2);
+    let (leader, _) = c.wait_leader(0, Duration::from_secs(30)).await;
+    publish(&c, leader, "mirrored", 100).await;
+    let s = 1 - leader;
+    assert!(c.terminate(s, Duration::from_secs(15)), "{}", c.logs_tail());
+    // Its peer still runs: refused.
+    let (ok, out) = promote(&c, s);
+    assert!(!ok && out.contains("answers at"), "{out}");
+    // The peer is lost: promoted, it leads alone.
+    c.kill(leader);
+    let (ok, out) = promote(&c, s);
+    assert!(ok, "{out}");
+    c.spawn(s);
+    let (now, term) = c.wait_leader(0, Duration::from_secs(30)).await;
+    assert_eq!(now, s);
+    publish(&c, s, "mirrored", 1).await;
+    // The old peer comes back with its old state: it never leads again,
+    // and the promoted node keeps serving everything it confirmed.
+    c.spawn(leader);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(c.leader(), Some(s), "{}", c.logs_tail());
+    assert_eq!(c.led_term(s), Some(term), "{}", c.logs_tail());
+    assert_eq!(count(&c, s, "mirrored").await, 101);
+    c.assert_no_panics();
+}

@@ -6,8 +6,8 @@
 //! applied everything committed before its term, else a follower that
 //! knows (or not) who leads.
 //!
-//! A leader that cannot confirm its leadership with a majority, and see
-//! its state machine keep up, within `step_down_ms` steps down: it stops
+//! A leader that cannot confirm its leadership with a majority, or whose
+//! log sync stalls, for `step_down_ms` steps down: it stops
 //! serving at once and stops sending heartbeats (and standing for
 //! election) for a few election timeouts, so that a follower is elected.
 //! openraft 0.9 has no leader transfer; this is built from its runtime
@@ -71,8 +71,6 @@ pub struct Cluster {
     leader_changes: std::sync::atomic::AtomicU64,
     /// Mutual TLS between members and the cluster secret, if configured.
     tls: link::Tls,
-    /// When the leader's commit in flight was shipped (ms; 0: none).
-    in_flight: Arc<std::sync::atomic::AtomicU64>,
     /// A step-down is under way: not serving, whatever Raft says.
     stepping_down: std::sync::atomic::AtomicBool,
 }
@@ -86,7 +84,6 @@ impl Cluster {
         tls: Option<LinkTls>,
         log: LogStore,
         machine: StateMachine,
-        in_flight: Arc<std::sync::atomic::AtomicU64>,
     ) -> Result<Arc<Cluster>, String> {
         let secret = cfg.secret()?;
         if tls.is_none() && secret.is_none() {
@@ -136,7 +133,6 @@ impl Cluster {
             log,
             leader_changes: Default::default(),
             tls,
-            in_flight,
             stepping_down: Default::default(),
         });
         tokio::spawn(Arc::clone(&cluster).accept(listener));
@@ -172,6 +168,11 @@ impl Cluster {
             Duration::from_millis(cfg.election_timeout_ms),
         ));
         Ok(cluster)
+    }
+
+    /// The index of the last entry in this node's log.
+    pub fn log_last_index(&self) -> u64 {
+        self.log.last_index()
     }
 
     /// Times the leader this node knows changed.
@@ -298,7 +299,17 @@ impl Cluster {
                     bincode::serialize(&self.raft.append_entries(req).await)
                 }
                 rpc::VOTE => {
-                    let req = bincode::deserialize(&body).map_err(bad)?;
+                    let req: openraft::raft::VoteRequest<u64> =
+                        bincode::deserialize(&body).map_err(bad)?;
+                    let candidate = req.vote.leader_id().voted_for();
+                    if !self.knows(candidate) {
+                        // A node this one's membership does not name (one a
+                        // promotion left out, or a removed one) never gets
+                        // a vote: it cannot lead again without rejoining.
+                        return Err(std::io::Error::other(format!(
+                            "a vote asked by node {candidate:?}, not a member"
+                        )));
+                    }
                     bincode::serialize(&self.raft.vote(req).await)
                 }
                 rpc::SNAPSHOT => {
@@ -312,38 +323,73 @@ impl Cluster {
         }
     }
 
-    /// Steps down a leader that cannot lead: once per `tick` it asks Raft
-    /// to confirm leadership with a majority and see the state machine
-    /// catch up, and checks that no commit has been in flight too long.
+    /// Whether node `id` is in this node's membership (voter or learner,
+    /// in any configuration of a joint one); any node while this one
+    /// knows no membership yet (a node waiting to be added).
+    fn knows(&self, id: Option<u64>) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let membership = m.membership_config.membership();
+        membership.nodes().next().is_none()
+            || id.is_some_and(|id| membership.get_node(&id).is_some())
+    }
+
+    /// Steps down a leader that cannot lead. Once per `tick` it starts a
+    /// probe, if none runs: a heartbeat round that confirms leadership
+    /// with a majority (not waiting for the state machine, which a busy
+    /// leader may have queued work for); a probe that succeeds, however
+    /// slowly, confirms the leadership as of when it started. A leader
+    /// whose last confirmation started more than `step_down` ago, or whose
+    /// log sync under way has run longer than that (a stalled disk; appends
+    /// queued for the next sync are load, not a stall), steps down. Time is
+    /// monotonic. The followers grant no vote within their lease (twice the
+    /// election timeout) of the heartbeats that confirmed it, and the
+    /// configuration keeps `step_down` plus two ticks below that lease, so
+    /// this node stops serving before another can be elected.
     async fn watchdog(self: Arc<Self>, tick: Duration, step_down: Duration, election: Duration) {
+        use std::sync::atomic::{AtomicBool, Ordering};
         let mut stop = self.stop.subscribe();
-        let mut unconfirmed_since: Option<tokio::time::Instant> = None;
+        let confirmed: Arc<parking_lot::Mutex<Option<tokio::time::Instant>>> = Arc::default();
+        let probing = Arc::new(AtomicBool::new(false));
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(tick) => {}
                 _ = stop.changed() => return,
             }
             if !matches!(*self.role.borrow(), Role::Leader { .. }) {
-                unconfirmed_since = None;
+                *confirmed.lock() = None;
                 continue;
             }
-            let probe = tokio::time::timeout(step_down, self.raft.ensure_linearizable());
-            let confirmed = matches!(probe.await, Ok(Ok(_)));
-            let shipped = self.in_flight.load(std::sync::atomic::Ordering::Acquire);
-            let stalled = shipped != 0
-                && crate::util::now_ms().saturating_sub(shipped) > step_down.as_millis() as u64;
-            if confirmed && !stalled {
-                unconfirmed_since = None;
-                continue;
+            let now = tokio::time::Instant::now();
+            if !probing.swap(true, Ordering::AcqRel) {
+                let (raft, confirmed, probing) = (
+                    self.raft.clone(),
+                    Arc::clone(&confirmed),
+                    Arc::clone(&probing),
+                );
+                tokio::spawn(async move {
+                    let probe = tokio::time::timeout(step_down, raft.get_read_log_id());
+                    if matches!(probe.await, Ok(Ok(_))) {
+                        let mut c = confirmed.lock();
+                        *c = Some(c.map_or(now, |t| t.max(now)));
+                    }
+                    probing.store(false, Ordering::Release);
+                });
             }
-            let since = *unconfirmed_since.get_or_insert_with(tokio::time::Instant::now);
-            if since.elapsed() + tick >= step_down {
+            // A term's first check counts as a confirmation: it was just
+            // elected by a majority.
+            let since = *confirmed.lock().get_or_insert(now);
+            let lost = since.elapsed() > step_down;
+            let stalled = self.log.sync_running_for() > step_down;
+            if lost || stalled {
                 warn!(
                     stalled,
-                    "cannot confirm leadership with a majority, or commits stall: stepping down"
+                    lost,
+                    "cannot confirm leadership with a majority, or the log's sync stalls: \
+                     stepping down"
                 );
                 self.step_down(election).await;
-                unconfirmed_since = None;
+                *confirmed.lock() = None;
             }
         }
     }

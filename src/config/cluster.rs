@@ -28,8 +28,11 @@ pub struct ClusterConfig {
     /// A follower that heard no heartbeat for a random time between this
     /// and twice this (ms) stands for election.
     pub election_timeout_ms: u64,
-    /// A leader that has not heard from a majority for this long (ms)
-    /// stops serving and steps down.
+    /// A leader that has not heard from a majority for this long (ms),
+    /// or whose log sync has run this long, stops serving and steps down.
+    /// Plus two heartbeats, it must stay below the followers' lease (twice
+    /// the election timeout: they elect no one sooner after hearing from
+    /// the leader), so that a deposed leader stops before another serves.
     pub step_down_ms: u64,
     /// Log entries between snapshots.
     pub snapshot_every: u64,
@@ -49,7 +52,7 @@ impl Default for ClusterConfig {
             peers: Vec::new(),
             heartbeat_ms: 250,
             election_timeout_ms: 1_000,
-            step_down_ms: 2_000,
+            step_down_ms: 1_200,
             snapshot_every: 20_000,
             log_keep: 1_000,
             secret_file: None,
@@ -110,6 +113,16 @@ impl ClusterConfig {
         if self.heartbeat_ms == 0 || self.election_timeout_ms <= self.heartbeat_ms {
             return Err("election_timeout_ms must be above heartbeat_ms (above 0)".into());
         }
+        let lease = 2 * self.election_timeout_ms;
+        if self.step_down_ms == 0 || self.step_down_ms + 2 * self.heartbeat_ms >= lease {
+            return Err(format!(
+                "step_down_ms ({}) plus two heartbeats ({} ms) must be below twice \
+                 election_timeout_ms ({lease} ms): a leader cut off from the others must stop \
+                 serving before they can elect another",
+                self.step_down_ms,
+                2 * self.heartbeat_ms
+            ));
+        }
         Ok(())
     }
 }
@@ -164,5 +177,23 @@ mod tests {
         c.node_id = Some(4);
         assert!(c.check().is_err());
         assert!(ClusterConfig::default().check().is_ok());
+    }
+
+    #[test]
+    fn a_step_down_slower_than_the_followers_lease_is_refused() {
+        let node = |step_down_ms, election_timeout_ms| ClusterConfig {
+            node_id: Some(1),
+            raft_port: Some(7001),
+            peers: parse_peers("1=127.0.0.1:7001").unwrap(),
+            step_down_ms,
+            election_timeout_ms,
+            ..Default::default()
+        };
+        assert!(node(1_200, 1_000).check().is_ok());
+        // 2000 + 2 x 250 is not below the 2000 ms lease.
+        let e = node(2_000, 1_000).check().unwrap_err();
+        assert!(e.contains("step_down_ms"), "{e}");
+        assert!(node(2_000, 2_000).check().is_ok());
+        assert!(node(0, 1_000).check().is_err());
     }
 }

@@ -278,8 +278,13 @@ impl Queue {
             });
         }
         let stored = self.keeps(msg);
-        // A message about to be paged out must be in the store already.
-        if stored && (write_now || st.ready.pages_next()) {
+        if stored && st.ready.pages_next() {
+            // About to be paged out: readable from the store at once, so
+            // that the head reads it back even before it is committed (a
+            // cluster's leader stages it).
+            self.store
+                .put_message_paged_out(self.config.store_id, seq, msg, deadline)?;
+        } else if stored && write_now {
             self.store
                 .put_message(self.config.store_id, seq, msg, deadline)?;
         } else if stored && self.unwritten.add(seq, deadline, msg) {

@@ -61,7 +61,6 @@ impl ClusterNode {
             tls,
             replica.log.clone(),
             machine,
-            replica.in_flight(),
         )
         .await?;
         let (stop, stop_rx) = watch::channel(false);
@@ -89,6 +88,20 @@ impl ClusterNode {
         crate::tls::reload_all(&tls)
     }
 
+    /// Waits until Raft stops on a fatal error (the log or the state
+    /// machine failed, e.g. an entry that cannot be applied) and says why.
+    pub async fn failed(&self) -> String {
+        let mut metrics = self.cluster.raft.metrics();
+        loop {
+            if let Err(e) = &metrics.borrow_and_update().running_state {
+                return e.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return "Raft stopped".into();
+            }
+        }
+    }
+
     /// Stops serving (closing connections with 320 if leading), then Raft.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
@@ -113,6 +126,13 @@ async fn run(
         let now = *role.borrow_and_update();
         match now {
             Role::Leader { term } => {
+                // openraft keeps a leader that stepped down leader of its
+                // term, so this term may have had a broker here already:
+                // its entries must be applied before a new one reads the
+                // applied state (its queues, queue ids and hold keys).
+                if !applied_all(&replica, &cluster, &mut role, now).await {
+                    continue;
+                }
                 match lead(&config, &replica, &cluster).await {
                     Ok(server) => {
                         info!(term, "leading: serving clients");
@@ -175,6 +195,36 @@ async fn run(
                     return;
                 }
             }
+        }
+    }
+}
+
+/// Waits until this node applied every entry in its log, those a broker
+/// of this node wrote earlier in the same term included; false if the
+/// role changed first (or Raft stopped).
+async fn applied_all(
+    replica: &Replica,
+    cluster: &Cluster,
+    role: &mut watch::Receiver<Role>,
+    now: Role,
+) -> bool {
+    // A round trip through Raft's core: every write a journal handed it
+    // before is in the log once it answers.
+    if let Err(e) = cluster.raft.with_raft_state(|_| ()).await {
+        warn!("Raft stopped: {e}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        return false;
+    }
+    let last = cluster.log_last_index();
+    let mut applied = replica.applied();
+    if *applied.borrow() >= last {
+        return true;
+    }
+    info!(last, "waiting for the log to be applied before serving");
+    loop {
+        tokio::select! {
+            r = applied.wait_for(|&a| a >= last) => return r.is_ok(),
+            r = role.changed() => if r.is_err() || *role.borrow() != now { return false },
         }
     }
 }

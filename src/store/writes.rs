@@ -109,6 +109,26 @@ impl Store {
     pub fn put_message(&self, queue_id: u64, seq: u64, msg: &Message, deadline: u64) -> Result<()> {
         self.submit_put(queue_id, seq, msg, false, deadline)
     }
+    /// Writes a kept message (see `put_message`) whose body leaves memory
+    /// now: readable at once, before it is committed (a journal that
+    /// applies on commit stages it), and committed as `put_message` is.
+    pub fn put_message_paged_out(
+        &self,
+        queue_id: u64,
+        seq: u64,
+        msg: &Message,
+        deadline: u64,
+    ) -> Result<()> {
+        self.journal
+            .submit_paged(&Op::PutMessage {
+                queue_id,
+                seq,
+                deadline,
+                paged: false,
+                message: msg,
+            })
+            .map(drop)
+    }
     /// Writes a message paged out of memory: a transient one is never
     /// committed for its own sake and is dropped at the next start.
     pub fn put_paged(&self, queue_id: u64, seq: u64, msg: &Message, deadline: u64) -> Result<()> {

@@ -49,9 +49,6 @@ struct Shipper {
     open: Arc<AtomicBool>,
     /// The term is ending: commits wait a bounded time.
     closing: watch::Receiver<bool>,
-    /// When the commit in flight was shipped (ms since the epoch; 0:
-    /// none), for the watchdog: a leader whose commits stall steps down.
-    in_flight: Arc<AtomicU64>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -72,8 +69,6 @@ impl Syncer for Shipper {
         let raft = self.raft.clone();
         let batch = Batch(ops.freeze());
         let mut closing = self.closing.clone();
-        self.in_flight
-            .store(crate::util::now_ms().max(1), Ordering::Release);
         let result = self.runtime.block_on(async {
             let write = raft.client_write(batch);
             if *closing.borrow() {
@@ -88,7 +83,6 @@ impl Syncer for Shipper {
                 _ = closing.wait_for(|c| *c) => Err("the term ended".to_string()),
             }
         });
-        self.in_flight.store(0, Ordering::Release);
         match result {
             Ok(_) => Ok(()),
             Err(e) => {
@@ -106,7 +100,6 @@ impl RaftJournal {
         applier: Arc<Applier>,
         raft: Raft,
         deferred: Arc<Registry>,
-        in_flight: Arc<AtomicU64>,
     ) -> Result<RaftJournal> {
         applier.clear_pending()?;
         let entry = Arc::new(Mutex::new(BytesMut::new()));
@@ -117,7 +110,6 @@ impl RaftJournal {
             entry: Arc::clone(&entry),
             open: Arc::clone(&open),
             closing: closing_rx,
-            in_flight,
             runtime: tokio::runtime::Handle::current(),
         });
         let before_commit: Box<dyn Fn() -> bool + Send> = {

@@ -32,6 +32,10 @@ pub struct LogStore {
     flushes: mpsc::Sender<LogFlushed<TypeConfig>>,
     /// The last committed index openraft saved (metrics).
     committed: Arc<std::sync::atomic::AtomicU64>,
+    /// When the appends' sync under way began (monotonic ms, plus one;
+    /// 0: none runs), for the leader's watchdog: a sync that does not
+    /// finish is a stalled disk, whatever the load.
+    sync_since: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl LogStore {
@@ -45,16 +49,30 @@ impl LogStore {
         migrate(db, &log, syncer.as_ref())?;
         let (flushes, rx) = mpsc::channel::<LogFlushed<TypeConfig>>();
         let thread_syncer = Arc::clone(&syncer);
+        let sync_since: Arc<std::sync::atomic::AtomicU64> = Arc::default();
+        let since = Arc::clone(&sync_since);
         std::thread::Builder::new()
             .name("raft-log-sync".into())
-            .spawn(move || sync_loop(rx, thread_syncer))?;
+            .spawn(move || sync_loop(rx, thread_syncer, &since))?;
         Ok(LogStore {
             log,
             meta: db.open_tree("raft_meta")?,
             syncer,
             flushes,
             committed: Arc::default(),
+            sync_since,
         })
+    }
+
+    /// How long the appends' sync under way has run (none runs: zero).
+    pub fn sync_running_for(&self) -> std::time::Duration {
+        let since = self.sync_since.load(std::sync::atomic::Ordering::Acquire);
+        match since {
+            0 => std::time::Duration::ZERO,
+            s => {
+                std::time::Duration::from_millis(crate::util::coarse_now_ms().saturating_sub(s - 1))
+            }
+        }
     }
 
     /// The last committed index.
@@ -87,6 +105,11 @@ impl LogStore {
             .map_err(storage_error)
     }
 
+    /// The index of the last entry in the log (0: none).
+    pub fn last_index(&self) -> u64 {
+        self.log.last().map_or(0, |l| l.index)
+    }
+
     /// Entries in the log (metrics).
     pub fn len(&self) -> usize {
         self.log.len()
@@ -99,11 +122,18 @@ impl LogStore {
 }
 
 /// Runs one sync for every append that waits, back to back.
-fn sync_loop(rx: mpsc::Receiver<LogFlushed<TypeConfig>>, syncer: Arc<dyn Syncer>) {
+fn sync_loop(
+    rx: mpsc::Receiver<LogFlushed<TypeConfig>>,
+    syncer: Arc<dyn Syncer>,
+    since: &std::sync::atomic::AtomicU64,
+) {
+    use std::sync::atomic::Ordering;
     while let Ok(first) = rx.recv() {
         let mut waiting = vec![first];
         waiting.extend(rx.try_iter());
+        since.store(crate::util::coarse_now_ms() + 1, Ordering::Release);
         let result = syncer.sync().map_err(std::io::Error::other);
+        since.store(0, Ordering::Release);
         for cb in waiting {
             let r = match &result {
                 Ok(()) => Ok(()),
@@ -120,7 +150,11 @@ impl LogStore {
     /// a term above any seen, and a vote for `id` in that term, synced. On
     /// its next start the node leads alone and commits the log. `fallback`
     /// is the applied membership and last applied id (the log may be
-    /// purged up to them). Returns the new entry's index.
+    /// purged up to them). Refused unless the cluster has exactly two
+    /// voters, `id` one of them, and `reachable` says the other's Raft
+    /// address does not answer: with three or more voters a majority still
+    /// decides, and promoting beside a live peer makes two leaders. Returns
+    /// the new entry's index.
     pub(crate) fn force_single_voter(
         &self,
         id: u64,
@@ -128,6 +162,7 @@ impl LogStore {
             &openraft::StoredMembership<u64, super::Member>,
             Option<LogId<u64>>,
         ),
+        reachable: &dyn Fn(&str) -> bool,
     ) -> Result<u64, String> {
         use std::collections::{BTreeMap, BTreeSet};
         let e = |e: StorageError| e.to_string();
@@ -149,6 +184,28 @@ impl LogStore {
             return Err(format!(
                 "node {id} is not a voting member of the cluster this store knows"
             ));
+        }
+        let voters: Vec<u64> = membership.voter_ids().collect();
+        if voters.len() != 2 {
+            return Err(format!(
+                "the cluster this store knows has {} voters ({voters:?}): promote is only for \
+                 the survivor of a two-node mirror; with more voters a majority decides (replace \
+                 a lost node with `warren cluster replace` through a running member)",
+                voters.len()
+            ));
+        }
+        if let Some((other, node)) = voters
+            .iter()
+            .filter(|&&v| v != id)
+            .find_map(|v| Some((*v, membership.get_node(v)?)))
+        {
+            if reachable(&node.raft) {
+                return Err(format!(
+                    "node {other} answers at {}: promote only a survivor whose peer is lost \
+                     (stop node {other} first, and never start it again with its data)",
+                    node.raft
+                ));
+            }
         }
         let me = membership
             .get_node(&id)

@@ -145,21 +145,34 @@ impl StateMachine {
     }
 }
 
-/// Applies one entry's operations.
-fn apply_batch(applier: &Applier, raw: Bytes) -> Result<(), StorageError> {
+/// Applies one entry's operations. Fail-stop: an operation that cannot
+/// be read or applied stops this node's Raft (openraft takes a storage
+/// error as fatal) before `last_applied` moves past the entry, so nothing
+/// is skipped; the node stops with the error (server/mirror.rs), and a
+/// restart applies the entry again from its first operation (applying
+/// one twice changes nothing).
+fn apply_batch(applier: &Applier, log_id: LogId<u64>, raw: Bytes) -> Result<(), StorageError> {
+    let fail = |what: String| {
+        tracing::error!(index = log_id.index, "log entry {log_id}: {what}");
+        storage_error(format!("log entry {log_id}: {what}"))
+    };
     let mut at = 0;
-    while at + 4 <= raw.len() {
-        let len = u32::from_be_bytes([raw[at], raw[at + 1], raw[at + 2], raw[at + 3]]) as usize;
+    while at < raw.len() {
+        let Some(head) = raw.get(at..at + 4) else {
+            return Err(fail("it ends inside an operation's length".into()));
+        };
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
         let Some(one) = raw.get(at + 4..at + 4 + len) else {
-            tracing::error!("a log entry ends inside an operation: the rest is skipped");
-            break;
+            return Err(fail("it ends inside an operation".into()));
         };
         match op::decode(raw.slice_ref(one), |op| applier.apply(&op)) {
             Ok(Ok(_)) => {}
-            // sled failing is the node failing: openraft stops it.
-            Ok(Err(crate::store::Error::Sled(e))) => return Err(storage_error(e)),
-            Ok(Err(e)) => tracing::error!("an operation did not apply: {e}"),
-            Err(e) => tracing::error!("an operation cannot be read: {e}"),
+            Ok(Err(e)) => return Err(fail(format!("an operation did not apply: {e}"))),
+            Err(e) => {
+                return Err(fail(format!(
+                    "an operation cannot be read (written by a newer version?): {e}"
+                )))
+            }
         }
         at += 4 + len;
     }
@@ -182,7 +195,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         for e in entries {
             match e.payload {
                 EntryPayload::Blank => {}
-                EntryPayload::Normal(batch) => apply_batch(&self.applier, batch.0)?,
+                EntryPayload::Normal(batch) => {
+                    if let Err(e) = apply_batch(&self.applier, e.log_id, batch.0) {
+                        // What the entries before it did is kept.
+                        self.save()?;
+                        if let Some(l) = self.last_applied {
+                            self.applied.send_replace(l.index);
+                        }
+                        return Err(e);
+                    }
+                }
                 EntryPayload::Membership(m) => {
                     self.membership = StoredMembership::new(Some(e.log_id), m);
                 }
@@ -396,4 +418,51 @@ async fn durable(meta: &sled::Tree, dir: &std::path::Path) -> Result<(), Storage
     .await
     .map_err(storage_error)?
     .map_err(storage_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::{BufMut, BytesMut};
+    use openraft::CommittedLeaderId;
+
+    fn entry(index: u64, ops: &[&[u8]]) -> Entry<TypeConfig> {
+        let mut raw = BytesMut::new();
+        for op in ops {
+            raw.put_u32(op.len() as u32);
+            raw.extend_from_slice(op);
+        }
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(super::super::Batch(raw.freeze())),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_entry_that_cannot_be_applied_stops_apply_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let delivered = crate::store::delivered::DeliveredLog::in_memory();
+        let applier = Arc::new(Applier::new(&db, delivered).unwrap());
+        let mut sm = StateMachine::open(&db, applier, dir.path().join("snapshots")).unwrap();
+        let mut seeded = BytesMut::new();
+        op::Op::UsersSeeded.encode(&mut seeded).unwrap();
+        // An operation of a kind this build does not know (a newer
+        // version's), after one it does.
+        let unknown: &[u8] = &[0xff, 0xee, 1, 2, 3];
+        let r = sm
+            .apply(vec![entry(1, &[&seeded]), entry(2, &[&seeded, unknown])])
+            .await;
+        assert!(r.is_err(), "an unreadable operation was skipped");
+        let (applied, _) = sm.applied_state().await.unwrap();
+        assert_eq!(applied.map(|l| l.index), Some(1));
+        // An entry cut inside an operation stops it too.
+        let mut cut = entry(2, &[&seeded]);
+        if let EntryPayload::Normal(b) = &mut cut.payload {
+            b.0 = b.0.slice(..b.0.len() - 1);
+        }
+        assert!(sm.apply(vec![cut]).await.is_err());
+        let (applied, _) = sm.applied_state().await.unwrap();
+        assert_eq!(applied.map(|l| l.index), Some(1));
+    }
 }

@@ -102,8 +102,6 @@ pub struct Replica {
     pub log: LogStore,
     machine: Option<StateMachine>,
     applied: tokio::sync::watch::Receiver<u64>,
-    /// When the leader's commit in flight was shipped (ms; 0: none).
-    in_flight: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Replica {
@@ -121,7 +119,6 @@ impl Replica {
             log,
             machine: Some(machine),
             applied,
-            in_flight: Default::default(),
         })
     }
 
@@ -129,24 +126,20 @@ impl Replica {
     /// the node stopped (`warren cluster promote`): the survivor of a
     /// two-node mirror then leads alone. Returns the index of the entry
     /// that says so.
-    pub fn promote(&self, id: u64) -> Result<u64, String> {
+    /// Refused unless the mirror has two voters and `reachable` says the
+    /// other one's Raft address does not answer.
+    pub fn promote(&self, id: u64, reachable: &dyn Fn(&str) -> bool) -> Result<u64, String> {
         let machine = self
             .machine
             .as_ref()
             .ok_or_else(|| "the state machine is taken".to_string())?;
         self.log
-            .force_single_voter(id, machine.applied_membership())
+            .force_single_voter(id, machine.applied_membership(), reachable)
     }
 
     /// The state machine, for openraft (once).
     pub fn take_machine(&mut self) -> Option<StateMachine> {
         self.machine.take()
-    }
-
-    /// When the commit in flight was shipped (ms since the epoch; 0: none
-    /// in flight), across this node's terms.
-    pub fn in_flight(&self) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
-        std::sync::Arc::clone(&self.in_flight)
     }
 
     /// Watches the last applied log index.
@@ -161,12 +154,11 @@ impl Replica {
         raft: Raft,
     ) -> crate::store::Result<std::sync::Arc<crate::store::Store>> {
         let applier = std::sync::Arc::clone(&self.applier);
-        let in_flight = self.in_flight();
         crate::store::Store::for_term(
             self.db.clone(),
             std::sync::Arc::clone(&applier),
             |deferred| {
-                let j = RaftJournal::start(applier, raft, deferred, in_flight)?;
+                let j = RaftJournal::start(applier, raft, deferred)?;
                 Ok(std::sync::Arc::new(j) as std::sync::Arc<dyn crate::store::Journal>)
             },
         )
