@@ -47,6 +47,10 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // Fail points named in FAILPOINTS (tests only: the `failpoints`
+    // feature), for as long as the process runs.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     let code = runtime.block_on(async move {
         let run = tokio::spawn(async move {
             if config.cluster.enabled() {

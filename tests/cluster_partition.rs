@@ -4,7 +4,11 @@
 //! routes in its namespace (the test still reaches it). The minority
 //! stops confirming, the majority elects a leader and goes on, and after
 //! healing everything confirmed on either side is there, so the old
-//! leader never confirmed anything the new one lacks.
+//! leader never confirmed anything the new one lacks. A consumer of the
+//! old leader gets nothing once the majority's leader serves: a leader
+//! that cannot confirm its leadership stops serving within `step_down_ms`
+//! and two heartbeats, before the followers' lease lets them elect another
+//! (it kept delivering from memory for seconds after that).
 //!
 //! Needs root and `ip` (iproute2), as the CI machines have (.ci/run
 //! installs iproute2 and sets WARREN_REQUIRE_NETNS, so there it cannot
@@ -18,7 +22,9 @@ use std::time::Duration;
 
 use cluster_support::total::{consume_all, durable, queue_args, report, Workload, QUEUE};
 use cluster_support::Cluster;
+use futures::StreamExt;
 use lapin::options::*;
+use lapin::types::FieldTable;
 use lapin::BasicProperties;
 
 /// Three namespaces on a bridge; removed on drop.
@@ -172,6 +178,49 @@ async fn an_isolated_leader_confirms_nothing_and_the_majority_goes_on() {
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();
+    // A queue the leader's own consumer drains slowly, one at a time.
+    ch.queue_declare("slow".into(), durable(), queue_args())
+        .await
+        .unwrap();
+    let mut confirms = Vec::new();
+    for id in 0..2000u32 {
+        let c = ch
+            .basic_publish(
+                "".into(),
+                "slow".into(),
+                BasicPublishOptions::default(),
+                id.to_string().as_bytes(),
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .unwrap();
+        confirms.push(c);
+    }
+    for c in confirms {
+        assert!(c.await.unwrap().is_ack());
+    }
+    let cch = conn.create_channel().await.unwrap();
+    cch.basic_qos(1, BasicQosOptions::default()).await.unwrap();
+    let mut consumer = cch
+        .basic_consume(
+            "slow".into(),
+            "slow".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let deliveries = Arc::new(parking_lot::Mutex::new(Vec::<std::time::Instant>::new()));
+    let seen = Arc::clone(&deliveries);
+    let consuming = tokio::spawn(async move {
+        while let Some(Ok(d)) = consumer.next().await {
+            seen.lock().push(std::time::Instant::now());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            if d.ack(BasicAckOptions::default()).await.is_err() {
+                break;
+            }
+        }
+    });
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     net.isolate(leader + 1, true);
@@ -195,7 +244,9 @@ async fn an_isolated_leader_confirms_nothing_and_the_majority_goes_on() {
         }
     }
     let (_, new_term) = cluster.wait_leader(term, Duration::from_secs(30)).await;
+    let new_leader_serves = std::time::Instant::now();
     assert!(new_term > term);
+
     let mut acked = 0;
     for c in pending {
         if let Ok(Ok(conf)) = tokio::time::timeout(Duration::from_secs(8), c).await {
@@ -205,6 +256,19 @@ async fn an_isolated_leader_confirms_nothing_and_the_majority_goes_on() {
         }
     }
     assert_eq!(acked, 0, "the isolated leader confirmed {acked} messages");
+    let late = deliveries
+        .lock()
+        .iter()
+        .filter(|t| **t >= new_leader_serves)
+        .count();
+    let before = deliveries.lock().len() - late;
+    assert!(before > 0, "the leader's consumer got nothing at all");
+    assert_eq!(
+        late, 0,
+        "the isolated leader delivered {late} messages once the majority's leader served \
+         ({before} before)"
+    );
+    consuming.abort();
 
     tokio::time::sleep(Duration::from_millis(2000)).await;
     net.isolate(leader + 1, false);

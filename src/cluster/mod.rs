@@ -316,6 +316,16 @@ impl Cluster {
                     let req = bincode::deserialize(&body).map_err(bad)?;
                     bincode::serialize(&self.raft.install_snapshot(req).await)
                 }
+                rpc::ELECT => {
+                    info!("the leader stepped down and hands over: standing for election");
+                    let r: Result<(), openraft::error::RaftError<u64>> = self
+                        .raft
+                        .trigger()
+                        .elect()
+                        .await
+                        .map_err(openraft::error::RaftError::Fatal);
+                    bincode::serialize(&r)
+                }
                 other => return Err(std::io::Error::other(format!("unknown request {other}"))),
             }
             .map_err(bad)?;
@@ -447,7 +457,12 @@ impl Cluster {
         }
     }
 
-    /// Stops serving, and lets a follower win an election.
+    /// Stops serving, and hands leadership over: with its heartbeats off,
+    /// once the followers' lease (twice the election timeout) has run out
+    /// it asks the follower that has the most of the log to stand for
+    /// election now, rather than waiting for one's random timeout (which
+    /// the same follower tends to lose again: it is drawn once per
+    /// process). It stands for election itself again only after that.
     async fn step_down(&self, election: Duration) {
         use std::sync::atomic::Ordering;
         self.stepping_down.store(true, Ordering::Release);
@@ -455,10 +470,55 @@ impl Cluster {
         let rc = self.raft.runtime_config();
         rc.heartbeat(false);
         rc.elect(false);
-        tokio::time::sleep(election * 3).await;
+        let lease = election * 2;
+        // The closing journal's last entry may still reach the followers:
+        // a little more than the lease.
+        tokio::time::sleep(lease + election / 4).await;
+        self.hand_over().await;
+        tokio::time::sleep(election * 2).await;
         rc.heartbeat(true);
         rc.elect(true);
         self.stepping_down.store(false, Ordering::Release);
+    }
+
+    /// Asks the voter with the most of the log (by what this leader last
+    /// knew it matched) to stand for election now; nothing if this node
+    /// no longer leads.
+    async fn hand_over(&self) {
+        use openraft::network::RaftNetworkFactory;
+        let (target, node) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            if m.state != ServerState::Leader {
+                return;
+            }
+            let membership = m.membership_config.membership();
+            let matched = |id: &u64| {
+                m.replication
+                    .as_ref()
+                    .and_then(|r| r.get(id).cloned().flatten())
+                    .map_or(0, |l| l.index)
+            };
+            let Some(target) = membership
+                .voter_ids()
+                .filter(|v| *v != self.id)
+                .max_by_key(|v| (matched(v), std::cmp::Reverse(*v)))
+            else {
+                return;
+            };
+            let Some(node) = membership.get_node(&target).cloned() else {
+                return;
+            };
+            (target, node)
+        };
+        let mut net = network::Network {
+            tls: self.tls.clone(),
+        };
+        let mut peer = net.new_client(target, &node).await;
+        match peer.elect().await {
+            Ok(()) => info!(to = target, "handed leadership over"),
+            Err(e) => warn!(to = target, "cannot hand leadership over: {e}"),
+        }
     }
 
     /// Serves a client that connected here while this node follows: its

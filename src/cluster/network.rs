@@ -108,6 +108,16 @@ impl Peer {
     }
 }
 
+impl Peer {
+    /// Asks the peer to stand for election at once (a leader handing its
+    /// leadership over after stepping down).
+    pub async fn elect(&mut self) -> Result<(), String> {
+        let r: Result<(), Failed<RaftError<u64>>> =
+            self.call(rpc::ELECT, &(), CONNECT_TIMEOUT).await;
+        r.map_err(|e| e.to_string())
+    }
+}
+
 impl RaftNetwork<TypeConfig> for Peer {
     async fn append_entries(
         &mut self,

@@ -16,6 +16,9 @@ pub const PROXY: u8 = b'P';
 pub const APPEND: u8 = 1;
 pub const VOTE: u8 = 2;
 pub const SNAPSHOT: u8 = 3;
+/// A leader that stepped down asks a follower to stand for election now
+/// (Raft's TimeoutNow, which openraft 0.9 lacks); the body is empty.
+pub const ELECT: u8 = 4;
 
 /// The largest frame taken (an append of many entries, a snapshot chunk).
 const FRAME_MAX: usize = 512 << 20;

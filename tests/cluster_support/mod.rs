@@ -53,6 +53,8 @@ pub struct Node {
     child: Mutex<Option<Child>>,
     /// SIGSTOPped and not continued.
     stopped: AtomicBool,
+    /// Environment variables it is started with (besides RUST_LOG).
+    pub env: Mutex<Vec<(String, String)>>,
 }
 
 /// The cluster.
@@ -91,6 +93,22 @@ impl Cluster {
     }
 
     fn start_on_with(hosts: &[(String, Option<String>)], toml: &str, client_tls: bool) -> Cluster {
+        Self::start_all(hosts, toml, client_tls, &[])
+    }
+
+    /// Starts `n` nodes on loopback, node `i` with the environment
+    /// variables `env[i]` (if given).
+    pub fn start_with_env(n: usize, env: &[Vec<(String, String)>]) -> Cluster {
+        let hosts = vec![("127.0.0.1".to_string(), None); n];
+        Self::start_all(&hosts, "", false, env)
+    }
+
+    fn start_all(
+        hosts: &[(String, Option<String>)],
+        toml: &str,
+        client_tls: bool,
+        env: &[Vec<(String, String)>],
+    ) -> Cluster {
         let n = hosts.len();
         let tmp = tempfile::tempdir().unwrap();
         let config = (!toml.is_empty()).then(|| {
@@ -113,6 +131,7 @@ impl Cluster {
                 log: tmp.path().join(format!("n{id}.log")),
                 child: Mutex::new(None),
                 stopped: AtomicBool::new(false),
+                env: Mutex::new(env.get(id as usize - 1).cloned().unwrap_or_default()),
             })
             .collect();
         let peers = nodes
@@ -182,6 +201,7 @@ impl Cluster {
             .arg("--data-dir")
             .arg(&n.dir)
             .env("RUST_LOG", "info,openraft=off")
+            .envs(n.env.lock().unwrap().clone())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -314,6 +334,7 @@ impl Cluster {
             log,
             child: Mutex::new(None),
             stopped: AtomicBool::new(false),
+            env: Mutex::default(),
         });
         self.nodes.len() - 1
     }

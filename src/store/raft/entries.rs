@@ -10,8 +10,12 @@
 //! id) and the bincode of the entry. Writes are not synced here: the log's sync (sled's flush
 //! and syncfs of the data directory's filesystem) covers them, and only
 //! then does openraft count an entry. A file cut short by a crash (its
-//! header or length wrong, or, among the last files, its checksum) was
-//! never reported durable: at open it is removed, with every later one.
+//! header or length wrong, or, among the last files, its checksum) past
+//! the last index a finished sync covered was never reported durable: at
+//! open it is removed, with every later one. That index is kept in the
+//! file `synced`, written before the next sync (so it only ever names
+//! entries already synced); damage at or below it is not a torn tail but
+//! damaged data, and the log does not open.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -35,10 +39,16 @@ const CHECKED_AT_OPEN: usize = 64;
 /// replication read back, and a follower a little behind.
 const CACHE_BYTES: usize = 64 << 20;
 
+/// The file naming the last index a finished sync covered.
+const SYNCED: &str = "synced";
+
 /// The entry files of one node.
 pub struct Entries {
     dir: PathBuf,
     inner: Mutex<Inner>,
+    /// Bumped by every truncation: a sync that began before one may not
+    /// vouch for the indexes it removed (they may be written again).
+    truncations: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -68,7 +78,9 @@ impl Entries {
         let this = Entries {
             dir: dir.to_path_buf(),
             inner: Mutex::new(Inner::default()),
+            truncations: Default::default(),
         };
+        let synced = this.synced();
         let mut on_disk = BTreeMap::new();
         let mut torn = None;
         let check_from = indexes.len().saturating_sub(CHECKED_AT_OPEN);
@@ -83,6 +95,24 @@ impl Entries {
             match read {
                 Ok(id) if id.index == i && follows => {
                     on_disk.insert(i, id);
+                }
+                // Synced, then damaged: not a crash's torn tail.
+                bad if i <= synced => {
+                    let what = match bad {
+                        Err(e) => e.to_string(),
+                        Ok(_) if !follows => "entries before it are missing".to_string(),
+                        Ok(id) => format!("it holds entry {}", id.index),
+                    };
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "Raft log entry {i} in {} is damaged ({what}), and a sync covered \
+                             the log up to {synced}: this node's data is damaged. Restore it, or \
+                             start the node with an empty data directory and replace it \
+                             (warren cluster replace)",
+                            dir.display()
+                        ),
+                    ));
                 }
                 _ => {
                     torn = Some(n);
@@ -105,6 +135,36 @@ impl Entries {
 
     fn path(&self, index: u64) -> PathBuf {
         self.dir.join(format!("{index:020}"))
+    }
+
+    /// The last index a finished sync covered, as recorded (0: none, or
+    /// unreadable: then nothing is vouched for).
+    fn synced(&self) -> u64 {
+        fs::read(self.dir.join(SYNCED))
+            .ok()
+            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+            .map_or(0, u64::from_be_bytes)
+    }
+
+    /// What a sync starting now will cover: the last index, and the
+    /// truncations so far (for `mark_synced`).
+    pub fn sync_point(&self) -> (u64, u64) {
+        let truncations = self.truncations.load(std::sync::atomic::Ordering::Acquire);
+        (self.last().map_or(0, |l| l.index), truncations)
+    }
+
+    /// Records that a finished sync covered the log up to `point` (from
+    /// `sync_point` before it began), unless a truncation came since.
+    /// Not synced itself: the next sync makes it durable, and it only ever
+    /// names entries synced already.
+    pub fn mark_synced(&self, point: (u64, u64)) -> std::io::Result<()> {
+        // The lock keeps a truncation from running in between.
+        let _inner = self.inner.lock();
+        let now = self.truncations.load(std::sync::atomic::Ordering::Acquire);
+        if now != point.1 {
+            return Ok(());
+        }
+        fs::write(self.dir.join(SYNCED), point.0.to_be_bytes())
     }
 
     fn bad(index: u64, what: &str) -> std::io::Error {
@@ -229,6 +289,16 @@ impl Entries {
     pub fn truncate(&self, index: u64) -> std::io::Result<()> {
         let gone: Vec<u64> = {
             let mut inner = self.inner.lock();
+            self.truncations
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            // What goes is no longer vouched for, durably so before it goes
+            // (it may be written again, unsynced).
+            if self.synced() >= index {
+                let p = self.dir.join(SYNCED);
+                let mut f = fs::File::create(&p)?;
+                f.write_all(&index.saturating_sub(1).to_be_bytes())?;
+                f.sync_all()?;
+            }
             let gone = inner.on_disk.split_off(&index);
             let dropped = inner.cache.split_off(&index);
             inner.cached_bytes -= dropped.values().map(weight).sum::<usize>();
@@ -329,5 +399,58 @@ mod tests {
         let e = Entries::open(dir.path()).unwrap();
         assert_eq!(e.last().map(|l| l.index), Some(3));
         assert!(!p.exists());
+    }
+
+    #[test]
+    fn damage_a_sync_covered_stops_the_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Entries::open(dir.path()).unwrap();
+        e.append((1..=6).map(|i| entry(i, &[i as u8; 10])).collect())
+            .unwrap();
+        // A sync covered 1..=4; 5 and 6 were written after it began.
+        let point = (4, e.sync_point().1);
+        e.mark_synced(point).unwrap();
+        drop(e);
+        let cut = |i: u64| {
+            let p = dir.path().join(format!("{i:020}"));
+            let raw = fs::read(&p).unwrap();
+            fs::write(&p, &raw[..raw.len() - 3]).unwrap();
+        };
+        // 6 cut short: a torn tail, dropped.
+        cut(6);
+        let e = Entries::open(dir.path()).unwrap();
+        assert_eq!(e.last().map(|l| l.index), Some(5));
+        drop(e);
+        // 2 cut short: synced data damaged; the log does not open, and
+        // nothing is deleted.
+        cut(2);
+        let err = Entries::open(dir.path())
+            .err()
+            .expect("a damaged log opened");
+        assert!(err.to_string().contains("entry 2"), "{err}");
+        assert!(dir.path().join(format!("{:020}", 5)).exists());
+        // A missing synced file is damage too.
+        fs::remove_file(dir.path().join(format!("{:020}", 2))).unwrap();
+        assert!(Entries::open(dir.path()).is_err());
+    }
+
+    #[test]
+    fn a_truncation_takes_back_what_the_mark_vouched_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Entries::open(dir.path()).unwrap();
+        e.append((1..=4).map(|i| entry(i, &[1; 10])).collect())
+            .unwrap();
+        let before = e.sync_point();
+        e.mark_synced(before).unwrap();
+        e.truncate(3).unwrap();
+        // A sync that began before the truncation vouches for nothing.
+        e.append(vec![entry(3, &[2; 10])]).unwrap();
+        e.mark_synced(before).unwrap();
+        drop(e);
+        let p = dir.path().join(format!("{:020}", 3));
+        let raw = fs::read(&p).unwrap();
+        fs::write(&p, &raw[..raw.len() - 3]).unwrap();
+        let e = Entries::open(dir.path()).unwrap();
+        assert_eq!(e.last().map(|l| l.index), Some(2));
     }
 }

@@ -51,9 +51,10 @@ impl LogStore {
         let thread_syncer = Arc::clone(&syncer);
         let sync_since: Arc<std::sync::atomic::AtomicU64> = Arc::default();
         let since = Arc::clone(&sync_since);
+        let entries = Arc::clone(&log);
         std::thread::Builder::new()
             .name("raft-log-sync".into())
-            .spawn(move || sync_loop(rx, thread_syncer, &since))?;
+            .spawn(move || sync_loop(rx, thread_syncer, &since, &entries))?;
         Ok(LogStore {
             log,
             meta: db.open_tree("raft_meta")?,
@@ -121,19 +122,34 @@ impl LogStore {
     }
 }
 
-/// Runs one sync for every append that waits, back to back.
+/// Runs one sync for every append that waits, back to back. Before each,
+/// it records what the last finished one covered (entries.rs: damage
+/// there is not a torn tail).
 fn sync_loop(
     rx: mpsc::Receiver<LogFlushed<TypeConfig>>,
     syncer: Arc<dyn Syncer>,
     since: &std::sync::atomic::AtomicU64,
+    log: &Entries,
 ) {
     use std::sync::atomic::Ordering;
+    let mut covered = None;
     while let Ok(first) = rx.recv() {
         let mut waiting = vec![first];
         waiting.extend(rx.try_iter());
+        if let Some(point) = covered.take() {
+            if let Err(e) = log.mark_synced(point) {
+                tracing::warn!("cannot record how far the Raft log is synced: {e}");
+            }
+        }
+        let point = log.sync_point();
         since.store(crate::util::coarse_now_ms() + 1, Ordering::Release);
+        // Tests stall the disk here (FAILPOINTS="raft-log-sync=...").
+        fail::fail_point!("raft-log-sync");
         let result = syncer.sync().map_err(std::io::Error::other);
         since.store(0, Ordering::Release);
+        if result.is_ok() {
+            covered = Some(point);
+        }
         for cb in waiting {
             let r = match &result {
                 Ok(()) => Ok(()),
