@@ -15,16 +15,22 @@
 #
 #   perf/cluster.sh                 # ROUNDS=3 DUR=10
 #   SKIP_RABBIT=1 perf/cluster.sh   # Warren only
+#   BIN=/path/to/warren perf/cluster.sh   # another build (before/after)
+#
+# Also prints, for the 3-node cluster (quorum queue, client on the
+# leader), the latency from publish to delivery at a fixed 10,000 msg/s
+# (p50 and p99 over DUR seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DUR=${DUR:-10}
 SKIP_RABBIT=${SKIP_RABBIT:-0}
 W=${W:-/tmp/warren-cluster-bench}
-BIN=target/release/warren
+BIN=${BIN:-target/release/warren}
 PERF=target/release/warren-perf
 rm -rf "$W" && mkdir -p "$W"
-cargo build --release -q -p warren -p warren-perf
+cargo build --release -q -p warren-perf
+[ "$BIN" != target/release/warren ] || cargo build --release -q -p warren
 
 cpu_ticks() {
     local s
@@ -142,6 +148,10 @@ for r in $(seq 1 "$ROUNDS"); do
     fi
     echo "round $r done" >&2
 done
+# Publish to delivery at a fixed rate, on the leader (quorum queue).
+LAT=$("$PERF" --uri "amqp://guest:guest@127.0.0.1:$LEADER/%2f" --queue lat --producers 1 --consumers 1 \
+    --size 1024 --persistent --durable-queues --confirm 1000 --multi-ack 100 --qos 1000 \
+    --rate 10000 --time "$DUR" --json "${QQ[@]}" 2>/dev/null | tail -n 1)
 
 m() { median "${R[$1]:-0}"; }
 printf '%-44s %12s %16s\n' "scenario 5, medians of $ROUNDS x ${DUR}s" "confirmed/s" "broker CPU us/msg"
@@ -151,6 +161,7 @@ printf '%-44s %12s %16s\n' "Warren 3 nodes, quorum, on the leader" "$(m wl_rate)
 [ "$SKIP_RABBIT" = 1 ] || printf '%-44s %12s %16s\n' "RabbitMQ 3.10.8 3 nodes, quorum" "$(m rq_rate)" "$(m rq_cpu)"
 printf '%-44s %12s %16s\n' "publish-only: Warren single node" "$(m ps_rate)" "$(m ps_cpu)"
 printf '%-44s %12s %16s\n' "publish-only: Warren 3 nodes, on the leader" "$(m pl_rate)" "$(m pl_cpu)"
+python3 -c 'import json,sys; j=json.loads(sys.argv[1]); p50=j["latency_p50_ms"]; p99=j["latency_p99_ms"]; print(f"Warren 3 nodes at 10,000 msg/s: publish to delivery p50 {p50} ms, p99 {p99} ms")' "$LAT"
 [ "$SKIP_RABBIT" = 1 ] || printf '%-44s %12s %16s\n' "publish-only: RabbitMQ 3 nodes, quorum" "$(m prq_rate)" "$(m prq_cpu)"
 python3 - "$(m single_rate)" "$(m single_cpu)" "$(m wl_rate)" "$(m wl_cpu)" "$(m wf_rate)" "$(m rq_rate)" "$(m rq_cpu)" \
     "$(m ps_rate)" "$(m ps_cpu)" "$(m pl_rate)" "$(m pl_cpu)" "$(m prq_rate)" "$(m prq_cpu)" <<'EOF'

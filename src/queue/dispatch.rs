@@ -25,12 +25,14 @@ impl Queue {
     pub(super) fn dispatch_locked(self: &Arc<Self>, st: &mut State) {
         let pager = self.pager();
         let sac = self.args.single_active_consumer;
+        let committed = self.after_commit.then(|| self.store.committed_now());
         let State {
             consumers,
             ready,
             unacked,
             dead,
             stats,
+            uncommitted,
             ..
         } = st;
         while let Some(consumer) = consumers.next(sac) {
@@ -41,6 +43,15 @@ impl Queue {
             if entry.deadline != 0 && entry.expired(now_ms()) {
                 dead.push((entry, Reason::Expired));
                 continue;
+            }
+            // Nor one the cluster may not hold yet (commit.rs).
+            if let Some(ticket) = committed
+                .filter(|_| entry.stored)
+                .and_then(|c| uncommitted.waits_for(entry.seq, c))
+            {
+                ready.push_front(entry);
+                self.dispatch_at_commit(ticket);
+                break;
             }
             let (seq, stored, no_ack) = (entry.seq, entry.stored, consumer.no_ack);
             let redelivered = entry.redelivered;
@@ -68,6 +79,32 @@ impl Queue {
                 }
             }
         }
+    }
+
+    /// Dispatches again once commit `ticket` is reached: the head waits
+    /// for it (commit.rs). One waiting task per queue at a time.
+    fn dispatch_at_commit(self: &Arc<Self>, ticket: u64) {
+        if self.commit_wait.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Off the runtime (no caller does this): the next event
+            // dispatches.
+            self.commit_wait.store(false, Ordering::Release);
+            return;
+        };
+        let mut committed = self.store.flushed();
+        let queue = Arc::downgrade(self);
+        runtime.spawn(async move {
+            // Closed: the store's committer stopped (the term ended).
+            let reached = committed.wait_for(|&c| c >= ticket).await.is_ok();
+            if let Some(q) = queue.upgrade() {
+                q.commit_wait.store(false, Ordering::Release);
+                if reached {
+                    q.dispatch();
+                }
+            }
+        });
     }
 
     /// The outbox at `at` drained: its consumers may take deliveries again.
@@ -124,6 +161,15 @@ impl Queue {
                 Some(e) => break e,
             }
         };
+        // Not committed yet (commit.rs): as if the queue were empty.
+        if self.after_commit && entry.stored {
+            let committed = self.store.committed_now();
+            if st.uncommitted.waits_for(entry.seq, committed).is_some() {
+                st.ready.push_front(entry);
+                self.finish(st);
+                return false;
+            }
+        }
         let (seq, stored) = (entry.seq, entry.stored);
         if stored {
             self.before_delivery(seq);

@@ -22,6 +22,7 @@
 //! an AMQP channel) and `Host` (the vhost: dead-letter routing, x-expires).
 
 pub mod args;
+mod commit;
 mod consumer;
 mod consumers;
 pub mod dead_letter;
@@ -98,6 +99,11 @@ pub struct Queue {
     state: Mutex<State>,
     /// Persistent messages waiting for the next flush to be written.
     unwritten: unwritten::Unwritten,
+    /// Kept messages are handed out only once committed (commit.rs: a
+    /// cluster's leader).
+    after_commit: bool,
+    /// A task waits for the commit the head message needs.
+    commit_wait: AtomicBool,
 }
 
 struct State {
@@ -124,6 +130,8 @@ struct State {
     timer_running: bool,
     /// Messages to dead-letter once the lock is released.
     dead: Vec<(Entry, Reason)>,
+    /// Kept messages not committed yet (commit.rs).
+    uncommitted: commit::Uncommitted,
 }
 
 /// What a push did.
@@ -142,6 +150,7 @@ impl Queue {
         let args = QueueArgs::from_table(&config.arguments);
         let ready = Ready::with_max_priority(args.max_priority.unwrap_or(0));
         let live = args.clone();
+        let after_commit = config.store_id != 0 && store.delivers_after_commit();
         let q = Arc::new(Queue {
             config,
             args,
@@ -166,8 +175,11 @@ impl Queue {
                 expiry: BinaryHeap::new(),
                 timer_running: false,
                 dead: Vec::new(),
+                uncommitted: Default::default(),
             }),
             unwritten: Default::default(),
+            after_commit,
+            commit_wait: AtomicBool::new(false),
         });
         if q.args.expires.is_some() {
             expiry::watch_unused(&q);
@@ -290,6 +302,12 @@ impl Queue {
         } else if stored && self.unwritten.add(seq, deadline, msg) {
             let holder: Weak<Queue> = Arc::downgrade(self);
             self.store.defer(holder);
+        }
+        if stored && self.after_commit {
+            // Taken after the write (or its registration): the commit
+            // that covers it.
+            let ticket = self.store.ticket();
+            st.uncommitted.add(seq, ticket);
         }
         let entry = Entry { stored, ..entry };
         st.ready.push_back(entry, self.pager().as_ref())?;

@@ -188,8 +188,13 @@ impl Queue {
         st.next_seq += entries.len() as u64;
         let accepted = entries.len();
         let pager = self.pager();
+        // Handed out here only once the move is committed (commit.rs).
+        let ticket = self.after_commit.then(|| self.store.ticket());
         for (_, _, e) in entries {
             let (seq, deadline) = (e.seq, e.deadline);
+            if let Some(t) = ticket.filter(|_| e.stored) {
+                st.uncommitted.add(seq, t);
+            }
             st.stats.counters.publish += 1;
             if let Err(err) = st.ready.push_back(e, pager.as_ref()) {
                 tracing::warn!(queue = %self.config.name, "cannot page a moved message out: {err}");

@@ -51,6 +51,16 @@ pub trait Journal: Send + Sync {
     fn submit_paged(&self, op: &Op<'_>) -> Result<Applied> {
         self.submit(op)
     }
+    /// Whether operations are applied only once committed (a replicated
+    /// journal): then a queue hands out a kept message only once the
+    /// commit that covers it is reached.
+    fn applies_on_commit(&self) -> bool {
+        false
+    }
+    /// The last commit number reached.
+    fn committed_now(&self) -> u64 {
+        *self.committed().borrow()
+    }
 }
 
 /// The single-node journal: sled's log, made durable by group commit.

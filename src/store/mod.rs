@@ -189,6 +189,17 @@ impl Store {
         self.journal.committed()
     }
 
+    /// The last commit number reached.
+    pub fn committed_now(&self) -> u64 {
+        self.journal.committed_now()
+    }
+
+    /// Whether a queue hands out a kept message only once the commit that
+    /// covers it is reached (a replicated journal applies on commit).
+    pub fn delivers_after_commit(&self) -> bool {
+        self.journal.applies_on_commit()
+    }
+
     /// Waits until everything submitted so far is committed.
     pub async fn sync(&self) -> Result<()> {
         let ticket = self.ticket();

@@ -121,6 +121,11 @@ impl Flusher {
         }
     }
 
+    /// The last completed epoch.
+    pub fn committed_now(&self) -> u64 {
+        *self.done.borrow()
+    }
+
     /// Watches the last completed epoch.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.done.subscribe()

@@ -202,6 +202,14 @@ impl Journal for RaftJournal {
         self.flusher.subscribe()
     }
 
+    fn applies_on_commit(&self) -> bool {
+        true
+    }
+
+    fn committed_now(&self) -> u64 {
+        self.flusher.committed_now()
+    }
+
     fn commit_now(&self) -> Result<()> {
         // Only reached once the committer stopped: nothing can be
         // committed any more by this journal.
