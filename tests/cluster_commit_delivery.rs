@@ -18,6 +18,9 @@ use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel};
 
+/// Cluster tests share the machine's two cores: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn durable() -> QueueDeclareOptions {
     QueueDeclareOptions {
         durable: true,
@@ -48,6 +51,7 @@ async fn until(count: &AtomicUsize, n: usize, within: Duration) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replicated_message_is_delivered_only_once_committed() {
+    let _one = ONE_AT_A_TIME.lock().await;
     // Longer timeouts than the defaults: the leader must not step down
     // while its followers are stopped for a few seconds.
     let toml = "[cluster]\nelection_timeout_ms = 3000\nstep_down_ms = 4000\n";
@@ -135,5 +139,78 @@ async fn a_replicated_message_is_delivered_only_once_committed() {
         .unwrap();
     assert!(got.is_some(), "basic.get finds the committed message");
     let _ = conn.close(200, "done".into()).await;
+    cluster.assert_no_panics();
+}
+
+/// A durable queue declared again (or passively) by a second connection
+/// got its declare-ok at once while the first connection's declare was
+/// not committed: the second client went on with a queue the cluster
+/// might never hold. It now waits for the commit, as the first does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redeclare_is_answered_only_once_the_declare_is_committed() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let toml = "[cluster]\nelection_timeout_ms = 3000\nstep_down_ms = 4000\n";
+    let cluster = Cluster::start_with(3, toml);
+    let (leader, _) = cluster.wait_leader(0, Duration::from_secs(30)).await;
+    let first = cluster
+        .connect(leader, Duration::from_secs(30))
+        .await
+        .expect("connect");
+    let second = cluster
+        .connect(leader, Duration::from_secs(30))
+        .await
+        .expect("connect");
+    let (a, b) = (
+        first.create_channel().await.unwrap(),
+        second.create_channel().await.unwrap(),
+    );
+    for i in 0..3 {
+        if i != leader {
+            cluster.signal(i, libc::SIGSTOP);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let declaring = tokio::spawn(async move {
+        a.queue_declare("r".into(), durable(), FieldTable::default())
+            .await
+            .map(|_| ())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let again = tokio::spawn(async move {
+        let p = b
+            .queue_declare("r".into(), passive, FieldTable::default())
+            .await
+            .map(|_| ());
+        let d = b
+            .queue_declare("r".into(), durable(), FieldTable::default())
+            .await
+            .map(|_| ());
+        p.and(d)
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !again.is_finished(),
+        "a passive declare was answered before the declare was committed"
+    );
+    for i in 0..3 {
+        if i != leader {
+            cluster.signal(i, libc::SIGCONT);
+        }
+    }
+    let within = Duration::from_secs(20);
+    tokio::time::timeout(within, declaring)
+        .await
+        .expect("the declare is answered")
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(within, again)
+        .await
+        .expect("the redeclares are answered")
+        .unwrap()
+        .unwrap();
     cluster.assert_no_panics();
 }

@@ -62,6 +62,17 @@ impl ConnCtx {
         Ok(())
     }
 
+    /// Like `sync_definitions`, and on a cluster's leader also when a
+    /// durable entity was declared again or passively (no definition
+    /// changed here): another connection's declare of it may not be
+    /// committed yet, and its declare-ok must not come first.
+    pub async fn sync_declared(&self, version: u64, durable: bool) -> crate::store::Result<()> {
+        if durable && self.broker.store.delivers_after_commit() {
+            return self.broker.store.sync().await;
+        }
+        self.sync_definitions(version).await
+    }
+
     /// 403 unless the user has `access` to the `kind` ("queue",
     /// "exchange") `name` in this vhost.
     pub fn check(

@@ -40,7 +40,8 @@ impl Channel {
             }
         }
         ctx.vhost.declare_exchange(&spec, m.passive)?;
-        ctx.sync_definitions(version).await?;
+        let durable = ctx.vhost.exchange(&spec.name).is_some_and(|x| x.durable);
+        ctx.sync_declared(version, durable).await?;
         if !m.nowait {
             ctx.send(
                 self.id,

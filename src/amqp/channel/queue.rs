@@ -74,7 +74,7 @@ impl Channel {
         {
             ctx.exclusive_queues.push(Arc::clone(&queue));
         }
-        ctx.sync_definitions(version).await?;
+        ctx.sync_declared(version, queue.config.durable).await?;
         self.last_queue = Some(name.clone());
         if !m.nowait {
             ctx.send(
