@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cluster_support::total::durable;
 use cluster_support::Cluster;
 use futures::StreamExt;
 use lapin::options::*;
@@ -20,13 +21,6 @@ use lapin::{BasicProperties, Channel};
 
 /// Cluster tests share the machine's two cores: one at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn durable() -> QueueDeclareOptions {
-    QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    }
-}
 
 async fn publish(ch: &Channel, queue: &str, body: &str) -> lapin::PublisherConfirm {
     ch.basic_publish(

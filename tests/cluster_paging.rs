@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cluster_support::total::durable;
 use cluster_support::Cluster;
 use futures::StreamExt;
 use lapin::options::*;
@@ -145,13 +146,6 @@ async fn past_the_bound(
         );
     }
     cluster.assert_no_panics();
-}
-
-fn durable() -> QueueDeclareOptions {
-    QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -170,11 +170,6 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// The index of the last entry in this node's log.
-    pub fn log_last_index(&self) -> u64 {
-        self.log.last_index()
-    }
-
     /// Times the leader this node knows changed.
     pub fn leader_changes(&self) -> u64 {
         self.leader_changes

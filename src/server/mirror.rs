@@ -215,7 +215,7 @@ async fn applied_all(
         tokio::time::sleep(Duration::from_millis(500)).await;
         return false;
     }
-    let last = cluster.log_last_index();
+    let last = replica.log.last_index();
     let mut applied = replica.applied();
     if *applied.borrow() >= last {
         return true;

@@ -57,6 +57,9 @@ impl Syncer for DiskSync {
 /// The group-commit flusher of one store.
 pub struct Flusher {
     epoch: AtomicU64,
+    /// The last completed epoch, as `done` says, read without its lock
+    /// (a cluster's queues read it on every dispatch).
+    completed: AtomicU64,
     wanted: AtomicBool,
     lock: Mutex<Signal>,
     wake: Condvar,
@@ -83,6 +86,7 @@ impl Flusher {
         let (done, _) = watch::channel(0);
         let f = Arc::new(Flusher {
             epoch: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
             wanted: AtomicBool::new(false),
             lock: Mutex::new(Signal::default()),
             wake: Condvar::new(),
@@ -123,7 +127,7 @@ impl Flusher {
 
     /// The last completed epoch.
     pub fn committed_now(&self) -> u64 {
-        *self.done.borrow()
+        self.completed.load(Ordering::Acquire)
     }
 
     /// Watches the last completed epoch.
@@ -169,6 +173,8 @@ impl Flusher {
             let epoch = f.epoch.fetch_add(1, Ordering::SeqCst) + 1;
             match Self::flush(syncer.as_ref(), &before_flush) {
                 Ok(()) => {
+                    // Before the watch wakes anyone who then reads it.
+                    f.completed.store(epoch, Ordering::Release);
                     f.done.send_replace(epoch);
                 }
                 Err(e) => {

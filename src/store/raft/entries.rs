@@ -361,6 +361,14 @@ mod tests {
     use crate::store::raft::Batch;
     use openraft::{CommittedLeaderId, EntryPayload};
 
+    /// Cuts entry `i`'s file short, as a crash during its write would.
+    fn cut_short(dir: &Path, i: u64) -> PathBuf {
+        let p = dir.join(format!("{i:020}"));
+        let raw = fs::read(&p).unwrap();
+        fs::write(&p, &raw[..raw.len() - 3]).unwrap();
+        p
+    }
+
     fn entry(i: u64, body: &[u8]) -> Entry<TypeConfig> {
         Entry {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), i),
@@ -393,9 +401,7 @@ mod tests {
         );
         drop(e);
         // A crash cut entry 4 short: it goes, 2 and 3 stay.
-        let p = dir.path().join(format!("{:020}", 4));
-        let raw = fs::read(&p).unwrap();
-        fs::write(&p, &raw[..raw.len() - 3]).unwrap();
+        let p = cut_short(dir.path(), 4);
         let e = Entries::open(dir.path()).unwrap();
         assert_eq!(e.last().map(|l| l.index), Some(3));
         assert!(!p.exists());
@@ -411,19 +417,14 @@ mod tests {
         let point = (4, e.sync_point().1);
         e.mark_synced(point).unwrap();
         drop(e);
-        let cut = |i: u64| {
-            let p = dir.path().join(format!("{i:020}"));
-            let raw = fs::read(&p).unwrap();
-            fs::write(&p, &raw[..raw.len() - 3]).unwrap();
-        };
         // 6 cut short: a torn tail, dropped.
-        cut(6);
+        cut_short(dir.path(), 6);
         let e = Entries::open(dir.path()).unwrap();
         assert_eq!(e.last().map(|l| l.index), Some(5));
         drop(e);
         // 2 cut short: synced data damaged; the log does not open, and
         // nothing is deleted.
-        cut(2);
+        cut_short(dir.path(), 2);
         let err = Entries::open(dir.path())
             .err()
             .expect("a damaged log opened");
@@ -447,9 +448,7 @@ mod tests {
         e.append(vec![entry(3, &[2; 10])]).unwrap();
         e.mark_synced(before).unwrap();
         drop(e);
-        let p = dir.path().join(format!("{:020}", 3));
-        let raw = fs::read(&p).unwrap();
-        fs::write(&p, &raw[..raw.len() - 3]).unwrap();
+        cut_short(dir.path(), 3);
         let e = Entries::open(dir.path()).unwrap();
         assert_eq!(e.last().map(|l| l.index), Some(2));
     }
