@@ -9,12 +9,12 @@ mod cluster_support;
 use std::time::{Duration, Instant};
 
 use cluster_support::total::durable;
+use cluster_support::api::{get_json, http, leader_json};
 use cluster_support::{count, Cluster};
 use futures::StreamExt;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
-use serde_json::Value;
 
 /// Cluster tests share the machine's two cores: one at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -85,49 +85,24 @@ async fn a_follower_that_was_down_catches_up_from_a_snapshot() {
     c.assert_no_panics();
 }
 
-/// An HTTP client (reqwest over rustls, with ring as its provider).
-fn http() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
-}
-
-async fn get_json(url: &str) -> (u16, Value) {
-    let r = http()
-        .get(url)
-        .basic_auth("guest", Some("guest"))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
-/// GET on the leader's API, retried while leadership settles.
-async fn leader_json(c: &Cluster, path: &str) -> (u16, Value) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(l) = c.leader() {
-            if let Ok(r) = http()
-                .get(format!("{}{path}", c.api(l)))
-                .basic_auth("guest", Some("guest"))
-                .send()
-                .await
-            {
-                let status = r.status().as_u16();
-                return (status, r.json().await.unwrap_or(Value::Null));
-            }
-        }
-        assert!(Instant::now() < deadline, "no API answers {path}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_join_and_leave_through_the_api() {
     let _one = ONE_AT_A_TIME.lock().await;
     let mut c = Cluster::start(3);
     let (leader, _) = c.wait_leader(0, Duration::from_secs(30)).await;
     publish_one_by_one(&c, leader, "kept", 20).await;
+    // Every member runs this build: the leader raises the cluster
+    // version to what it applies.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, cluster) = leader_json(&c, "/api/cluster").await;
+        if cluster["cluster_version"] == cluster["applies_up_to"] {
+            assert_eq!(cluster["cluster_version"], 2, "{cluster}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "cluster version not raised: {cluster}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let (status, nodes) = leader_json(&c, "/api/nodes").await;
     assert_eq!(status, 200);
     let nodes = nodes.as_array().unwrap();

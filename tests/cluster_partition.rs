@@ -16,134 +16,16 @@
 
 mod cluster_support;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cluster_support::total::{consume_all, durable, queue_args, report, Workload, QUEUE};
+use cluster_support::netns::Net;
 use cluster_support::Cluster;
 use futures::StreamExt;
 use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::BasicProperties;
-
-/// Three namespaces on a bridge; removed on drop.
-struct Net {
-    tag: String,
-    prefix: String,
-    made: Vec<String>,
-}
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-impl Net {
-    fn new() -> Option<Net> {
-        let pid = std::process::id();
-        let tag = format!("{}", pid % 100_000);
-        let prefix = format!("10.{}.{}", 200 + pid % 50, (pid / 50) % 250);
-        let mut net = Net {
-            tag: tag.clone(),
-            prefix: prefix.clone(),
-            made: Vec::new(),
-        };
-        let br = format!("wb{tag}");
-        if !ip(&["link", "add", &br, "type", "bridge"]) {
-            return None;
-        }
-        net.made.push(format!("link:{br}"));
-        let up = ip(&["link", "set", &br, "up"])
-            && ip(&["addr", "add", &format!("{prefix}.254/24"), "dev", &br]);
-        if !up {
-            return None;
-        }
-        for i in 1..=3 {
-            let ns = net.ns(i);
-            let (v, peer) = (format!("wv{tag}{i}"), format!("wp{tag}{i}"));
-            let ok = ip(&["netns", "add", &ns])
-                && {
-                    net.made.push(format!("netns:{ns}"));
-                    true
-                }
-                && ip(&["link", "add", &v, "type", "veth", "peer", "name", &peer])
-                && {
-                    net.made.push(format!("link:{v}"));
-                    true
-                }
-                && ip(&["link", "set", &peer, "netns", &ns])
-                && ip(&["link", "set", &v, "master", &br])
-                && ip(&["link", "set", &v, "up"])
-                && ip(&[
-                    "netns",
-                    "exec",
-                    &ns,
-                    "ip",
-                    "addr",
-                    "add",
-                    &format!("{}/24", net.host(i)),
-                    "dev",
-                    &peer,
-                ])
-                && ip(&["netns", "exec", &ns, "ip", "link", "set", &peer, "up"])
-                && ip(&["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
-            if !ok {
-                return None;
-            }
-        }
-        Some(net)
-    }
-
-    fn ns(&self, i: usize) -> String {
-        format!("wn{}-{i}", self.tag)
-    }
-
-    fn host(&self, i: usize) -> String {
-        format!("{}.{i}", self.prefix)
-    }
-
-    /// Cuts node `i` (1-based) off from the other nodes, or heals it.
-    fn isolate(&self, i: usize, cut: bool) {
-        for j in 1..=3 {
-            if j != i {
-                let verb = if cut { "add" } else { "del" };
-                let dst = format!("{}/32", self.host(j));
-                assert!(
-                    ip(&[
-                        "netns",
-                        "exec",
-                        &self.ns(i),
-                        "ip",
-                        "route",
-                        verb,
-                        "blackhole",
-                        &dst
-                    ]),
-                    "ip route {verb} blackhole {dst}"
-                );
-            }
-        }
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for m in self.made.iter().rev() {
-            match m.split_once(':') {
-                Some(("link", l)) => {
-                    ip(&["link", "del", l]);
-                }
-                Some(("netns", n)) => {
-                    ip(&["netns", "del", n]);
-                }
-                _ => {}
-            }
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_leader_confirms_nothing_and_the_majority_goes_on() {

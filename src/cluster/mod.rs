@@ -13,11 +13,13 @@
 //! openraft 0.9 has no leader transfer; this is built from its runtime
 //! switches.
 
+mod append;
 mod link;
 mod network;
 mod proxy;
 mod rpc;
 mod status;
+mod version;
 
 pub use link::{Guard, Link, LinkTls};
 pub use rpc::{ProxyHeader, Service};
@@ -286,9 +288,24 @@ impl Cluster {
 
     async fn serve_raft(&self, s: &mut Link) -> std::io::Result<()> {
         let bad = |e: bincode::Error| std::io::Error::other(e.to_string());
+        let mut staged = append::Staged::default();
         loop {
             let (kind, body) = rpc::read_frame(s).await?;
             let answer = match kind {
+                rpc::APPEND_PART => {
+                    let part: append::Part = bincode::deserialize(&body).map_err(bad)?;
+                    let head = part.head.clone();
+                    let r = self.raft.append_entries(head).await;
+                    if matches!(r, Ok(openraft::raft::AppendEntriesResponse::Success)) {
+                        staged.keep(part).map_err(std::io::Error::other)?;
+                    }
+                    bincode::serialize(&r)
+                }
+                rpc::APPEND_STAGED => {
+                    let req = bincode::deserialize(&body).map_err(bad)?;
+                    let req = staged.complete(req).map_err(std::io::Error::other)?;
+                    bincode::serialize(&self.raft.append_entries(req).await)
+                }
                 rpc::APPEND => {
                     let req = bincode::deserialize(&body).map_err(bad)?;
                     bincode::serialize(&self.raft.append_entries(req).await)
@@ -319,6 +336,11 @@ impl Cluster {
                         .elect()
                         .await
                         .map_err(openraft::error::RaftError::Fatal);
+                    bincode::serialize(&r)
+                }
+                rpc::VERSION => {
+                    let r: Result<u32, openraft::error::RaftError<u64>> =
+                        Ok(crate::store::op::LEVEL);
                     bincode::serialize(&r)
                 }
                 other => return Err(std::io::Error::other(format!("unknown request {other}"))),

@@ -1,19 +1,22 @@
 //! openraft's network over the Raft listener (rpc.rs): one connection per
-//! peer, one request at a time, opened again after any failure.
+//! peer, one request at a time, opened again after any failure. Appends
+//! carry what the link moves within openraft's timeout (append.rs).
 
 use std::time::Duration;
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
-    Unreachable,
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
+use openraft::{EntryPayload, LogId};
 use serde::{de::DeserializeOwned, Serialize};
+use tokio::time::Instant;
 
+use super::append;
 use super::link::{self, Link};
 use super::rpc;
 use crate::store::raft::{Batch, Member, TypeConfig};
@@ -21,10 +24,8 @@ use crate::store::raft::{Batch, Member, TypeConfig};
 /// How long connecting to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The entries' bytes one append request carries at most (one entry of
-/// any size goes alone): openraft bounds each request by the heartbeat
-/// interval, and 4 MiB in 250 ms asks 16 MiB/s of the link.
-const APPEND_MAX_BYTES: usize = 4 << 20;
+/// How long what a peer said of its build is believed.
+const LEVEL_KEPT: Duration = Duration::from_secs(10);
 
 /// Makes a client per peer.
 #[derive(Clone, Default)]
@@ -41,6 +42,9 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             addr: node.raft.clone(),
             tls: self.tls.clone(),
             stream: None,
+            budget: append::Budget::default(),
+            staging: None,
+            peer_level: None,
         }
     }
 }
@@ -51,6 +55,12 @@ pub struct Peer {
     addr: String,
     tls: link::Tls,
     stream: Option<Link>,
+    /// Bytes of entries one append carries.
+    budget: append::Budget,
+    /// The entry being staged on the peer, and how much of it it holds.
+    staging: Option<(LogId<u64>, usize)>,
+    /// The cluster version the peer's build applies, and when it said.
+    peer_level: Option<(u32, Instant)>,
 }
 
 type Failed<E> = RPCError<u64, Member, E>;
@@ -116,32 +126,121 @@ impl Peer {
             self.call(rpc::ELECT, &(), CONNECT_TIMEOUT).await;
         r.map_err(|e| e.to_string())
     }
+
+    /// The cluster version the peer applies (an error from a build
+    /// before cluster versions, which closes the connection on the ask).
+    pub async fn level(&mut self) -> Result<u32, String> {
+        let r: Result<u32, Failed<RaftError<u64>>> =
+            self.call(rpc::VERSION, &(), CONNECT_TIMEOUT).await;
+        r.map_err(|e| e.to_string())
+    }
+}
+
+impl Peer {
+    /// Whether the peer takes staged appends (its build answers
+    /// `VERSION`); asked again after a while (it may have been upgraded).
+    async fn stages(&mut self) -> bool {
+        if let Some((level, at)) = self.peer_level {
+            if at.elapsed() < LEVEL_KEPT {
+                return level >= 2;
+            }
+        }
+        let level = self.level().await.unwrap_or(1);
+        self.peer_level = Some((level, Instant::now()));
+        level >= 2
+    }
+
+    /// An append request, timed to learn the budget.
+    async fn timed<Req: Serialize>(
+        &mut self,
+        kind: u8,
+        req: &Req,
+        sent: usize,
+        ttl: Duration,
+    ) -> Result<AppendEntriesResponse<u64>, Failed<RaftError<u64>>> {
+        let start = Instant::now();
+        let r = self.call(kind, req, ttl).await;
+        match &r {
+            Ok(_) => self.budget.took(sent, start.elapsed(), ttl),
+            Err(RPCError::Network(_)) => self.budget.shrink(),
+            Err(_) => {}
+        }
+        r
+    }
+
+    /// Sends the first entry of `rpc`, larger than the budget: the next
+    /// part of it to stage, or, once the peer holds it all, the append.
+    async fn append_staged(
+        &mut self,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
+        ttl: Duration,
+    ) -> Result<AppendEntriesResponse<u64>, Failed<RaftError<u64>>> {
+        let n = rpc.entries.len();
+        let Some(first) = rpc.entries.first() else {
+            return self.timed(rpc::APPEND, &rpc, 0, ttl).await;
+        };
+        let log_id = first.log_id;
+        let body = append::payload(first).cloned().unwrap_or_default();
+        // What the peer holds lives on this connection only.
+        let from = match (self.staging, &self.stream) {
+            (Some((id, at)), Some(_)) if id == log_id => at,
+            _ => 0,
+        };
+        if from < body.len() {
+            let len = self.budget.bytes().min(body.len() - from);
+            let part = append::Part {
+                head: append::head(&rpc),
+                log_id,
+                offset: from as u64,
+                total: body.len() as u64,
+                bytes: body.slice(from..from + len),
+            };
+            let r = self.timed(rpc::APPEND_PART, &part, len, ttl).await;
+            return match r {
+                Ok(AppendEntriesResponse::Success) => {
+                    self.staging = Some((log_id, from + len));
+                    Ok(AppendEntriesResponse::PartialSuccess(rpc.prev_log_id))
+                }
+                other => {
+                    self.staging = None;
+                    other
+                }
+            };
+        }
+        self.staging = None;
+        rpc.entries.truncate(1);
+        if let Some(e) = rpc.entries.first_mut() {
+            e.payload = EntryPayload::Normal(Batch::default());
+        }
+        let resp = self.timed(rpc::APPEND_STAGED, &rpc, 0, ttl).await?;
+        Ok(append::partial(resp, Some(log_id), n == 1))
+    }
 }
 
 impl RaftNetwork<TypeConfig> for Peer {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, Failed<RaftError<u64>>> {
-        // A follower far behind is sent many entries at once, each a whole
-        // group commit (up to megabytes): openraft is told to send fewer.
-        let sizes: Vec<usize> = rpc.entries.iter().map(Batch::weight).collect();
-        let mut total = 0;
-        let fit = sizes
-            .iter()
-            .take_while(|&&b| {
-                total += b;
-                total <= APPEND_MAX_BYTES
-            })
-            .count();
-        if fit < sizes.len() && sizes.len() > 1 {
-            let hint = fit.max(1) as u64;
-            return Err(RPCError::PayloadTooLarge(
-                PayloadTooLarge::new_entries_hint(hint),
-            ));
+        // Answering before openraft's own timeout lets a slow request
+        // shrink the budget (append.rs).
+        let ttl = option.soft_ttl();
+        let n = rpc.entries.len();
+        let mut fit = append::fitting(&rpc, self.budget.bytes());
+        if fit == 0 {
+            let normal = rpc.entries.first().and_then(append::payload).is_some();
+            if normal && self.stages().await {
+                return self.append_staged(rpc, ttl).await;
+            }
+            // A build before staged appends takes the entry whole.
+            fit = 1;
         }
-        self.call(rpc::APPEND, &rpc, option.hard_ttl()).await
+        rpc.entries.truncate(fit);
+        let last = rpc.entries.last().map(|e| e.log_id);
+        let sent = rpc.entries.iter().map(Batch::weight).sum();
+        let resp = self.timed(rpc::APPEND, &rpc, sent, ttl).await?;
+        Ok(append::partial(resp, last, fit == n))
     }
 
     async fn install_snapshot(

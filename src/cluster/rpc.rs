@@ -19,6 +19,17 @@ pub const SNAPSHOT: u8 = 3;
 /// A leader that stepped down asks a follower to stand for election now
 /// (Raft's TimeoutNow, which openraft 0.9 lacks); the body is empty.
 pub const ELECT: u8 = 4;
+/// Which cluster version the member applies (store/op.rs `LEVEL`); the
+/// body is empty, the answer a u32. A build before cluster versions
+/// closes the connection on it.
+pub const VERSION: u8 = 5;
+/// One part of an entry too large for one append, staged on the follower
+/// (append.rs `Part`; the answer is the head's append response). Only
+/// sent to a member that answers `VERSION`.
+pub const APPEND_PART: u8 = 6;
+/// An append of one entry whose payload the follower staged: the request
+/// carries the entry with an empty payload.
+pub const APPEND_STAGED: u8 = 7;
 
 /// The largest frame taken (an append of many entries, a snapshot chunk).
 const FRAME_MAX: usize = 512 << 20;

@@ -152,7 +152,36 @@ impl Cluster {
 
     /// Adds node `id` (its Raft listener at `raft`): first as a learner
     /// that catches up from the log or a snapshot, then as a voter.
-    pub async fn add_member(&self, id: u64, raft: String) -> Result<(), String> {
+    /// Refused if the node does not apply `version`, the cluster version
+    /// the log is at (a build before cluster versions cannot say, and
+    /// applies version 1).
+    pub async fn add_member(&self, id: u64, raft: String, version: u32) -> Result<(), String> {
+        if version > 1 {
+            // A node just started may not listen yet.
+            let mut asked = self.member_level(id, &raft).await;
+            for _ in 0..50 {
+                if asked.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                asked = self.member_level(id, &raft).await;
+            }
+            match asked {
+                Ok(l) if l >= version => {}
+                Ok(l) => {
+                    return Err(format!(
+                        "node {id} applies up to cluster version {l}; the cluster is at \
+                         {version}: run a newer build there"
+                    ))
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "node {id} did not say which cluster version it applies (the \
+                         cluster is at {version}; an older build cannot join): {e}"
+                    ))
+                }
+            }
+        }
         self.raft
             .add_learner(id, Member { raft }, true)
             .await

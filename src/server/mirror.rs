@@ -40,6 +40,19 @@ impl ClusterNode {
             .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
         let mut replica = Replica::open(&config.data_dir, config.store_cache_mb << 20)
             .map_err(|e| format!("cannot open store in {}: {e}", config.data_dir.display()))?;
+        // A newer build raised the cluster version past what this one
+        // applies: following its log would meet operations this build
+        // cannot apply.
+        let version = replica
+            .cluster_version()
+            .map_err(|e| format!("cannot read the cluster version: {e}"))?;
+        if version > crate::store::op::LEVEL {
+            return Err(format!(
+                "this data is at cluster version {version}; this build applies up to {}: \
+                 run the newer build",
+                crate::store::op::LEVEL
+            ));
+        }
         let machine = replica
             .take_machine()
             .ok_or_else(|| "the state machine is taken".to_string())?;
@@ -144,12 +157,17 @@ async fn run(
                             cluster.set_handler(Some(Arc::new(move |s, h| a.serve(s, h))));
                         }
                         *tls.lock() = server.tls_in_force();
+                        let raising = tokio::spawn(raise_version(
+                            Arc::clone(&cluster),
+                            Arc::clone(&server.broker.store),
+                        ));
                         loop {
                             tokio::select! {
                                 r = role.changed() => if r.is_err() || *role.borrow() != now { break },
                                 _ = stop.changed() => break,
                             }
                         }
+                        raising.abort();
                         cluster.set_handler(None);
                         tls.lock().clear();
                         info!(term, "no longer serving: closing client connections");
@@ -251,5 +269,42 @@ async fn lead(
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// While this node leads: raises the cluster version committed in the log
+/// to what every member applies (store/op.rs `LEVEL`), once they all say
+/// so (after a rolling upgrade, once the last member runs this build).
+async fn raise_version(cluster: Arc<Cluster>, store: Arc<crate::store::Store>) {
+    use crate::store::op::LEVEL;
+    let mut told = false;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = match store.cluster_version() {
+            Ok(v) => v,
+            Err(e) => {
+                warn!("cannot read the cluster version: {e}");
+                return;
+            }
+        };
+        if now >= LEVEL {
+            return;
+        }
+        match cluster.members_level().await {
+            Ok(level) if level > now => match store.raise_cluster_version(level).await {
+                Ok(()) => info!(from = now, to = level, "cluster version raised"),
+                Err(e) => {
+                    warn!("cannot raise the cluster version: {e}");
+                    return;
+                }
+            },
+            Ok(_) => {}
+            Err(e) if !told => {
+                info!("the cluster stays at version {now}: {e}");
+                told = true;
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_secs(4)).await;
     }
 }

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use super::delivered::DeliveredLog;
 use super::op::{Applied, Op};
-use super::{access, definitions, delayed, messages, tenancy, Result};
+use super::{access, cluster_version, definitions, delayed, messages, tenancy, Result};
 
 /// The state operations change.
 pub struct Applier {
@@ -141,6 +141,7 @@ impl Applier {
             Op::PutPermission(def) => access::put_permission(tree, def)?,
             Op::DeletePermission { vhost, user } => access::delete_permission(tree, vhost, user)?,
             Op::UsersSeeded => access::mark_seeded(tree)?,
+            Op::ClusterVersion { level } => cluster_version::raise(tree, level)?,
             _ => {}
         }
         self.defs_version.fetch_add(1, Ordering::SeqCst);
@@ -227,6 +228,11 @@ impl Applier {
     /// The last durable queue id given (a journal that chooses ids).
     pub fn last_queue_id(&self) -> Result<u64> {
         definitions::last_queue_id(&self.defs)
+    }
+
+    /// The cluster version the applied state records.
+    pub fn cluster_version(&self) -> Result<u32> {
+        cluster_version::read(&self.defs)
     }
 
     /// Counts definition operations applied.

@@ -10,6 +10,7 @@
 
 mod access;
 mod apply;
+mod cluster_version;
 mod deferred;
 mod definitions;
 mod delayed;
@@ -52,6 +53,10 @@ pub enum Error {
     /// Making writes durable failed.
     #[error("sync: {0}")]
     Sync(String),
+    /// An operation the cluster's version does not allow yet, or one
+    /// written by a newer version than this build.
+    #[error("{0}")]
+    Version(String),
 }
 
 /// Result of a store operation.

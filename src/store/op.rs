@@ -28,6 +28,15 @@ use crate::wire::FieldReader;
 /// The version of the encoding `encode` writes.
 pub const VERSION: u8 = 1;
 
+/// The newest cluster version this build applies. A replicated journal
+/// writes an operation only once the cluster version committed in the log
+/// (`Op::ClusterVersion`) is at least the operation's `level()`, and the
+/// leader raises that version only when every member said it applies it:
+/// a member running an older build never meets an operation it cannot
+/// apply. Version 1 is every operation of the builds before cluster
+/// versions existed (tags 1 to 26); 2 adds `ClusterVersion` itself.
+pub const LEVEL: u32 = 2;
+
 /// One change to durable state.
 #[derive(Debug, Clone, Copy)]
 pub enum Op<'a> {
@@ -126,6 +135,19 @@ pub enum Op<'a> {
     /// Every message of queue `queue_id` up to `upto` may have been
     /// delivered (a delivered-mark reservation, see delivered.rs).
     Reserve { queue_id: u64, upto: u64 },
+    /// Every member applies operations up to cluster version `level` (see
+    /// `LEVEL`); the applied version never goes down.
+    ClusterVersion { level: u32 },
+}
+
+impl Op<'_> {
+    /// The cluster version a member needs to apply this operation.
+    pub fn level(&self) -> u32 {
+        match self {
+            Op::ClusterVersion { .. } => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// One message of `Op::MoveMessages`.
@@ -175,6 +197,7 @@ const DELETE_PARAMETER: u8 = 23;
 const PUT_GLOBAL_PARAMETER: u8 = 24;
 const DELETE_GLOBAL_PARAMETER: u8 = 25;
 const MOVE_MESSAGES: u8 = 26;
+const CLUSTER_VERSION: u8 = 27;
 
 impl Op<'_> {
     /// Appends the versioned encoding to `out`.
@@ -311,6 +334,10 @@ impl Op<'_> {
                 put_str(out, user);
             }
             Op::UsersSeeded => out.put_u8(USERS_SEEDED),
+            Op::ClusterVersion { level } => {
+                out.put_u8(CLUSTER_VERSION);
+                out.put_u32(level);
+            }
             Op::Reserve { queue_id, upto } => {
                 out.put_u8(RESERVE);
                 out.put_u64(queue_id);
@@ -501,6 +528,9 @@ pub fn decode<R>(raw: Bytes, f: impl FnOnce(Op<'_>) -> R) -> Result<R> {
             })
         }
         USERS_SEEDED => f(Op::UsersSeeded),
+        CLUSTER_VERSION => f(Op::ClusterVersion {
+            level: r.u32().ok_or_else(|| bad("short"))?,
+        }),
         t => return Err(bad(&format!("unknown tag {t}"))),
     })
 }
@@ -721,6 +751,7 @@ mod tests {
                 user: "app",
             },
             Op::UsersSeeded,
+            Op::ClusterVersion { level: 2 },
         ];
         for op in ops {
             let mut buf = BytesMut::new();

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod api;
+pub mod netns;
 pub mod total;
 
 use std::path::PathBuf;
@@ -55,6 +57,8 @@ pub struct Node {
     stopped: AtomicBool,
     /// Environment variables it is started with (besides RUST_LOG).
     pub env: Mutex<Vec<(String, String)>>,
+    /// The binary it runs, if not this build's (or WARREN_BIN).
+    pub bin: Mutex<Option<PathBuf>>,
 }
 
 /// The cluster.
@@ -103,11 +107,27 @@ impl Cluster {
         Self::start_all(&hosts, "", false, env)
     }
 
+    /// Starts `n` nodes on loopback running `bin` (another build).
+    pub fn start_binary(n: usize, bin: &std::path::Path) -> Cluster {
+        let hosts = vec![("127.0.0.1".to_string(), None); n];
+        Self::start_all_of(&hosts, "", false, &[], Some(bin.to_path_buf()))
+    }
+
     fn start_all(
         hosts: &[(String, Option<String>)],
         toml: &str,
         client_tls: bool,
         env: &[Vec<(String, String)>],
+    ) -> Cluster {
+        Self::start_all_of(hosts, toml, client_tls, env, None)
+    }
+
+    fn start_all_of(
+        hosts: &[(String, Option<String>)],
+        toml: &str,
+        client_tls: bool,
+        env: &[Vec<(String, String)>],
+        bin: Option<PathBuf>,
     ) -> Cluster {
         let n = hosts.len();
         let tmp = tempfile::tempdir().unwrap();
@@ -132,6 +152,7 @@ impl Cluster {
                 child: Mutex::new(None),
                 stopped: AtomicBool::new(false),
                 env: Mutex::new(env.get(id as usize - 1).cloned().unwrap_or_default()),
+                bin: Mutex::new(bin.clone()),
             })
             .collect();
         let peers = nodes
@@ -159,9 +180,12 @@ impl Cluster {
     }
 
     fn spawn_with_peers(&self, i: usize, peers: &str) {
-        let bin =
-            std::env::var("WARREN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_warren").into());
         let n = &self.nodes[i];
+        let bin: PathBuf = n.bin.lock().unwrap().clone().unwrap_or_else(|| {
+            std::env::var("WARREN_BIN")
+                .unwrap_or_else(|_| env!("CARGO_BIN_EXE_warren").into())
+                .into()
+        });
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -335,6 +359,7 @@ impl Cluster {
             child: Mutex::new(None),
             stopped: AtomicBool::new(false),
             env: Mutex::default(),
+            bin: Mutex::default(),
         });
         self.nodes.len() - 1
     }

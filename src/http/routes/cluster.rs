@@ -99,7 +99,15 @@ fn cluster_of(api: &Api) -> ApiResult<&Arc<Cluster>> {
 pub async fn show(State(api): State<Arc<Api>>, caller: Caller) -> ApiResult<Json<Value>> {
     caller.monitor()?;
     let c = cluster_of(&api)?;
-    Ok(Json(status_json(&c.status().await)))
+    let mut out = status_json(&c.status().await);
+    if let Some(o) = out.as_object_mut() {
+        o.insert(
+            "cluster_version".into(),
+            api.broker.store.cluster_version()?.into(),
+        );
+        o.insert("applies_up_to".into(), crate::store::op::LEVEL.into());
+    }
+    Ok(Json(out))
 }
 
 /// PUT /api/cluster/members/{id} {"raft": "host:port"}.
@@ -122,7 +130,8 @@ pub async fn add_member(
     if id == 0 {
         return Err(ApiError::bad_request("node ids start at 1"));
     }
-    c.add_member(id, raft.to_string())
+    let version = api.broker.store.cluster_version()?;
+    c.add_member(id, raft.to_string(), version)
         .await
         .map_err(ApiError::bad_request)?;
     Ok(StatusCode::CREATED.into_response())

@@ -67,10 +67,9 @@ impl Syncer for Shipper {
             return Ok(());
         }
         let raft = self.raft.clone();
-        let batch = Batch(ops.freeze());
         let mut closing = self.closing.clone();
         let result = self.runtime.block_on(async {
-            let write = raft.client_write(batch);
+            let write = write_all(&raft, ops.freeze());
             if *closing.borrow() {
                 return tokio::time::timeout(LAST_COMMIT_TIMEOUT, write)
                     .await
@@ -91,6 +90,56 @@ impl Syncer for Shipper {
             }
         }
     }
+}
+
+/// The size a log entry is cut at: what was submitted while the last
+/// entry was in flight goes in entries of at most this many bytes (one
+/// operation larger than it goes alone), so a busy moment makes many
+/// bounded entries, not one that holds everything.
+const ENTRY_MAX: usize = 1 << 20;
+
+/// Appends `ops` (operations, each behind its u32 length) in entries cut
+/// at `ENTRY_MAX`, in order, and waits until the last is committed and
+/// applied here (so are all before it).
+async fn write_all(raft: &Raft, ops: bytes::Bytes) -> std::result::Result<(), String> {
+    let mut waiting = Vec::new();
+    for entry in cut(ops, ENTRY_MAX) {
+        let rx = raft
+            .client_write_ff(Batch(entry))
+            .await
+            .map_err(|e| e.to_string())?;
+        waiting.push(rx);
+    }
+    for rx in waiting {
+        rx.await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Cuts `ops` (operations, each behind its u32 length) between operations
+/// into pieces of at most `max` bytes; an operation larger goes alone.
+fn cut(ops: bytes::Bytes, max: usize) -> Vec<bytes::Bytes> {
+    let mut pieces = Vec::new();
+    let (mut start, mut at) = (0, 0);
+    while at < ops.len() {
+        let len = ops
+            .get(at..at + 4)
+            .map_or(ops.len(), |h| {
+                u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize
+            });
+        let next = (at + 4 + len).min(ops.len());
+        if next - start > max && at > start {
+            pieces.push(ops.slice(start..at));
+            start = at;
+        }
+        at = next;
+    }
+    if start < ops.len() {
+        pieces.push(ops.slice(start..));
+    }
+    pieces
 }
 
 impl RaftJournal {
@@ -152,6 +201,18 @@ impl RaftJournal {
 
 impl Journal for RaftJournal {
     fn submit(&self, op: &Op<'_>) -> Result<Applied> {
+        // Only operations of a later version than every build's cost a
+        // read here; `ClusterVersion` is raised once every member applies it.
+        if op.level() > 1 && !matches!(op, Op::ClusterVersion { .. }) {
+            let version = self.applier.cluster_version()?;
+            if op.level() > version {
+                return Err(Error::Version(format!(
+                    "this needs cluster version {}; the cluster is at {version} until \
+                     every member runs a build that applies it",
+                    op.level()
+                )));
+            }
+        }
         match *op {
             Op::Reserve { .. } => {
                 if !self.is_open() {
@@ -234,5 +295,31 @@ impl Journal for RaftJournal {
 
     fn defs_version(&self) -> u64 {
         self.defs_version.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops(sizes: &[usize]) -> bytes::Bytes {
+        let mut b = BytesMut::new();
+        for &n in sizes {
+            b.put_u32(n as u32);
+            b.extend_from_slice(&vec![7u8; n]);
+        }
+        b.freeze()
+    }
+
+    #[test]
+    fn entries_are_cut_between_operations() {
+        let all = ops(&[10, 10, 10, 100, 10]);
+        let pieces = cut(all.clone(), 30);
+        let sizes: Vec<usize> = pieces.iter().map(|p| p.len()).collect();
+        // 14 + 14 fit in 30; 14 more do not; the 104 goes alone.
+        assert_eq!(sizes, vec![28, 14, 104, 14]);
+        assert_eq!(pieces.concat(), all.to_vec());
+        assert_eq!(cut(all.clone(), 1 << 20).len(), 1);
+        assert!(cut(bytes::Bytes::new(), 30).is_empty());
     }
 }

@@ -169,6 +169,11 @@ impl Replica {
         self.applier.clear_pending()
     }
 
+    /// The cluster version the applied state records.
+    pub fn cluster_version(&self) -> crate::store::Result<u32> {
+        self.applier.cluster_version()
+    }
+
     /// Bytes sled uses on disk.
     pub fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
