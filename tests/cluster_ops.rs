@@ -8,8 +8,8 @@ mod cluster_support;
 
 use std::time::{Duration, Instant};
 
-use cluster_support::total::durable;
 use cluster_support::api::{get_json, http, leader_json};
+use cluster_support::total::durable;
 use cluster_support::{count, Cluster};
 use futures::StreamExt;
 use lapin::options::*;
@@ -100,7 +100,10 @@ async fn nodes_join_and_leave_through_the_api() {
             assert_eq!(cluster["cluster_version"], 2, "{cluster}");
             break;
         }
-        assert!(Instant::now() < deadline, "cluster version not raised: {cluster}");
+        assert!(
+            Instant::now() < deadline,
+            "cluster version not raised: {cluster}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let (status, nodes) = leader_json(&c, "/api/nodes").await;

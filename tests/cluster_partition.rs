@@ -19,8 +19,8 @@ mod cluster_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster_support::total::{consume_all, durable, queue_args, report, Workload, QUEUE};
 use cluster_support::netns::Net;
+use cluster_support::total::{consume_all, durable, queue_args, report, Workload, QUEUE};
 use cluster_support::Cluster;
 use futures::StreamExt;
 use lapin::options::*;

@@ -84,9 +84,42 @@ impl Budget {
     }
 }
 
+/// What to send of an append request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// All of it: a heartbeat, or entries within the budget.
+    All,
+    /// Its first `n` entries, answered as a partial success.
+    Prefix(usize),
+    /// Its first entry in parts: larger than the budget, or being staged
+    /// already (a peer of an older build gets it whole instead).
+    Stage,
+}
+
+/// What to send of `rpc` with `budget` bytes, `staging` the entry the
+/// peer is being given in parts, if any.
+pub fn plan(
+    rpc: &AppendEntriesRequest<TypeConfig>,
+    budget: usize,
+    staging: Option<LogId<u64>>,
+) -> Plan {
+    let Some(first) = rpc.entries.first() else {
+        return Plan::All;
+    };
+    let normal = payload(first).is_some();
+    if normal && staging == Some(first.log_id) {
+        return Plan::Stage;
+    }
+    match fitting(rpc, budget) {
+        0 if normal => Plan::Stage,
+        n if n.max(1) >= rpc.entries.len() => Plan::All,
+        n => Plan::Prefix(n.max(1)),
+    }
+}
+
 /// How many of `rpc`'s entries fit in `budget` bytes (0: the first alone
 /// is larger).
-pub fn fitting(rpc: &AppendEntriesRequest<TypeConfig>, budget: usize) -> usize {
+fn fitting(rpc: &AppendEntriesRequest<TypeConfig>, budget: usize) -> usize {
     let mut total = 0;
     rpc.entries
         .iter()
@@ -213,6 +246,42 @@ mod tests {
                 payload: EntryPayload::Normal(Batch(bytes::Bytes::copy_from_slice(payload))),
             }],
         }
+    }
+
+    fn append_of_sizes(sizes: &[usize]) -> AppendEntriesRequest<TypeConfig> {
+        let entries = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| Entry {
+                log_id: id(5 + i as u64),
+                payload: EntryPayload::Normal(Batch(bytes::Bytes::from(vec![0u8; n]))),
+            })
+            .collect();
+        AppendEntriesRequest {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: Some(id(4)),
+            leader_commit: None,
+            entries,
+        }
+    }
+
+    #[test]
+    fn requests_are_cut_to_the_budget() {
+        // A heartbeat goes as it is.
+        assert_eq!(plan(&append_of_sizes(&[]), 1000, None), Plan::All);
+        assert_eq!(plan(&append_of_sizes(&[100, 100]), 1000, None), Plan::All);
+        // Each entry weighs its payload plus 64.
+        assert_eq!(
+            plan(&append_of_sizes(&[300, 300, 300]), 800, None),
+            Plan::Prefix(2)
+        );
+        assert_eq!(plan(&append_of_sizes(&[5000, 10]), 1000, None), Plan::Stage);
+        // An entry being staged goes on in parts, whatever the budget.
+        assert_eq!(
+            plan(&append_of_sizes(&[500]), 1000, Some(id(5))),
+            Plan::Stage
+        );
+        assert_eq!(plan(&append_of_sizes(&[500]), 1000, Some(id(9))), Plan::All);
     }
 
     #[test]

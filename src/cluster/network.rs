@@ -25,7 +25,10 @@ use crate::store::raft::{Batch, Member, TypeConfig};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How long what a peer said of its build is believed.
-const LEVEL_KEPT: Duration = Duration::from_secs(10);
+const LEVEL_KEPT: Duration = Duration::from_secs(60);
+/// How long a peer that did not say (an older build, or no answer in
+/// time) is sent large entries whole before it is asked again.
+const NO_LEVEL_KEPT: Duration = Duration::from_secs(2);
 
 /// Makes a client per peer.
 #[derive(Clone, Default)]
@@ -139,13 +142,26 @@ impl Peer {
 impl Peer {
     /// Whether the peer takes staged appends (its build answers
     /// `VERSION`); asked again after a while (it may have been upgraded).
-    async fn stages(&mut self) -> bool {
+    async fn stages(&mut self, ttl: Duration) -> bool {
         if let Some((level, at)) = self.peer_level {
-            if at.elapsed() < LEVEL_KEPT {
+            let kept = if level >= 2 {
+                LEVEL_KEPT
+            } else {
+                NO_LEVEL_KEPT
+            };
+            if at.elapsed() < kept {
                 return level >= 2;
             }
         }
-        let level = self.level().await.unwrap_or(1);
+        // Within openraft's timeout, which would drop the question.
+        let level = tokio::time::timeout(ttl / 3, self.level())
+            .await
+            .ok()
+            .and_then(Result::ok);
+        if level.is_none() {
+            self.stream = None;
+        }
+        let level = level.unwrap_or(1);
         self.peer_level = Some((level, Instant::now()));
         level >= 2
     }
@@ -227,15 +243,16 @@ impl RaftNetwork<TypeConfig> for Peer {
         // shrink the budget (append.rs).
         let ttl = option.soft_ttl();
         let n = rpc.entries.len();
-        let mut fit = append::fitting(&rpc, self.budget.bytes());
-        if fit == 0 {
-            let normal = rpc.entries.first().and_then(append::payload).is_some();
-            if normal && self.stages().await {
+        let staging = self.staging.map(|(id, _)| id);
+        let fit = match append::plan(&rpc, self.budget.bytes(), staging) {
+            append::Plan::All => n,
+            append::Plan::Prefix(k) => k,
+            append::Plan::Stage if staging.is_some() || self.stages(ttl).await => {
                 return self.append_staged(rpc, ttl).await;
             }
             // A build before staged appends takes the entry whole.
-            fit = 1;
-        }
+            append::Plan::Stage => 1,
+        };
         rpc.entries.truncate(fit);
         let last = rpc.entries.last().map(|e| e.log_id);
         let sent = rpc.entries.iter().map(Batch::weight).sum();

@@ -42,4 +42,3 @@ pub async fn leader_json(c: &Cluster, path: &str) -> (u16, Value) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
-

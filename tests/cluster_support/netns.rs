@@ -118,13 +118,29 @@ impl Net {
 }
 
 impl Net {
+    /// Node `i`'s (1-based) interface, inside its namespace.
+    pub fn dev(&self, i: usize) -> String {
+        format!("wp{}{i}", self.tag)
+    }
+
     /// Limits what node `i` (1-based) sends to `rate` (tc's syntax, e.g.
     /// "100mbit").
     pub fn limit(&self, i: usize, rate: &str) {
-        let dev = format!("wp{}{i}", self.tag);
+        let dev = self.dev(i);
         let ok = Command::new("ip")
-            .args(["netns", "exec", &self.ns(i), "tc", "qdisc", "add", "dev", &dev])
-            .args(["root", "tbf", "rate", rate, "burst", "64kb", "latency", "100ms"])
+            .args([
+                "netns",
+                "exec",
+                &self.ns(i),
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                &dev,
+            ])
+            .args([
+                "root", "tbf", "rate", rate, "burst", "64kb", "latency", "100ms",
+            ])
             .status()
             .is_ok_and(|s| s.success());
         assert!(ok, "tc qdisc add dev {dev} root tbf rate {rate}");
@@ -146,4 +162,3 @@ impl Drop for Net {
         }
     }
 }
-

@@ -63,6 +63,30 @@ pub fn durable() -> QueueDeclareOptions {
     }
 }
 
+/// Where message `id` is published: exchange, routing key, headers, and
+/// how many bytes its body is padded to (the id, then spaces).
+pub type Route = Arc<dyn Fn(u64) -> (String, String, FieldTable, usize) + Send + Sync>;
+
+/// Every message to the total queue, unpadded.
+pub fn direct() -> Route {
+    Arc::new(|_| ("".into(), QUEUE.into(), FieldTable::default(), 0))
+}
+
+/// A message's body: its id, then spaces up to `pad` bytes.
+pub fn body(id: u64, pad: usize) -> Vec<u8> {
+    let mut b = id.to_string().into_bytes();
+    if b.len() < pad {
+        b.resize(pad, b' ');
+    }
+    b
+}
+
+/// The id a body carries.
+pub fn id_of(body: &[u8]) -> u64 {
+    let digits = body.split(|&b| b == b' ').next().unwrap_or_default();
+    std::str::from_utf8(digits).unwrap().parse().unwrap()
+}
+
 /// Publishes ids from 1 on, through node `order[0]` first, moving to the
 /// next node whenever a connection fails or stalls, until `stop`.
 pub async fn publish(
@@ -70,6 +94,17 @@ pub async fn publish(
     order: Vec<usize>,
     stop: Arc<AtomicBool>,
     history: Arc<Mutex<History>>,
+) {
+    publish_routed(cluster, order, stop, history, direct()).await
+}
+
+/// `publish`, each message where `route` says.
+pub async fn publish_routed(
+    cluster: Arc<Cluster>,
+    order: Vec<usize>,
+    stop: Arc<AtomicBool>,
+    history: Arc<Mutex<History>>,
+    route: Route,
 ) {
     let mut next = 1u64;
     let mut at = 0usize;
@@ -111,13 +146,16 @@ pub async fn publish(
                     h.published.insert(id);
                     h.sent_at.insert(id, Instant::now());
                 }
+                let (exchange, key, headers, pad) = route(id);
                 let sent = ch
                     .basic_publish(
-                        "".into(),
-                        QUEUE.into(),
+                        exchange.as_str().into(),
+                        key.as_str().into(),
                         BasicPublishOptions::default(),
-                        id.to_string().as_bytes(),
-                        BasicProperties::default().with_delivery_mode(2),
+                        &body(id, pad),
+                        BasicProperties::default()
+                            .with_delivery_mode(2)
+                            .with_headers(headers),
                     )
                     .await;
                 match sent {
@@ -149,6 +187,13 @@ pub async fn publish(
 /// Everything in the queue, through node `i`: id -> (times, all but the
 /// first redelivered).
 pub async fn consume_all(cluster: &Cluster, i: usize) -> BTreeMap<u64, (u32, bool)> {
+    let mut got = BTreeMap::new();
+    consume_into(cluster, i, &mut got).await;
+    got
+}
+
+/// `consume_all`, counted into `got` (deliveries seen before it).
+pub async fn consume_into(cluster: &Cluster, i: usize, got: &mut BTreeMap<u64, (u32, bool)>) {
     let conn = cluster
         .connect(i, Duration::from_secs(30))
         .await
@@ -171,21 +216,24 @@ pub async fn consume_all(cluster: &Cluster, i: usize) -> BTreeMap<u64, (u32, boo
         )
         .await
         .unwrap();
-    let mut got: BTreeMap<u64, (u32, bool)> = BTreeMap::new();
     let mut n = 0u32;
     while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(3), consumer.next()).await
     {
-        let id: u64 = std::str::from_utf8(&d.data).unwrap().parse().unwrap();
-        let e = got.entry(id).or_insert((0, true));
-        if e.0 > 0 && !d.redelivered {
-            e.1 = false;
-        }
-        e.0 += 1;
+        record(got, id_of(&d.data), d.redelivered);
         n += 1;
         d.ack(BasicAckOptions::default()).await.unwrap();
     }
     assert!(n >= expected, "consumed {n} of the {expected} queued");
-    got
+}
+
+/// Counts a delivery of `id`: times, and whether every one after the
+/// first was flagged redelivered.
+pub fn record(got: &mut BTreeMap<u64, (u32, bool)>, id: u64, redelivered: bool) {
+    let e = got.entry(id).or_insert((0, true));
+    if e.0 > 0 && !redelivered {
+        e.1 = false;
+    }
+    e.0 += 1;
 }
 
 pub fn check(history: &History, got: &BTreeMap<u64, (u32, bool)>) {
@@ -229,13 +277,19 @@ pub struct Workload {
 impl Workload {
     /// Starts publishing through the nodes of `order`, the first first.
     pub fn start(cluster: &Arc<Cluster>, order: Vec<usize>) -> Workload {
+        Self::start_routed(cluster, order, direct())
+    }
+
+    /// Starts publishing, each message where `route` says.
+    pub fn start_routed(cluster: &Arc<Cluster>, order: Vec<usize>, route: Route) -> Workload {
         let stop = Arc::new(AtomicBool::new(false));
         let history = Arc::new(Mutex::new(History::default()));
-        let publisher = tokio::spawn(publish(
+        let publisher = tokio::spawn(publish_routed(
             Arc::clone(cluster),
             order,
             Arc::clone(&stop),
             Arc::clone(&history),
+            route,
         ));
         Workload {
             stop,

@@ -124,11 +124,9 @@ fn cut(ops: bytes::Bytes, max: usize) -> Vec<bytes::Bytes> {
     let mut pieces = Vec::new();
     let (mut start, mut at) = (0, 0);
     while at < ops.len() {
-        let len = ops
-            .get(at..at + 4)
-            .map_or(ops.len(), |h| {
-                u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize
-            });
+        let len = ops.get(at..at + 4).map_or(ops.len(), |h| {
+            u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize
+        });
         let next = (at + 4 + len).min(ops.len());
         if next - start > max && at > start {
             pieces.push(ops.slice(start..at));
