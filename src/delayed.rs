@@ -99,9 +99,11 @@ impl Scheduler {
         let due = r.store().due_delayed(now_ms(), BATCH)?;
         let n = due.len();
         for m in due {
+            // The copies are stored (unflushed) before the held record goes,
+            // and commit with its removal (a cluster); a single node's crash
+            // in between can duplicate, never lose.
+            let _group = r.store().group();
             r.release(&m.vhost, m.delay_ms, m.message);
-            // The copies are stored (unflushed) before the held record goes:
-            // a crash in between can duplicate, never lose.
             r.store().remove_delayed(&m.key)?;
         }
         Ok(n)

@@ -75,6 +75,12 @@ pub struct Cluster {
     tls: link::Tls,
     /// A step-down is under way: not serving, whatever Raft says.
     stepping_down: std::sync::atomic::AtomicBool,
+    /// Renewed by the watchdog while a majority confirms this leader.
+    lease: Arc<crate::store::lease::Lease>,
+    /// How long a confirmation of the leadership holds (`step_down_ms`).
+    step_down: Duration,
+    /// When this node's role last became leader.
+    led_since: parking_lot::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Cluster {
@@ -136,6 +142,9 @@ impl Cluster {
             leader_changes: Default::default(),
             tls,
             stepping_down: Default::default(),
+            lease: Arc::default(),
+            step_down: Duration::from_millis(cfg.step_down_ms),
+            led_since: Default::default(),
         });
         tokio::spawn(Arc::clone(&cluster).accept(listener));
         let first = cfg.peers.iter().map(|p| p.id).min();
@@ -170,6 +179,13 @@ impl Cluster {
             Duration::from_millis(cfg.election_timeout_ms),
         ));
         Ok(cluster)
+    }
+
+    /// The lease this node's broker delivers under: it holds for
+    /// `step_down_ms` from the start of the last heartbeat round a majority
+    /// answered, ends when this node stops leading (see `watchdog`).
+    pub fn lease(&self) -> Arc<crate::store::lease::Lease> {
+        Arc::clone(&self.lease)
     }
 
     /// Times the leader this node knows changed.
@@ -385,27 +401,36 @@ impl Cluster {
             }
             if !matches!(*self.role.borrow(), Role::Leader { .. }) {
                 *confirmed.lock() = None;
+                self.lease.end();
                 continue;
             }
             let now = tokio::time::Instant::now();
             if !probing.swap(true, Ordering::AcqRel) {
-                let (raft, confirmed, probing) = (
+                let (raft, confirmed, probing, lease) = (
                     self.raft.clone(),
                     Arc::clone(&confirmed),
                     Arc::clone(&probing),
+                    Arc::clone(&self.lease),
                 );
                 tokio::spawn(async move {
                     let probe = tokio::time::timeout(step_down, raft.get_read_log_id());
                     if matches!(probe.await, Ok(Ok(_))) {
                         let mut c = confirmed.lock();
-                        *c = Some(c.map_or(now, |t| t.max(now)));
+                        // Not for a term this node no longer leads.
+                        if c.is_some() {
+                            *c = Some(c.map_or(now, |t| t.max(now)));
+                            lease.hold_until((now + step_down).into_std());
+                        }
                     }
                     probing.store(false, Ordering::Release);
                 });
             }
-            // A term's first check counts as a confirmation: it was just
-            // elected by a majority.
-            let since = *confirmed.lock().get_or_insert(now);
+            // Being elected by a majority is the term's first
+            // confirmation, as of when the role changed (not of this
+            // tick, which may come long after: a node paused since).
+            let since = *confirmed
+                .lock()
+                .get_or_insert_with(|| self.led_since.lock().unwrap_or(now));
             let lost = since.elapsed() > step_down;
             let stalled = self.log.sync_running_for() > step_down;
             if lost || stalled {
@@ -415,6 +440,7 @@ impl Cluster {
                     "cannot confirm leadership with a majority, or the log's sync stalls: \
                      stepping down"
                 );
+                self.lease.end();
                 self.step_down(election).await;
                 *confirmed.lock() = None;
             }
@@ -461,11 +487,25 @@ impl Cluster {
                     leader: m.current_leader,
                 }
             };
-            self.role.send_if_modified(|r| {
+            let changed = self.role.send_if_modified(|r| {
                 let changed = *r != role;
                 *r = role;
                 changed
             });
+            if changed {
+                match role {
+                    // Just elected by a majority (the watchdog renews it).
+                    Role::Leader { .. } => {
+                        let now = tokio::time::Instant::now();
+                        *self.led_since.lock() = Some(now);
+                        self.lease.hold_until((now + self.step_down).into_std());
+                    }
+                    Role::Follower { .. } => {
+                        *self.led_since.lock() = None;
+                        self.lease.end();
+                    }
+                }
+            }
             tokio::select! {
                 r = metrics.changed() => if r.is_err() { return },
                 _ = tokio::time::sleep(tick) => {}

@@ -23,6 +23,14 @@ impl Queue {
     /// refuses is parked until what it lacks comes back, so no consumer
     /// is asked twice for nothing.
     pub(super) fn dispatch_locked(self: &Arc<Self>, st: &mut State) {
+        // A leader that cannot show a live majority hands nothing out
+        // that another member may be handing out too (store/lease.rs).
+        if self.after_commit && !self.store.may_deliver() {
+            if st.ready.len() > 0 {
+                self.dispatch_when_leased();
+            }
+            return;
+        }
         let pager = self.pager();
         let sac = self.args.single_active_consumer;
         let committed = self.after_commit.then(|| self.store.committed_now());
@@ -107,6 +115,31 @@ impl Queue {
         });
     }
 
+    /// Dispatches again once the leadership lease holds (polled: it is
+    /// renewed within a heartbeat, or the node stops leading and the
+    /// queue goes with its broker). One waiting task per queue at a time.
+    fn dispatch_when_leased(self: &Arc<Self>) {
+        if self.lease_wait.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.lease_wait.store(false, Ordering::Release);
+            return;
+        };
+        let queue = Arc::downgrade(self);
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                let Some(q) = queue.upgrade() else { return };
+                if q.store.may_deliver() {
+                    q.lease_wait.store(false, Ordering::Release);
+                    q.dispatch();
+                    return;
+                }
+            }
+        });
+    }
+
     /// The outbox at `at` drained: its consumers may take deliveries again.
     pub fn outbox_drained(self: &Arc<Self>, at: usize) {
         let mut st = self.state.lock();
@@ -161,7 +194,13 @@ impl Queue {
                 Some(e) => break e,
             }
         };
-        // Not committed yet (commit.rs): as if the queue were empty.
+        // Not committed yet (commit.rs), or no lease (store/lease.rs): as
+        // if the queue were empty.
+        if self.after_commit && entry.stored && !self.store.may_deliver() {
+            st.ready.push_front(entry);
+            self.finish(st);
+            return false;
+        }
         if self.after_commit && entry.stored {
             let committed = self.store.committed_now();
             if st.uncommitted.waits_for(entry.seq, committed).is_some() {

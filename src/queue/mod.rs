@@ -104,6 +104,8 @@ pub struct Queue {
     after_commit: bool,
     /// A task waits for the commit the head message needs.
     commit_wait: AtomicBool,
+    /// A task waits for the leadership lease to hold again.
+    lease_wait: AtomicBool,
 }
 
 struct State {
@@ -180,6 +182,7 @@ impl Queue {
             unwritten: Default::default(),
             after_commit,
             commit_wait: AtomicBool::new(false),
+            lease_wait: AtomicBool::new(false),
         });
         if q.args.expires.is_some() {
             expiry::watch_unused(&q);
@@ -232,13 +235,21 @@ impl Queue {
                 returned: 0,
             });
         }
+        // Those left in the store past the memory bound keep their flag
+        // when read back (a cluster's new leader flags every one).
+        if let Some(last) = st.next_seq.checked_sub(1) {
+            st.ready.redelivered_through(last.min(delivered));
+        }
         let deadlines: Vec<(u64, u64)> = st.ready.deadlines().collect();
         for (deadline, seq) in deadlines {
             self.schedule(&mut st, deadline, seq);
         }
         // New messages must sort after everything ever delivered, or the
-        // next recovery would take them for redeliveries.
-        st.next_seq = st.next_seq.max(delivered + 1);
+        // next recovery would take them for redeliveries (a new leader
+        // takes every recovered message as delivered: nothing to skip).
+        if let Some(next) = delivered.checked_add(1) {
+            st.next_seq = st.next_seq.max(next);
+        }
         Ok(st.ready.len())
     }
 

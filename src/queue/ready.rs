@@ -61,6 +61,10 @@ pub struct Ready {
     max_priority: u8,
     /// Tombstones in `mem` (expired in place).
     tombstones: usize,
+    /// Messages up to this sequence were recovered as possibly delivered
+    /// (queue/mod.rs `recover`): those read back from the stored tail keep
+    /// the redelivered flag.
+    redelivered_through: Option<u64>,
 }
 
 /// The shared empty message a tombstone points at.
@@ -217,6 +221,12 @@ impl Ready {
         }
     }
 
+    /// Messages up to `seq` were recovered as possibly delivered: they
+    /// come back from the stored tail flagged redelivered.
+    pub fn redelivered_through(&mut self, seq: u64) {
+        self.redelivered_through = Some(seq);
+    }
+
     fn add_to_tail(&mut self, seq: u64, bytes: usize, enqueued: u32) {
         if self.tail.count == 0 {
             self.tail.first_seq = seq;
@@ -266,7 +276,7 @@ impl Ready {
                     self.mem.push_back(Entry {
                         msg,
                         seq,
-                        redelivered: false,
+                        redelivered: self.redelivered_through.is_some_and(|r| seq <= r),
                         stored: true,
                         deadline,
                         enqueued,

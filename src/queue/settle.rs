@@ -183,6 +183,9 @@ impl Queue {
     fn dead_letter_each(&self, dead: Vec<(Entry, Reason)>, target: Option<DeadLetterTarget<'_>>) {
         let now_secs = now_ms() / 1000;
         for (entry, reason) in dead {
+            // The copies and the removal commit together (a failover in
+            // between would keep both).
+            let _group = self.store.group();
             if let Some(t) = &target {
                 let msg = Arc::new(dead_letter::dead_letter(
                     &entry.msg,

@@ -254,7 +254,7 @@ async fn lead(
     cluster: &Arc<Cluster>,
 ) -> Result<Server, String> {
     let store = replica
-        .store_for_term(cluster.raft.clone())
+        .store_for_term(cluster.raft.clone(), cluster.lease())
         .map_err(|e| format!("store: {e}"))?;
     let broker = Broker::with_store(config.clone(), store, Some(Arc::clone(cluster)))?;
     // The proxy listener just closed: its port may take a moment.

@@ -61,6 +61,17 @@ pub trait Journal: Send + Sync {
     fn committed_now(&self) -> u64 {
         *self.committed().borrow()
     }
+    /// Whether what the journal replicates may be handed out now (a
+    /// replicated journal: while its leadership lease holds).
+    fn may_deliver(&self) -> bool {
+        true
+    }
+    /// Opens a group for this thread: until `close_group`, what it submits
+    /// commits together or not at all (a replicated journal; see
+    /// store/raft/pending.rs). Nested groups count as one.
+    fn open_group(&self) {}
+    /// Closes this thread's group.
+    fn close_group(&self) {}
 }
 
 /// The single-node journal: sled's log, made durable by group commit.

@@ -16,6 +16,7 @@ mod definitions;
 mod delayed;
 mod delivered;
 mod journal;
+pub mod lease;
 mod messages;
 pub mod op;
 pub mod raft;
@@ -61,6 +62,15 @@ pub enum Error {
 
 /// Result of a store operation.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// An open group of operations (`Store::group`).
+pub struct Group<'a>(&'a Store);
+
+impl Drop for Group<'_> {
+    fn drop(&mut self) {
+        self.0.journal.close_group();
+    }
+}
 
 /// The broker's durable state.
 pub struct Store {
@@ -197,6 +207,20 @@ impl Store {
     /// The last commit number reached.
     pub fn committed_now(&self) -> u64 {
         self.journal.committed_now()
+    }
+
+    /// Opens a group of operations that commit together or not at all
+    /// (a copy and the removal of its original); closed when the guard
+    /// goes. Nothing in a group may wait for a commit.
+    pub fn group(&self) -> Group<'_> {
+        self.journal.open_group();
+        Group(self)
+    }
+
+    /// Whether a queue may hand out a kept message now: a replicated
+    /// journal's leadership lease holds (lease.rs).
+    pub fn may_deliver(&self) -> bool {
+        self.journal.may_deliver()
     }
 
     /// Whether a queue hands out a kept message only once the commit that

@@ -15,14 +15,16 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::{BufMut, BytesMut};
+use bytes::BufMut;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use super::pending::{Gate, Pending};
 use super::{Batch, Raft};
 use crate::store::apply::Applier;
 use crate::store::deferred::Registry;
 use crate::store::journal::Journal;
+use crate::store::lease::Lease;
 use crate::store::op::{Applied, Op};
 use crate::store::sync::{Flusher, Syncer};
 use crate::store::{Error, QueueDef, Result};
@@ -30,12 +32,15 @@ use crate::store::{Error, QueueDef, Result};
 /// The journal of a Raft leader.
 pub struct RaftJournal {
     applier: Arc<Applier>,
-    entry: Arc<Mutex<BytesMut>>,
+    entry: Arc<Mutex<Pending>>,
+    gate: Arc<Gate>,
     open: Arc<AtomicBool>,
     closing: watch::Sender<bool>,
     next_queue_id: AtomicU64,
     defs_version: AtomicU64,
     flusher: Arc<Flusher>,
+    /// The leadership this term serves under.
+    lease: Arc<Lease>,
 }
 
 /// How long the last commit of a term may wait (shutdown): a node that
@@ -45,7 +50,8 @@ const LAST_COMMIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// Ships the entry being built and waits for its commit.
 struct Shipper {
     raft: Raft,
-    entry: Arc<Mutex<BytesMut>>,
+    entry: Arc<Mutex<Pending>>,
+    gate: Arc<Gate>,
     open: Arc<AtomicBool>,
     /// The term is ending: commits wait a bounded time.
     closing: watch::Receiver<bool>,
@@ -60,8 +66,8 @@ impl Syncer for Shipper {
         if !self.open.load(Ordering::Acquire) {
             return Err("this node no longer leads the cluster".into());
         }
-        let ops = std::mem::take(&mut *self.entry.lock());
-        if ops.is_empty() {
+        let entries = self.gate.when_closed(|| self.entry.lock().take(ENTRY_MAX));
+        if entries.is_empty() {
             // Every entry shipped before was committed when its sync
             // returned: nothing is waiting.
             return Ok(());
@@ -69,7 +75,7 @@ impl Syncer for Shipper {
         let raft = self.raft.clone();
         let mut closing = self.closing.clone();
         let result = self.runtime.block_on(async {
-            let write = write_all(&raft, ops.freeze());
+            let write = write_all(&raft, entries);
             if *closing.borrow() {
                 return tokio::time::timeout(LAST_COMMIT_TIMEOUT, write)
                     .await
@@ -94,16 +100,15 @@ impl Syncer for Shipper {
 
 /// The size a log entry is cut at: what was submitted while the last
 /// entry was in flight goes in entries of at most this many bytes (one
-/// operation larger than it goes alone), so a busy moment makes many
-/// bounded entries, not one that holds everything.
+/// operation, or group, larger than it goes alone), so a busy moment makes
+/// many bounded entries, not one that holds everything.
 const ENTRY_MAX: usize = 1 << 20;
 
-/// Appends `ops` (operations, each behind its u32 length) in entries cut
-/// at `ENTRY_MAX`, in order, and waits until the last is committed and
+/// Appends `entries` in order and waits until the last is committed and
 /// applied here (so are all before it).
-async fn write_all(raft: &Raft, ops: bytes::Bytes) -> std::result::Result<(), String> {
+async fn write_all(raft: &Raft, entries: Vec<bytes::Bytes>) -> std::result::Result<(), String> {
     let mut waiting = Vec::new();
-    for entry in cut(ops, ENTRY_MAX) {
+    for entry in entries {
         let rx = raft
             .client_write_ff(Batch(entry))
             .await
@@ -118,28 +123,6 @@ async fn write_all(raft: &Raft, ops: bytes::Bytes) -> std::result::Result<(), St
     Ok(())
 }
 
-/// Cuts `ops` (operations, each behind its u32 length) between operations
-/// into pieces of at most `max` bytes; an operation larger goes alone.
-fn cut(ops: bytes::Bytes, max: usize) -> Vec<bytes::Bytes> {
-    let mut pieces = Vec::new();
-    let (mut start, mut at) = (0, 0);
-    while at < ops.len() {
-        let len = ops.get(at..at + 4).map_or(ops.len(), |h| {
-            u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize
-        });
-        let next = (at + 4 + len).min(ops.len());
-        if next - start > max && at > start {
-            pieces.push(ops.slice(start..at));
-            start = at;
-        }
-        at = next;
-    }
-    if start < ops.len() {
-        pieces.push(ops.slice(start..));
-    }
-    pieces
-}
-
 impl RaftJournal {
     /// The journal of a term that `raft` leads, applying through
     /// `applier` (everything committed before the term already applied).
@@ -147,14 +130,17 @@ impl RaftJournal {
         applier: Arc<Applier>,
         raft: Raft,
         deferred: Arc<Registry>,
+        lease: Arc<Lease>,
     ) -> Result<RaftJournal> {
         applier.clear_pending()?;
-        let entry = Arc::new(Mutex::new(BytesMut::new()));
+        let entry = Arc::new(Mutex::new(Pending::default()));
+        let gate = Arc::new(Gate::default());
         let open = Arc::new(AtomicBool::new(true));
         let (closing, closing_rx) = watch::channel(false);
         let shipper = Arc::new(Shipper {
             raft,
             entry: Arc::clone(&entry),
+            gate: Arc::clone(&gate),
             open: Arc::clone(&open),
             closing: closing_rx,
             runtime: tokio::runtime::Handle::current(),
@@ -168,10 +154,12 @@ impl RaftJournal {
             next_queue_id: AtomicU64::new(applier.last_queue_id()?),
             applier,
             entry,
+            gate,
             open,
             closing,
             defs_version: AtomicU64::new(0),
             flusher,
+            lease,
         })
     }
 
@@ -184,15 +172,17 @@ impl RaftJournal {
         if !self.is_open() {
             return Err(Error::Sync("this node no longer leads the cluster".into()));
         }
-        let mut entry = self.entry.lock();
+        let mut pending = self.entry.lock();
+        let entry = &mut pending.ops;
         let at = entry.len();
         entry.put_u32(0);
-        if let Err(e) = op.encode(&mut entry) {
+        if let Err(e) = op.encode(entry) {
             entry.truncate(at);
             return Err(e);
         }
         let len = (entry.len() - at - 4) as u32;
         entry[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        pending.appended(&self.gate);
         Ok(())
     }
 }
@@ -232,7 +222,20 @@ impl Journal for RaftJournal {
                 self.defs_version.fetch_add(1, Ordering::SeqCst);
             }
             Op::Unhold { key } => self.applier.unholding(key),
-            Op::MoveMessages { .. } => self.applier.stage(op)?,
+            Op::MoveMessages { to, moves, .. } => {
+                if !self.is_open() {
+                    return Err(Error::Sync("this node no longer leads the cluster".into()));
+                }
+                self.applier.stage(op)?;
+                if let Err(e) = self.ship(op) {
+                    // Not moved: nothing of it may be read back.
+                    if let Some(first) = moves.iter().map(|m| m.to_seq).min() {
+                        self.applier.unstage_from(to, first)?;
+                    }
+                    return Err(e);
+                }
+                return Ok(Applied::Done);
+            }
             Op::PutMessage { .. } | Op::RemoveMessage { .. } | Op::Hold { .. } => {}
             _ => {
                 self.defs_version.fetch_add(1, Ordering::SeqCst);
@@ -269,6 +272,18 @@ impl Journal for RaftJournal {
         self.flusher.committed_now()
     }
 
+    fn may_deliver(&self) -> bool {
+        self.lease.holds()
+    }
+
+    fn open_group(&self) {
+        self.gate.open();
+    }
+
+    fn close_group(&self) {
+        self.gate.close(&self.entry);
+    }
+
     fn commit_now(&self) -> Result<()> {
         // Only reached once the committer stopped: nothing can be
         // committed any more by this journal.
@@ -293,31 +308,5 @@ impl Journal for RaftJournal {
 
     fn defs_version(&self) -> u64 {
         self.defs_version.load(Ordering::SeqCst)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ops(sizes: &[usize]) -> bytes::Bytes {
-        let mut b = BytesMut::new();
-        for &n in sizes {
-            b.put_u32(n as u32);
-            b.extend_from_slice(&vec![7u8; n]);
-        }
-        b.freeze()
-    }
-
-    #[test]
-    fn entries_are_cut_between_operations() {
-        let all = ops(&[10, 10, 10, 100, 10]);
-        let pieces = cut(all.clone(), 30);
-        let sizes: Vec<usize> = pieces.iter().map(|p| p.len()).collect();
-        // 14 + 14 fit in 30; 14 more do not; the 104 goes alone.
-        assert_eq!(sizes, vec![28, 14, 104, 14]);
-        assert_eq!(pieces.concat(), all.to_vec());
-        assert_eq!(cut(all.clone(), 1 << 20).len(), 1);
-        assert!(cut(bytes::Bytes::new(), 30).is_empty());
     }
 }

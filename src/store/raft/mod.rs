@@ -19,6 +19,7 @@ mod entries;
 mod journal;
 mod log;
 mod machine;
+mod pending;
 mod snapshot;
 
 use std::io::Cursor;
@@ -148,17 +149,18 @@ impl Replica {
     }
 
     /// The store of a term `raft` leads here: everything committed before
-    /// it must be applied.
+    /// it must be applied; it delivers while `lease` holds.
     pub fn store_for_term(
         &self,
         raft: Raft,
+        lease: std::sync::Arc<crate::store::lease::Lease>,
     ) -> crate::store::Result<std::sync::Arc<crate::store::Store>> {
         let applier = std::sync::Arc::clone(&self.applier);
         crate::store::Store::for_term(
             self.db.clone(),
             std::sync::Arc::clone(&applier),
             |deferred| {
-                let j = RaftJournal::start(applier, raft, deferred)?;
+                let j = RaftJournal::start(applier, raft, deferred, lease)?;
                 Ok(std::sync::Arc::new(j) as std::sync::Arc<dyn crate::store::Journal>)
             },
         )
