@@ -406,20 +406,19 @@ impl Cluster {
             }
             let now = tokio::time::Instant::now();
             if !probing.swap(true, Ordering::AcqRel) {
-                let (raft, confirmed, probing, lease) = (
-                    self.raft.clone(),
+                let (this, confirmed, probing) = (
+                    Arc::clone(&self),
                     Arc::clone(&confirmed),
                     Arc::clone(&probing),
-                    Arc::clone(&self.lease),
                 );
                 tokio::spawn(async move {
-                    let probe = tokio::time::timeout(step_down, raft.get_read_log_id());
+                    let probe = tokio::time::timeout(step_down, this.raft.get_read_log_id());
                     if matches!(probe.await, Ok(Ok(_))) {
                         let mut c = confirmed.lock();
                         // Not for a term this node no longer leads.
-                        if c.is_some() {
-                            *c = Some(c.map_or(now, |t| t.max(now)));
-                            lease.hold_until((now + step_down).into_std());
+                        if let Some(t) = *c {
+                            *c = Some(t.max(now));
+                            this.renew_lease(now);
                         }
                     }
                     probing.store(false, Ordering::Release);
@@ -440,7 +439,6 @@ impl Cluster {
                     "cannot confirm leadership with a majority, or the log's sync stalls: \
                      stepping down"
                 );
-                self.lease.end();
                 self.step_down(election).await;
                 *confirmed.lock() = None;
             }
@@ -494,14 +492,17 @@ impl Cluster {
             });
             if changed {
                 match role {
-                    // Just elected by a majority (the watchdog renews it).
                     Role::Leader { .. } => {
                         let now = tokio::time::Instant::now();
                         *self.led_since.lock() = Some(now);
-                        self.lease.hold_until((now + self.step_down).into_std());
+                        // Elected a while ago, maybe (applying the log's
+                        // tail can take seconds): the lease starts with a
+                        // heartbeat round, at once, not with the election.
+                        tokio::spawn(Arc::clone(&self).first_lease(now));
                     }
                     Role::Follower { .. } => {
-                        *self.led_since.lock() = None;
+                        let mut led = self.led_since.lock();
+                        *led = None;
                         self.lease.end();
                     }
                 }
@@ -514,6 +515,25 @@ impl Cluster {
         }
     }
 
+    /// The lease of a term this node began leading at `since`: from a
+    /// heartbeat round a majority answers (the watchdog renews it).
+    async fn first_lease(self: Arc<Self>, since: tokio::time::Instant) {
+        let probe = tokio::time::timeout(self.step_down, self.raft.get_read_log_id());
+        if matches!(probe.await, Ok(Ok(_))) {
+            self.renew_lease(since);
+        }
+    }
+
+    /// A heartbeat round begun at `start` was answered by a majority: the
+    /// lease holds `step_down` past it, if this node has led since before
+    /// it (not for a term that ended meanwhile).
+    fn renew_lease(&self, start: tokio::time::Instant) {
+        let led = self.led_since.lock();
+        if led.is_some_and(|t| t <= start) {
+            self.lease.hold_until((start + self.step_down).into_std());
+        }
+    }
+
     /// Stops serving, and hands leadership over: with its heartbeats off,
     /// once the followers' lease (twice the election timeout) has run out
     /// it asks the follower that has the most of the log to stand for
@@ -523,6 +543,11 @@ impl Cluster {
     async fn step_down(&self, election: Duration) {
         use std::sync::atomic::Ordering;
         self.stepping_down.store(true, Ordering::Release);
+        {
+            let mut led = self.led_since.lock();
+            *led = None;
+            self.lease.end();
+        }
         self.role.send_replace(Role::Follower { leader: None });
         let rc = self.raft.runtime_config();
         rc.heartbeat(false);
