@@ -1,22 +1,31 @@
-//! A nemesis in the style of Jepsen's: three real nodes, each in its own
-//! network namespace, under faults drawn at random while clients publish
-//! with pipelined confirms (moving between nodes when one fails) and a
-//! consumer on every node acks what it gets. Messages reach the checked
-//! queue four ways: directly; through a queue whose TTL dead-letters them
-//! into it; through a delayed-message exchange; and through a side queue
-//! that the management API's move action empties into it now and then.
-//! Bodies are 4 KiB and the consumers start late, so the queue passes its
-//! memory bound and pages messages out.
+//! A nemesis in the style of Jepsen's: three real nodes (five with
+//! WARREN_NEMESIS_NODES=5), each in its own network namespace, under
+//! faults drawn at random while clients publish with pipelined confirms
+//! (moving between nodes when one fails) and a consumer on every node acks
+//! what it gets. Messages reach the checked queue four ways: directly;
+//! through a queue whose TTL dead-letters them into it; through a
+//! delayed-message exchange; and through a side queue that the management
+//! API's move action empties into it now and then. Bodies are 4 KiB and the
+//! consumers start late, so the queue passes its memory bound and pages
+//! messages out.
 //!
 //! Faults: SIGKILL and restart; SIGSTOP then SIGCONT; the leader or a
 //! follower cut off from the others; a one-way cut; a slow link that
 //! drops what it cannot carry (tc tbf: netem needs a kernel module the CI
 //! machines may lack); a stalled log sync (a restart with the `raft-log-sync` fail
-//! point); every node restarted. Each lasts a few seconds, then heals.
+//! point); every node restarted; a member replaced (a new node with a new
+//! id and an empty data directory added in its namespace, then the old one
+//! removed and stopped, as `warren cluster replace` does). Each lasts a few
+//! seconds, then heals.
 //!
 //! The check, after healing and draining: every confirmed message was
 //! dequeued at least once, nothing was dequeued that was never published,
-//! and a message dequeued twice carries redelivered the later time.
+//! a message dequeued twice carries redelivered the later time, and no
+//! message was delivered by two nodes in the same period: a connection
+//! lives within one leader's term (a leader that steps down closes its
+//! clients, a follower carries its clients to one leader), so a message
+//! delivered on one connection and later on another means the first one's
+//! server had let it go, and that connection must get nothing after it.
 //!
 //! About two minutes by default (.ci/run); WARREN_NEMESIS_SECS sets the
 //! length, WARREN_NEMESIS_SEED replays a run's draw of faults.
@@ -24,14 +33,14 @@
 mod cluster_support;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cluster_support::api::http;
 use cluster_support::netns::{self, Net};
 use cluster_support::total::{
-    check, consume_into, id_of, queue_args, record, Route, Workload, QUEUE,
+    check, consume_into, id_of, queue_args, record, Order, Route, Workload, QUEUE,
 };
 use cluster_support::Cluster;
 use futures::StreamExt;
@@ -39,8 +48,15 @@ use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
 use parking_lot::Mutex;
 
-/// Deliveries seen by the consumers: id -> (times, later ones flagged).
-type Seen = Arc<Mutex<BTreeMap<u64, (u32, bool)>>>;
+/// What the consumers saw: id -> (times, later ones flagged), and every
+/// delivery as (id, connection, ms since the start).
+#[derive(Default)]
+struct Deliveries {
+    got: BTreeMap<u64, (u32, bool)>,
+    log: Vec<(u64, u32, u32)>,
+}
+
+type Seen = Arc<Mutex<Deliveries>>;
 
 /// A small xorshift generator: the faults of a seed are the same each run.
 struct Draw(u64);
@@ -129,19 +145,56 @@ fn route() -> Route {
     })
 }
 
-/// A consumer through node `i` until `stop`, reconnecting as needed.
-async fn consume(c: Arc<Cluster>, i: usize, seen: Seen, stop: Arc<AtomicBool>) {
+/// The cluster under test and which node holds each namespace's place.
+struct Ring {
+    c: Arc<Cluster>,
+    net: Net,
+    /// members[s]: the node (index) in namespace s + 1.
+    members: Order,
+    /// spares[s]: the unused nodes made for namespace s + 1.
+    spares: Vec<Vec<usize>>,
+}
+
+impl Ring {
+    fn member(&self, slot: usize) -> usize {
+        self.members.lock()[slot]
+    }
+
+    fn size(&self) -> usize {
+        self.spares.len()
+    }
+
+    /// The slot of the node that leads, if one does.
+    fn leader_slot(&self) -> Option<usize> {
+        let l = self.c.leader()?;
+        self.members.lock().iter().position(|&m| m == l)
+    }
+}
+
+/// A consumer through the node in slot `slot` until `stop`, reconnecting
+/// as needed; each connection gets a number of its own.
+async fn consume(
+    c: Arc<Cluster>,
+    members: Order,
+    slot: usize,
+    seen: Seen,
+    stop: Arc<AtomicBool>,
+    conns: Arc<AtomicU32>,
+    t0: Instant,
+) {
     while !stop.load(Ordering::Relaxed) {
-        let Some(conn) = c.connect(i, Duration::from_secs(5)).await else {
+        let node = members.lock()[slot];
+        let Some(conn) = c.connect(node, Duration::from_secs(5)).await else {
             continue;
         };
+        let me = conns.fetch_add(1, Ordering::Relaxed);
         let Ok(ch) = conn.create_channel().await else {
             continue;
         };
         if ch.basic_qos(200, BasicQosOptions::default()).await.is_err() {
             continue;
         }
-        let tag = format!("c{i}");
+        let tag = format!("c{slot}");
         let Ok(mut consumer) = ch
             .basic_consume(
                 QUEUE.into(),
@@ -160,13 +213,37 @@ async fn consume(c: Arc<Cluster>, i: usize, seen: Seen, stop: Arc<AtomicBool>) {
                 Ok(Some(Ok(d))) => d,
                 Ok(_) => break,
             };
-            record(&mut seen.lock(), id_of(&d.data), d.redelivered);
+            let id = id_of(&d.data);
+            {
+                let mut s = seen.lock();
+                record(&mut s.got, id, d.redelivered);
+                s.log.push((id, me, t0.elapsed().as_millis() as u32));
+            }
             if d.ack(BasicAckOptions::default()).await.is_err() {
                 break;
             }
         }
         let _ = conn.close(200, "done".into()).await;
     }
+}
+
+/// Messages delivered on a connection after another connection that got
+/// them later was already served: (id, first connection, its delivery,
+/// the later connection, its delivery, the first one's last delivery).
+fn same_period(log: &[(u64, u32, u32)]) -> Vec<(u64, u32, u32, u32, u32, u32)> {
+    let mut last: BTreeMap<u32, u32> = BTreeMap::new();
+    for &(_, conn, at) in log {
+        let l = last.entry(conn).or_default();
+        *l = (*l).max(at);
+    }
+    let mut sorted = log.to_vec();
+    sorted.sort_unstable_by_key(|&(id, _, at)| (id, at));
+    sorted
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0 && w[0].1 != w[1].1)
+        .filter(|w| last[&w[0].1] > w[1].2)
+        .map(|w| (w[0].0, w[0].1, w[0].2, w[1].1, w[1].2, last[&w[0].1]))
+        .collect()
 }
 
 /// Moves what the side queue holds into the checked queue, through the
@@ -194,55 +271,131 @@ fn in_ns(net: &Net, i: usize, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// The voters the leader lists, if it answers.
+async fn voters(c: &Cluster) -> Option<Vec<u64>> {
+    let l = c.leader()?;
+    let r = http()
+        .get(format!("{}/api/cluster", c.api(l)))
+        .basic_auth("guest", Some("guest"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?;
+    let v: serde_json::Value = r.json().await.ok()?;
+    let members = v["members"].as_array()?;
+    Some(
+        members
+            .iter()
+            .filter(|m| m["voter"] == true)
+            .filter_map(|m| m["id"].as_u64())
+            .collect(),
+    )
+}
+
+/// Sends `method` to the leader's /api/cluster/members/{id}, once.
+async fn membership(c: &Cluster, method: reqwest::Method, id: u64, body: serde_json::Value) {
+    let Some(l) = c.leader() else { return };
+    let _ = http()
+        .request(method, format!("{}/api/cluster/members/{id}", c.api(l)))
+        .basic_auth("guest", Some("guest"))
+        .json(&body)
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await;
+}
+
+/// Replaces the member in `slot` as `warren cluster replace` does: a new
+/// node (new id, empty data directory) in the same namespace is started
+/// and added, then the old one is removed and stopped. None if no spare
+/// is left.
+async fn replace(r: &mut Ring, slot: usize) -> Option<String> {
+    let new = r.spares[slot].pop()?;
+    let old = r.member(slot);
+    let c = &r.c;
+    let (old_id, new_id) = (c.nodes[old].id, c.nodes[new].id);
+    c.spawn_joining(new);
+    let raft = format!("{}:{}", c.nodes[new].host, c.nodes[new].raft);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !voters(c).await.is_some_and(|v| v.contains(&new_id)) {
+        assert!(
+            Instant::now() < deadline,
+            "node {new_id} not added in 120 s: {}",
+            c.logs_tail()
+        );
+        let body = serde_json::json!({ "raft": raft });
+        membership(c, reqwest::Method::PUT, new_id, body).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Clients go to the new node from here on.
+    r.members.lock()[slot] = new;
+    while voters(c).await.is_none_or(|v| v.contains(&old_id)) {
+        assert!(
+            Instant::now() < deadline,
+            "node {old_id} not removed in 120 s: {}",
+            c.logs_tail()
+        );
+        let body = serde_json::Value::Null;
+        membership(c, reqwest::Method::DELETE, old_id, body).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    c.kill(old);
+    Some(format!("node {old_id} replaced by node {new_id}"))
+}
+
 /// One fault, held for `hold`, then healed. Returns its name.
-async fn fault(c: &Cluster, net: &Net, d: &mut Draw, hold: Duration) -> String {
-    let leader = c.leader();
-    let any = d.below(3) as usize;
-    let target = match d.below(2) {
-        0 => leader.unwrap_or(any),
+async fn fault(r: &mut Ring, d: &mut Draw, hold: Duration) -> String {
+    let n = r.size();
+    let any = d.below(n as u64) as usize;
+    let slot = match d.below(2) {
+        0 => r.leader_slot().unwrap_or(any),
         _ => any,
     };
-    let node = target + 1;
-    match d.below(7) {
+    let target = r.member(slot);
+    let (c, net) = (&r.c, &r.net);
+    let id = c.nodes[target].id;
+    // Namespaces are 1-based.
+    let ns = slot + 1;
+    match d.below(8) {
         0 => {
             c.kill(target);
             tokio::time::sleep(hold).await;
             c.spawn(target);
-            format!("SIGKILL node {node}")
+            format!("SIGKILL node {id}")
         }
         1 => {
             c.signal(target, libc::SIGSTOP);
             tokio::time::sleep(hold).await;
             c.signal(target, libc::SIGCONT);
-            format!("SIGSTOP node {node}")
+            format!("SIGSTOP node {id}")
         }
         2 => {
-            net.isolate(node, true);
+            net.isolate(ns, true);
             tokio::time::sleep(hold).await;
-            net.isolate(node, false);
-            format!("partition isolating node {node}")
+            net.isolate(ns, false);
+            format!("partition isolating node {id}")
         }
         3 => {
-            // Node `node` cannot send to the next one; the other way works.
-            let other = node % 3 + 1;
+            // Node `id` cannot send to the next one; the other way works.
+            let other = ns % n + 1;
             let dst = format!("{}/32", net.host(other));
-            assert!(in_ns(net, node, &["ip", "route", "add", "blackhole", &dst]));
+            assert!(in_ns(net, ns, &["ip", "route", "add", "blackhole", &dst]));
             tokio::time::sleep(hold).await;
-            in_ns(net, node, &["ip", "route", "del", "blackhole", &dst]);
-            format!("one-way cut from node {node} to node {other}")
+            in_ns(net, ns, &["ip", "route", "del", "blackhole", &dst]);
+            let to = c.nodes[r.member(other - 1)].id;
+            format!("one-way cut from node {id} to node {to}")
         }
         4 => {
             // tbf, not netem (which this kernel may lack): 4 Mbit/s, and
             // what waits over 20 ms is dropped.
-            let dev = net.dev(node);
+            let dev = net.dev(ns);
             let tbf = [
                 "tc", "qdisc", "add", "dev", &dev, "root", "tbf", "rate", "4mbit", "burst", "16kb",
                 "latency", "20ms",
             ];
-            assert!(in_ns(net, node, &tbf));
+            assert!(in_ns(net, ns, &tbf));
             tokio::time::sleep(hold).await;
-            in_ns(net, node, &["tc", "qdisc", "del", "dev", &dev, "root"]);
-            format!("slow, dropping link at node {node}")
+            in_ns(net, ns, &["tc", "qdisc", "del", "dev", &dev, "root"]);
+            format!("slow, dropping link at node {id}")
         }
         5 => {
             // The 50th log sync from the start stalls for the hold.
@@ -255,24 +408,34 @@ async fn fault(c: &Cluster, net: &Net, d: &mut Draw, hold: Duration) -> String {
             c.spawn(target);
             tokio::time::sleep(hold + Duration::from_secs(3)).await;
             c.nodes[target].env.lock().unwrap().clear();
-            format!("stalled log sync at node {node}")
+            format!("stalled log sync at node {id}")
         }
-        _ => {
-            for i in 0..3 {
+        6 => {
+            let all: Vec<usize> = r.members.lock().clone();
+            for &i in &all {
                 c.kill(i);
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
-            for i in 0..3 {
+            for &i in &all {
                 c.spawn(i);
             }
             "every node restarted".to_string()
         }
+        _ => match replace(r, slot).await {
+            Some(what) => what,
+            None => "no spare left: nothing".to_string(),
+        },
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nemesis_loses_nothing() {
-    let Some(net) = Net::new() else {
+    let n: usize = std::env::var("WARREN_NEMESIS_NODES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    assert!(n == 3 || n == 5, "WARREN_NEMESIS_NODES is 3 or 5");
+    let Some(net) = Net::with(n) else {
         assert!(!netns::required(), "cannot make network namespaces");
         eprintln!("skipped: network namespaces need root and iproute2");
         return;
@@ -290,26 +453,49 @@ async fn a_nemesis_loses_nothing() {
                 .map_or(1, |d| d.as_nanos() as u64)
                 | 1
         });
-    eprintln!("nemesis: {secs} s, WARREN_NEMESIS_SEED={seed}");
+    eprintln!("nemesis: {n} nodes, {secs} s, WARREN_NEMESIS_SEED={seed}");
     let mut draw = Draw(seed);
     let hosts: Vec<(String, Option<String>)> =
-        (1..=3).map(|i| (net.host(i), Some(net.ns(i)))).collect();
-    let c = Arc::new(Cluster::start_on(&hosts, "loopback_users = []\n"));
+        (1..=n).map(|i| (net.host(i), Some(net.ns(i)))).collect();
+    // Spares for replaced members: about one fault in eight is one, a
+    // fault every 10 s or so, spread over the namespaces.
+    let per = (secs / 80 / n as u64 + 1) as usize;
+    let spares: Vec<(String, Option<String>)> = (0..per).flat_map(|_| hosts.clone()).collect();
+    let c = Arc::new(Cluster::start_on_with_spares(
+        &hosts,
+        &spares,
+        "loopback_users = []\n",
+    ));
+    let mut free: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for k in 0..per * n {
+        free[k % n].push(n + k);
+    }
+    let mut ring = Ring {
+        c: Arc::clone(&c),
+        net,
+        members: Arc::new(Mutex::new((0..n).collect())),
+        spares: free,
+    };
     let (leader, _) = c.wait_leader(0, Duration::from_secs(30)).await;
     declare(&c, leader).await;
 
-    let work = Workload::start_routed(&c, vec![0, 1, 2], route());
+    let work = Workload::start_on(&c, Arc::clone(&ring.members), route());
     let seen: Seen = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
+    let conns = Arc::new(AtomicU32::new(0));
     // The consumers start late: the queue grows past its memory bound.
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let consumers: Vec<_> = (0..3)
-        .map(|i| {
+    let t0 = Instant::now();
+    let consumers: Vec<_> = (0..n)
+        .map(|slot| {
             tokio::spawn(consume(
                 Arc::clone(&c),
-                i,
+                Arc::clone(&ring.members),
+                slot,
                 Arc::clone(&seen),
                 Arc::clone(&stop),
+                Arc::clone(&conns),
+                t0,
             ))
         })
         .collect();
@@ -318,7 +504,7 @@ async fn a_nemesis_loses_nothing() {
     let mut faults = Vec::new();
     while start.elapsed() < Duration::from_secs(secs) {
         let hold = Duration::from_millis(2000 + draw.below(4000));
-        let what = fault(&c, &net, &mut draw, hold).await;
+        let what = fault(&mut ring, &mut draw, hold).await;
         eprintln!("nemesis {:>5.1} s: {what}", start.elapsed().as_secs_f64());
         faults.push(what);
         // Calm between faults: a leader, and the side queue moved on.
@@ -342,7 +528,7 @@ async fn a_nemesis_loses_nothing() {
     }
     // The drain comes after every live delivery, into the same count.
     let at = c.leader().expect("a leader");
-    let mut got = std::mem::take(&mut *seen.lock());
+    let Deliveries { mut got, log } = std::mem::take(&mut *seen.lock());
     consume_into(&c, at, &mut got).await;
     let lost = history
         .confirmed
@@ -350,15 +536,19 @@ async fn a_nemesis_loses_nothing() {
         .filter(|id| !got.contains_key(id))
         .count();
     let unflagged = got.values().filter(|(t, f)| *t > 1 && !*f).count();
+    let overlapping = same_period(&log);
     eprintln!(
         "nemesis: {:.1} min, {} faults, {} published, {} confirmed, {} lost, {} duplicates \
-         without redelivered",
+         without redelivered, {} delivered in the same period by two connections ({} \
+         connections)",
         start.elapsed().as_secs_f64() / 60.0,
         faults.len(),
         history.published.len(),
         history.confirmed.len(),
         lost,
-        unflagged
+        unflagged,
+        overlapping.len(),
+        conns.load(Ordering::Relaxed),
     );
     assert!(
         history.confirmed.len() > 1000,
@@ -366,5 +556,11 @@ async fn a_nemesis_loses_nothing() {
         history.confirmed.len()
     );
     check(&history, &got);
+    assert!(
+        overlapping.is_empty(),
+        "delivered on a connection, then on another while the first still got deliveries \
+         (id, conn, ms, conn, ms, first conn's last ms): {:?}",
+        &overlapping[..overlapping.len().min(10)]
+    );
     c.assert_no_panics();
 }

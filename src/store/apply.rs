@@ -104,6 +104,16 @@ impl Applier {
     }
 
     fn apply_definition(&self, op: &Op<'_>) -> Result<Applied> {
+        // A vhost's messages go before its definitions. A snapshot built
+        // while entries are applied dumps the definitions, then the
+        // messages (raft/snapshot.rs); replaying this operation over one
+        // that missed the queues finds no queue ids to purge, so it must
+        // miss their messages too: it does, since they went first.
+        if let Op::DeleteVhost { name } = *op {
+            for id in tenancy::queue_ids(&self.defs, name)? {
+                self.forget_queue(id)?;
+            }
+        }
         let one_at_a_time = self.defs_lock.lock();
         let tree = &self.defs;
         let mut applied = Applied::Done;
@@ -147,18 +157,26 @@ impl Applier {
         self.defs_version.fetch_add(1, Ordering::SeqCst);
         drop(one_at_a_time);
         // A deleted queue's messages go outside the lock: a large queue
-        // must not hold up every other definition change.
+        // must not hold up every other definition change. (A vhost's
+        // queues are empty by now, but for one declared meanwhile.)
+        fail::fail_point!("apply-definitions-gone");
         for id in gone_queues {
-            self.delivered.forget(id);
-            messages::purge_from(&self.msgs, id, 0)?;
-            if self.is_staging() {
-                messages::purge_from(&self.pending, id, 0)?;
-            }
+            self.forget_queue(id)?;
         }
         if let Op::DeleteVhost { name } = *op {
             delayed::forget_vhost(&self.delayed, name)?;
         }
         Ok(applied)
+    }
+
+    /// Deletes queue `id`'s messages and delivered marks.
+    fn forget_queue(&self, id: u64) -> Result<()> {
+        self.delivered.forget(id);
+        messages::purge_from(&self.msgs, id, 0)?;
+        if self.is_staging() {
+            messages::purge_from(&self.pending, id, 0)?;
+        }
+        Ok(())
     }
 
     /// Stages a message put (`Op::PutMessage`, and the puts of an

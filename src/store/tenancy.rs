@@ -49,13 +49,27 @@ pub(super) fn put_vhost(tree: &sled::Tree, def: &VhostDef) -> Result<()> {
     put_def(tree, key(VHOST, &[&def.name]), def)
 }
 
+/// The ids of vhost `name`'s durable queues.
+pub(super) fn queue_ids(tree: &sled::Tree, name: &str) -> Result<Vec<u64>> {
+    let mut prefix = key(QUEUE, &[name]);
+    prefix.push(0);
+    let mut ids = Vec::new();
+    for item in tree.scan_prefix(prefix) {
+        let (k, v) = item?;
+        let def: super::QueueDef = serde_json::from_slice(&v)
+            .map_err(|e| Error::Corrupt(format!("queue {:?}: {e}", String::from_utf8_lossy(&k))))?;
+        ids.push(def.id);
+    }
+    Ok(ids)
+}
+
 /// Applies `Op::DeleteVhost`: the vhost and everything recorded under it.
 /// Returns the ids of its durable queues, whose messages the caller
 /// deletes.
 pub(super) fn delete_vhost(tree: &sled::Tree, name: &str) -> Result<Vec<u64>> {
+    let queue_ids = queue_ids(tree, name)?;
     let mut batch = sled::Batch::default();
     batch.remove(key(VHOST, &[name]));
-    let mut queue_ids = Vec::new();
     for kind in [
         EXCHANGE,
         QUEUE,
@@ -67,14 +81,7 @@ pub(super) fn delete_vhost(tree: &sled::Tree, name: &str) -> Result<Vec<u64>> {
         let mut prefix = key(kind, &[name]);
         prefix.push(0);
         for item in tree.scan_prefix(prefix) {
-            let (k, v) = item?;
-            if kind == QUEUE {
-                let def: super::QueueDef = serde_json::from_slice(&v).map_err(|e| {
-                    Error::Corrupt(format!("queue {:?}: {e}", String::from_utf8_lossy(&k)))
-                })?;
-                queue_ids.push(def.id);
-            }
-            batch.remove(k);
+            batch.remove(item?.0);
         }
     }
     tree.apply_batch(batch)?;

@@ -129,14 +129,38 @@ impl Cluster {
         env: &[Vec<(String, String)>],
         bin: Option<PathBuf>,
     ) -> Cluster {
+        Self::start_with_spares(hosts, &[], toml, client_tls, env, bin)
+    }
+
+    /// Starts a node per entry of `hosts`, as `start_on` does, and makes
+    /// (without starting them) a node per entry of `spares`, with the ids
+    /// after theirs: nodes that may join later (`spawn_joining`).
+    pub fn start_on_with_spares(
+        hosts: &[(String, Option<String>)],
+        spares: &[(String, Option<String>)],
+        toml: &str,
+    ) -> Cluster {
+        Self::start_with_spares(hosts, spares, toml, false, &[], None)
+    }
+
+    fn start_with_spares(
+        hosts: &[(String, Option<String>)],
+        spares: &[(String, Option<String>)],
+        toml: &str,
+        client_tls: bool,
+        env: &[Vec<(String, String)>],
+        bin: Option<PathBuf>,
+    ) -> Cluster {
         let n = hosts.len();
+        let all: Vec<(String, Option<String>)> = hosts.iter().chain(spares).cloned().collect();
+        let hosts = &all[..];
         let tmp = tempfile::tempdir().unwrap();
         let config = (!toml.is_empty()).then(|| {
             let p = tmp.path().join("warren.toml");
             std::fs::write(&p, toml).unwrap();
             p
         });
-        let nodes: Vec<Node> = (1..=n as u64)
+        let nodes: Vec<Node> = (1..=hosts.len() as u64)
             .map(|id| Node {
                 id,
                 amqp: free_port(),
@@ -155,7 +179,7 @@ impl Cluster {
                 bin: Mutex::new(bin.clone()),
             })
             .collect();
-        let peers = nodes
+        let peers = nodes[..n]
             .iter()
             .map(|n| format!("{}={}:{}", n.id, n.host, n.raft))
             .collect::<Vec<_>>()
@@ -173,10 +197,20 @@ impl Cluster {
         c
     }
 
-    /// Starts node `i` (again).
+    /// Starts node `i` (again); a node that joined later is started as
+    /// it was then.
     pub fn spawn(&self, i: usize) {
-        let peers = self.peers.clone();
-        self.spawn_with_peers(i, &peers);
+        let n = &self.nodes[i];
+        let listed = self
+            .peers
+            .split(',')
+            .any(|p| p.split('=').next() == Some(n.id.to_string().as_str()));
+        if listed {
+            let peers = self.peers.clone();
+            self.spawn_with_peers(i, &peers);
+        } else {
+            self.spawn_joining(i);
+        }
     }
 
     fn spawn_with_peers(&self, i: usize, peers: &str) {

@@ -11,11 +11,13 @@ pub fn required() -> bool {
     std::env::var_os("WARREN_REQUIRE_NETNS").is_some()
 }
 
-/// Three namespaces on a bridge; removed on drop.
+/// Namespaces on a bridge, one per node; removed on drop.
 pub struct Net {
     tag: String,
     prefix: String,
     made: Vec<String>,
+    /// How many namespaces.
+    count: usize,
 }
 
 fn ip(args: &[&str]) -> bool {
@@ -29,6 +31,11 @@ impl Net {
     /// Three namespaces on a bridge, or None where they cannot be made
     /// (not root, no iproute2).
     pub fn new() -> Option<Net> {
+        Self::with(3)
+    }
+
+    /// `count` namespaces on a bridge (see `new`).
+    pub fn with(count: usize) -> Option<Net> {
         let pid = std::process::id();
         let tag = format!("{}", pid % 100_000);
         let prefix = format!("10.{}.{}", 200 + pid % 50, (pid / 50) % 250);
@@ -36,6 +43,7 @@ impl Net {
             tag: tag.clone(),
             prefix: prefix.clone(),
             made: Vec::new(),
+            count,
         };
         let br = format!("wb{tag}");
         if !ip(&["link", "add", &br, "type", "bridge"]) {
@@ -47,7 +55,7 @@ impl Net {
         if !up {
             return None;
         }
-        for i in 1..=3 {
+        for i in 1..=count {
             let ns = net.ns(i);
             let (v, peer) = (format!("wv{tag}{i}"), format!("wp{tag}{i}"));
             let ok = ip(&["netns", "add", &ns])
@@ -95,7 +103,7 @@ impl Net {
 
     /// Cuts node `i` (1-based) off from the other nodes, or heals it.
     pub fn isolate(&self, i: usize, cut: bool) {
-        for j in 1..=3 {
+        for j in 1..=self.count {
             if j != i {
                 let verb = if cut { "add" } else { "del" };
                 let dst = format!("{}/32", self.host(j));

@@ -95,13 +95,18 @@ pub async fn publish(
     stop: Arc<AtomicBool>,
     history: Arc<Mutex<History>>,
 ) {
+    let order = Arc::new(Mutex::new(order));
     publish_routed(cluster, order, stop, history, direct()).await
 }
+
+/// The nodes a publisher goes through, in turn; a test may change them
+/// (a member replaced) while it runs.
+pub type Order = Arc<Mutex<Vec<usize>>>;
 
 /// `publish`, each message where `route` says.
 pub async fn publish_routed(
     cluster: Arc<Cluster>,
-    order: Vec<usize>,
+    order: Order,
     stop: Arc<AtomicBool>,
     history: Arc<Mutex<History>>,
     route: Route,
@@ -109,7 +114,10 @@ pub async fn publish_routed(
     let mut next = 1u64;
     let mut at = 0usize;
     while !stop.load(Ordering::Relaxed) {
-        let node = order[at % order.len()];
+        let node = {
+            let order = order.lock();
+            order[at % order.len()]
+        };
         at += 1;
         let uri = cluster.uri(node);
         let conn = tokio::time::timeout(
@@ -282,6 +290,11 @@ impl Workload {
 
     /// Starts publishing, each message where `route` says.
     pub fn start_routed(cluster: &Arc<Cluster>, order: Vec<usize>, route: Route) -> Workload {
+        Self::start_on(cluster, Arc::new(Mutex::new(order)), route)
+    }
+
+    /// `start_routed`, through nodes the caller may change.
+    pub fn start_on(cluster: &Arc<Cluster>, order: Order, route: Route) -> Workload {
         let stop = Arc::new(AtomicBool::new(false));
         let history = Arc::new(Mutex::new(History::default()));
         let publisher = tokio::spawn(publish_routed(

@@ -6,7 +6,12 @@
 //! `END`. A snapshot built while entries are being applied may hold some
 //! effects of entries after its index; applying those entries again over
 //! it gives the same state, since every operation sets the keys it touches
-//! whatever they held (and a queue id counter only grows).
+//! whatever they held (and a queue id counter only grows), and finds what
+//! it needs in the dump: the trees go in order, definitions first; a
+//! queue's deletion carries the queue's id; a vhost's deletion, which
+//! finds its queues' ids in the definitions, removes their messages
+//! before them (store/apply.rs), so a dump that misses the definitions
+//! misses the messages too.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -112,5 +117,70 @@ mod tests {
         assert_eq!(x.len(), 10_000);
         assert_eq!(y.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
         assert!(y.get(b"stale").unwrap().is_none());
+    }
+
+    /// A snapshot is built while entries are applied: one whose dump
+    /// runs as a vhost's deletion is applied, installed on a follower that
+    /// then replays the deletion, leaves none of the vhost's messages.
+    #[cfg(feature = "failpoints")]
+    #[test]
+    fn a_snapshot_dumped_during_a_vhost_deletion_replays_clean() {
+        use crate::message::{Message, Meta};
+        use crate::store::apply::Applier;
+        use crate::store::delivered::DeliveredLog;
+        use crate::store::op::{Applied, Op};
+        use crate::store::{tenancy, QueueDef, VhostDef};
+
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let a = Applier::new(&db, DeliveredLog::in_memory()).unwrap();
+        let vhost = VhostDef {
+            name: "v".into(),
+            ..Default::default()
+        };
+        a.apply(&Op::PutVhost(&vhost)).unwrap();
+        let def = QueueDef {
+            vhost: "v".into(),
+            name: "q".into(),
+            id: 0,
+            auto_delete: false,
+            arguments: Default::default(),
+        };
+        let Applied::Queue(id) = a.apply(&Op::DeclareQueue(&def)).unwrap() else {
+            panic!("no queue id");
+        };
+        let m = Message::new(b"", b"q", &[0x10, 0, 2], b"body", Meta::default());
+        for seq in 1..=3 {
+            let put = Op::PutMessage {
+                queue_id: id,
+                seq,
+                deadline: 0,
+                paged: false,
+                message: &m,
+            };
+            a.apply(&put).unwrap();
+        }
+        // The dump runs once the vhost's definitions are gone and before
+        // the deletion returns.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let trees = [a.defs.clone(), a.msgs.clone(), a.delayed.clone()];
+        let at = path.clone();
+        fail::cfg_callback("apply-definitions-gone", move || {
+            let gone = tenancy::queue_ids(&trees[0], "v").is_ok_and(|ids| ids.is_empty());
+            if gone && !at.exists() {
+                dump(&trees.each_ref(), &at).unwrap();
+            }
+        })
+        .unwrap();
+        a.apply(&Op::DeleteVhost { name: "v" }).unwrap();
+        fail::remove("apply-definitions-gone");
+
+        let other = sled::Config::new().temporary(true).open().unwrap();
+        let b = Applier::new(&other, DeliveredLog::in_memory()).unwrap();
+        load(&[&b.defs, &b.msgs, &b.delayed], &path).unwrap();
+        // The deletion's index is after the snapshot's: replayed.
+        b.apply(&Op::DeleteVhost { name: "v" }).unwrap();
+        assert_eq!(b.msgs.len(), 0, "the deleted vhost's messages stay");
+        assert!(tenancy::queue_ids(&b.defs, "v").unwrap().is_empty());
     }
 }
