@@ -274,3 +274,79 @@ async fn a_delayed_message_survives_losing_the_leader() {
     assert!(after < Duration::from_secs(9), "late: {after:?}");
     c.assert_no_panics();
 }
+
+/// Bytes of the files in `dir`.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The log is bounded by its size, not only by its count of entries: an
+/// entry is a commit round of up to 1 MiB, so 48 MiB of messages make a
+/// few hundred entries, far below `snapshot_every`, and every member's log
+/// used to keep them all (under load, gigabytes). Past `log_max_mb` since
+/// the last snapshot, each member snapshots and purges its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_is_snapshotted_by_its_size() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let c = Cluster::start_with(3, "[cluster]\nlog_max_mb = 4\nlog_keep = 5\n");
+    let (leader, _) = c.wait_leader(0, Duration::from_secs(30)).await;
+    let conn = c
+        .connect(leader, Duration::from_secs(30))
+        .await
+        .expect("connect");
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_declare("sized".into(), durable(), FieldTable::default())
+        .await
+        .unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let body = vec![b'x'; 64 << 10];
+    for _ in 0..8 {
+        let mut confirms = Vec::new();
+        for _ in 0..96 {
+            let confirm = ch
+                .basic_publish(
+                    "".into(),
+                    "sized".into(),
+                    BasicPublishOptions::default(),
+                    &body,
+                    BasicProperties::default().with_delivery_mode(2),
+                )
+                .await
+                .unwrap();
+            confirms.push(confirm);
+        }
+        for confirm in confirms {
+            assert!(confirm.await.unwrap().is_ack());
+        }
+    }
+    let _ = conn.close(200, "done".into()).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let sizes: Vec<u64> = c
+            .nodes
+            .iter()
+            .map(|n| dir_bytes(&n.dir.join("raft-log")))
+            .collect();
+        if sizes.iter().all(|&s| s < 16 << 20) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the members' Raft logs hold {sizes:?} bytes: {}",
+            c.logs_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(count(&c, leader, "sized").await, 768);
+    c.assert_no_panics();
+}

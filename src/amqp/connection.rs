@@ -261,6 +261,10 @@ impl Connection {
         // not read until the writer drained it (outbox.rs).
         let mut backlogged = false;
         let mut alarm = self.ctx.broker.memory.subscribe();
+        // Set while this (publishing) connection waits for a cluster's
+        // commits to catch up (store/raft/backlog.rs).
+        let mut throttled = false;
+        let mut congestion = self.ctx.broker.store.congestion();
         loop {
             // Everything already buffered first: many frames per read;
             // but nothing more while the peer does not take our replies.
@@ -300,12 +304,13 @@ impl Connection {
                 }
             }
             self.after_batch();
-            if std::mem::take(&mut self.ctx.published)
-                && !blocked
-                && self.ctx.broker.memory.is_raised()
-            {
+            let published = std::mem::take(&mut self.ctx.published);
+            if published && !blocked && self.ctx.broker.memory.is_raised() {
                 blocked = true;
                 flow::blocked(&self.ctx);
+            }
+            if published && !throttled && self.ctx.broker.store.congested() {
+                throttled = true;
             }
             self.coalesce.settle();
             // Room for the next read: small while the peer is quiet, larger
@@ -319,7 +324,7 @@ impl Connection {
             let flushed = &mut self.ctx.flushed;
             // A read through tokio, or the direct one that ends a pause.
             let mut got = None;
-            let reading = !blocked && !backlogged;
+            let reading = !blocked && !backlogged && !throttled;
             tokio::select! {
                 read = rd.read_buf(buf), if reading && !self.coalesce.paused() => got = Some(read),
                 _ = self.coalesce.pause_over(), if reading && self.coalesce.paused() => {
@@ -346,6 +351,10 @@ impl Connection {
                     if changed.is_err() {
                         return Closed::Lost("store closed");
                     }
+                }
+                _ = flow::lowered(&mut congestion), if throttled => {
+                    throttled = false;
+                    last_read = Instant::now();
                 }
                 changed = alarm.changed(), if blocked => {
                     if changed.is_err() || !*alarm.borrow_and_update() {

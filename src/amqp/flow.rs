@@ -6,9 +6,14 @@
 //! announced the `connection.blocked` capability is told when it is
 //! blocked and unblocked. Missed-heartbeat checks pause while blocked: the
 //! client's frames are simply not read.
+//!
+//! In a cluster a publishing connection also stops reading while the
+//! leader's commits fall behind (store/raft/backlog.rs): RabbitMQ's credit
+//! flow, which its clients are not told of either.
 
 use amq_protocol::protocol::{connection, AMQPClass};
 use amq_protocol::types::ShortString;
+use tokio::sync::watch;
 
 use super::context::ConnCtx;
 
@@ -31,5 +36,15 @@ pub fn unblocked(ctx: &ConnCtx) {
             0,
             AMQPClass::Connection(connection::AMQPMethod::Unblocked(connection::Unblocked {})),
         );
+    }
+}
+
+/// Waits until the store's backlog is lowered (never, without one).
+pub async fn lowered(congestion: &mut Option<watch::Receiver<bool>>) {
+    match congestion {
+        // A closed watch (the journal is gone) lets the connection go on
+        // to find out.
+        Some(rx) => drop(rx.wait_for(|raised| !*raised).await),
+        None => std::future::pending().await,
     }
 }

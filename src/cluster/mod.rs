@@ -14,6 +14,7 @@
 //! switches.
 
 mod append;
+mod compaction;
 mod link;
 mod network;
 mod proxy;
@@ -172,6 +173,10 @@ impl Cluster {
             }
         }
         let tick = Duration::from_millis(cfg.heartbeat_ms);
+        tokio::spawn(compaction::bound_log(
+            Arc::clone(&cluster),
+            cfg.log_max_mb.saturating_mul(1 << 20),
+        ));
         tokio::spawn(Arc::clone(&cluster).watch_role(tick));
         tokio::spawn(Arc::clone(&cluster).watchdog(
             tick,

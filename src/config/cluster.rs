@@ -36,6 +36,10 @@ pub struct ClusterConfig {
     pub step_down_ms: u64,
     /// Log entries between snapshots.
     pub snapshot_every: u64,
+    /// MiB of log entries since the last snapshot that start the next one
+    /// whatever their count (entries are up to 1 MiB: a count alone lets
+    /// the log grow to gigabytes).
+    pub log_max_mb: u64,
     /// Log entries kept after a snapshot, for followers a little behind
     /// (one further behind gets the snapshot).
     pub log_keep: u64,
@@ -54,6 +58,7 @@ impl Default for ClusterConfig {
             election_timeout_ms: 1_000,
             step_down_ms: 1_200,
             snapshot_every: 20_000,
+            log_max_mb: 512,
             log_keep: 1_000,
             secret_file: None,
         }
@@ -122,6 +127,9 @@ impl ClusterConfig {
                 self.step_down_ms,
                 2 * self.heartbeat_ms
             ));
+        }
+        if self.log_max_mb == 0 || self.snapshot_every == 0 {
+            return Err("log_max_mb and snapshot_every must be above 0".into());
         }
         Ok(())
     }

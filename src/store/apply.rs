@@ -5,7 +5,7 @@
 //!
 //! Definition operations run one at a time (a lock they alone take: they
 //! are rare, and a queue's id must come from the counter as the last one
-//! left it). Message operations run as they come, on the caller's thread:
+//! left it); the messages of deleted queues go outside it. Message operations run as they come, on the caller's thread:
 //! operations on one queue are ordered by the queue's own lock, and those
 //! on different queues touch different keys.
 
@@ -158,7 +158,8 @@ impl Applier {
         drop(one_at_a_time);
         // A deleted queue's messages go outside the lock: a large queue
         // must not hold up every other definition change. (A vhost's
-        // queues are empty by now, but for one declared meanwhile.)
+        // queues are empty by now, but for what a single node's journal
+        // put or declared meanwhile.)
         fail::fail_point!("apply-definitions-gone");
         for id in gone_queues {
             self.forget_queue(id)?;

@@ -61,6 +61,15 @@ pub trait Journal: Send + Sync {
     fn committed_now(&self) -> u64 {
         *self.committed().borrow()
     }
+    /// Whether publishers should wait: work submitted and not committed
+    /// is past the journal's bound (a replicated journal; raft/backlog.rs).
+    fn congested(&self) -> bool {
+        false
+    }
+    /// Watches `congested`, where it can change.
+    fn congestion(&self) -> Option<watch::Receiver<bool>> {
+        None
+    }
     /// Whether what the journal replicates may be handed out now (a
     /// replicated journal: while its leadership lease holds).
     fn may_deliver(&self) -> bool {

@@ -223,6 +223,17 @@ impl Store {
         self.journal.may_deliver()
     }
 
+    /// Whether publishers should wait for commits to catch up (a
+    /// replicated journal's backlog is past its bound).
+    pub fn congested(&self) -> bool {
+        self.journal.congested()
+    }
+
+    /// Watches `congested`, where it can change.
+    pub fn congestion(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.journal.congestion()
+    }
+
     /// Whether a queue hands out a kept message only once the commit that
     /// covers it is reached (a replicated journal applies on commit).
     pub fn delivers_after_commit(&self) -> bool {

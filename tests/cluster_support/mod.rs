@@ -313,6 +313,11 @@ impl Cluster {
             .store(sig == libc::SIGSTOP, Ordering::SeqCst);
     }
 
+    /// Node `i`'s process id, while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].child.lock().unwrap().as_ref().map(|c| c.id())
+    }
+
     /// Whether node `i` runs (and is not stopped).
     pub fn running(&self, i: usize) -> bool {
         self.nodes[i].child.lock().unwrap().is_some()

@@ -55,6 +55,8 @@ pub struct Entries {
 struct Inner {
     /// Every index on disk, with the entry's log id.
     on_disk: BTreeMap<u64, LogId<u64>>,
+    /// The size of each entry's file (read at open from its header).
+    sizes: BTreeMap<u64, u64>,
     /// The newest entries.
     cache: BTreeMap<u64, Entry<TypeConfig>>,
     cached_bytes: usize,
@@ -82,6 +84,7 @@ impl Entries {
         };
         let synced = this.synced();
         let mut on_disk = BTreeMap::new();
+        let mut sizes = BTreeMap::new();
         let mut torn = None;
         let check_from = indexes.len().saturating_sub(CHECKED_AT_OPEN);
         for (n, &i) in indexes.iter().enumerate() {
@@ -95,6 +98,8 @@ impl Entries {
             match read {
                 Ok(id) if id.index == i && follows => {
                     on_disk.insert(i, id);
+                    let size = fs::metadata(this.path(i)).map_or(0, |m| m.len());
+                    sizes.insert(i, size);
                 }
                 // Synced, then damaged: not a crash's torn tail.
                 bad if i <= synced => {
@@ -129,7 +134,11 @@ impl Entries {
                 fs::remove_file(this.path(i))?;
             }
         }
-        this.inner.lock().on_disk = on_disk;
+        {
+            let mut inner = this.inner.lock();
+            inner.on_disk = on_disk;
+            inner.sizes = sizes;
+        }
         Ok(this)
     }
 
@@ -227,6 +236,7 @@ impl Entries {
             f.write_all(&out)?;
             let mut inner = self.inner.lock();
             inner.on_disk.insert(index, e.log_id);
+            inner.sizes.insert(index, out.len() as u64);
             inner.cached_bytes += weight(&e);
             if let Some(old) = inner.cache.insert(index, e) {
                 inner.cached_bytes -= weight(&old);
@@ -280,6 +290,16 @@ impl Entries {
         self.inner.lock().on_disk.is_empty()
     }
 
+    /// Bytes of the entries after `index` on disk.
+    pub fn bytes_after(&self, index: u64) -> u64 {
+        let inner = self.inner.lock();
+        inner
+            .sizes
+            .range(index.saturating_add(1)..)
+            .map(|(_, s)| s)
+            .sum()
+    }
+
     /// The indexes on disk, newest first.
     pub fn indexes_newest_first(&self) -> Vec<u64> {
         self.inner.lock().on_disk.keys().rev().copied().collect()
@@ -300,6 +320,7 @@ impl Entries {
                 f.sync_all()?;
             }
             let gone = inner.on_disk.split_off(&index);
+            inner.sizes.split_off(&index);
             let dropped = inner.cache.split_off(&index);
             inner.cached_bytes -= dropped.values().map(weight).sum::<usize>();
             gone.into_keys().collect()
@@ -317,6 +338,8 @@ impl Entries {
             let mut inner = self.inner.lock();
             let kept = inner.on_disk.split_off(&(index + 1));
             let gone = std::mem::replace(&mut inner.on_disk, kept);
+            let kept = inner.sizes.split_off(&(index + 1));
+            inner.sizes = kept;
             let kept = inner.cache.split_off(&(index + 1));
             let dropped = std::mem::replace(&mut inner.cache, kept);
             inner.cached_bytes -= dropped.values().map(weight).sum::<usize>();

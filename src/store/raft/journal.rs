@@ -19,6 +19,7 @@ use bytes::BufMut;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use super::backlog::Backlog;
 use super::pending::{Gate, Pending};
 use super::{Batch, Raft};
 use crate::store::apply::Applier;
@@ -41,6 +42,8 @@ pub struct RaftJournal {
     flusher: Arc<Flusher>,
     /// The leadership this term serves under.
     lease: Arc<Lease>,
+    /// Bytes waiting for commit: publishers wait past a bound.
+    backlog: Arc<Backlog>,
 }
 
 /// How long the last commit of a term may wait (shutdown): a node that
@@ -56,25 +59,50 @@ struct Shipper {
     /// The term is ending: commits wait a bounded time.
     closing: watch::Receiver<bool>,
     runtime: tokio::runtime::Handle,
+    backlog: Arc<Backlog>,
 }
 
 impl Syncer for Shipper {
     fn sync(&self) -> std::result::Result<(), String> {
-        // A journal whose commit failed never confirms again: the tickets
-        // of the failed entry may not be committed, and a later round must
-        // not publish a number that covers them.
-        if !self.open.load(Ordering::Acquire) {
-            return Err("this node no longer leads the cluster".into());
+        // While the backlog is raised, rounds follow one another until it
+        // is lowered: its publishers wait for that, not for a ticket.
+        loop {
+            // A journal whose commit failed never confirms again: the
+            // tickets of the failed entry may not be committed, and a later
+            // round must not publish a number that covers them.
+            if !self.open.load(Ordering::Acquire) {
+                self.backlog.lower();
+                return Err("this node no longer leads the cluster".into());
+            }
+            let entries = self.gate.when_closed(|| self.entry.lock().take(ENTRY_MAX));
+            if entries.is_empty() {
+                // Every entry shipped before was committed when its sync
+                // returned: nothing is waiting.
+                self.backlog.shipped(0);
+                return Ok(());
+            }
+            self.backlog
+                .shipping(entries.iter().map(bytes::Bytes::len).sum());
+            if let Err(e) = self.commit(entries) {
+                self.open.store(false, Ordering::Release);
+                self.backlog.lower();
+                return Err(format!("not committed: {e}"));
+            }
+            let pending = self.entry.lock().ops.len();
+            if !self.backlog.shipped(pending) {
+                return Ok(());
+            }
         }
-        let entries = self.gate.when_closed(|| self.entry.lock().take(ENTRY_MAX));
-        if entries.is_empty() {
-            // Every entry shipped before was committed when its sync
-            // returned: nothing is waiting.
-            return Ok(());
-        }
+    }
+}
+
+impl Shipper {
+    /// Appends `entries` and waits for their commit; the term ending cuts
+    /// the wait short.
+    fn commit(&self, entries: Vec<bytes::Bytes>) -> std::result::Result<(), String> {
         let raft = self.raft.clone();
         let mut closing = self.closing.clone();
-        let result = self.runtime.block_on(async {
+        self.runtime.block_on(async {
             let write = write_all(&raft, entries);
             if *closing.borrow() {
                 return tokio::time::timeout(LAST_COMMIT_TIMEOUT, write)
@@ -87,14 +115,7 @@ impl Syncer for Shipper {
                 r = write => r.map_err(|e| e.to_string()),
                 _ = closing.wait_for(|c| *c) => Err("the term ended".to_string()),
             }
-        });
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                self.open.store(false, Ordering::Release);
-                Err(format!("not committed: {e}"))
-            }
-        }
+        })
     }
 }
 
@@ -137,6 +158,7 @@ impl RaftJournal {
         let gate = Arc::new(Gate::default());
         let open = Arc::new(AtomicBool::new(true));
         let (closing, closing_rx) = watch::channel(false);
+        let backlog = Arc::new(Backlog::default());
         let shipper = Arc::new(Shipper {
             raft,
             entry: Arc::clone(&entry),
@@ -144,6 +166,7 @@ impl RaftJournal {
             open: Arc::clone(&open),
             closing: closing_rx,
             runtime: tokio::runtime::Handle::current(),
+            backlog: Arc::clone(&backlog),
         });
         let before_commit: Box<dyn Fn() -> bool + Send> = {
             let deferred = Arc::clone(&deferred);
@@ -160,6 +183,7 @@ impl RaftJournal {
             defs_version: AtomicU64::new(0),
             flusher,
             lease,
+            backlog,
         })
     }
 
@@ -183,6 +207,12 @@ impl RaftJournal {
         let len = (entry.len() - at - 4) as u32;
         entry[at..at + 4].copy_from_slice(&len.to_be_bytes());
         pending.appended(&self.gate);
+        let size = pending.ops.len();
+        drop(pending);
+        if self.backlog.added(size) {
+            // Rounds run while someone waits on one: now publishers do.
+            self.flusher.ticket();
+        }
         Ok(())
     }
 }
@@ -276,6 +306,14 @@ impl Journal for RaftJournal {
         self.lease.holds()
     }
 
+    fn congested(&self) -> bool {
+        self.backlog.is_raised()
+    }
+
+    fn congestion(&self) -> Option<watch::Receiver<bool>> {
+        Some(self.backlog.subscribe())
+    }
+
     fn open_group(&self) {
         self.gate.open();
     }
@@ -303,6 +341,7 @@ impl Journal for RaftJournal {
             _ => stop(),
         }
         self.open.store(false, Ordering::Release);
+        self.backlog.lower();
         Ok(())
     }
 

@@ -111,6 +111,11 @@ impl LogStore {
         self.log.last().map_or(0, |l| l.index)
     }
 
+    /// Bytes of the log's entries after `index` (the last snapshot's).
+    pub fn bytes_after(&self, index: u64) -> u64 {
+        self.log.bytes_after(index)
+    }
+
     /// Entries in the log (metrics).
     pub fn len(&self) -> usize {
         self.log.len()

@@ -15,6 +15,7 @@
 // openraft's traits fix the error type (StorageError, over 200 bytes).
 #![allow(clippy::result_large_err)]
 
+mod backlog;
 mod entries;
 mod journal;
 mod log;
