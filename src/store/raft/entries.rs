@@ -7,14 +7,19 @@
 //! read back only by a follower far behind, and unlinked when purged.
 //!
 //! A file is a header (magic, length, CRC-32 of the body, the entry's log
-//! id) and the bincode of the entry. Writes are not synced here: the log's sync (sled's flush
-//! and syncfs of the data directory's filesystem) covers them, and only
-//! then does openraft count an entry. A file cut short by a crash (its
+//! id) and the bincode of the entry. Writes are not synced when made: the
+//! log's sync thread takes the files written since its last round
+//! (`sync_point`) and fdatasyncs them, then the directory (`sync`), and
+//! only then does openraft count an entry. Nothing else on the disk is
+//! waited for: not the state machine's sled writes, not other programs'
+//! (a whole-filesystem syncfs did, and a busy disk then held up every
+//! commit and vote). A file cut short by a crash (its
 //! header or length wrong, or, among the last files, its checksum) past
 //! the last index a finished sync covered was never reported durable: at
 //! open it is removed, with every later one. That index is kept in the
-//! file `synced`, written before the next sync (so it only ever names
-//! entries already synced); damage at or below it is not a torn tail but
+//! file `synced`, written after a sync finished (so it only ever names
+//! entries already synced; a crash may leave an older value, which only
+//! vouches for less); damage at or below it is not a torn tail but
 //! damaged data, and the log does not open.
 
 use std::collections::BTreeMap;
@@ -45,6 +50,8 @@ const SYNCED: &str = "synced";
 /// The entry files of one node.
 pub struct Entries {
     dir: PathBuf,
+    /// The directory, open for its fsync (new files' names).
+    dir_handle: fs::File,
     inner: Mutex<Inner>,
     /// Bumped by every truncation: a sync that began before one may not
     /// vouch for the indexes it removed (they may be written again).
@@ -60,6 +67,17 @@ struct Inner {
     /// The newest entries.
     cache: BTreeMap<u64, Entry<TypeConfig>>,
     cached_bytes: usize,
+    /// Indexes written since the last `sync_point`.
+    unsynced: Vec<u64>,
+}
+
+/// What one sync of the log covers: the files written before it began,
+/// the last index then, and the truncations so far (a sync that began
+/// before a truncation may not vouch for what it removed).
+pub struct SyncPoint {
+    index: u64,
+    truncations: u64,
+    files: Vec<u64>,
 }
 
 use super::Batch;
@@ -79,6 +97,7 @@ impl Entries {
         indexes.sort_unstable();
         let this = Entries {
             dir: dir.to_path_buf(),
+            dir_handle: fs::File::open(dir)?,
             inner: Mutex::new(Inner::default()),
             truncations: Default::default(),
         };
@@ -155,25 +174,46 @@ impl Entries {
             .map_or(0, u64::from_be_bytes)
     }
 
-    /// What a sync starting now will cover: the last index, and the
-    /// truncations so far (for `mark_synced`).
-    pub fn sync_point(&self) -> (u64, u64) {
-        let truncations = self.truncations.load(std::sync::atomic::Ordering::Acquire);
-        (self.last().map_or(0, |l| l.index), truncations)
+    /// What a sync starting now will cover: every file written so far
+    /// that no earlier sync point took.
+    pub fn sync_point(&self) -> SyncPoint {
+        let mut inner = self.inner.lock();
+        SyncPoint {
+            index: inner.on_disk.last_key_value().map_or(0, |(&i, _)| i),
+            truncations: self.truncations.load(std::sync::atomic::Ordering::Acquire),
+            files: std::mem::take(&mut inner.unsynced),
+        }
     }
 
-    /// Records that a finished sync covered the log up to `point` (from
-    /// `sync_point` before it began), unless a truncation came since.
-    /// Not synced itself: the next sync makes it durable, and it only ever
-    /// names entries synced already.
-    pub fn mark_synced(&self, point: (u64, u64)) -> std::io::Result<()> {
+    /// Makes the files `point` took durable (fdatasync each, then the
+    /// directory that names them). A file a truncation removed since is
+    /// skipped: the truncation synced its removal.
+    pub fn sync(&self, point: &SyncPoint) -> std::io::Result<()> {
+        for &i in &point.files {
+            match fs::File::open(self.path(i)) {
+                Ok(f) => f.sync_data()?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if !point.files.is_empty() {
+            self.dir_handle.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// Records that a finished sync covered the log up to `point`, unless
+    /// a truncation came since. Not synced itself: a crash may leave an
+    /// older value, which vouches for less; it never names an entry no
+    /// sync covered.
+    pub fn mark_synced(&self, point: &SyncPoint) -> std::io::Result<()> {
         // The lock keeps a truncation from running in between.
         let _inner = self.inner.lock();
         let now = self.truncations.load(std::sync::atomic::Ordering::Acquire);
-        if now != point.1 {
+        if now != point.truncations {
             return Ok(());
         }
-        fs::write(self.dir.join(SYNCED), point.0.to_be_bytes())
+        fs::write(self.dir.join(SYNCED), point.index.to_be_bytes())
     }
 
     fn bad(index: u64, what: &str) -> std::io::Error {
@@ -235,6 +275,7 @@ impl Entries {
             let mut f = fs::File::create(self.path(index))?;
             f.write_all(&out)?;
             let mut inner = self.inner.lock();
+            inner.unsynced.push(index);
             inner.on_disk.insert(index, e.log_id);
             inner.sizes.insert(index, out.len() as u64);
             inner.cached_bytes += weight(&e);
@@ -437,8 +478,10 @@ mod tests {
         e.append((1..=6).map(|i| entry(i, &[i as u8; 10])).collect())
             .unwrap();
         // A sync covered 1..=4; 5 and 6 were written after it began.
-        let point = (4, e.sync_point().1);
-        e.mark_synced(point).unwrap();
+        let mut point = e.sync_point();
+        point.index = 4;
+        e.sync(&point).unwrap();
+        e.mark_synced(&point).unwrap();
         drop(e);
         // 6 cut short: a torn tail, dropped.
         cut_short(dir.path(), 6);
@@ -465,11 +508,12 @@ mod tests {
         e.append((1..=4).map(|i| entry(i, &[1; 10])).collect())
             .unwrap();
         let before = e.sync_point();
-        e.mark_synced(before).unwrap();
+        e.mark_synced(&before).unwrap();
         e.truncate(3).unwrap();
         // A sync that began before the truncation vouches for nothing.
         e.append(vec![entry(3, &[2; 10])]).unwrap();
-        e.mark_synced(before).unwrap();
+        e.sync(&before).unwrap();
+        e.mark_synced(&before).unwrap();
         drop(e);
         cut_short(dir.path(), 3);
         let e = Entries::open(dir.path()).unwrap();

@@ -3,10 +3,19 @@
 //!
 //! Appends are group-committed: `append` writes the entries' files and
 //! hands openraft's callback to the log's sync thread, which runs one sync
-//! (sled's flush, then syncfs of the data directory's filesystem, which
-//! covers the files, store/sync.rs) for every callback that came in while
-//! the previous one ran, then reports them flushed. openraft counts an
-//! entry toward a majority only once its callback has run.
+//! (fdatasync of the files written since its last round, then of their
+//! directory: entries.rs) for every callback that came in while the
+//! previous one ran, then reports them flushed. openraft counts an entry
+//! toward a majority only once its callback has run. The sync waits for
+//! the log's own files only, not for the state machine's writes or other
+//! programs' on the same disk.
+//!
+//! The rarer writes that must be durable before openraft goes on (a vote,
+//! a truncation, a purge) take the store's whole sync (sled's flush, then
+//! syncfs of the data directory's filesystem: store/sync.rs), which also
+//! makes the applied state durable before a purge drops the entries that
+//! would rebuild it. The committed id is not synced (openraft does not
+//! need it to be); sled flushes it with everything else every 500 ms.
 
 use std::ops::RangeBounds;
 use std::sync::mpsc;
@@ -23,13 +32,17 @@ const VOTE: &[u8] = b"vote";
 const COMMITTED: &[u8] = b"committed";
 const PURGED: &[u8] = b"purged";
 
+/// What the sync thread calls once an append's entries are durable (or
+/// cannot be made so): openraft's callback, or a test's.
+type Done = Box<dyn FnOnce(std::io::Result<()>) + Send>;
+
 /// The log of one node (cheap to clone: the reader is a clone).
 #[derive(Clone)]
 pub struct LogStore {
     log: Arc<Entries>,
     meta: sled::Tree,
     syncer: Arc<dyn Syncer>,
-    flushes: mpsc::Sender<LogFlushed<TypeConfig>>,
+    flushes: mpsc::Sender<Done>,
     /// The last committed index openraft saved (metrics).
     committed: Arc<std::sync::atomic::AtomicU64>,
     /// When the appends' sync under way began (monotonic ms, plus one;
@@ -47,14 +60,13 @@ impl LogStore {
     ) -> crate::store::Result<LogStore> {
         let log = Arc::new(Entries::open(dir)?);
         migrate(db, &log, syncer.as_ref())?;
-        let (flushes, rx) = mpsc::channel::<LogFlushed<TypeConfig>>();
-        let thread_syncer = Arc::clone(&syncer);
+        let (flushes, rx) = mpsc::channel::<Done>();
         let sync_since: Arc<std::sync::atomic::AtomicU64> = Arc::default();
         let since = Arc::clone(&sync_since);
         let entries = Arc::clone(&log);
         std::thread::Builder::new()
             .name("raft-log-sync".into())
-            .spawn(move || sync_loop(rx, thread_syncer, &since, &entries))?;
+            .spawn(move || sync_loop(rx, &since, &entries))?;
         Ok(LogStore {
             log,
             meta: db.open_tree("raft_meta")?,
@@ -106,6 +118,15 @@ impl LogStore {
             .map_err(storage_error)
     }
 
+    /// Writes `entries` and has the sync thread call `done` once a sync
+    /// covered them.
+    fn append_then(&self, entries: Vec<Entry<TypeConfig>>, done: Done) -> Result<(), StorageError> {
+        self.log.append(entries).map_err(storage_error)?;
+        self.flushes
+            .send(done)
+            .map_err(|_| storage_error("the log's sync thread stopped"))
+    }
+
     /// The index of the last entry in the log (0: none).
     pub fn last_index(&self) -> u64 {
         self.log.last().map_or(0, |l| l.index)
@@ -127,40 +148,31 @@ impl LogStore {
     }
 }
 
-/// Runs one sync for every append that waits, back to back. Before each,
-/// it records what the last finished one covered (entries.rs: damage
-/// there is not a torn tail).
-fn sync_loop(
-    rx: mpsc::Receiver<LogFlushed<TypeConfig>>,
-    syncer: Arc<dyn Syncer>,
-    since: &std::sync::atomic::AtomicU64,
-    log: &Entries,
-) {
+/// Runs one sync for every append that waits, back to back, and records
+/// after each what it covered (entries.rs: damage there is not a torn
+/// tail).
+fn sync_loop(rx: mpsc::Receiver<Done>, since: &std::sync::atomic::AtomicU64, log: &Entries) {
     use std::sync::atomic::Ordering;
-    let mut covered = None;
     while let Ok(first) = rx.recv() {
         let mut waiting = vec![first];
         waiting.extend(rx.try_iter());
-        if let Some(point) = covered.take() {
-            if let Err(e) = log.mark_synced(point) {
-                tracing::warn!("cannot record how far the Raft log is synced: {e}");
-            }
-        }
+        // Every file the callbacks stand for was written before it was sent.
         let point = log.sync_point();
         since.store(crate::util::coarse_now_ms() + 1, Ordering::Release);
         // Tests stall the disk here (FAILPOINTS="raft-log-sync=...").
         fail::fail_point!("raft-log-sync");
-        let result = syncer.sync().map_err(std::io::Error::other);
+        let result = log.sync(&point);
         since.store(0, Ordering::Release);
         if result.is_ok() {
-            covered = Some(point);
+            if let Err(e) = log.mark_synced(&point) {
+                tracing::warn!("cannot record how far the Raft log is synced: {e}");
+            }
         }
-        for cb in waiting {
-            let r = match &result {
+        for done in waiting {
+            done(match &result {
                 Ok(()) => Ok(()),
-                Err(e) => Err(std::io::Error::other(e.to_string())),
-            };
-            cb.log_io_completed(r);
+                Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+            });
         }
     }
 }
@@ -330,12 +342,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
         I::IntoIter: Send,
     {
-        self.log
-            .append(entries.into_iter().collect())
-            .map_err(storage_error)?;
-        self.flushes
-            .send(callback)
-            .map_err(|_| storage_error("the log's sync thread stopped"))
+        let done: Done = Box::new(move |r| callback.log_io_completed(r));
+        self.append_then(entries.into_iter().collect(), done)
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError> {
@@ -383,5 +391,57 @@ mod tests {
             got[1].payload,
             EntryPayload::Normal(Batch(vec![3u8; 4].into()))
         );
+    }
+
+    /// The store's whole sync, held up until the test lets it go: a disk
+    /// busy with the state machine's writes, or another program's.
+    struct Busy {
+        released: parking_lot::Mutex<bool>,
+        release: parking_lot::Condvar,
+    }
+
+    impl Syncer for Busy {
+        fn sync(&self) -> Result<(), String> {
+            let mut released = self.released.lock();
+            while !*released {
+                self.release.wait(&mut released);
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_append_is_durable_without_waiting_for_the_rest_of_the_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let busy = Arc::new(Busy {
+            released: parking_lot::Mutex::new(false),
+            release: parking_lot::Condvar::new(),
+        });
+        let log = LogStore::open(&db, &dir.path().join("raft-log"), busy.clone()).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let entry = |i: u64| Entry::<TypeConfig> {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), i),
+            payload: EntryPayload::Normal(Batch(vec![1u8; 64].into())),
+        };
+        for i in 1..=3 {
+            let tx = tx.clone();
+            log.append_then(vec![entry(i)], Box::new(move |r| tx.send(r).unwrap()))
+                .unwrap();
+        }
+        // Each append is reported durable while the store-wide sync is
+        // still held up (the wait only keeps a broken build from hanging).
+        for _ in 1..=3 {
+            let r = rx.recv_timeout(std::time::Duration::from_secs(60));
+            assert!(
+                matches!(r, Ok(Ok(()))),
+                "append not reported durable: {r:?}"
+            );
+        }
+        *busy.released.lock() = true;
+        busy.release.notify_all();
+        // What the sync covered is recorded.
+        let synced = std::fs::read(dir.path().join("raft-log").join("synced")).unwrap();
+        assert_eq!(u64::from_be_bytes(synced.try_into().unwrap()), 3);
     }
 }
