@@ -120,3 +120,49 @@ async fn a_vhost_without_permission_is_refused_with_530() {
         .await
         .expect("any permission on the vhost lets it open");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blank_password_never_logs_in() {
+    let b = common::start_with_api().await;
+    let users = &broker(&b).users;
+    // A user whose password is blank, as a form or an API call left it.
+    let management = |pw: &str| User {
+        tags: vec!["management".into()],
+        ..User::with_password("blank", pw)
+    };
+    users.put_user(management("")).unwrap();
+    users
+        .set_permission("blank", "/", ".*", ".*", ".*")
+        .unwrap();
+    let e = login(&b, "blank", "")
+        .await
+        .expect_err("PLAIN with a blank password");
+    assert_eq!(reply_code(&e), Some(403), "{e:?}");
+    let amqplain = format!("{}?auth_mechanism=amqplain", uri(&b, "blank", ""));
+    let e = Connection::connect(&amqplain, ConnectionProperties::default())
+        .await
+        .expect_err("AMQPLAIN with a blank password");
+    assert_eq!(reply_code(&e), Some(403), "{e:?}");
+    let url = format!("http://{}/api/whoami", b.api.expect("the API is on"));
+    let status = reqwest::Client::new()
+        .get(&url)
+        .basic_auth("blank", Some(""))
+        .send()
+        .await
+        .expect("an answer")
+        .status();
+    assert_eq!(status.as_u16(), 401);
+    // The same user with a password logs in everywhere.
+    users.put_user(management("pw")).unwrap();
+    login(&b, "blank", "pw")
+        .await
+        .expect("PLAIN with the password");
+    let status = reqwest::Client::new()
+        .get(&url)
+        .basic_auth("blank", Some("pw"))
+        .send()
+        .await
+        .expect("an answer")
+        .status();
+    assert_eq!(status.as_u16(), 200);
+}

@@ -448,6 +448,24 @@ async fn the_ui_manages_the_broker_in_a_real_browser() {
     )
     .await;
     flashed(&c, "User watcher added").await;
+    // A blank password makes a user without one (certificate login only),
+    // never one whose password is blank.
+    go(&c, &base, "#/admin/users").await;
+    submit(
+        &c,
+        "add-user",
+        &[("name", "certonly"), ("password", ""), ("tags", "")],
+    )
+    .await;
+    flashed(&c, "User certonly added without a password").await;
+    let certonly = b
+        .server
+        .as_ref()
+        .expect("running")
+        .broker
+        .users
+        .get("certonly");
+    assert_eq!(certonly.map(|u| u.password_hash.is_empty()), Some(true));
 
     // The monitoring user sees, but may not change.
     let logout = c

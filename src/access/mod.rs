@@ -62,9 +62,12 @@ impl User {
     }
 
     /// Whether `password` is this user's. A user without a password has
-    /// none that matches.
+    /// none that matches, and a blank password never matches (as in
+    /// RabbitMQ's internal backend: a user given "" as its password is
+    /// one nobody logs in as with a password).
     pub fn check_password(&self, password: &str) -> bool {
-        !self.password_hash.is_empty()
+        !password.is_empty()
+            && !self.password_hash.is_empty()
             && password::verify(self.algorithm, &self.password_hash, password)
     }
 

@@ -457,6 +457,13 @@ impl Cli {
                 "amqps_port needs tls.certfile and tls.keyfile (--tls-cert, --tls-key)".into(),
             );
         }
+        if c.default_pass.is_empty() {
+            return Err(
+                "default_pass is blank: a blank password never logs in; give the default user a \
+                 password"
+                    .into(),
+            );
+        }
         if c.handshake_timeout == 0 {
             return Err("handshake_timeout must be above 0".into());
         }

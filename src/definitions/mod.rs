@@ -9,7 +9,7 @@ mod import;
 
 pub use args::{from_json as args_from_json, to_json as args_json};
 pub use export::export;
-pub use import::{import, tags, Imported};
+pub use import::{component_not_found, import, tags, Imported};
 
 /// The RabbitMQ version whose definitions and API Warren speaks.
 pub const RABBITMQ_VERSION: &str = "3.10.25";

@@ -87,6 +87,10 @@ impl From<crate::vhost::Error> for ApiError {
         match e.kind {
             Kind::NotFound => ApiError::new(StatusCode::NOT_FOUND, "not_found", e.text),
             Kind::AccessRefused => ApiError::not_authorised(e.text),
+            // As RabbitMQ's API answers what its channel was closed with.
+            Kind::ResourceLocked => {
+                ApiError::bad_request(format!("405 RESOURCE_LOCKED - {}", e.text))
+            }
             Kind::Internal => ApiError::internal(e.text),
             _ => ApiError::bad_request(e.text),
         }

@@ -91,7 +91,11 @@ pub fn encode_properties(props: &Map<String, Value>) -> ApiResult<Vec<u8>> {
 
 /// A message to publish from the API's body: properties, routing_key,
 /// payload, payload_encoding ("string" or "base64").
-pub fn from_request(exchange: &str, body: &Map<String, Value>) -> ApiResult<Message> {
+pub fn from_request(
+    exchange: &str,
+    body: &Map<String, Value>,
+    max_size: u64,
+) -> ApiResult<Message> {
     let routing_key = body
         .get("routing_key")
         .and_then(Value::as_str)
@@ -113,6 +117,15 @@ pub fn from_request(exchange: &str, body: &Map<String, Value>) -> ApiResult<Mess
             )))
         }
     };
+    // As over AMQP (amqp/assembler.rs): max_message_size holds for the
+    // API's publishes too.
+    if payload.len() as u64 > max_size {
+        return Err(ApiError::bad_request(format!(
+            "406 PRECONDITION_FAILED - message size {} is larger than configured max size \
+             {max_size}",
+            payload.len()
+        )));
+    }
     let empty = Map::new();
     let props = match body.get("properties") {
         None | Some(Value::Null) => &empty,

@@ -48,6 +48,8 @@ pub async fn queue_action(
             caller.resource(&api, &v, Access::Read, &name)?;
             caller.resource(&api, &v, Access::Write, dest)?;
             let to = vh.queue(dest).ok_or_else(|| no_queue(dest, &v))?;
+            vh.check_exclusive(&q, super::entities::NO_CONNECTION)?;
+            vh.check_exclusive(&to, super::entities::NO_CONNECTION)?;
             if Arc::ptr_eq(&q, &to) {
                 return Err(ApiError::bad_request("the destination is the queue itself"));
             }

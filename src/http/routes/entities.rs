@@ -131,6 +131,19 @@ pub async fn put_exchange(
     let vh = super::vhost_for(&api, &caller, &v, false)?;
     caller.resource(&api, &v, Access::Configure, &name)?;
     let b = body.object()?;
+    let arguments = arguments(&b)?;
+    // As over AMQP (amqp/channel/exchange.rs): a new exchange with an
+    // alternate needs read on it and write on the alternate.
+    let alternate = arguments
+        .inner()
+        .get("alternate-exchange")
+        .and_then(crate::wire::value::text);
+    if let Some(ae) =
+        alternate.filter(|_| vh.exchange(&name).is_none() && !name.starts_with("amq."))
+    {
+        caller.resource(&api, &v, Access::Read, &name)?;
+        caller.resource(&api, &v, Access::Write, &ae)?;
+    }
     let kind = b
         .get("type")
         .and_then(Value::as_str)
@@ -142,7 +155,7 @@ pub async fn put_exchange(
         durable: flag(&b, "durable", true)?,
         auto_delete: flag(&b, "auto_delete", false)?,
         internal: flag(&b, "internal", false)?,
-        arguments: arguments(&b)?,
+        arguments,
     };
     let existed = vh.exchange(&name).is_some();
     vh.declare_exchange(&spec, false)?;
@@ -204,7 +217,8 @@ pub async fn publish(
         ));
     }
     let b = body.object()?;
-    let msg = Arc::new(message::from_request(&name, &b)?);
+    let max = api.broker.config.max_message_size;
+    let msg = Arc::new(message::from_request(&name, &b, max)?);
     let key = String::from_utf8_lossy(msg.routing_key()).into_owned();
     caller.topic(&api, &vh, &name, Access::Write, &key)?;
     // The user_id property must be the caller's own (RabbitMQ's
@@ -256,6 +270,10 @@ fn code_of(e: &crate::vhost::Error) -> &'static str {
 }
 
 // ---- queues
+
+/// The connection id the API acts as: none (connection ids start at 1), so
+/// every exclusive queue is another connection's.
+pub(super) const NO_CONNECTION: u64 = 0;
 
 async fn list_queues_in(
     api: Arc<Api>,
@@ -338,6 +356,16 @@ pub async fn put_queue(
     caller.resource(&api, &v, Access::Configure, &name)?;
     let b = body.object()?;
     let mut args = arguments(&b)?;
+    // As over AMQP (amqp/channel/queue.rs): a new queue with a dead-letter
+    // exchange needs read on the queue and write on that exchange.
+    let dlx = args
+        .inner()
+        .get("x-dead-letter-exchange")
+        .and_then(crate::wire::value::text);
+    if let Some(dlx) = dlx.filter(|_| vh.queue(&name).is_none()) {
+        caller.resource(&api, &v, Access::Read, &name)?;
+        caller.resource(&api, &v, Access::Write, &dlx)?;
+    }
     // The API's "type" field, or the vhost's default queue type.
     let qtype = b
         .get("type")
@@ -373,14 +401,15 @@ pub async fn delete_queue(
     Query(d): Query<DeleteQuery>,
 ) -> ApiResult<StatusCode> {
     let vh = super::vhost_for(&api, &caller, &v, false)?;
-    let q = vh.queue(&name).ok_or_else(ApiError::not_found)?;
+    vh.queue(&name).ok_or_else(ApiError::not_found)?;
     caller.resource(&api, &v, Access::Configure, &name)?;
-    let owner = q.config.exclusive_owner.unwrap_or(0);
+    // The API is no connection (ids start at 1): a connection's exclusive
+    // queue is locked to it, as it is to another connection over AMQP.
     let deleted = vh.delete_queue(
         &name,
         d.if_unused.as_deref() == Some("true"),
         d.if_empty.as_deref() == Some("true"),
-        owner,
+        NO_CONNECTION,
     )?;
     api.broker.store.sync().await?;
     drop(deleted);
@@ -395,6 +424,7 @@ pub async fn purge(
     let vh = super::vhost_for(&api, &caller, &v, false)?;
     let q = vh.queue(&name).ok_or_else(ApiError::not_found)?;
     caller.resource(&api, &v, Access::Read, &name)?;
+    vh.check_exclusive(&q, NO_CONNECTION)?;
     q.purge()?;
     api.broker.store.sync().await?;
     Ok(no_content())
@@ -455,6 +485,7 @@ pub async fn get_messages(
         )))
     })?;
     caller.resource(&api, &v, Access::Read, &name)?;
+    vh.check_exclusive(&q, NO_CONNECTION)?;
     let b = body.object()?;
     let count = b
         .get("count")

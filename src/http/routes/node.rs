@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
+use crate::access::Access;
 use crate::definitions::RABBITMQ_VERSION;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult};
@@ -363,6 +364,10 @@ pub async fn aliveness(
     Path(vhost): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let vh = super::vhost_for(&api, &caller, &vhost, false)?;
+    // What the same declare, publish and get need over AMQP.
+    caller.resource(&api, &vhost, Access::Configure, "aliveness-test")?;
+    caller.resource(&api, &vhost, Access::Write, "amq.default")?;
+    caller.resource(&api, &vhost, Access::Read, "aliveness-test")?;
     let spec = crate::vhost::QueueSpec {
         name: "aliveness-test".into(),
         durable: false,

@@ -18,7 +18,7 @@ use crate::http::body::Body;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::list::{respond, ListQuery};
 use crate::http::{render, Api};
-use crate::store::{GlobalParameterDef, ParameterDef};
+use crate::store::GlobalParameterDef;
 use crate::vhost::Meta;
 
 pub async fn list_vhosts(
@@ -365,12 +365,11 @@ pub async fn put_parameter(
             let operator = component == OPERATOR_POLICY;
             off_runtime(move || broker.put_policy(&vhost, &name, &spec, operator)).await?;
         }
-        _ => api.broker.store.put_parameter(&ParameterDef {
-            vhost,
-            component,
-            name,
-            value,
-        })?,
+        _ => {
+            return Err(ApiError::bad_request(
+                crate::definitions::component_not_found(&component),
+            ))
+        }
     }
     api.broker.store.sync().await?;
     Ok(created_or_updated(!existed))

@@ -83,10 +83,12 @@ async function users(view, params) {
   ]);
   view.append(list.el, form("Add a user", [
     { name: "name", label: "Username" },
-    { name: "password", label: "Password", type: "password" },
+    { name: "password", label: "Password (blank: no password; the user logs in only with a client certificate, EXTERNAL)", type: "password" },
     { name: "tags", label: "Tags", placeholder: "administrator, monitoring, policymaker, management" },
-  ], "Add user", (v) => act(() => api("PUT", `/users/${seg(v.name)}`, { password: v.password, tags: v.tags }),
-    `User ${v.name} added`), { id: "add-user" }));
+  ], "Add user", (v) => act(() => api("PUT", `/users/${seg(v.name)}`,
+    v.password ? { password: v.password, tags: v.tags } : { password_hash: "", tags: v.tags }),
+    v.password ? `User ${v.name} added` : `User ${v.name} added without a password (certificate login only)`),
+    { id: "add-user" }));
   await list.refresh();
   return list.refresh;
 }
