@@ -590,6 +590,11 @@ async fn a_nemesis_loses_nothing() {
         .iter()
         .filter(|id| !got.contains_key(id))
         .count();
+    // Lost, by the way each went (route(): direct, ttl, delayed, side).
+    let mut lost_by_route = [0usize; 4];
+    for id in history.confirmed.iter().filter(|id| !got.contains_key(id)) {
+        lost_by_route[(id % 4) as usize] += 1;
+    }
     let unflagged = got.values().filter(|(t, f)| *t > 1 && !*f).count();
     // When each id was published, on the consumers' clock (0: before).
     let sent: BTreeMap<u64, u32> = history
@@ -599,14 +604,15 @@ async fn a_nemesis_loses_nothing() {
         .collect();
     let overlapping = same_period(&log, &sent);
     eprintln!(
-        "nemesis: {:.1} min, {} faults, {} published, {} confirmed, {} lost, {} duplicates \
-         without redelivered, {} delivered in the same period by two connections ({} \
+        "nemesis: {:.1} min, {} faults, {} published, {} confirmed, {} lost (direct, ttl, \
+         delayed, side: {:?}), {} duplicates without redelivered, {} delivered in the same period by two connections ({} \
          connections)",
         start.elapsed().as_secs_f64() / 60.0,
         faults.len(),
         history.published.len(),
         history.confirmed.len(),
         lost,
+        lost_by_route,
         unflagged,
         overlapping.len(),
         conns.load(Ordering::Relaxed),

@@ -1,6 +1,8 @@
 //! Timers of a queue: message TTL (every message is removed at its
 //! deadline wherever it sits in the queue, not only at the head as in
-//! RabbitMQ) and x-expires (the queue goes after it was unused that long).
+//! RabbitMQ; a message paged out of memory is read back for it, from the
+//! head of the stored tail: ready.rs `read_through`) and x-expires (the
+//! queue goes after it was unused that long).
 //! Each is one tokio task holding only a weak reference, so a deleted queue
 //! takes its timers with it.
 
@@ -119,13 +121,22 @@ impl Queue {
         let mut st = self.state.lock();
         // Bounded work per pass, so the lock is never held for long; the
         // timer comes straight back for the rest.
-        let mut budget = 10_000;
+        let mut budget: usize = 10_000;
         while let Some(&Reverse((deadline, seq))) = st.expiry.peek() {
             if deadline > now || budget == 0 {
                 break;
             }
             budget -= 1;
             st.expiry.pop();
+            if st.ready.in_tail(seq) {
+                // Paged out: read the tail's head back through it; what is
+                // read is due in turn (some already are).
+                if let Some(pager) = self.pager() {
+                    let read = st.ready.read_through(seq, &pager);
+                    budget = budget.saturating_sub(read.len());
+                    st.expiry.extend(read.into_iter().map(Reverse));
+                }
+            }
             if let Some(entry) = st.ready.remove(seq) {
                 st.dead.push((entry, Reason::Expired));
             }

@@ -143,7 +143,7 @@ impl Ready {
     }
 
     /// Removes the in-memory message with sequence `seq` (its TTL ran out).
-    /// Messages in the stored tail are checked when they are read back.
+    /// One in the stored tail is read back first (`read_through`).
     pub fn remove(&mut self, seq: u64) -> Option<Entry> {
         let at = if self.max_priority == 0 {
             self.mem.binary_search_by_key(&seq, |e| e.seq).ok()?
@@ -257,9 +257,12 @@ impl Ready {
         }
     }
 
-    fn refill(&mut self, p: &Pager<'_>) {
+    /// Reads the next batch of the stored tail into memory; false if it
+    /// read nothing.
+    fn refill(&mut self, p: &Pager<'_>) -> bool {
         match p.store.load_range(p.queue_id, self.tail.first_seq, REFILL) {
             Ok(batch) => {
+                let read = !batch.is_empty();
                 for (seq, msg) in batch {
                     self.tail.count = self.tail.count.saturating_sub(1);
                     self.tail.bytes = self.tail.bytes.saturating_sub(msg.body().len());
@@ -283,7 +286,7 @@ impl Ready {
                         returned: 0,
                     });
                 }
-                if self.mem.is_empty() {
+                if !read {
                     // The store has fewer than we counted: forget the rest.
                     self.tail = Tail::default();
                 }
@@ -291,9 +294,53 @@ impl Ready {
                     self.tail_times.clear();
                     self.tail_ttl = None;
                 }
+                read
             }
-            Err(e) => tracing::error!(queue_id = p.queue_id, "cannot read paged messages: {e}"),
+            Err(e) => {
+                tracing::error!(queue_id = p.queue_id, "cannot read paged messages: {e}");
+                false
+            }
         }
+    }
+
+    /// Whether message `seq` is in the stored tail.
+    pub fn in_tail(&self, seq: u64) -> bool {
+        self.tail.count > 0 && seq >= self.tail.first_seq
+    }
+
+    /// A TTL ran out at `seq`, in the stored tail: reads the tail's head
+    /// into memory through it, a batch at a time, while memory holds less
+    /// than twice the bound (a message deeper than that expires when it is
+    /// read back, as RabbitMQ expires only at the head). Returns the
+    /// (deadline, seq) of what it read that has a deadline, and of the
+    /// tail's new head where a message-ttl set after paging gives one, for
+    /// the expiry heap. Without it a queue nobody consumes kept every
+    /// message paged out past its TTL for good.
+    pub fn read_through(&mut self, seq: u64, p: &Pager<'_>) -> Vec<(u64, u64)> {
+        let mut due = Vec::new();
+        while self.in_tail(seq) && self.mem_bytes < 2 * MEM_BYTES && self.mem.len() < 2 * MEM_COUNT
+        {
+            let from = self.mem.len();
+            if !self.refill(p) {
+                break;
+            }
+            due.extend(
+                self.mem
+                    .range(from..)
+                    .filter(|e| e.deadline != 0)
+                    .map(|e| (e.deadline, e.seq)),
+            );
+        }
+        due.extend(self.head_of_tail_deadline());
+        due
+    }
+
+    /// When the tail's head runs out under a message-ttl set after it was
+    /// paged (its messages get their deadlines only when read back).
+    fn head_of_tail_deadline(&self) -> Option<(u64, u64)> {
+        let ttl = self.tail_ttl.filter(|_| self.tail.count > 0)?;
+        let &(_, enqueued) = self.tail_times.front().filter(|(_, t)| *t != 0)?;
+        Some((ttl_deadline(enqueued, ttl), self.tail.first_seq))
     }
 
     /// Puts a message back at the head (a delivery that did not happen).
@@ -315,7 +362,8 @@ impl Ready {
     /// entered the queue longer ago than that expires, the others by then
     /// (earlier deadlines stay). Returns the (deadline, seq) of in-memory
     /// messages whose deadline moved, for the expiry heap; messages in the
-    /// stored tail get theirs as they are read back.
+    /// stored tail get theirs as they are read back (and the tail's head
+    /// one, so the expiry timer reads them back: `read_through`).
     pub fn retime(&mut self, ttl: u64) -> Vec<(u64, u64)> {
         let mut moved = Vec::new();
         for e in self.mem.iter_mut() {
@@ -333,6 +381,7 @@ impl Ready {
         if self.tail.count > 0 {
             self.tail_ttl = Some(self.tail_ttl.map_or(ttl, |t| t.min(ttl)));
         }
+        moved.extend(self.head_of_tail_deadline());
         moved
     }
 
@@ -399,10 +448,13 @@ mod tests {
         let moved = r.retime(1000);
         assert_eq!(
             moved.len(),
-            MEM_COUNT - 1,
-            "all in memory but the earlier one"
+            MEM_COUNT,
+            "all in memory but the earlier one, and the tail's head"
         );
         assert!(moved.contains(&(101_000, 1)));
+        let head = MEM_COUNT as u64 + 1;
+        let arrived = 100 + (head / 1000) as u32;
+        assert!(moved.contains(&(ttl_deadline(arrived, 1000), head)));
         let first = r.pop_front(Some(&pager)).unwrap();
         assert_eq!(first.deadline, 101_000);
         assert_eq!(
@@ -418,6 +470,32 @@ mod tests {
         assert_eq!(e.seq, MEM_COUNT as u64 + 1);
         assert_eq!(e.enqueued, 100 + (e.seq / 1000) as u32);
         assert_eq!(e.deadline, e.enqueued as u64 * 1000 + 1000);
+    }
+
+    #[test]
+    fn a_deadline_in_the_tail_reads_the_tail_back_through_it() {
+        let store = Store::temporary().unwrap();
+        let pager = Pager {
+            store: &store,
+            queue_id: 5,
+        };
+        let mut r = Ready::default();
+        let n = MEM_COUNT as u64 + 10;
+        for seq in 1..=n {
+            let e = Entry {
+                deadline: 1000 + seq,
+                ..entry(seq, true)
+            };
+            r.push_back(e, Some(&pager)).unwrap();
+        }
+        let deep = MEM_COUNT as u64 + 5;
+        assert!(r.in_tail(deep) && r.remove(deep).is_none());
+        let read = r.read_through(deep, &pager);
+        assert_eq!(read.len(), 10, "the whole tail, with its deadlines");
+        assert!(read.contains(&(1000 + deep, deep)));
+        assert!(!r.in_tail(deep));
+        assert_eq!(r.remove(deep).map(|e| e.seq), Some(deep));
+        assert_eq!(r.len(), n as usize - 1);
     }
 
     #[test]
