@@ -9,10 +9,12 @@ use serde::Deserialize;
 
 mod cluster;
 pub mod command;
+mod management;
 mod port;
 mod tls;
 pub use cluster::{parse_peers, ClusterConfig, Peer};
 pub use command::{ClusterCommand, Command};
+pub use management::ManagementConfig;
 pub use port::Port;
 pub use tls::{CertLoginFrom, SanType, TlsConfig, Verify};
 
@@ -39,6 +41,8 @@ pub struct Config {
     pub management_bind: IpAddr,
     /// Management (HTTP API) port (0 = any free port, off = none).
     pub management_port: Port,
+    /// The HTTP API's limits and cross-origin rules (`[management]`).
+    pub management: ManagementConfig,
     /// Prometheus metrics port (0 = any free port, off = none); it binds
     /// `management_bind`.
     pub prometheus_port: Port,
@@ -120,6 +124,7 @@ impl Default for Config {
             port: Port::On(5672),
             amqps_port: None,
             tls: TlsConfig::default(),
+            management: ManagementConfig::default(),
             handshake_timeout: 10_000,
             management_bind: IpAddr::from([0, 0, 0, 0]),
             management_port: Port::On(15672),
@@ -452,6 +457,7 @@ impl Cli {
         }
         c.cluster.check()?;
         c.tls.check()?;
+        c.management.check()?;
         if c.amqps_port.and_then(Port::get).is_some() && !c.tls.enabled() {
             return Err(
                 "amqps_port needs tls.certfile and tls.keyfile (--tls-cert, --tls-key)".into(),

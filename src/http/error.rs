@@ -68,6 +68,25 @@ impl ApiError {
         )
     }
 
+    /// 403: a request the API does not serve (a foreign origin).
+    pub fn forbidden(reason: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "forbidden", reason)
+    }
+
+    /// 415: a body that is not JSON.
+    pub fn unsupported_media_type(reason: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            reason,
+        )
+    }
+
+    /// 413: a request body over the configured limit.
+    pub fn payload_too_large(reason: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", reason)
+    }
+
     /// 405 with `reason`.
     pub fn method_not_allowed() -> ApiError {
         ApiError::new(

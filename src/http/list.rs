@@ -63,6 +63,15 @@ pub fn respond<T>(
     respond_keyed(items, q, key, render, |_, _| None)
 }
 
+/// The longest `name` filter (a regex with `use_regex`), bytes.
+const MAX_FILTER: usize = 1024;
+/// What a `use_regex` filter may compile to, bytes (the regex crate's
+/// default allows 10 MiB per request).
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// The most `columns` a list request may name, and the longest one.
+const MAX_COLUMNS: usize = 64;
+const MAX_COLUMN: usize = 256;
+
 /// As `respond`, where `sort_value` gives an item's value of a (dotted)
 /// field without rendering the item, or None if it cannot.
 pub fn respond_keyed<T>(
@@ -74,8 +83,16 @@ pub fn respond_keyed<T>(
 ) -> ApiResult<Value> {
     let total = items.len();
     if let Some(filter) = q.name.as_deref().filter(|f| !f.is_empty()) {
+        if filter.len() > MAX_FILTER {
+            return Err(ApiError::bad_request(format!(
+                "the name filter is longer than {MAX_FILTER} bytes"
+            )));
+        }
         if truthy(&q.use_regex) {
-            let re = regex::Regex::new(filter)
+            let re = regex::RegexBuilder::new(filter)
+                .size_limit(REGEX_SIZE_LIMIT)
+                .dfa_size_limit(REGEX_SIZE_LIMIT)
+                .build()
                 .map_err(|e| ApiError::bad_request(format!("invalid regex '{filter}': {e}")))?;
             items.retain(|i| re.is_match(key(i).1));
         } else {
@@ -153,6 +170,11 @@ pub fn respond_keyed<T>(
     };
     if let Some(cols) = q.columns.as_deref().filter(|c| !c.is_empty()) {
         let cols: Vec<&str> = cols.split(',').map(str::trim).collect();
+        if cols.len() > MAX_COLUMNS || cols.iter().any(|c| c.len() > MAX_COLUMN) {
+            return Err(ApiError::bad_request(format!(
+                "columns: at most {MAX_COLUMNS} names of at most {MAX_COLUMN} bytes each"
+            )));
+        }
         for v in &mut rendered {
             *v = keep_columns(v, &cols);
         }
@@ -252,6 +274,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cols[0], json!({"name": "q000", "deep": {"x": 1}}));
+        // Inputs that would cost without bound are refused.
+        let many = vec!["name"; MAX_COLUMNS + 1].join(",");
+        assert!(respond(items.clone(), &q(&[("columns", &many)]), key, render).is_err());
+        let huge = "(a{1000}){1000}";
+        let regex = q(&[("name", huge), ("use_regex", "true")]);
+        assert!(respond(items.clone(), &regex, key, render).is_err());
+        let long = "q".repeat(MAX_FILTER + 1);
+        assert!(respond(items.clone(), &q(&[("name", &long)]), key, render).is_err());
         // Sorted by a value the list gives without rendering: the same
         // order, ties by name, and only the page is rendered.
         let rendered = std::cell::Cell::new(0);

@@ -9,6 +9,7 @@
 mod auth;
 mod body;
 mod error;
+mod guard;
 mod list;
 mod message;
 pub mod prometheus;

@@ -87,7 +87,7 @@ pub async fn put_user(
     body: Body,
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
-    let b = body.object()?;
+    let b = body.object().await?;
     let existed = api.broker.users.get(&name);
     let tags = match b.get("tags") {
         None => existed.as_ref().map(|u| u.tags.clone()).unwrap_or_default(),
@@ -150,7 +150,7 @@ pub async fn bulk_delete_users(
     body: Body,
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
-    let b = body.object()?;
+    let b = body.object().await?;
     let names = b
         .get("users")
         .and_then(Value::as_array)
@@ -251,7 +251,7 @@ pub async fn put_permission(
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
     api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    let b = body.object()?;
+    let b = body.object().await?;
     let field = |k: &str| -> ApiResult<String> {
         match b.get(k) {
             Some(Value::String(s)) => Ok(s.clone()),
@@ -360,7 +360,7 @@ pub async fn put_topic_permission(
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
     api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    let b = body.object()?;
+    let b = body.object().await?;
     let field = |k: &str| b.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     let exchange = field("exchange");
     if exchange.is_empty() {
@@ -432,8 +432,8 @@ pub async fn get_user_limits(
 }
 
 /// The limit's value: {"value": n}.
-pub fn limit_value(body: Body) -> ApiResult<i64> {
-    let b = body.object()?;
+pub async fn limit_value(body: Body) -> ApiResult<i64> {
+    let b = body.object().await?;
     match b.get("value") {
         Some(v) => v
             .as_i64()
@@ -455,7 +455,7 @@ pub async fn put_user_limit(
             "unknown user limit '{name}'"
         )));
     }
-    let value = limit_value(body)?;
+    let value = limit_value(body).await?;
     let mut u = User::clone(
         &*api
             .broker

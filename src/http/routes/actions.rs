@@ -34,7 +34,7 @@ pub async fn queue_action(
 ) -> ApiResult<Response> {
     let vh = super::vhost_for(&api, &caller, &v, false)?;
     let q = vh.queue(&name).ok_or_else(|| no_queue(&name, &v))?;
-    let b = body.object()?;
+    let b = body.object().await?;
     match b.get("action").and_then(Value::as_str) {
         Some("sync" | "cancel_sync") => Ok(no_content().into_response()),
         Some("move") => {

@@ -130,7 +130,7 @@ pub async fn put_exchange(
     let name = super::exchange_name(name);
     let vh = super::vhost_for(&api, &caller, &v, false)?;
     caller.resource(&api, &v, Access::Configure, &name)?;
-    let b = body.object()?;
+    let b = body.object().await?;
     let arguments = arguments(&b)?;
     // As over AMQP (amqp/channel/exchange.rs): a new exchange with an
     // alternate needs read on it and write on the alternate.
@@ -216,7 +216,7 @@ pub async fn publish(
             "the memory alarm is in effect: publishing is blocked",
         ));
     }
-    let b = body.object()?;
+    let b = body.object().await?;
     let max = api.broker.config.max_message_size;
     let msg = Arc::new(message::from_request(&name, &b, max)?);
     let key = String::from_utf8_lossy(msg.routing_key()).into_owned();
@@ -354,7 +354,7 @@ pub async fn put_queue(
     check_name("queue", &name)?;
     let vh = super::vhost_for(&api, &caller, &v, false)?;
     caller.resource(&api, &v, Access::Configure, &name)?;
-    let b = body.object()?;
+    let b = body.object().await?;
     let mut args = arguments(&b)?;
     // As over AMQP (amqp/channel/queue.rs): a new queue with a dead-letter
     // exchange needs read on the queue and write on that exchange.
@@ -486,7 +486,7 @@ pub async fn get_messages(
     })?;
     caller.resource(&api, &v, Access::Read, &name)?;
     vh.check_exclusive(&q, NO_CONNECTION)?;
-    let b = body.object()?;
+    let b = body.object().await?;
     let count = b
         .get("count")
         .and_then(Value::as_u64)
@@ -642,7 +642,7 @@ pub async fn bind(
     let to_exchange = kind_of(&kind)?;
     caller.resource(&api, &v, Access::Write, &dest)?;
     caller.resource(&api, &v, Access::Read, &source)?;
-    let b = body.object()?;
+    let b = body.object().await?;
     let key = b
         .get("routing_key")
         .and_then(Value::as_str)

@@ -17,13 +17,13 @@ mod tenancy;
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use axum::Router;
 
 use super::auth::Caller;
-use super::body::{Body, MAX_BODY};
+use super::body::Body;
 use super::error::ApiError;
 use super::Api;
 
@@ -311,8 +311,11 @@ pub fn router(api: Arc<Api>) -> Router {
         .nest("/api", api_routes)
         .merge(super::ui::router())
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(unchallenged))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&api),
+            super::guard::guard,
+        ))
         .with_state(api)
 }
 

@@ -59,7 +59,7 @@ pub async fn put_vhost(
     body: Body,
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
-    let b = body.object()?;
+    let b = body.object().await?;
     let old = api.broker.vhost(&name).map(|v| v.meta());
     let text = |k: &str, old: Option<&str>| -> ApiResult<String> {
         match b.get(k) {
@@ -140,7 +140,7 @@ pub async fn put_vhost_limit(
     body: Body,
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
-    let value = super::access::limit_value(body)?;
+    let value = super::access::limit_value(body).await?;
     api.broker.set_vhost_limit(&vhost, &name, Some(value))?;
     api.broker.store.sync().await?;
     Ok(no_content())
@@ -237,7 +237,7 @@ pub async fn put_policy(
         caller.policymaker(&api, &vhost)?;
     }
     let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    let spec = PolicySpec::from_value(&body.0).map_err(ApiError::bad_request)?;
+    let spec = PolicySpec::from_value(&body.value().await?).map_err(ApiError::bad_request)?;
     let existed = vh.policies().get(&name, operator).is_some();
     let broker = Arc::clone(&api.broker);
     off_runtime(move || broker.put_policy(&vhost, &name, &spec, operator)).await?;
@@ -345,7 +345,7 @@ pub async fn put_parameter(
 ) -> ApiResult<StatusCode> {
     caller.policymaker(&api, &vhost)?;
     let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    let b = body.object()?;
+    let b = body.object().await?;
     let value = b.get("value").cloned().unwrap_or(Value::Null);
     let existed = parameters(&api, &caller, Some(&component), Some(&vhost))?
         .iter()
@@ -435,7 +435,7 @@ pub async fn put_global(
     body: Body,
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
-    let b = body.object()?;
+    let b = body.object().await?;
     let value = b.get("value").cloned().unwrap_or(Value::Null);
     let existed = api
         .broker
@@ -471,7 +471,7 @@ pub async fn put_cluster_name(
     body: Body,
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
-    let b = body.object()?;
+    let b = body.object().await?;
     let name = b
         .get("name")
         .and_then(Value::as_str)
@@ -509,9 +509,10 @@ pub async fn import_all(
     body: Body,
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
+    let defs = body.value().await?;
     let broker = Arc::clone(&api.broker);
     off_runtime(move || {
-        crate::definitions::import(&broker, &body.0, None).map_err(ApiError::bad_request)
+        crate::definitions::import(&broker, &defs, None).map_err(ApiError::bad_request)
     })
     .await?;
     api.broker.store.sync().await?;
@@ -526,9 +527,10 @@ pub async fn import_vhost(
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
     api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    let defs = body.value().await?;
     let broker = Arc::clone(&api.broker);
     off_runtime(move || {
-        crate::definitions::import(&broker, &body.0, Some(&vhost)).map_err(ApiError::bad_request)
+        crate::definitions::import(&broker, &defs, Some(&vhost)).map_err(ApiError::bad_request)
     })
     .await?;
     api.broker.store.sync().await?;

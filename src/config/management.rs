@@ -1,0 +1,59 @@
+//! `[management]`: what the HTTP API accepts (RabbitMQ's `management.*`
+//! keys of the same names).
+
+use serde::Deserialize;
+
+/// The HTTP API's limits and cross-origin rules.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ManagementConfig {
+    /// The largest request body read, bytes; a larger one is answered 413
+    /// unread (RabbitMQ's management.http_max_body_size, 10 MiB). A
+    /// definitions file is a body like any other.
+    pub http_max_body_size: usize,
+    /// Origins besides the API's own whose browser requests are served
+    /// ("https://ops.example.com", or "*" for any), with CORS headers
+    /// (management.cors.allow_origins). A request from any other origin
+    /// is refused with 403, so a page elsewhere cannot use a browser's
+    /// login to the API.
+    pub cors_allow_origins: Vec<String>,
+    /// Seconds a browser may keep a preflight's answer
+    /// (management.cors.max_age, 1800).
+    pub cors_max_age: u64,
+}
+
+impl Default for ManagementConfig {
+    fn default() -> Self {
+        ManagementConfig {
+            http_max_body_size: 10 << 20,
+            cors_allow_origins: Vec::new(),
+            cors_max_age: 1800,
+        }
+    }
+}
+
+impl ManagementConfig {
+    /// Refuses settings that cannot work.
+    pub fn check(&self) -> Result<(), String> {
+        if self.http_max_body_size == 0 {
+            return Err("management.http_max_body_size must be above 0".into());
+        }
+        for o in &self.cors_allow_origins {
+            let scheme = o.starts_with("http://") || o.starts_with("https://");
+            if o != "*" && (!scheme || o.ends_with('/')) {
+                return Err(format!(
+                    "management.cors_allow_origins: '{o}' is not an origin (\"*\", or \
+                     scheme://host[:port] with no path, as browsers send it)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether requests from `origin` are served with CORS headers.
+    pub fn allows_origin(&self, origin: &str) -> bool {
+        self.cors_allow_origins
+            .iter()
+            .any(|o| o == "*" || o.eq_ignore_ascii_case(origin))
+    }
+}
