@@ -20,6 +20,16 @@ pub struct ManagementConfig {
     /// Seconds a browser may keep a preflight's answer
     /// (management.cors.max_age, 1800).
     pub cors_max_age: u64,
+    /// Milliseconds a client has to send a request's headers, and that a
+    /// kept-alive connection may sit idle (RabbitMQ's cowboy closes one
+    /// with no request in 5 s by default).
+    pub header_timeout_ms: u64,
+    /// Connections open at once on each HTTP listener (the API, its
+    /// HTTPS port, Prometheus), as ranch's max_connections; past it a
+    /// new one is closed unread.
+    pub max_connections: usize,
+    /// Connections open at once from one client address, per listener.
+    pub max_connections_per_source: usize,
 }
 
 impl Default for ManagementConfig {
@@ -28,6 +38,9 @@ impl Default for ManagementConfig {
             http_max_body_size: 10 << 20,
             cors_allow_origins: Vec::new(),
             cors_max_age: 1800,
+            header_timeout_ms: 10_000,
+            max_connections: 1024,
+            max_connections_per_source: 64,
         }
     }
 }
@@ -37,6 +50,17 @@ impl ManagementConfig {
     pub fn check(&self) -> Result<(), String> {
         if self.http_max_body_size == 0 {
             return Err("management.http_max_body_size must be above 0".into());
+        }
+        if self.header_timeout_ms == 0 {
+            return Err("management.header_timeout_ms must be above 0".into());
+        }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return Err("management.max_connections must be from 1 to 1000000".into());
+        }
+        if !(1..=self.max_connections).contains(&self.max_connections_per_source) {
+            return Err(
+                "management.max_connections_per_source must be from 1 to max_connections".into(),
+            );
         }
         for o in &self.cors_allow_origins {
             let scheme = o.starts_with("http://") || o.starts_with("https://");

@@ -8,6 +8,7 @@
 
 mod auth;
 mod body;
+mod conns;
 mod error;
 mod guard;
 mod list;
@@ -219,20 +220,13 @@ pub fn start_sampler(api: &Arc<Api>, stop: watch::Receiver<bool>) {
 }
 
 /// Serves Prometheus metrics on `listener` until `stop` says so.
-pub async fn serve_metrics<L>(listener: L, api: Arc<Api>, mut stop: watch::Receiver<bool>)
+pub async fn serve_metrics<L>(listener: L, api: Arc<Api>, stop: watch::Receiver<bool>)
 where
     L: axum::serve::Listener<Addr = SocketAddr>,
 {
+    let limits = api.broker.config.management.clone();
     let app = prometheus::router(api);
-    let stopped = async move {
-        let _ = stop.changed().await;
-    };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stopped)
-        .await
-    {
-        tracing::warn!("Prometheus listener failed: {e}");
-    }
+    conns::serve(listener, app, limits, stop, "prometheus").await;
 }
 
 /// Who a connection a cluster member carried here is from: the client's
@@ -250,50 +244,21 @@ pub struct Via(pub u64);
 
 /// Serves the API to the connections members carry here (`listener`)
 /// until `stop` says so: as the API's own, with the client's address.
-pub async fn serve_carried<L>(listener: L, api: Arc<Api>, mut stop: watch::Receiver<bool>)
+pub async fn serve_carried<L>(listener: L, api: Arc<Api>, stop: watch::Receiver<bool>)
 where
     L: axum::serve::Listener<Addr = Carried>,
 {
-    use axum::extract::{ConnectInfo, Request};
-    use axum::serve::ListenerExt;
-    // tap_io: ConnectInfo<Carried> works through it.
-    let listener = listener.tap_io(|_| {});
-    let app = routes::router(api)
-        .layer(axum::middleware::map_request(
-            |ConnectInfo(c): ConnectInfo<Carried>, mut req: Request| async move {
-                req.extensions_mut().insert(ConnectInfo(c.client));
-                req.extensions_mut().insert(Via(c.via));
-                req
-            },
-        ))
-        .into_make_service_with_connect_info::<Carried>();
-    let stopped = async move {
-        let _ = stop.changed().await;
-    };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stopped)
-        .await
-    {
-        tracing::warn!("carried management connections failed: {e}");
-    }
+    let limits = api.broker.config.management.clone();
+    let app = routes::router(api);
+    conns::serve(listener, app, limits, stop, "carried management").await;
 }
 
 /// Serves the API on `listener` (plain or TLS) until `stop` says so.
-pub async fn serve<L>(listener: L, api: Arc<Api>, mut stop: watch::Receiver<bool>)
+pub async fn serve<L>(listener: L, api: Arc<Api>, stop: watch::Receiver<bool>)
 where
     L: axum::serve::Listener<Addr = SocketAddr>,
 {
-    use axum::serve::ListenerExt;
-    let app = routes::router(api).into_make_service_with_connect_info::<SocketAddr>();
-    // tap_io: ConnectInfo<SocketAddr> works for any listener through it.
-    let listener = listener.tap_io(|_| {});
-    let stopped = async move {
-        let _ = stop.changed().await;
-    };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stopped)
-        .await
-    {
-        tracing::warn!("management listener failed: {e}");
-    }
+    let limits = api.broker.config.management.clone();
+    let app = routes::router(api);
+    conns::serve(listener, app, limits, stop, "management").await;
 }

@@ -408,19 +408,13 @@ pub fn follower_router(cluster: Arc<crate::cluster::Cluster>) -> Router {
 pub async fn serve_follower<L>(
     listener: L,
     cluster: Arc<crate::cluster::Cluster>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    limits: crate::config::ManagementConfig,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) where
     L: axum::serve::Listener<Addr = std::net::SocketAddr>,
 {
-    let stopped = async move {
-        let _ = stop.changed().await;
-    };
-    if let Err(e) = axum::serve(listener, follower_router(cluster))
-        .with_graceful_shutdown(stopped)
-        .await
-    {
-        tracing::warn!("Prometheus listener failed: {e}");
-    }
+    let app = follower_router(cluster);
+    super::conns::serve(listener, app, limits, stop, "prometheus").await;
 }
 
 fn build_info(o: &mut Out) {

@@ -77,13 +77,15 @@ impl Listeners {
         }
         if let Some(l) = metrics {
             let s = stop_rx.clone();
-            let served = crate::http::prometheus::serve_follower(l, Arc::clone(cluster), s);
+            let limits = c.management.clone();
+            let served = crate::http::prometheus::serve_follower(l, Arc::clone(cluster), limits, s);
             tasks.push(tokio::spawn(served));
         }
         if let (Some(l), Some(t)) = (https_metrics, &tls.metrics) {
             let l = crate::http::tls::TlsListener::new(l, Arc::clone(t), stop_rx.clone());
             let s = stop_rx.clone();
-            let served = crate::http::prometheus::serve_follower(l, Arc::clone(cluster), s);
+            let limits = c.management.clone();
+            let served = crate::http::prometheus::serve_follower(l, Arc::clone(cluster), limits, s);
             tasks.push(tokio::spawn(served));
         }
         info!("following: client ports carry clients to the leader");
