@@ -54,3 +54,46 @@ pub fn coarse_wall_secs() -> u32 {
     });
     SECS.load(Ordering::Relaxed)
 }
+
+/// Connections open per client address, for caps on a listener: `take`
+/// hands out a slot while the address holds fewer than `max`; dropping it
+/// gives it back.
+#[derive(Default)]
+pub struct PerSource(parking_lot::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One connection's slot of its address (`PerSource::take`).
+pub struct SourceSlot {
+    sources: std::sync::Arc<PerSource>,
+    ip: std::net::IpAddr,
+}
+
+impl PerSource {
+    pub fn take(
+        self: &std::sync::Arc<Self>,
+        ip: std::net::IpAddr,
+        max: usize,
+    ) -> Option<SourceSlot> {
+        let mut open = self.0.lock();
+        let n = open.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(SourceSlot {
+            sources: std::sync::Arc::clone(self),
+            ip,
+        })
+    }
+}
+
+impl Drop for SourceSlot {
+    fn drop(&mut self) {
+        let mut open = self.sources.0.lock();
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}

@@ -4,8 +4,8 @@
 //! that connects names the other by the host of its Raft address, which
 //! its certificate must carry (a DNS name or an IP address).
 //!
-//! With a cluster secret (`[cluster] secret_file`), each side then proves
-//! it knows the secret, as Erlang's cookie does for RabbitMQ's nodes: the
+//! Each side then proves it knows the cluster secret (secret.rs: always
+//! set), as Erlang's cookie does for RabbitMQ's nodes: the
 //! connecting side sends a random challenge, the other answers with its
 //! own and an HMAC-SHA256 of both, and the connecting side answers with
 //! its HMAC of both. A connection that fails this carries nothing: no

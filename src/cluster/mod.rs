@@ -19,6 +19,7 @@ mod link;
 mod network;
 mod proxy;
 mod rpc;
+mod secret;
 mod status;
 mod version;
 
@@ -42,6 +43,11 @@ use crate::store::raft::{LogStore, Member, Raft, StateMachine};
 
 /// Connections the Raft port serves at once.
 const MAX_RAFT_PORT_CONNECTIONS: usize = 4096;
+/// Connections from one address that have not proved the secret yet, at
+/// most: the rest are closed at once, so one host cannot fill the port.
+const MAX_UNPROVEN_PER_SOURCE: usize = 16;
+/// How long a proved connection has to say what it is.
+const FIRST_BYTE: Duration = Duration::from_secs(5);
 
 /// What serves a client a follower proxied here (the leader's AMQP code
 /// or its HTTP API, as the header says).
@@ -90,21 +96,17 @@ impl Cluster {
     pub async fn start(
         cfg: &ClusterConfig,
         bind: IpAddr,
+        data_dir: &std::path::Path,
         tls: Option<LinkTls>,
         log: LogStore,
         machine: StateMachine,
     ) -> Result<Arc<Cluster>, String> {
-        let secret = cfg.secret()?;
-        if tls.is_none() && secret.is_none() {
-            warn!(
-                "the Raft port trusts whoever connects: set [cluster] secret_file, or [tls] \
-                 with a CA, unless only the members can reach it"
-            );
-        }
-        let tls = match (tls, secret) {
-            (None, None) => None,
-            (tls, secret) => Some(Arc::new(link::Guard { tls, secret })),
-        };
+        // Every link proves the secret, whatever else guards it.
+        let secret = secret::load(cfg, data_dir)?;
+        let tls = Some(Arc::new(link::Guard {
+            tls,
+            secret: Some(secret),
+        }));
         let (Some(id), Some(port)) = (cfg.node_id, cfg.raft_port) else {
             return Err("a cluster node needs --node-id and --raft-port".into());
         };
@@ -233,6 +235,7 @@ impl Cluster {
         // Connections at once at most (members' Raft links and proxied
         // clients); more wait in the listen backlog.
         let open = Arc::new(tokio::sync::Semaphore::new(MAX_RAFT_PORT_CONNECTIONS));
+        let unproven = Arc::new(crate::util::PerSource::default());
         loop {
             let permit = tokio::select! {
                 p = Arc::clone(&open).acquire_owned() => match p {
@@ -244,10 +247,17 @@ impl Cluster {
             tokio::select! {
                 r = listener.accept() => match r {
                     Ok((s, peer)) => {
+                        let Some(proving) = unproven.take(peer.ip(), MAX_UNPROVEN_PER_SOURCE) else {
+                            warn!(%peer, "closed: {MAX_UNPROVEN_PER_SOURCE} connections from this \
+                                 address are still to prove the cluster secret");
+                            continue;
+                        };
                         let this = Arc::clone(&self);
                         tokio::spawn(async move {
                             let _permit = permit;
-                            match link::accept(s, this.tls.as_deref()).await {
+                            let link = link::accept(s, this.tls.as_deref()).await;
+                            drop(proving);
+                            match link {
                                 Ok(l) => this.serve_peer(l, peer).await,
                                 Err(e) => warn!(%peer, "a connection to the Raft port failed: {e}"),
                             }
@@ -266,7 +276,8 @@ impl Cluster {
     async fn serve_peer(self: Arc<Self>, mut s: Link, peer: SocketAddr) {
         use tokio::io::AsyncReadExt;
         let mut kind = [0u8; 1];
-        if s.read_exact(&mut kind).await.is_err() {
+        let first = tokio::time::timeout(FIRST_BYTE, s.read_exact(&mut kind)).await;
+        if !matches!(first, Ok(Ok(_))) {
             return;
         }
         match kind[0] {
@@ -280,21 +291,12 @@ impl Cluster {
                     Ok((_, body)) => bincode::deserialize::<rpc::ProxyHeader>(&body),
                     Err(_) => return,
                 };
-                let Ok(mut header) = header else {
+                let Ok(header) = header else {
                     warn!(%peer, "a proxied connection with an unreadable header");
                     return;
                 };
-                // What the header says of the client is taken from a member
-                // that proved the cluster secret, or where the operator left
-                // the port open (warned at start). TLS between members alone
-                // proves only a certificate from the CA, which clients may
-                // hold too: the client is then taken as coming from the
-                // member's address, with no certificate.
-                let trusted = self.tls.as_ref().is_none_or(|g| g.secret.is_some());
-                if !trusted {
-                    header.client = peer;
-                    header.certificate = None;
-                }
+                // What the header says of the client is taken as true: the
+                // member that sent it proved the cluster secret (accept).
                 let handler = self.handler.read().clone();
                 match handler {
                     Some(h) => h(s, header),

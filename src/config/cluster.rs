@@ -68,25 +68,20 @@ impl Default for ClusterConfig {
 /// The fewest bytes a cluster secret may have.
 const SECRET_MIN: usize = 16;
 
-impl ClusterConfig {
-    /// The cluster secret, read from `secret_file` (surrounding whitespace
-    /// trimmed), if one is set.
-    pub fn secret(&self) -> Result<Option<Vec<u8>>, String> {
-        let Some(path) = &self.secret_file else {
-            return Ok(None);
-        };
-        let raw = std::fs::read(path)
-            .map_err(|e| format!("cluster secret_file {}: {e}", path.display()))?;
-        let secret = raw.trim_ascii().to_vec();
-        if secret.len() < SECRET_MIN {
-            return Err(format!(
-                "cluster secret_file {}: at least {SECRET_MIN} bytes, please",
-                path.display()
-            ));
-        }
-        Ok(Some(secret))
+/// Reads a cluster secret from `path` (surrounding whitespace trimmed).
+pub fn read_secret(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    let raw = std::fs::read(path).map_err(|e| format!("cluster secret {}: {e}", path.display()))?;
+    let secret = raw.trim_ascii().to_vec();
+    if secret.len() < SECRET_MIN {
+        return Err(format!(
+            "cluster secret {}: at least {SECRET_MIN} bytes, please",
+            path.display()
+        ));
     }
+    Ok(secret)
+}
 
+impl ClusterConfig {
     /// Whether this node is a cluster member.
     pub fn enabled(&self) -> bool {
         self.node_id.is_some()

@@ -12,7 +12,7 @@ pub mod command;
 mod management;
 mod port;
 mod tls;
-pub use cluster::{parse_peers, ClusterConfig, Peer};
+pub use cluster::{parse_peers, read_secret, ClusterConfig, Peer};
 pub use command::{ClusterCommand, Command};
 pub use management::ManagementConfig;
 pub use port::Port;

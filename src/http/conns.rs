@@ -7,7 +7,6 @@
 //! sockets trickling headers all stayed open, and with them every file
 //! descriptor a hostile client could take.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,12 +16,12 @@ use axum::http::Extensions;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use parking_lot::Mutex;
 use tokio::sync::{watch, Semaphore};
 use tower::ServiceExt;
 
 use super::{Carried, Via};
 use crate::config::ManagementConfig;
+use crate::util::PerSource;
 
 /// How long a stopping listener waits for its requests under way.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -57,43 +56,6 @@ impl Peer for Carried {
     }
 }
 
-/// Open connections per client address.
-#[derive(Default)]
-struct Sources(Mutex<HashMap<IpAddr, usize>>);
-
-/// One connection of an address, given back when dropped.
-struct Counted {
-    sources: Arc<Sources>,
-    ip: IpAddr,
-}
-
-impl Sources {
-    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<Counted> {
-        let mut open = self.0.lock();
-        let n = open.entry(ip).or_insert(0);
-        if *n >= max {
-            return None;
-        }
-        *n += 1;
-        Some(Counted {
-            sources: Arc::clone(self),
-            ip,
-        })
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        let mut open = self.sources.0.lock();
-        if let Some(n) = open.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.ip);
-            }
-        }
-    }
-}
-
 /// Serves `router` on `listener` until `stop` says so; `what` names the
 /// listener in the log.
 pub async fn serve<L>(
@@ -109,7 +71,7 @@ pub async fn serve<L>(
     let max = limits.max_connections;
     let per_source = limits.max_connections_per_source;
     let permits = Arc::new(Semaphore::new(max));
-    let sources = Arc::new(Sources::default());
+    let sources = Arc::new(PerSource::default());
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(Duration::from_millis(limits.header_timeout_ms));

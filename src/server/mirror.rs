@@ -71,6 +71,7 @@ impl ClusterNode {
         let cluster = Cluster::start(
             &config.cluster,
             config.bind,
+            &config.data_dir,
             tls,
             replica.log.clone(),
             machine,

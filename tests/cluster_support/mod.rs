@@ -67,6 +67,8 @@ pub struct Cluster {
     peers: String,
     /// A config file every node reads, if any.
     config: Option<PathBuf>,
+    /// The secret file every node is given, unless the config names one.
+    secret: Option<PathBuf>,
     /// Each node opens AMQPS and HTTPS on its own ports.
     client_tls: bool,
     _tmp: tempfile::TempDir,
@@ -160,6 +162,13 @@ impl Cluster {
             std::fs::write(&p, toml).unwrap();
             p
         });
+        // Members share a secret (the toml's, if it names one): a node
+        // given none makes its own, which no other member knows.
+        let secret = (!toml.contains("secret_file")).then(|| {
+            let p = tmp.path().join("cluster-secret");
+            std::fs::write(&p, "the members' shared cluster secret\n").unwrap();
+            p
+        });
         let nodes: Vec<Node> = (1..=hosts.len() as u64)
             .map(|id| Node {
                 id,
@@ -188,6 +197,7 @@ impl Cluster {
             nodes,
             peers,
             config,
+            secret,
             client_tls,
             _tmp: tmp,
         };
@@ -236,6 +246,9 @@ impl Cluster {
         };
         if let Some(c) = &self.config {
             cmd.arg("--config").arg(c);
+        }
+        if let Some(s) = &self.secret {
+            cmd.arg("--cluster-secret-file").arg(s);
         }
         if self.client_tls {
             cmd.arg("--amqps-port").arg(n.amqps.to_string());
