@@ -26,7 +26,8 @@ metric() { # port name
 }
 peers="1=127.0.0.1:7931,2=127.0.0.1:7932,3=127.0.0.1:7933"
 start() { # node-id config
-    RUST_LOG=info,openraft=warn "$BIN" --config "$2" --node-id "$1" --raft-port "793$1" --peers "$peers" --bind 127.0.0.1 \
+    RUST_LOG=info,openraft=warn "$BIN" --config "$2" --node-id "$1" --raft-port "793$1" --peers "$peers" \
+        --cluster-secret-file "$W/secret" --bind 127.0.0.1 \
         --port "593$1" --management-port off --prometheus-port "1593$1" --data-dir "$W/w$1" \
         --log-level info >>"$W/w$1.log" 2>&1 &
     NODE[$1]=$!; PIDS+=($!); disown "$!"
@@ -35,6 +36,7 @@ start() { # node-id config
 run() { # label toml
     rm -rf "$W" && mkdir -p "$W"
     printf '%s\n' "$2" >"$W/warren.toml"
+    echo "the benchmark cluster's shared secret" >"$W/secret"
     declare -gA NODE
     for i in 1 2 3; do start $i "$W/warren.toml"; done
     for i in 1 2 3; do wait_port "1593$i"; done

@@ -63,8 +63,10 @@ run5() { # uri queue-type-args... ; NODES holds the broker pids
 start_warren_cluster() {
     local peers="1=127.0.0.1:7901,2=127.0.0.1:7902,3=127.0.0.1:7903" i
     WPIDS=()
+    mkdir -p "$W" && echo "the benchmark cluster's shared secret" >"$W/secret"
     for i in 1 2 3; do
-        "$BIN" --node-id $i --raft-port 790$i --peers "$peers" --bind 127.0.0.1 --port 590$i \
+        "$BIN" --node-id $i --raft-port 790$i --peers "$peers" --cluster-secret-file "$W/secret" \
+            --bind 127.0.0.1 --port 590$i \
             --management-port off --prometheus-port off --data-dir "$W/w$i" --log-level warn \
             >"$W/w$i.log" 2>&1 &
         WPIDS+=($!); PIDS+=($!)
