@@ -21,6 +21,9 @@ use crate::cluster::{Cluster, Role};
 use crate::config::Config;
 use crate::store::raft::Replica;
 
+/// How often a term's broker checks that its journal still commits.
+const JOURNAL_CHECK: Duration = Duration::from_millis(100);
+
 /// A running cluster node.
 pub struct ClusterNode {
     /// Its membership.
@@ -162,10 +165,21 @@ async fn run(
                             Arc::clone(&cluster),
                             Arc::clone(&server.broker.store),
                         ));
+                        // Until the term ends, or the term's journal fails
+                        // a commit while Raft still has this node lead it
+                        // (a commit cut short by a step-down the role watch
+                        // did not show, or one that timed out): that
+                        // broker can never confirm again, so it goes, and
+                        // a new one serves if the node still leads.
+                        let mut check = tokio::time::interval(JOURNAL_CHECK);
                         loop {
                             tokio::select! {
                                 r = role.changed() => if r.is_err() || *role.borrow() != now { break },
                                 _ = stop.changed() => break,
+                                _ = check.tick() => if !server.broker.store.journal_open() {
+                                    warn!(term, "the term's journal failed a commit: serving anew");
+                                    break;
+                                },
                             }
                         }
                         raising.abort();

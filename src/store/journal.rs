@@ -75,6 +75,11 @@ pub trait Journal: Send + Sync {
     fn may_deliver(&self) -> bool {
         true
     }
+    /// Whether the journal still commits: a replicated journal whose
+    /// commit failed never does again (its term's broker must go).
+    fn is_open(&self) -> bool {
+        true
+    }
     /// Opens a group for this thread: until `close_group`, what it submits
     /// commits together or not at all (a replicated journal; see
     /// store/raft/pending.rs). Nested groups count as one.

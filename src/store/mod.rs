@@ -223,6 +223,12 @@ impl Store {
         self.journal.may_deliver()
     }
 
+    /// Whether the journal still commits (a replicated journal whose
+    /// commit failed never does again).
+    pub fn journal_open(&self) -> bool {
+        self.journal.is_open()
+    }
+
     /// Whether publishers should wait for commits to catch up (a
     /// replicated journal's backlog is past its bound).
     pub fn congested(&self) -> bool {

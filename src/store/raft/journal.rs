@@ -102,6 +102,9 @@ impl Shipper {
     fn commit(&self, entries: Vec<bytes::Bytes>) -> std::result::Result<(), String> {
         let raft = self.raft.clone();
         let mut closing = self.closing.clone();
+        fail::fail_point!("raft-journal-commit", |_| Err(
+            "failed by the raft-journal-commit fail point".to_string()
+        ));
         self.runtime.block_on(async {
             let write = write_all(&raft, entries);
             if *closing.borrow() {
@@ -187,13 +190,8 @@ impl RaftJournal {
         })
     }
 
-    /// Whether this journal still takes operations.
-    pub fn is_open(&self) -> bool {
-        self.open.load(Ordering::Acquire)
-    }
-
     fn ship(&self, op: &Op<'_>) -> Result<()> {
-        if !self.is_open() {
+        if !Journal::is_open(self) {
             return Err(Error::Sync("this node no longer leads the cluster".into()));
         }
         let mut pending = self.entry.lock();
@@ -233,7 +231,7 @@ impl Journal for RaftJournal {
         }
         match *op {
             Op::Reserve { .. } => {
-                if !self.is_open() {
+                if !Journal::is_open(self) {
                     return Err(Error::Sync("this node no longer leads the cluster".into()));
                 }
                 return self.applier.apply(op);
@@ -253,7 +251,7 @@ impl Journal for RaftJournal {
             }
             Op::Unhold { key } => self.applier.unholding(key),
             Op::MoveMessages { to, moves, .. } => {
-                if !self.is_open() {
+                if !Journal::is_open(self) {
                     return Err(Error::Sync("this node no longer leads the cluster".into()));
                 }
                 self.applier.stage(op)?;
@@ -276,7 +274,7 @@ impl Journal for RaftJournal {
     }
 
     fn submit_paged(&self, op: &Op<'_>) -> Result<Applied> {
-        if !self.is_open() {
+        if !Journal::is_open(self) {
             return Err(Error::Sync("this node no longer leads the cluster".into()));
         }
         self.applier.stage(op)?;
@@ -304,6 +302,10 @@ impl Journal for RaftJournal {
 
     fn may_deliver(&self) -> bool {
         self.lease.holds()
+    }
+
+    fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
     }
 
     fn congested(&self) -> bool {
