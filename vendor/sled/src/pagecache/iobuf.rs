@@ -994,7 +994,12 @@ pub(in crate::pagecache) fn make_stable_inner(
                     );
                 }
             } else {
-                iobufs.interval_updated.wait(&mut waiter);
+                // Warren: a timed wait, so the global error is seen (the
+                // loop checks it) even when the write that failed never
+                // notifies: after ENOSPC a flush waited here for good.
+                let _ = iobufs
+                    .interval_updated
+                    .wait_for(&mut waiter, std::time::Duration::from_millis(100));
             }
         } else {
             debug!("make_stable({}) returning", lsn);

@@ -361,12 +361,26 @@ impl Log {
             let blob_id =
                 if over_blob_threshold { Some(reservation_lsn) } else { None };
 
-            self.iobufs.encapsulate(
+            if let Err(e) = self.iobufs.encapsulate(
                 item,
                 message_header,
                 destination,
                 blob_id,
-            )?;
+            ) {
+                // Warren: this reservation already counts as a writer of
+                // the buffer. Returning without leaving it (the blob
+                // write failed, say with ENOSPC) kept the buffer from
+                // ever being written, and every flush waited for good
+                // with no global error to see. The log cannot go on past
+                // a hole: poison it, then leave (exit_reservation sees
+                // the error, never writes the buffer, and wakes waiters).
+                self.config.set_global_error(e.clone());
+                let _ = self.exit_reservation(&iobuf);
+                let intervals = self.iobufs.intervals.lock();
+                drop(intervals);
+                let _notified = self.iobufs.interval_updated.notify_all();
+                return Err(e);
+            }
 
             M.log_reservation_success();
 
