@@ -133,22 +133,26 @@ pub fn method_parser(data: &[u8]) {
     let _ = assembler::parse_publish(&Bytes::copy_from_slice(data));
 }
 
-/// A broker in this process for `connection`.
+/// A broker in this process: one for `connection`, another for
+/// `http_request` (whose requests may change anything), so that neither
+/// target's inputs change what the other's meet.
 struct Harness {
     rt: tokio::runtime::Runtime,
     addr: std::net::SocketAddr,
     _server: crate::Server,
 }
 
-fn harness() -> &'static Harness {
-    static HARNESS: OnceLock<Harness> = OnceLock::new();
-    HARNESS.get_or_init(|| {
+static AMQP_HARNESS: OnceLock<Harness> = OnceLock::new();
+static HTTP_HARNESS: OnceLock<Harness> = OnceLock::new();
+
+fn harness(slot: &'static OnceLock<Harness>, name: &str) -> &'static Harness {
+    slot.get_or_init(|| {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("a runtime");
-        let dir = std::env::temp_dir().join(format!("warren-fuzz-{}", std::process::id()));
+        let top = std::env::temp_dir().join(format!("warren-fuzz-{}", std::process::id()));
         // Removed when the process exits normally (a test run); a fuzzer
         // that aborts on a crash leaves it, with the crash to look at.
         static DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
@@ -157,10 +161,11 @@ fn harness() -> &'static Harness {
                 let _ = std::fs::remove_dir_all(d);
             }
         }
-        if DIR.set(dir.clone()).is_ok() {
+        if DIR.set(top.clone()).is_ok() {
             // SAFETY: registers a plain function to run at exit.
             unsafe { libc::atexit(remove_dir) };
         }
+        let dir = top.join(name);
         let config = crate::Config {
             bind: [127, 0, 0, 1].into(),
             port: crate::config::Port::On(0),
@@ -217,7 +222,7 @@ pub fn connection(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };
-    let h = harness();
+    let h = harness(&AMQP_HARNESS, "amqp");
     let Ok(mut s) = std::net::TcpStream::connect(h.addr) else {
         return;
     };
@@ -242,4 +247,176 @@ pub fn connection(data: &[u8]) {
         let probe = tokio::net::TcpStream::connect(h.addr).await;
         assert!(probe.is_ok(), "the broker stopped accepting");
     });
+}
+
+/// The API's routes on the harness's broker, with a user of each kind
+/// besides guest (an administrator): "mon" (monitoring), "mgmt"
+/// (management, permissions on "/") and "none" (no tags).
+fn api_routes() -> &'static axum::Router {
+    static ROUTES: OnceLock<axum::Router> = OnceLock::new();
+    ROUTES.get_or_init(|| {
+        let h = harness(&HTTP_HARNESS, "http");
+        let broker = std::sync::Arc::clone(&h._server.broker);
+        let _guard = h.rt.enter();
+        crate::http::routes(crate::http::Api::new(broker, Vec::new(), Vec::new()))
+    })
+}
+
+/// Puts back the fuzz users as they were where a request deleted one or
+/// changed its password, tags or permissions on "/" (without them the
+/// rest of a run would mostly see 401s).
+fn ensure_users(broker: &crate::broker::Broker) {
+    for (name, tag) in [
+        ("guest", "administrator"),
+        ("mon", "monitoring"),
+        ("mgmt", "management"),
+        ("none", ""),
+    ] {
+        let whole = broker.users.authenticate(name, name).is_some_and(|u| {
+            u.tags
+                .iter()
+                .map(String::as_str)
+                .eq(Some(tag).filter(|t| !t.is_empty()))
+        });
+        if whole && broker.users.permission(name, "/").is_some() {
+            continue;
+        }
+        // Each one's password is its name.
+        let mut u = crate::access::User::with_password(name, name);
+        u.tags = Some(tag)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .into_iter()
+            .collect();
+        let _ = broker.users.put_user(u);
+        let _ = broker.users.set_permission(name, "/", ".*", ".*", ".*");
+    }
+}
+
+/// Paths the fuzzer's text is appended to, so that it reaches the
+/// handlers behind them rather than only the router's 404.
+const API_PATHS: [&str; 16] = [
+    "/api/",
+    "/api/queues/%2F/",
+    "/api/exchanges/%2F/",
+    "/api/bindings/%2F/e/amq.direct/q/",
+    "/api/definitions",
+    "/api/users/",
+    "/api/permissions/%2F/",
+    "/api/policies/%2F/",
+    "/api/parameters/",
+    "/api/vhosts/",
+    "/api/connections/",
+    "/api/exchanges/%2F/amq.direct/publish",
+    "/api/queues/%2F/q/get",
+    "/api/topic-permissions/%2F/",
+    "/api/health/checks/",
+    "/api/queues?",
+];
+
+/// Answers one request made of `data` through the API's routes in this
+/// process, as a listener would hand it on (peer 127.0.0.1). Octet 0
+/// picks the method, octet 1 the credentials (guest, a monitoring, a
+/// management or an untagged user, a wrong password, none, or raw bytes),
+/// octet 2 a path to start from (or the text alone); the rest is the path
+/// and query, then after a NUL the headers ("name: value" lines), then
+/// after another NUL the body. The answer must come (within 10 s) and no
+/// request may panic; memory is bounded by the API's own limits, which
+/// the fuzz run enforces with libFuzzer's -malloc_limit_mb.
+pub fn http_request(data: &[u8]) {
+    use axum::body::Body;
+    use axum::extract::ConnectInfo;
+    use axum::http::{HeaderName, HeaderValue, Method, Request};
+    use base64::Engine;
+    use tower::ServiceExt;
+
+    let [m, who, start, rest @ ..] = data else {
+        return;
+    };
+    let method = match m % 8 {
+        0 => Method::GET,
+        1 => Method::PUT,
+        2 => Method::POST,
+        3 => Method::DELETE,
+        4 => Method::HEAD,
+        5 => Method::OPTIONS,
+        6 => Method::PATCH,
+        _ => Method::from_bytes(&rest[..rest.len().min(8)]).unwrap_or(Method::GET),
+    };
+    let mut parts = rest.splitn(3, |&b| b == 0);
+    let path = parts.next().unwrap_or_default();
+    let headers = parts.next().unwrap_or_default();
+    let body = parts.next().unwrap_or_default();
+    let mut uri = match API_PATHS.get(*start as usize) {
+        Some(p) => p.as_bytes().to_vec(),
+        None => Vec::new(),
+    };
+    uri.extend_from_slice(path);
+    if uri.first() != Some(&b'/') {
+        uri.insert(0, b'/');
+    }
+    let Ok(uri) = axum::http::Uri::try_from(uri) else {
+        return;
+    };
+    let mut req = Request::builder().method(method).uri(uri);
+    let basic = |user: &str, pass: &str| {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+        format!("Basic {token}").into_bytes()
+    };
+    let auth = match who % 7 {
+        0 => Some(basic("guest", "guest")),
+        1 => Some(basic("mon", "mon")),
+        2 => Some(basic("mgmt", "mgmt")),
+        3 => Some(basic("none", "none")),
+        4 => Some(basic("guest", "wrong")),
+        5 => None,
+        _ => Some(
+            headers
+                .split(|&b| b == b'\n')
+                .next()
+                .unwrap_or_default()
+                .to_vec(),
+        ),
+    };
+    if let Some(a) = auth.and_then(|a| HeaderValue::from_bytes(&a).ok()) {
+        req = req.header("authorization", a);
+    }
+    let mut typed = false;
+    for line in headers.split(|&b| b == b'\n') {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+            typed |= n == "content-type";
+            req = req.header(n, v);
+        }
+    }
+    if !typed {
+        req = req.header("content-type", "application/json");
+    }
+    let Ok(mut req) = req.body(Body::from(body.to_vec())) else {
+        return;
+    };
+    req.extensions_mut()
+        .insert(ConnectInfo(std::net::SocketAddr::from((
+            [127, 0, 0, 1],
+            40000,
+        ))));
+    let app = api_routes().clone();
+    let h = harness(&HTTP_HARNESS, "http");
+    ensure_users(&h._server.broker);
+    let answered = h.rt.block_on(async {
+        let answer = tokio::time::timeout(Duration::from_secs(10), app.oneshot(req)).await;
+        match answer {
+            Ok(Ok(r)) => {
+                // The whole answer, as a client would read it.
+                let _ = axum::body::to_bytes(r.into_body(), 64 << 20).await;
+                true
+            }
+            Ok(Err(never)) => match never {},
+            Err(_) => false,
+        }
+    });
+    assert!(answered, "no answer within 10 s");
 }

@@ -6,7 +6,7 @@
 //! - [`wire`] and [`util`]: the AMQP data encoding (field tables, the
 //!   property list, short strings, reading field values) and small helpers.
 //! - [`config`], [`message`] (one buffer per message: route, properties,
-//!   body), [`alarm`] (the memory alarm), [`plugins`] (the exchange types
+//!   body), [`alarm`] (the memory and free-disk alarms), [`plugins`] (the exchange types
 //!   compiled in), [`policy`] (selecting and merging policies).
 //! - [`store`] makes state durable on sled: every change is an operation
 //!   ([`store::Op`]) submitted to a journal ([`store::Journal`]) and applied

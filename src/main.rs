@@ -53,6 +53,9 @@ fn main() {
     let _failpoints = fail::FailScenario::setup();
     let code = runtime.block_on(async move {
         let run = tokio::spawn(async move {
+            // From the start, so that no signal is missed while the
+            // server starts, stops or reopens its store.
+            let mut signals = listen_for_signals();
             if config.cluster.enabled() {
                 let node = match ClusterNode::start(config).await {
                     Ok(n) => n,
@@ -64,7 +67,7 @@ fn main() {
                 // A node whose log or state machine failed stops (an
                 // entry that cannot be applied is never skipped).
                 let failed = tokio::select! {
-                    _ = wait_for_signal(|| node.reload_tls()) => None,
+                    _ = until_stopped(&mut signals, || node.reload_tls()) => None,
                     e = node.failed() => Some(e),
                 };
                 if let Some(e) = &failed {
@@ -74,49 +77,88 @@ fn main() {
                 node.shutdown().await;
                 return if failed.is_some() { 70 } else { 0 };
             }
-            let server = match Server::start(config).await {
+            let mut server = match Server::start(config).await {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::error!("{e}");
                     return 1;
                 }
             };
-            wait_for_signal(|| server.reload_tls()).await;
-            tracing::info!("shutting down");
-            server.shutdown().await;
-            0
+            // A store that failed a commit is opened again from disk
+            // (server/reopen.rs); a signal stops the node.
+            loop {
+                let failed = tokio::select! {
+                    _ = until_stopped(&mut signals, || server.reload_tls()) => false,
+                    _ = server.store_failed() => true,
+                };
+                let config = server.bound_config();
+                tracing::info!("shutting down");
+                server.shutdown().await;
+                if !failed {
+                    return 0;
+                }
+                let stop = until_stopped(&mut signals, || Ok(()));
+                match warren::server::restart(&config, stop).await {
+                    Ok(Some(s)) => server = s,
+                    Ok(None) => return 0,
+                    Err(e) => {
+                        tracing::error!("stopping: {e}");
+                        return 70;
+                    }
+                }
+            }
         });
         run.await.unwrap_or(1)
     });
     std::process::exit(code);
 }
 
-/// Waits for SIGINT or SIGTERM; a SIGHUP meanwhile reloads TLS.
-async fn wait_for_signal(reload_tls: impl Fn() -> Result<(), String>) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut hup)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-        ) else {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        };
-        loop {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => return,
-                _ = term.recv() => return,
-                _ = hup.recv() => match reload_tls() {
-                    Ok(()) => tracing::info!("SIGHUP: TLS certificate files reloaded"),
-                    Err(e) => tracing::warn!("SIGHUP: TLS not reloaded, the old files stay in force: {e}"),
-                },
+/// What a signal asks for.
+enum Signal {
+    /// SIGINT, SIGTERM: stop.
+    Stop,
+    /// SIGHUP: read the TLS certificate files again.
+    Reload,
+}
+
+/// Listens for signals for the life of the process.
+fn listen_for_signals() -> tokio::sync::mpsc::UnboundedReceiver<Signal> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            if let (Ok(mut term), Ok(mut hup)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::hangup()),
+            ) {
+                loop {
+                    let s = tokio::select! {
+                        _ = tokio::signal::ctrl_c() => Signal::Stop,
+                        _ = term.recv() => Signal::Stop,
+                        _ = hup.recv() => Signal::Reload,
+                    };
+                    if tx.send(s).is_err() {
+                        return;
+                    }
+                }
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = reload_tls;
         let _ = tokio::signal::ctrl_c().await;
+        let _ = tx.send(Signal::Stop);
+    });
+    rx
+}
+
+/// Returns at a stop signal; reloads TLS at each SIGHUP meanwhile.
+async fn until_stopped(
+    signals: &mut tokio::sync::mpsc::UnboundedReceiver<Signal>,
+    reload_tls: impl Fn() -> Result<(), String>,
+) {
+    while let Some(Signal::Reload) = signals.recv().await {
+        match reload_tls() {
+            Ok(()) => tracing::info!("SIGHUP: TLS certificate files reloaded"),
+            Err(e) => tracing::warn!("SIGHUP: TLS not reloaded, the old files stay in force: {e}"),
+        }
     }
 }

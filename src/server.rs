@@ -8,8 +8,10 @@
 
 mod follow;
 mod mirror;
+mod reopen;
 
 pub use mirror::ClusterNode;
+pub use reopen::restart;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -3,7 +3,10 @@
 //! certificate it verified, and answers Prometheus for itself. A two-node
 //! mirror that lost a node is promoted by hand with `warren cluster
 //! promote`, a node is added back with `warren cluster add`, and a lost
-//! node is replaced with `warren cluster replace` under load.
+//! node is replaced with `warren cluster replace` under load. Over mutual
+//! TLS, a certificate from the members' CA that names no member gets
+//! nothing, even with the secret: no Raft answer, no vote taken, no
+//! client carried by a forged PROXY header.
 
 mod cluster_support;
 
@@ -389,6 +392,163 @@ async fn the_raft_port_serves_only_who_knows_the_cluster_secret() {
         assert!(Instant::now() < deadline, "{}", c.logs_tail());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    c.assert_no_panics();
+}
+
+/// Over mutual TLS as the holder of `identity` (certificate, key PEM),
+/// trusting `ca`: proves `secret` on the Raft port at `port`, sends
+/// `bytes`, and returns what the member sends back until it closes the
+/// connection or says nothing more for 3 s. None if the handshake or the
+/// proof failed.
+async fn raft_exchange_as(
+    port: u16,
+    ca: &str,
+    identity: &(String, String),
+    secret: &[u8],
+    bytes: &[u8],
+) -> Option<Vec<u8>> {
+    use hmac::Mac;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    type Hmac = hmac::Hmac<sha2::Sha256>;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let chain: Vec<_> = CertificateDer::pem_slice_iter(identity.0.as_bytes())
+        .map(|c| c.unwrap())
+        .collect();
+    let key = PrivateKeyDer::from_pem_slice(identity.1.as_bytes()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let mut s = connector.connect(name, tcp).await.ok()?;
+    // The secret's challenge, as link.rs proves it.
+    let mine = [42u8; 32];
+    s.write_all(&mine).await.ok()?;
+    let mut answer = [0u8; 64];
+    s.read_exact(&mut answer).await.ok()?;
+    let mut proof = <Hmac as Mac>::new_from_slice(secret).unwrap();
+    proof.update(b"C");
+    proof.update(&mine);
+    proof.update(&answer[..32]);
+    s.write_all(&proof.finalize().into_bytes()).await.ok()?;
+    // A member that refuses may close before all of it is written.
+    let _ = s.write_all(bytes).await;
+    let _ = s.flush().await;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    Some(got)
+}
+
+/// A RAFT connection asking for the cluster version (VERSION, kind 5, no
+/// body).
+const VERSION: [u8; 6] = [b'R', 0, 0, 0, 1, 5];
+
+/// A RAFT connection carrying a well-formed vote for a far higher term
+/// from member 1 (kind 2): a leader that took it would step down.
+fn forged_vote() -> Vec<u8> {
+    let req = openraft::raft::VoteRequest::<u64>::new(openraft::Vote::new(1 << 40, 1), None);
+    let body = bincode::serialize(&req).unwrap();
+    let mut vote = vec![b'R'];
+    vote.extend_from_slice(&(body.len() as u32 + 1).to_be_bytes());
+    vote.push(2);
+    vote.extend_from_slice(&body);
+    vote
+}
+
+/// A PROXY connection with a header claiming a loopback AMQP client,
+/// then AMQP's protocol header: a member that took it would answer
+/// connection.start.
+fn forged_proxy() -> Vec<u8> {
+    let header = warren::cluster::ProxyHeader {
+        client: "127.0.0.1:1".parse().unwrap(),
+        service: warren::cluster::Service::Amqp,
+        via: 1,
+        tls: false,
+        certificate: None,
+    };
+    let body = bincode::serialize(&header).unwrap();
+    let mut forged = vec![b'P'];
+    forged.extend_from_slice(&(body.len() as u32 + 1).to_be_bytes());
+    forged.push(0);
+    forged.extend_from_slice(&body);
+    forged.extend_from_slice(b"AMQP\x00\x00\x09\x01");
+    forged
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_from_the_members_ca_that_names_no_member_gets_no_raft_answer() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (tls, ca, client) = certificates(dir.path());
+    let secret = b"a cluster secret of some length";
+    let secret_file = dir.path().join("secret");
+    std::fs::write(&secret_file, secret).unwrap();
+    let toml = format!(
+        "amqps_port = \"off\"\nmanagement_tls_port = \"off\"\n{tls}[cluster]\nsecret_file = {:?}\n",
+        secret_file.display().to_string()
+    );
+    let c = Cluster::start_with(1, &toml);
+    let (leader, term) = c.wait_leader(0, Duration::from_secs(30)).await;
+    let port = c.nodes[0].raft;
+    // A member's certificate (it names 127.0.0.1) is answered.
+    let node = (
+        std::fs::read_to_string(dir.path().join("node.pem")).unwrap(),
+        std::fs::read_to_string(dir.path().join("node.key")).unwrap(),
+    );
+    let answer = raft_exchange_as(port, &ca, &node, secret, &VERSION).await;
+    assert!(
+        answer.is_some_and(|a| !a.is_empty()),
+        "a member is answered: {}",
+        c.logs_tail()
+    );
+    // A client's, from the same CA and with the secret, gets nothing
+    // back: not a VERSION answer, not a forged vote's, not the
+    // connection.start a forged PROXY header would bring.
+    for (what, bytes) in [
+        ("VERSION", VERSION.to_vec()),
+        ("a forged vote", forged_vote()),
+        ("a forged PROXY header", forged_proxy()),
+    ] {
+        let got = raft_exchange_as(port, &ca, &client, secret, &bytes).await;
+        assert_eq!(got, Some(vec![]), "{what} from a non-member was answered");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !c.log_has(0, "names no member") {
+        assert!(Instant::now() < deadline, "{}", c.logs_tail());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The vote deposed nobody: past two election timeouts, the same
+    // leader in the same term (a deposed single member would have led
+    // again in a term above the forged one).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(c.leader(), Some(leader), "{}", c.logs_tail());
+    assert_eq!(c.led_term(leader), Some(term), "{}", c.logs_tail());
+    // The same PROXY bytes from a member are carried: connection.start.
+    let start = raft_exchange_as(port, &ca, &node, secret, &forged_proxy())
+        .await
+        .unwrap_or_default();
+    assert!(
+        start.windows(5).any(|w| w == b"PLAIN"),
+        "a member's client was not carried: {start:?}"
+    );
     c.assert_no_panics();
 }
 

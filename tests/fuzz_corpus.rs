@@ -58,3 +58,8 @@ fn method_parser() {
 fn connection() {
     replay("connection", warren::fuzz::connection);
 }
+
+#[test]
+fn http_request() {
+    replay("http_request", warren::fuzz::http_request);
+}

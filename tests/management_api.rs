@@ -1299,6 +1299,19 @@ async fn health_checks_pass_and_fail_as_rabbitmqs_do() {
     rc.health_check_protocol_listener(SupportedProtocol::HTTP)
         .await
         .expect("an HTTP listener");
+    // RabbitMQ 3.x's node health check, still used by clients and
+    // monitors: for this node, by name too; another name is not a node.
+    let node = rc.overview().await.expect("overview").node;
+    assert_eq!(
+        get_json(&b, "/api/healthchecks/node").await,
+        json!({"status": "ok"})
+    );
+    assert_eq!(
+        get_json(&b, &format!("/api/healthchecks/node/{node}")).await,
+        json!({"status": "ok"})
+    );
+    let (status, _) = http(&b, "GET", "/api/healthchecks/node/rabbit@nowhere", "").await;
+    assert_eq!(status, 404);
 
     let ours = [b.addr.port(), b.api.unwrap().port()];
     let unused = [1u16, 2, 3]
@@ -1380,6 +1393,14 @@ async fn alarm_health_checks_fail_while_the_memory_alarm_is_up() {
             .await
             .expect("node")
             .has_memory_alarm_in_effect
+    );
+    // The 3.x node health check answers 200 with the failure and why.
+    let old = get_json(&b, "/api/healthchecks/node").await;
+    assert_eq!(old["status"], "failed", "{old}");
+    let reason = old["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("resource alarm(s) in effect") && reason.contains("memory"),
+        "{old}"
     );
 }
 
@@ -1479,6 +1500,31 @@ async fn refusals_come_back_with_rabbitmqs_status_codes() {
         .await
         .expect_err("no tag, no API");
     assert!(e.is_unauthorized(), "{e:?}");
+
+    // A bad policy: 400 bad_request, "Validation failed" and the keys, as
+    // RabbitMQ words it (unknown keys all named together).
+    for (definition, names) in [
+        (
+            r#"{"foo": "bar", "max-length": 1, "zap": 2}"#,
+            vec![
+                r#"{<<"foo">>,<<"bar">>}"#,
+                r#"{<<"zap">>,2}"#,
+                "not recognised policy settings",
+            ],
+        ),
+        (r#"{"max-length": "ten"}"#, vec!["max-length"]),
+    ] {
+        let body = format!(r#"{{"pattern": ".*", "definition": {definition}}}"#);
+        let (status, answer) = http(&b, "PUT", "/api/policies/%2F/bad", &body).await;
+        assert_eq!(status, 400, "{answer}");
+        let answer: Value = serde_json::from_str(&answer).expect("JSON");
+        assert_eq!(answer["error"], "bad_request", "{answer}");
+        let reason = answer["reason"].as_str().unwrap_or_default();
+        assert!(reason.starts_with("Validation failed"), "{answer}");
+        for n in names {
+            assert!(reason.contains(n), "{n} in {answer}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

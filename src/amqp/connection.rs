@@ -1,5 +1,5 @@
 //! One client connection after its handshake (handshake.rs): the read loop
-//! that feeds channels, heartbeats, memory-alarm blocking, and orderly or
+//! that feeds channels, heartbeats, resource-alarm blocking, and orderly or
 //! forced close. The reader task runs channel logic inline; the outbox's
 //! writer task sends everything. What channels use of the connection is in
 //! context.rs.
@@ -254,13 +254,13 @@ impl Connection {
         // fires (not per read: that would be a timer-wheel update per read).
         let silence = tokio::time::sleep_until((last_read + timeout).into());
         tokio::pin!(silence);
-        // Set while the memory alarm keeps this (publishing) connection
+        // Set while a resource alarm keeps this (publishing) connection
         // from being read; see flow.rs.
         let mut blocked = false;
         // Set while the outbox is over its high-water mark: the peer is
         // not read until the writer drained it (outbox.rs).
         let mut backlogged = false;
-        let mut alarm = self.ctx.broker.memory.subscribe();
+        let mut alarm = self.ctx.broker.alarms.subscribe();
         // Set while this (publishing) connection waits for a cluster's
         // commits to catch up (store/raft/backlog.rs).
         let mut throttled = false;
@@ -305,7 +305,7 @@ impl Connection {
             }
             self.after_batch();
             let published = std::mem::take(&mut self.ctx.published);
-            if published && !blocked && self.ctx.broker.memory.is_raised() {
+            if published && !blocked && self.ctx.broker.alarms.any() {
                 blocked = true;
                 flow::blocked(&self.ctx);
             }
@@ -357,7 +357,7 @@ impl Connection {
                     last_read = Instant::now();
                 }
                 changed = alarm.changed(), if blocked => {
-                    if changed.is_err() || !*alarm.borrow_and_update() {
+                    if changed.is_err() || *alarm.borrow_and_update() == 0 {
                         blocked = false;
                         flow::unblocked(&self.ctx);
                         last_read = Instant::now();

@@ -48,7 +48,7 @@ pub struct ConnCtx {
     /// The store's completed-flush epoch, for confirms.
     pub flushed: watch::Receiver<u64>,
     /// Whether this connection published since the read loop last looked
-    /// (the memory alarm blocks a connection when it publishes).
+    /// (a resource alarm blocks a connection when it publishes).
     pub published: bool,
 }
 

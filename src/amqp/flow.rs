@@ -1,11 +1,11 @@
-//! Blocking publishers while the memory alarm is raised (RabbitMQ's
-//! connection.blocked extension). As in RabbitMQ, a connection is blocked
-//! when it publishes while the alarm is up: it then stops reading from its
-//! socket until the alarm clears (the read loop in connection.rs keeps
-//! sending what it owes meanwhile, confirms included). A client that
-//! announced the `connection.blocked` capability is told when it is
-//! blocked and unblocked. Missed-heartbeat checks pause while blocked: the
-//! client's frames are simply not read.
+//! Blocking publishers while a resource alarm is raised (alarm/: memory or
+//! free disk; RabbitMQ's connection.blocked extension). As in RabbitMQ, a
+//! connection is blocked when it publishes while an alarm is up: it then
+//! stops reading from its socket until every alarm clears (the read loop
+//! in connection.rs keeps sending what it owes meanwhile, confirms
+//! included). A client that announced the `connection.blocked` capability
+//! is told when it is blocked and unblocked. Missed-heartbeat checks pause
+//! while blocked: the client's frames are simply not read.
 //!
 //! In a cluster a publishing connection also stops reading while the
 //! leader's commits fall behind (store/raft/backlog.rs): RabbitMQ's credit
@@ -17,13 +17,14 @@ use tokio::sync::watch;
 
 use super::context::ConnCtx;
 
-/// Tells the client (if it asked to be told) that it is now blocked.
+/// Tells the client (if it asked to be told) that it is now blocked, and
+/// why ("low on memory", "low on disk").
 pub fn blocked(ctx: &ConnCtx) {
     if ctx.caps.connection_blocked {
         ctx.send(
             0,
             AMQPClass::Connection(connection::AMQPMethod::Blocked(connection::Blocked {
-                reason: ShortString::from("low on memory"),
+                reason: ShortString::from(ctx.broker.alarms.reason()),
             })),
         );
     }

@@ -43,8 +43,12 @@ pub struct Broker {
     plugins: Arc<crate::plugins::Plugins>,
     /// Holds and releases messages of delayed-message exchanges.
     pub delayed: Arc<crate::delayed::Scheduler>,
-    /// Raised while memory is over the limit: publishers are blocked.
+    /// The raised resource alarms: while any is, publishers are blocked.
+    pub alarms: Arc<crate::alarm::Alarms>,
+    /// Raised while memory is over the limit.
     pub memory: Arc<crate::alarm::MemoryAlarm>,
+    /// Raised while the data directory's free space is under the limit.
+    pub disk: Arc<crate::alarm::DiskAlarm>,
     /// Users and their permissions.
     pub users: crate::access::Users,
     /// Queues declared, created and deleted in any vhost.
@@ -80,12 +84,16 @@ impl Broker {
             &config.default_pass,
         )
         .map_err(|e| format!("cannot read users: {e}"))?;
-        let memory = crate::alarm::MemoryAlarm::new(crate::alarm::limit_for(
-            config.memory_limit_mb,
-            config.memory_high_watermark,
-        ));
+        // A cluster node's monitors live as long as the node (they are
+        // what it reports to a leader); a single node's, as its broker.
+        let monitors = match cluster.as_ref().map(|c| c.monitors()) {
+            Some(m) => m,
+            None => Self::monitors(&config)?,
+        };
         let broker = Arc::new(Broker {
-            memory,
+            alarms: monitors.alarms,
+            memory: monitors.memory,
+            disk: monitors.disk,
             users,
             config,
             delayed,
@@ -109,8 +117,16 @@ impl Broker {
         }
         let releaser: std::sync::Weak<dyn crate::delayed::Release> = Arc::downgrade(&broker) as _;
         broker.delayed.start(releaser);
-        broker.memory.start();
         Ok(broker)
+    }
+
+    /// Starts the memory and free-disk alarms `config` asks for.
+    pub fn monitors(config: &Config) -> Result<crate::alarm::Monitors, String> {
+        crate::alarm::Monitors::start(
+            &config.data_dir,
+            crate::alarm::limit_for(config.memory_limit_mb, config.memory_high_watermark),
+            config.disk_free_limit.bytes(crate::alarm::total_memory())?,
+        )
     }
 
     fn recover(&self) -> crate::vhost::error::Result<()> {

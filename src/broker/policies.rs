@@ -83,6 +83,8 @@ impl PolicySpec {
         })
     }
 
+    /// The policy, or why not in RabbitMQ's words ("Validation
+    /// failed", then the reason: the HTTP API's 400 says it so).
     fn policy(&self, vhost: &str, name: &str, operator: bool) -> Result<Policy, String> {
         Policy::new(
             vhost,
@@ -93,6 +95,7 @@ impl PolicySpec {
             self.definition.clone(),
             operator,
         )
+        .map_err(|e| format!("Validation failed\n\n{e}\n"))
     }
 }
 

@@ -2,7 +2,8 @@
 //! `[tls]` names a certificate, its key and a CA (tls/cluster.rs: each
 //! side presents its certificate and verifies the other's). The member
 //! that connects names the other by the host of its Raft address, which
-//! its certificate must carry (a DNS name or an IP address).
+//! its certificate must carry (a DNS name or an IP address); the member
+//! that accepts checks the same of the connecting one's (identity.rs).
 //!
 //! Each side then proves it knows the cluster secret (secret.rs: always
 //! set), as Erlang's cookie does for RabbitMQ's nodes: the

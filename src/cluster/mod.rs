@@ -15,9 +15,11 @@
 
 mod append;
 mod compaction;
+mod identity;
 mod link;
 mod network;
 mod proxy;
+mod resources;
 mod rpc;
 mod secret;
 mod status;
@@ -80,6 +82,8 @@ pub struct Cluster {
     leader_changes: std::sync::atomic::AtomicU64,
     /// Mutual TLS between members and the cluster secret, if configured.
     tls: link::Tls,
+    /// The members' Raft addresses the configuration lists (identity.rs).
+    peers: Vec<String>,
     /// A step-down is under way: not serving, whatever Raft says.
     stepping_down: std::sync::atomic::AtomicBool,
     /// Renewed by the watchdog while a majority confirms this leader.
@@ -88,6 +92,11 @@ pub struct Cluster {
     step_down: Duration,
     /// When this node's role last became leader.
     led_since: parking_lot::Mutex<Option<tokio::time::Instant>>,
+    /// This node's resource alarms, for the node's life (resources.rs).
+    monitors: crate::alarm::Monitors,
+    /// What each member last reported of its resources, while this node
+    /// leads (resources.rs).
+    reports: parking_lot::Mutex<BTreeMap<u64, crate::alarm::Report>>,
 }
 
 impl Cluster {
@@ -100,6 +109,7 @@ impl Cluster {
         tls: Option<LinkTls>,
         log: LogStore,
         machine: StateMachine,
+        monitors: crate::alarm::Monitors,
     ) -> Result<Arc<Cluster>, String> {
         // Every link proves the secret, whatever else guards it.
         let secret = secret::load(cfg, data_dir)?;
@@ -144,10 +154,13 @@ impl Cluster {
             log,
             leader_changes: Default::default(),
             tls,
+            peers: cfg.peers.iter().map(|p| p.raft.clone()).collect(),
             stepping_down: Default::default(),
             lease: Arc::default(),
             step_down: Duration::from_millis(cfg.step_down_ms),
             led_since: Default::default(),
+            monitors,
+            reports: Default::default(),
         });
         tokio::spawn(Arc::clone(&cluster).accept(listener));
         let first = cfg.peers.iter().map(|p| p.id).min();
@@ -257,6 +270,10 @@ impl Cluster {
                             let _permit = permit;
                             let link = link::accept(s, this.tls.as_deref()).await;
                             drop(proving);
+                            let link = link.map_err(|e| e.to_string()).and_then(|l| {
+                                this.check_identity(&l)?;
+                                Ok(l)
+                            });
                             match link {
                                 Ok(l) => this.serve_peer(l, peer).await,
                                 Err(e) => warn!(%peer, "a connection to the Raft port failed: {e}"),
@@ -366,11 +383,29 @@ impl Cluster {
                         Ok(crate::store::op::LEVEL);
                     bincode::serialize(&r)
                 }
+                rpc::RESOURCES => {
+                    let r: Result<crate::alarm::Report, openraft::error::RaftError<u64>> =
+                        Ok(self.monitors.report());
+                    bincode::serialize(&r)
+                }
                 other => return Err(std::io::Error::other(format!("unknown request {other}"))),
             }
             .map_err(bad)?;
             rpc::write_frame(s, 0, &answer).await?;
         }
+    }
+
+    /// Checks that a member over mutual TLS is one (identity.rs): its
+    /// certificate names a configured member's host or a current one's.
+    fn check_identity(&self, link: &Link) -> Result<(), String> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let current = m
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(_, n)| n.raft.as_str());
+        identity::check(link, self.peers.iter().map(String::as_str).chain(current))
     }
 
     /// Whether node `id` is in this node's membership (voter or learner,

@@ -137,6 +137,14 @@ impl Peer {
             self.call(rpc::VERSION, &(), CONNECT_TIMEOUT).await;
         r.map_err(|e| e.to_string())
     }
+
+    /// The peer's resources and raised alarms (an error from a build
+    /// before members reported them).
+    pub async fn resources(&mut self, ttl: Duration) -> Result<crate::alarm::Report, String> {
+        let r: Result<crate::alarm::Report, Failed<RaftError<u64>>> =
+            self.call(rpc::RESOURCES, &(), ttl).await;
+        r.map_err(|e| e.to_string())
+    }
 }
 
 impl Peer {

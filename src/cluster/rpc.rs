@@ -30,6 +30,9 @@ pub const APPEND_PART: u8 = 6;
 /// An append of one entry whose payload the follower staged: the request
 /// carries the entry with an empty payload.
 pub const APPEND_STAGED: u8 = 7;
+/// A member's resources and raised alarms (a leader asks each member:
+/// resources.rs). A build before it closes the connection on the ask.
+pub const RESOURCES: u8 = 8;
 
 /// The largest frame taken (an append of many entries, a snapshot chunk).
 const FRAME_MAX: usize = 512 << 20;

@@ -9,11 +9,13 @@ use serde::Deserialize;
 
 mod cluster;
 pub mod command;
+mod disk;
 mod management;
 mod port;
 mod tls;
 pub use cluster::{parse_peers, read_secret, ClusterConfig, Peer};
 pub use command::{ClusterCommand, Command};
+pub use disk::{parse_bytes, DiskFreeLimit, DEFAULT_DISK_FREE_LIMIT};
 pub use management::ManagementConfig;
 pub use port::Port;
 pub use tls::{CertLoginFrom, SanType, TlsConfig, Verify};
@@ -80,6 +82,9 @@ pub struct Config {
     /// Memory alarm threshold in MiB; overrides the fraction when set
     /// (vm_memory_high_watermark.absolute).
     pub memory_limit_mb: u64,
+    /// Free space on the data directory's filesystem under which the
+    /// free-disk alarm is raised (RabbitMQ's disk_free_limit; disk.rs).
+    pub disk_free_limit: DiskFreeLimit,
     /// How long the reader pauses between reads of a connection that
     /// streams publishes or acks, microseconds (0 = never pause); see
     /// amqp/coalesce.rs.
@@ -146,6 +151,7 @@ impl Default for Config {
             store_cache_mb: 64,
             memory_high_watermark: 0.4,
             memory_limit_mb: 0,
+            disk_free_limit: DiskFreeLimit::default(),
             read_pause_us: 100,
             handshake_close_delay_ms: 3000,
             outbox_high_water_bytes: 4 << 20,
@@ -236,6 +242,9 @@ pub struct Cli {
     /// Memory alarm threshold in MiB (overrides the fraction).
     #[arg(long, value_name = "MIB")]
     pub memory_limit_mb: Option<u64>,
+    /// Free-disk alarm threshold: bytes, a size (50MB, 2GiB) or mem_relative:F [default: 50MB].
+    #[arg(long, value_name = "SIZE")]
+    pub disk_free_limit: Option<DiskFreeLimit>,
     /// Pause between reads of a streaming connection, microseconds; 0 never pauses [default: 100].
     #[arg(long, value_name = "US")]
     pub read_pause_us: Option<u64>,
@@ -416,6 +425,9 @@ impl Cli {
         if let Some(v) = self.memory_limit_mb {
             c.memory_limit_mb = v;
         }
+        if let Some(v) = self.disk_free_limit {
+            c.disk_free_limit = v;
+        }
         if let Some(v) = self.read_pause_us {
             c.read_pause_us = v;
         }
@@ -458,6 +470,7 @@ impl Cli {
         c.cluster.check()?;
         c.tls.check()?;
         c.management.check()?;
+        c.disk_free_limit.check()?;
         if c.amqps_port.and_then(Port::get).is_some() && !c.tls.enabled() {
             return Err(
                 "amqps_port needs tls.certfile and tls.keyfile (--tls-cert, --tls-key)".into(),

@@ -253,6 +253,12 @@ where
     conns::serve(listener, app, limits, stop, "carried management").await;
 }
 
+/// The API's routes, as a listener serves them: the fuzz target's way in
+/// (src/fuzz.rs), which tags each request with its peer as conns.rs does.
+pub fn routes(api: Arc<Api>) -> axum::Router {
+    routes::router(api)
+}
+
 /// Serves the API on `listener` (plain or TLS) until `stop` says so.
 pub async fn serve<L>(listener: L, api: Arc<Api>, stop: watch::Receiver<bool>)
 where

@@ -254,28 +254,7 @@ fn render(api: &Api, per_object: bool) -> String {
         // No aggregate of the per-queue publish counters: it would go
         // back when a queue is deleted (per-object has them per queue).
     }
-    let rss = crate::alarm::resident_bytes().unwrap_or(0);
-    o.gauge(
-        "rabbitmq_process_resident_memory_bytes",
-        "Memory used in bytes",
-        rss,
-    );
-    let limit = api.broker.memory.limit();
-    o.gauge(
-        "rabbitmq_resident_memory_limit_bytes",
-        "Memory high watermark in bytes",
-        if limit == u64::MAX { 0 } else { limit },
-    );
-    o.gauge(
-        "rabbitmq_disk_space_available_bytes",
-        "Disk space available in bytes",
-        super::routes::disk_free(&api.broker.config.data_dir),
-    );
-    o.gauge(
-        "rabbitmq_disk_space_available_limit_bytes",
-        "Free disk space low watermark in bytes",
-        50_000_000u64,
-    );
+    resource_gauges(&mut o, &api.broker.memory, &api.broker.disk);
     o.gauge(
         "rabbitmq_process_open_fds",
         "Open file descriptors",
@@ -297,21 +276,52 @@ fn render(api: &Api, per_object: bool) -> String {
         super::routes::fd_limit(),
     );
     o.gauge(
-        "rabbitmq_alarms_memory_used_watermark",
-        "is 1 if VM memory watermark alarm is in effect",
-        api.broker.memory.is_raised() as u8,
-    );
-    o.gauge(
-        "rabbitmq_alarms_free_disk_space_watermark",
-        "is 1 if free disk space watermark alarm is in effect",
-        0,
-    );
-    o.gauge(
         "rabbitmq_alarms_file_descriptor_limit",
         "is 1 if file descriptor limit alarm is in effect",
         0,
     );
     o.0
+}
+
+/// This node's memory and free disk against their limits, and its
+/// alarms (a leader's and a follower's alike).
+fn resource_gauges(
+    o: &mut Out,
+    memory: &crate::alarm::MemoryAlarm,
+    disk: &crate::alarm::DiskAlarm,
+) {
+    let rss = crate::alarm::resident_bytes().unwrap_or(0);
+    o.gauge(
+        "rabbitmq_process_resident_memory_bytes",
+        "Memory used in bytes",
+        rss,
+    );
+    let limit = memory.limit();
+    o.gauge(
+        "rabbitmq_resident_memory_limit_bytes",
+        "Memory high watermark in bytes",
+        if limit == u64::MAX { 0 } else { limit },
+    );
+    o.gauge(
+        "rabbitmq_disk_space_available_bytes",
+        "Disk space available in bytes",
+        disk.free_now(),
+    );
+    o.gauge(
+        "rabbitmq_disk_space_available_limit_bytes",
+        "Free disk space low watermark in bytes",
+        disk.limit(),
+    );
+    o.gauge(
+        "rabbitmq_alarms_memory_used_watermark",
+        "is 1 if VM memory watermark alarm is in effect",
+        memory.is_raised() as u8,
+    );
+    o.gauge(
+        "rabbitmq_alarms_free_disk_space_watermark",
+        "is 1 if free disk space watermark alarm is in effect",
+        disk.is_raised() as u8,
+    );
 }
 
 /// One series per queue, for each queue family.
@@ -383,12 +393,15 @@ pub fn router(api: Arc<Api>) -> Router {
         .with_state(api)
 }
 
-/// A follower's metrics: the build and this node's Raft series (queues,
-/// connections and message counters are the leader's, which serves them).
+/// A follower's metrics: the build, this node's Raft series and its
+/// memory, free disk and alarms (queues, connections and message counters
+/// are the leader's, which serves them).
 fn render_follower(cluster: &crate::cluster::Cluster) -> String {
     let mut o = Out(String::with_capacity(4 << 10));
     build_info(&mut o);
     raft_metrics(&mut o, &cluster.local_status());
+    let m = cluster.monitors();
+    resource_gauges(&mut o, &m.memory, &m.disk);
     o.0
 }
 

@@ -68,8 +68,27 @@ fn kind(key: &str) -> Option<Kind> {
     })
 }
 
-/// Checks every key of `definition`; the error names the first bad one.
+/// Checks every key of `definition`. Keys no policy has are named all
+/// together, in RabbitMQ's words; otherwise the error names the first bad
+/// one.
 pub(super) fn validate(definition: &Map<String, Value>, operator: bool) -> Result<(), String> {
+    let unknown: Vec<String> = definition
+        .iter()
+        .filter(|(key, _)| kind(key).is_none())
+        .map(|(key, value)| {
+            format!(
+                "{{{},{}}}",
+                erlang(&Value::from(key.as_str())),
+                erlang(value)
+            )
+        })
+        .collect();
+    if !unknown.is_empty() {
+        return Err(format!(
+            "[{}] are not recognised policy settings",
+            unknown.join(",")
+        ));
+    }
     for (key, value) in definition {
         if operator && !OPERATOR_KEYS.contains(&key.as_str()) {
             return Err(format!(
@@ -78,7 +97,7 @@ pub(super) fn validate(definition: &Map<String, Value>, operator: bool) -> Resul
             ));
         }
         let Some(kind) = kind(key) else {
-            return Err(format!("unrecognised policy key '{key}'"));
+            continue;
         };
         let ok = match kind {
             Kind::NonNegative => value.as_u64().is_some(),
@@ -99,4 +118,13 @@ pub(super) fn validate(definition: &Map<String, Value>, operator: bool) -> Resul
         }
     }
     Ok(())
+}
+
+/// A JSON value as RabbitMQ's messages print it (Erlang terms: strings
+/// as binaries).
+fn erlang(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("<<{s:?}>>"),
+        other => other.to_string(),
+    }
 }

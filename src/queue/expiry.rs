@@ -129,12 +129,16 @@ impl Queue {
             budget -= 1;
             st.expiry.pop();
             if st.ready.in_tail(seq) {
-                // Paged out: read the tail's head back through it; what is
-                // read is due in turn (some already are).
-                if let Some(pager) = self.pager() {
-                    let read = st.ready.read_through(seq, &pager);
+                // Paged out: read the tail's head back toward it, a batch
+                // per turn; what is read is due in turn (some already are).
+                let read = self.pager().and_then(|p| st.ready.read_through(seq, &p));
+                if let Some(read) = read {
                     budget = budget.saturating_sub(read.len());
                     st.expiry.extend(read.into_iter().map(Reverse));
+                    if st.ready.in_tail(seq) {
+                        st.expiry.push(Reverse((deadline, seq)));
+                        continue;
+                    }
                 }
             }
             if let Some(entry) = st.ready.remove(seq) {

@@ -308,31 +308,29 @@ impl Ready {
         self.tail.count > 0 && seq >= self.tail.first_seq
     }
 
-    /// A TTL ran out at `seq`, in the stored tail: reads the tail's head
-    /// into memory through it, a batch at a time, while memory holds less
-    /// than twice the bound (a message deeper than that expires when it is
-    /// read back, as RabbitMQ expires only at the head). Returns the
-    /// (deadline, seq) of what it read that has a deadline, and of the
-    /// tail's new head where a message-ttl set after paging gives one, for
-    /// the expiry heap. Without it a queue nobody consumes kept every
-    /// message paged out past its TTL for good.
-    pub fn read_through(&mut self, seq: u64, p: &Pager<'_>) -> Vec<(u64, u64)> {
-        let mut due = Vec::new();
-        while self.in_tail(seq) && self.mem_bytes < 2 * MEM_BYTES && self.mem.len() < 2 * MEM_COUNT
-        {
-            let from = self.mem.len();
-            if !self.refill(p) {
-                break;
-            }
-            due.extend(
-                self.mem
-                    .range(from..)
-                    .filter(|e| e.deadline != 0)
-                    .map(|e| (e.deadline, e.seq)),
-            );
+    /// A TTL ran out at `seq`, in the stored tail: reads the next batch of
+    /// the tail's head into memory, toward it, while memory holds less than
+    /// twice the bound (a message deeper than that expires when it is read
+    /// back, as RabbitMQ expires only at the head); the caller comes back
+    /// while `seq` is still in the tail, within its bounded pass. Returns, if it read anything, the (deadline, seq) of what it
+    /// read that has a deadline, and of the tail's new head where a
+    /// message-ttl set after paging gives one, for the expiry heap.
+    /// Without it a queue nobody consumes kept every message paged out
+    /// past its TTL for good.
+    pub fn read_through(&mut self, seq: u64, p: &Pager<'_>) -> Option<Vec<(u64, u64)>> {
+        let room = self.mem_bytes < 2 * MEM_BYTES && self.mem.len() < 2 * MEM_COUNT;
+        let from = self.mem.len();
+        if !(self.in_tail(seq) && room && self.refill(p)) {
+            return None;
         }
+        let mut due: Vec<(u64, u64)> = self
+            .mem
+            .range(from..)
+            .filter(|e| e.deadline != 0)
+            .map(|e| (e.deadline, e.seq))
+            .collect();
         due.extend(self.head_of_tail_deadline());
-        due
+        Some(due)
     }
 
     /// When the tail's head runs out under a message-ttl set after it was
@@ -490,7 +488,8 @@ mod tests {
         }
         let deep = MEM_COUNT as u64 + 5;
         assert!(r.in_tail(deep) && r.remove(deep).is_none());
-        let read = r.read_through(deep, &pager);
+        // One batch (REFILL) holds the whole tail here.
+        let read = r.read_through(deep, &pager).expect("read");
         assert_eq!(read.len(), 10, "the whole tail, with its deadlines");
         assert!(read.contains(&(1000 + deep, deep)));
         assert!(!r.in_tail(deep));

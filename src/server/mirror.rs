@@ -71,6 +71,9 @@ impl ClusterNode {
             )),
             _ => None,
         };
+        // The node's own alarms watch its memory and disk whether it
+        // leads or follows (a leader asks the members: cluster/resources.rs).
+        let monitors = Broker::monitors(&config)?;
         let cluster = Cluster::start(
             &config.cluster,
             config.bind,
@@ -78,6 +81,7 @@ impl ClusterNode {
             tls,
             replica.log.clone(),
             machine,
+            monitors,
         )
         .await?;
         let (stop, stop_rx) = watch::channel(false);
@@ -165,6 +169,8 @@ async fn run(
                             Arc::clone(&cluster),
                             Arc::clone(&server.broker.store),
                         ));
+                        // Members' alarms block publishers here too.
+                        let watching = tokio::spawn(Arc::clone(&cluster).watch_members());
                         // Until the term ends, or the term's journal fails
                         // a commit while Raft still has this node lead it
                         // (a commit cut short by a step-down the role watch
@@ -183,6 +189,9 @@ async fn run(
                             }
                         }
                         raising.abort();
+                        watching.abort();
+                        let _ = watching.await;
+                        cluster.forget_members();
                         cluster.set_handler(None);
                         tls.lock().clear();
                         info!(term, "no longer serving: closing client connections");

@@ -75,8 +75,9 @@ pub trait Journal: Send + Sync {
     fn may_deliver(&self) -> bool {
         true
     }
-    /// Whether the journal still commits: a replicated journal whose
-    /// commit failed never does again (its term's broker must go).
+    /// Whether the journal still commits: one whose commit failed never
+    /// does again (a replicated term's broker must go; a single node's
+    /// store is reopened, server.rs).
     fn is_open(&self) -> bool {
         true
     }
@@ -146,6 +147,10 @@ impl Journal for LocalJournal {
 
     fn defs_version(&self) -> u64 {
         self.applier.defs_version()
+    }
+
+    fn is_open(&self) -> bool {
+        self.flusher.failure().is_none()
     }
 
     fn close(&self) -> Result<()> {

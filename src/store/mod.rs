@@ -246,16 +246,29 @@ impl Store {
         self.journal.applies_on_commit()
     }
 
-    /// Waits until everything submitted so far is committed.
+    /// Waits until everything submitted so far is committed; fails once
+    /// the journal failed a commit (it never commits again: the waiter
+    /// must not hold its connection, and so the shutdown, for good).
     pub async fn sync(&self) -> Result<()> {
         let ticket = self.ticket();
         let mut rx = self.flushed();
-        // The committer never stops while the store lives; a closed
-        // channel means shutdown, and then a direct commit does the job.
-        if rx.wait_for(|&done| done >= ticket).await.is_err() {
-            self.journal.commit_now()?;
+        let mut check = tokio::time::interval(std::time::Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                done = rx.wait_for(|&done| done >= ticket) => {
+                    // The committer never stops while the store lives; a
+                    // closed channel means shutdown, and then a direct
+                    // commit does the job.
+                    if done.is_err() {
+                        self.journal.commit_now()?;
+                    }
+                    return Ok(());
+                }
+                _ = check.tick() => if !self.journal.is_open() {
+                    return Err(Error::Sync("the store failed a commit".into()));
+                },
+            }
         }
-        Ok(())
     }
 
     /// Commits everything now, synchronously, and stops the committer

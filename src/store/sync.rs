@@ -61,6 +61,10 @@ pub struct Flusher {
     /// (a cluster's queues read it on every dispatch).
     completed: AtomicU64,
     wanted: AtomicBool,
+    /// The first flush that failed, if one did: from then on the store
+    /// must be reopened (sled refuses every write after an I/O error, and
+    /// after a failed sync what the page cache holds is unknown).
+    failure: Mutex<Option<String>>,
     lock: Mutex<Signal>,
     wake: Condvar,
     done: watch::Sender<u64>,
@@ -88,6 +92,7 @@ impl Flusher {
             epoch: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             wanted: AtomicBool::new(false),
+            failure: Mutex::new(None),
             lock: Mutex::new(Signal::default()),
             wake: Condvar::new(),
             done,
@@ -135,6 +140,11 @@ impl Flusher {
         self.done.subscribe()
     }
 
+    /// Why a flush failed, if one did.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().clone()
+    }
+
     fn run(
         this: std::sync::Weak<Flusher>,
         syncer: Arc<dyn Syncer>,
@@ -155,9 +165,10 @@ impl Flusher {
                         if std::sync::Arc::strong_count(&f) == 1 {
                             return;
                         }
-                        parking_lot::MutexGuard::unlocked(&mut signal, || {
-                            before_flush();
-                        });
+                        let written = parking_lot::MutexGuard::unlocked(&mut signal, &before_flush);
+                        if !written {
+                            f.failed("a deferred write failed".into());
+                        }
                     }
                 }
                 if signal.stop {
@@ -178,9 +189,11 @@ impl Flusher {
                     f.done.send_replace(epoch);
                 }
                 Err(e) => {
-                    // Confirms stay pending rather than lie; try again soon.
-                    tracing::error!("store flush failed: {e}");
-                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    // Confirms stay pending rather than lie; try again,
+                    // soon the first time (a single node's server reopens
+                    // the store; a cluster's term gives way).
+                    let again = if f.failed(e) { 50 } else { 1000 };
+                    std::thread::sleep(std::time::Duration::from_millis(again));
                     f.lock.lock().pending = true;
                 }
             }
@@ -189,6 +202,18 @@ impl Flusher {
 }
 
 impl Flusher {
+    /// Records a failure; true (and logged as an error) if it is the first.
+    fn failed(&self, e: String) -> bool {
+        let mut failure = self.failure.lock();
+        if failure.is_some() {
+            tracing::debug!("store flush failed again: {e}");
+            return false;
+        }
+        tracing::error!("store flush failed: {e}");
+        *failure = Some(e);
+        true
+    }
+
     /// One group commit: deferred writes, then the sync.
     fn flush(syncer: &dyn Syncer, before_flush: &dyn Fn() -> bool) -> Result<(), String> {
         if !before_flush() {

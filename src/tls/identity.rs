@@ -45,6 +45,41 @@ pub fn login_name(cert: &[u8], settings: &TlsConfig) -> Result<String, String> {
     }
 }
 
+/// Whether `cert` (DER) names `host` (a DNS name or an IP address) in its
+/// subject alternative names, as a TLS client checks a server's: an IP
+/// address as an IP entry, a DNS name exactly (case aside) or under a
+/// wildcard for its first label ("*.example.com"). Member links check
+/// the connecting member's certificate this way (cluster/identity.rs).
+pub fn names_host(cert: &[u8], host: &str) -> bool {
+    let Ok((_, cert)) = X509Certificate::from_der(cert) else {
+        return false;
+    };
+    let Ok(Some(sans)) = cert.subject_alternative_name() else {
+        return false;
+    };
+    let ip: Option<std::net::IpAddr> = host.parse().ok();
+    sans.value.general_names.iter().any(|n| match (n, ip) {
+        (GeneralName::IPAddress(_), Some(ip)) => {
+            san(n, SanType::Ip).and_then(|s| s.parse().ok()) == Some(ip)
+        }
+        (GeneralName::DNSName(name), None) => dns_matches(name, host),
+        _ => false,
+    })
+}
+
+fn dns_matches(pattern: &str, host: &str) -> bool {
+    let (pattern, host) = (pattern.trim_end_matches('.'), host.trim_end_matches('.'));
+    if pattern.eq_ignore_ascii_case(host) {
+        return true;
+    }
+    match (pattern.strip_prefix("*."), host.split_once('.')) {
+        (Some(parent), Some((label, rest))) => {
+            !label.is_empty() && parent.contains('.') && parent.eq_ignore_ascii_case(rest)
+        }
+        _ => false,
+    }
+}
+
 /// A subject alternative name of `kind`, as text.
 fn san(name: &GeneralName<'_>, kind: SanType) -> Option<String> {
     match (name, kind) {
@@ -237,5 +272,41 @@ mod tests {
         s.clear();
         escape(" é", &mut s);
         assert_eq!(s, "\\ \\C3\\A9");
+    }
+
+    #[test]
+    fn a_certificate_names_the_hosts_of_its_subject_alternative_names() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names = vec![
+            "node1.example.com".to_string(),
+            "*.nodes.example.com".to_string(),
+            "10.0.0.1".to_string(),
+            "::1".to_string(),
+        ];
+        let cert = rcgen::CertificateParams::new(names)
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let der = cert.der();
+        for yes in [
+            "node1.example.com",
+            "NODE1.example.com.",
+            "n2.nodes.example.com",
+            "10.0.0.1",
+            "::1",
+        ] {
+            assert!(names_host(der, yes), "{yes}");
+        }
+        for no in [
+            "node2.example.com",
+            "a.b.nodes.example.com",
+            "nodes.example.com",
+            "10.0.0.2",
+            "example.com",
+            "",
+        ] {
+            assert!(!names_host(der, no), "{no}");
+        }
+        assert!(!names_host(b"not a certificate", "10.0.0.1"));
     }
 }

@@ -59,6 +59,8 @@ pub struct Node {
     pub env: Mutex<Vec<(String, String)>>,
     /// The binary it runs, if not this build's (or WARREN_BIN).
     pub bin: Mutex<Option<PathBuf>>,
+    /// Arguments it is started with besides those every node gets.
+    pub args: Mutex<Vec<String>>,
 }
 
 /// The cluster.
@@ -186,6 +188,7 @@ impl Cluster {
                 stopped: AtomicBool::new(false),
                 env: Mutex::new(env.get(id as usize - 1).cloned().unwrap_or_default()),
                 bin: Mutex::new(bin.clone()),
+                args: Mutex::new(Vec::new()),
             })
             .collect();
         let peers = nodes[..n]
@@ -271,6 +274,7 @@ impl Cluster {
             .arg(peers)
             .arg("--data-dir")
             .arg(&n.dir)
+            .args(n.args.lock().unwrap().clone())
             .env("RUST_LOG", "info,openraft=off")
             .envs(n.env.lock().unwrap().clone())
             .stdin(Stdio::null())
@@ -412,6 +416,7 @@ impl Cluster {
             stopped: AtomicBool::new(false),
             env: Mutex::default(),
             bin: Mutex::default(),
+            args: Mutex::default(),
         });
         self.nodes.len() - 1
     }

@@ -28,7 +28,8 @@ pub fn member_name(id: u64, raft: &str) -> String {
 }
 
 /// /api/nodes on a cluster: this node in full (`own`), the others with
-/// what this node knows of them.
+/// what this node knows of them (their resources as they last reported
+/// them to this leader).
 pub async fn nodes(c: &Cluster, own: Value) -> Value {
     let s = c.status().await;
     let list: Vec<Value> = s
@@ -38,7 +39,19 @@ pub async fn nodes(c: &Cluster, own: Value) -> Value {
             let mut o = if m.id == c.id {
                 own.clone()
             } else {
-                json!({"type": "disc", "mem_used": 0, "disk_free": 0, "uptime": 0})
+                // What the member last reported (cluster/resources.rs).
+                let r = c.member_report(m.id).unwrap_or_default();
+                let alarm = |res: crate::alarm::Resource| r.raised & res as u8 != 0;
+                json!({
+                    "type": "disc",
+                    "uptime": 0,
+                    "mem_used": r.mem_used,
+                    "mem_limit": r.mem_limit.min(i64::MAX as u64),
+                    "mem_alarm": alarm(crate::alarm::Resource::Memory),
+                    "disk_free": r.disk_free,
+                    "disk_free_limit": r.disk_free_limit,
+                    "disk_free_alarm": alarm(crate::alarm::Resource::Disk),
+                })
             };
             if let Some(map) = o.as_object_mut() {
                 map.insert("name".into(), member_name(m.id, &m.raft).into());

@@ -210,11 +210,12 @@ pub async fn publish(
         name.as_str()
     };
     caller.resource(&api, &v, Access::Write, check)?;
-    // As over AMQP: no publishing while the memory alarm is up.
-    if api.broker.memory.is_raised() {
-        return Err(ApiError::unavailable(
-            "the memory alarm is in effect: publishing is blocked",
-        ));
+    // As over AMQP: no publishing while a resource alarm is up.
+    if api.broker.alarms.any() {
+        return Err(ApiError::unavailable(format!(
+            "a resource alarm is in effect ({}): publishing is blocked",
+            api.broker.alarms.reason()
+        )));
     }
     let b = body.object().await?;
     let max = api.broker.config.max_message_size;

@@ -12,7 +12,7 @@ mod entities;
 mod node;
 
 pub use cluster::member_name;
-pub use node::{disk_free, fd_limit, open_fds};
+pub use node::{fd_limit, open_fds};
 mod tenancy;
 
 use std::sync::Arc;
@@ -141,8 +141,10 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/deprecated-features", get(node::empty_list))
         .route("/deprecated-features/used", get(node::empty_list))
         .route("/auth", get(node::auth))
+        .route("/healthchecks/node", get(node::healthcheck))
+        .route("/healthchecks/node/{node}", get(node::healthcheck_of))
         .route("/health/checks/alarms", get(node::alarms))
-        .route("/health/checks/local-alarms", get(node::alarms))
+        .route("/health/checks/local-alarms", get(node::local_alarms))
         .route(
             "/health/checks/port-listener/{port}",
             get(node::port_listener),

@@ -172,7 +172,6 @@ fn node_json(api: &Api) -> Value {
     let uptime = api.started.elapsed().as_millis().min(u32::MAX as u128) as u64;
     let mem_used = crate::alarm::resident_bytes().unwrap_or(0);
     let mem_limit = api.broker.memory.limit().min(i64::MAX as u64);
-    let disk_free = disk_free(&api.broker.config.data_dir);
     let mut o = json!({
         "name": api.node,
         "type": "disc",
@@ -186,9 +185,9 @@ fn node_json(api: &Api) -> Value {
         "mem_limit": mem_limit,
         "mem_alarm": api.broker.memory.is_raised(),
         "mem_calculation_strategy": "rss",
-        "disk_free": disk_free,
-        "disk_free_limit": 50_000_000,
-        "disk_free_alarm": false,
+        "disk_free": api.broker.disk.free_now(),
+        "disk_free_limit": api.broker.disk.limit(),
+        "disk_free_alarm": api.broker.disk.is_raised(),
         "fd_used": open_fds(),
         "fd_total": fd_limit(),
         "sockets_used": api.broker.connections.count(),
@@ -228,21 +227,6 @@ fn node_json(api: &Api) -> Value {
         }
     }
     o
-}
-
-/// Free disk space where `dir` is.
-pub fn disk_free(dir: &std::path::Path) -> u64 {
-    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
-        return 0;
-    };
-    // SAFETY: statvfs fills the struct it is given from a valid C path.
-    unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(path.as_ptr(), &mut st) != 0 {
-            return 0;
-        }
-        st.f_bavail as u64 * st.f_frsize as u64
-    }
 }
 
 /// Open file descriptors (Linux: /proc/self/fd).
@@ -298,15 +282,100 @@ fn failed(body: Value) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }
 
+/// /health/checks/alarms: every node's alarms (a cluster's members' as
+/// they last reported them to this leader).
 pub async fn alarms(State(api): State<Arc<Api>>, _caller: Caller) -> Response {
-    if api.broker.memory.is_raised() {
-        return failed(json!({
-            "status": "failed",
-            "reason": "There are alarms in effect in the cluster",
-            "alarms": [{"node": api.node, "resource": "memory"}],
-        }));
+    let mut alarms = own_alarms(&api);
+    if let Some(c) = &api.broker.cluster {
+        let names: std::collections::HashMap<u64, String> = c
+            .local_status()
+            .members
+            .iter()
+            .map(|m| (m.id, super::cluster::member_name(m.id, &m.raft)))
+            .collect();
+        for (id, r) in api.broker.alarms.members_raised() {
+            let node = names
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| format!("warren-{id}"));
+            alarms.push(json!({"node": node, "resource": r.name()}));
+        }
     }
-    Json(json!({"status": "ok"})).into_response()
+    alarms_answer(alarms, "There are alarms in effect in the cluster")
+}
+
+/// /health/checks/local-alarms: this node's alone.
+pub async fn local_alarms(State(api): State<Arc<Api>>, _caller: Caller) -> Response {
+    alarms_answer(own_alarms(&api), "There are alarms in effect on the node")
+}
+
+/// GET /healthchecks/node: RabbitMQ 3.x's node health check, still used
+/// by clients and monitors (newer checks are under /health/checks). As
+/// RabbitMQ's, it answers 200 either way: {"status":"ok"}, or
+/// {"status":"failed","reason":..} while the node has an alarm raised.
+pub async fn healthcheck(State(api): State<Arc<Api>>, _caller: Caller) -> Response {
+    let raised: Vec<_> = api.broker.alarms.raised();
+    Json(node_health(&api.node, &raised)).into_response()
+}
+
+/// GET /healthchecks/node/{node}: the same for a named node (a cluster's
+/// member, as it last reported to this leader); 404 for a node the
+/// cluster does not have.
+pub async fn healthcheck_of(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Response {
+    if name == api.node {
+        return healthcheck(State(api), caller).await;
+    }
+    let Some(c) = &api.broker.cluster else {
+        return ApiError::not_found().into_response();
+    };
+    let member = c
+        .local_status()
+        .members
+        .into_iter()
+        .find(|m| super::cluster::member_name(m.id, &m.raft) == name);
+    let Some(m) = member else {
+        return ApiError::not_found().into_response();
+    };
+    let body = match c.member_report(m.id) {
+        Some(r) => node_health(&name, &crate::alarm::resources(r.raised)),
+        None => json!({"status": "failed", "reason": format!("node {name} does not answer")}),
+    };
+    Json(body).into_response()
+}
+
+/// RabbitMQ's answer for `node` with `raised` alarms.
+fn node_health(node: &str, raised: &[crate::alarm::Resource]) -> Value {
+    if raised.is_empty() {
+        return json!({"status": "ok"});
+    }
+    let alarms: Vec<String> = raised
+        .iter()
+        .map(|r| format!("{{resource_limit,{},'{node}'}}", r.name()))
+        .collect();
+    json!({
+        "status": "failed",
+        "reason": format!("resource alarm(s) in effect:[{}]", alarms.join(",")),
+    })
+}
+
+fn own_alarms(api: &Api) -> Vec<Value> {
+    api.broker
+        .alarms
+        .raised()
+        .iter()
+        .map(|r| json!({"node": api.node, "resource": r.name()}))
+        .collect()
+}
+
+fn alarms_answer(alarms: Vec<Value>, reason: &str) -> Response {
+    if alarms.is_empty() {
+        return Json(json!({"status": "ok"})).into_response();
+    }
+    failed(json!({"status": "failed", "reason": reason, "alarms": alarms}))
 }
 
 pub async fn port_listener(

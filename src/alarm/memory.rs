@@ -1,16 +1,13 @@
 //! The memory alarm, as RabbitMQ's `vm_memory_high_watermark`: a task
-//! samples the broker's resident memory every 100 ms; while it is above the
-//! limit the alarm is raised, and connections that publish stop reading
-//! from their sockets (after telling clients that asked, with
-//! `connection.blocked`) until it clears. Consumers go on, so queues drain
-//! and the memory comes back, instead of the process being killed and
-//! every transient message lost with it.
+//! samples the broker's resident memory every 100 ms and raises the alarm
+//! while it is above the limit (mod.rs says what that does), instead of
+//! the process being killed and every transient message lost with it.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use super::{Alarms, Resource};
 
 /// How often resident memory is sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
@@ -19,18 +16,15 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 pub struct MemoryAlarm {
     /// Resident bytes above which the alarm is raised (u64::MAX: never).
     limit: AtomicU64,
-    /// The state, for a lock-free check on every read.
-    up: AtomicBool,
-    raised: watch::Sender<bool>,
+    alarms: Arc<Alarms>,
 }
 
 impl MemoryAlarm {
     /// An alarm at `limit` resident bytes; `start` begins sampling.
-    pub fn new(limit: u64) -> Arc<MemoryAlarm> {
+    pub fn new(limit: u64, alarms: Arc<Alarms>) -> Arc<MemoryAlarm> {
         Arc::new(MemoryAlarm {
             limit: AtomicU64::new(limit),
-            up: AtomicBool::new(false),
-            raised: watch::channel(false).0,
+            alarms,
         })
     }
 
@@ -61,35 +55,25 @@ impl MemoryAlarm {
 
     /// Whether the alarm is raised now.
     pub fn is_raised(&self) -> bool {
-        self.up.load(Ordering::Relaxed)
-    }
-
-    /// Watches the alarm (true: raised).
-    pub fn subscribe(&self) -> watch::Receiver<bool> {
-        self.raised.subscribe()
+        self.alarms.is_raised(Resource::Memory)
     }
 
     fn check(&self) {
         let Some(used) = resident_bytes() else { return };
         let limit = self.limit();
         let over = used > limit;
-        self.raised.send_if_modified(|raised| {
-            if *raised == over {
-                return false;
-            }
-            if over {
-                tracing::warn!(
-                    used_mib = used >> 20,
-                    limit_mib = limit >> 20,
-                    "memory alarm raised: blocking publishers"
-                );
-            } else {
-                tracing::info!(used_mib = used >> 20, "memory alarm cleared");
-            }
-            *raised = over;
-            self.up.store(over, Ordering::Relaxed);
-            true
-        });
+        if !self.alarms.set(Resource::Memory, over) {
+            return;
+        }
+        if over {
+            tracing::warn!(
+                used_mib = used >> 20,
+                limit_mib = limit >> 20,
+                "memory alarm raised: blocking publishers"
+            );
+        } else {
+            tracing::info!(used_mib = used >> 20, "memory alarm cleared");
+        }
     }
 }
 
@@ -123,7 +107,7 @@ fn page_size() -> u64 {
 }
 
 /// The machine's memory (Linux: MemTotal in /proc/meminfo).
-fn total_memory() -> Option<u64> {
+pub fn total_memory() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -146,7 +130,7 @@ mod tests {
 
     #[tokio::test]
     async fn raised_above_the_limit_and_cleared_below() {
-        let alarm = MemoryAlarm::new(u64::MAX);
+        let alarm = MemoryAlarm::new(u64::MAX, Alarms::new());
         alarm.set_limit(1);
         assert!(alarm.is_raised());
         alarm.set_limit(u64::MAX);
