@@ -88,6 +88,11 @@ fn route_len(raw: &[u8]) -> Option<usize> {
 }
 
 impl Message {
+    /// About what a message held in memory costs beyond its body: the
+    /// record, the Arc's counts, the buffer's shared header, and the
+    /// exchange, routing key and properties kept with the body.
+    pub const OVERHEAD: usize = std::mem::size_of::<Message>() + 16 + 32 + 64;
+
     /// A message published to `exchange` with `routing_key`, copied into
     /// one new buffer (names longer than 255 octets, which cannot come off
     /// the wire, are cut).

@@ -169,7 +169,7 @@ async fn a_malformed_file_is_refused_whole_naming_what_is_wrong() {
         ),
         (
             json!({"users": [{"name": "y", "password_hash": ""}], "exchanges": [{"name": "x", "vhost": "/", "type": "no-such-type"}]}),
-            "invalid exchange type",
+            "unknown exchange type",
         ),
         (
             json!({"queues": {"not": "a list"}}),

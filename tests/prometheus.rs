@@ -159,6 +159,17 @@ async fn metrics_carry_rabbitmqs_names_and_count_what_clients_did() {
     assert_eq!(s["rabbitmq_connections"], 1.0);
     assert_eq!(s["rabbitmq_channels"], 1.0);
     assert!(s["rabbitmq_connections_opened_total"] >= 1.0);
+    // The one channel that published is a publisher; the uptime the
+    // dashboards join the build on is there.
+    assert_eq!(s["rabbitmq_global_publishers"], 1.0);
+    assert!(s["rabbitmq_erlang_uptime_seconds"] >= 0.0);
+    // The four bodies (1 byte each) in the histogram, RabbitMQ 4's buckets.
+    let size = |suffix: &str| s[&format!("rabbitmq_message_size_bytes_{suffix}")];
+    assert_eq!(size("bucket{protocol=\"amqp091\",le=\"100.0\"}"), 4.0);
+    assert_eq!(size("bucket{protocol=\"amqp091\",le=\"1e+08\"}"), 4.0);
+    assert_eq!(size("bucket{protocol=\"amqp091\",le=\"+Inf\"}"), 4.0);
+    assert_eq!(size("sum{protocol=\"amqp091\"}"), 4.0);
+    assert_eq!(size("count{protocol=\"amqp091\"}"), 4.0);
     // One queue declared (passive declares do not count) and created.
     assert_eq!(s["rabbitmq_queues_declared_total"], 1.0);
     assert_eq!(s["rabbitmq_queues_created_total"], 1.0);
@@ -185,6 +196,44 @@ async fn metrics_carry_rabbitmqs_names_and_count_what_clients_did() {
     );
     assert_eq!(s["rabbitmq_channels_closed_total"], 1.0);
     assert_eq!(s["rabbitmq_queues_deleted_total"], 1.0);
+    assert_eq!(s["rabbitmq_global_publishers"], 0.0);
+    assert_eq!(
+        s["rabbitmq_message_size_bytes_count{protocol=\"amqp091\"}"],
+        4.0
+    );
+    // Sizes land in their buckets, bounds included.
+    let ch = c.create_channel().await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    for size in [100, 101, 10_000, 1_000_001] {
+        ch.basic_publish(
+            "".into(),
+            "nowhere".into(),
+            BasicPublishOptions::default(),
+            &vec![0u8; size],
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    let s = series(&scrape(&b, "/metrics").await.1);
+    let le = |bound: &str| {
+        s[&format!("rabbitmq_message_size_bytes_bucket{{protocol=\"amqp091\",le=\"{bound}\"}}")]
+    };
+    let cumulative: Vec<f64> = [
+        "100.0", "1000.0", "10000.0", "100000.0", "1e+06", "1e+07", "5e+07", "1e+08", "+Inf",
+    ]
+    .iter()
+    .map(|b| le(b))
+    .collect();
+    assert_eq!(cumulative, [5.0, 6.0, 7.0, 7.0, 7.0, 8.0, 8.0, 8.0, 8.0]);
+    assert_eq!(
+        s["rabbitmq_message_size_bytes_sum{protocol=\"amqp091\"}"],
+        (4 + 100 + 101 + 10_000 + 1_000_001) as f64
+    );
     drop(c);
 }
 

@@ -298,7 +298,16 @@ async fn bad_x_args_are_406_with_rabbitmqs_wording() {
             AMQPValue::LongInt(-1),
             "{value_negative,-1}",
         ),
-        ("x-message-ttl", s("soon"), "{unacceptable_type,longstr}"),
+        (
+            "x-message-ttl",
+            s("soon"),
+            "\"expected integer, got longstr\"",
+        ),
+        (
+            "x-queue-mode",
+            s("eager"),
+            "\"unsupported queue mode 'eager'\"",
+        ),
         ("x-expires", AMQPValue::LongInt(0), "{value_zero,0}"),
         (
             "x-max-priority",

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use amq_protocol::types::FieldTable;
 use parking_lot::Mutex;
 
+use super::message_sizes::Sizes;
 use crate::rates::Rates;
 
 /// What the AMQP layer gives the registry to close a connection.
@@ -122,6 +123,8 @@ impl MessageCounters {
 #[derive(Debug, Clone, Default)]
 pub struct ChannelSnapshot {
     pub counters: MessageCounters,
+    /// The sizes of the message bodies it received.
+    pub sizes: Sizes,
     /// The counters' rates per second, in `MessageCounters::values` order.
     pub rates: [f64; MessageCounters::LEN],
     pub number: u16,
@@ -233,6 +236,7 @@ pub struct Connections {
 #[derive(Default)]
 struct Retired {
     all: MessageCounters,
+    sizes: Sizes,
     per_vhost: HashMap<String, MessageCounters>,
 }
 
@@ -244,6 +248,10 @@ pub struct Totals {
     pub channels_opened: u64,
     pub channels_closed: u64,
     pub messages: MessageCounters,
+    /// The sizes of the message bodies published.
+    pub sizes: Sizes,
+    /// Open channels that have published (RabbitMQ's publishers).
+    pub publishers: u64,
 }
 
 impl Connections {
@@ -311,10 +319,12 @@ impl Connections {
         // Under the retired lock, which a closing channel takes before it
         // leaves its connection: each channel is counted once.
         let retired = self.retired.lock();
-        let mut messages = retired.all;
+        let (mut messages, mut sizes, mut publishers) = (retired.all, retired.sizes, 0);
         for t in open {
             for c in t.channel_snapshots() {
                 messages.add(&c.counters);
+                sizes.add(&c.sizes);
+                publishers += (c.counters.received > 0) as u64;
             }
         }
         drop(retired);
@@ -324,6 +334,8 @@ impl Connections {
             channels_opened: self.channels_opened.load(Ordering::Relaxed),
             channels_closed: self.channels_closed.load(Ordering::Relaxed),
             messages,
+            sizes,
+            publishers,
         }
     }
 
@@ -450,8 +462,10 @@ impl Drop for ChannelSlot {
         let mut retired = self.retired.lock();
         let view = self.tracked.channels.lock().remove(&self.number);
         if let Some(v) = view {
-            let counters = v.snapshot().counters;
+            let snapshot = v.snapshot();
+            let counters = snapshot.counters;
             retired.all.add(&counters);
+            retired.sizes.add(&snapshot.sizes);
             retired
                 .per_vhost
                 .entry(self.tracked.info.vhost.clone())

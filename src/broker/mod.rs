@@ -3,6 +3,7 @@
 //! Opening it recovers durable state from the store.
 
 pub mod connections;
+pub mod message_sizes;
 pub mod policies;
 pub mod vhosts;
 

@@ -15,6 +15,7 @@ use axum::Router;
 
 use super::render::{self, Totals};
 use super::Api;
+use crate::broker::message_sizes::{Sizes, BUCKETS, LE};
 use crate::definitions::RABBITMQ_VERSION;
 use crate::queue::stats::Depth;
 
@@ -115,6 +116,13 @@ fn render(api: &Api, per_object: bool) -> String {
         1,
     );
     build_info(&mut o);
+    // The dashboards' node tables join the build on it; Warren has no
+    // Erlang VM, so this is the process's uptime.
+    o.gauge(
+        "rabbitmq_erlang_uptime_seconds",
+        "Node uptime",
+        format!("{:.3}", api.started.elapsed().as_secs_f64()),
+    );
     if let Some(cluster) = &api.broker.cluster {
         raft_metrics(&mut o, &cluster.local_status());
     }
@@ -228,6 +236,12 @@ fn render(api: &Api, per_object: bool) -> String {
         "Current number of consumers",
         consumers,
     );
+    o.gauge(
+        "rabbitmq_global_publishers",
+        "Current number of publishers",
+        c.publishers,
+    );
+    message_sizes(&mut o, &c.sizes);
     if per_object {
         queue_series(&mut o, &per_queue);
     } else {
@@ -327,7 +341,7 @@ fn resource_gauges(
 /// One series per queue, for each queue family.
 fn queue_series(o: &mut Out, queues: &[(String, String, crate::queue::stats::Snapshot)]) {
     type Pick = fn(&crate::queue::stats::Snapshot) -> u64;
-    let families: [(&str, &str, &str, Pick); 6] = [
+    let families: [(&str, &str, &str, Pick); 7] = [
         (
             "rabbitmq_queue_messages",
             "gauge",
@@ -356,7 +370,13 @@ fn queue_series(o: &mut Out, queues: &[(String, String, crate::queue::stats::Sna
             "rabbitmq_queue_messages_bytes",
             "gauge",
             "Size in bytes of ready and unacknowledged messages",
-            |s| s.ready_bytes,
+            |s| s.ready_bytes + s.unacked_bytes,
+        ),
+        (
+            "rabbitmq_queue_process_memory_bytes",
+            "gauge",
+            "Memory in bytes the queue holds: its messages in memory and its index",
+            |s| s.memory,
         ),
         (
             "rabbitmq_queue_messages_published_total",
@@ -428,6 +448,24 @@ pub async fn serve_follower<L>(
 {
     let app = follower_router(cluster);
     super::conns::serve(listener, app, limits, stop, "prometheus").await;
+}
+
+/// The histogram of published body sizes, with RabbitMQ 4's buckets.
+fn message_sizes(o: &mut Out, sizes: &Sizes) {
+    let name = "rabbitmq_message_size_bytes";
+    o.family(
+        name,
+        "histogram",
+        "Size of messages received from publishers",
+    );
+    let bucket = format!("{name}_bucket");
+    let cumulative = sizes.cumulative();
+    for (le, n) in LE.iter().zip(cumulative) {
+        o.value(&bucket, &[("protocol", "amqp091"), ("le", le)], n);
+    }
+    let amqp = [("protocol", "amqp091")];
+    o.value(&format!("{name}_sum"), &amqp, sizes.sum);
+    o.value(&format!("{name}_count"), &amqp, cumulative[BUCKETS - 1]);
 }
 
 fn build_info(o: &mut Out) {

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use crate::broker::connections::{ChannelSnapshot, MessageCounters, Tracked};
 use crate::broker::vhosts::vhost_limits;
-use crate::queue::stats::{Counters, Depth};
+use crate::queue::stats::{Counters, Depth, Snapshot};
 use crate::queue::Queue;
 use crate::vhost::{policies::queue_type, Destination, Exchange, VHost};
 
@@ -218,20 +218,14 @@ pub fn queue(api: &Api, vh: &VHost, q: &Arc<Queue>, detailed: bool) -> Value {
         "operator_policy": s.operator_policy,
         "effective_policy_definition": q.effective_policy(),
         "exclusive_consumer_tag": Value::Null,
-        "single_active_consumer_tag": Value::Null,
-        "message_bytes": s.ready_bytes,
-        "message_bytes_ready": s.ready_bytes,
-        "message_bytes_unacknowledged": 0,
-        "message_bytes_ram": s.ready_bytes,
+        "single_active_consumer_tag": q
+            .args
+            .single_active_consumer
+            .then(|| q.consumer_list().first().map(|c| c.tag.clone()))
+            .flatten(),
         "message_bytes_persistent": 0,
-        "message_bytes_paged_out": 0,
-        "messages_ram": s.ready,
-        "messages_ready_ram": s.ready,
-        "messages_unacknowledged_ram": s.unacked,
         "messages_persistent": 0,
-        "messages_paged_out": 0,
         "head_message_timestamp": Value::Null,
-        "memory": 0,
         "recoverable_slaves": Value::Null,
         "backing_queue_status": {"mode": "default", "len": s.ready},
         "message_stats": message_stats(&s.stats.counters, s.stats.rates()),
@@ -239,6 +233,9 @@ pub fn queue(api: &Api, vh: &VHost, q: &Arc<Queue>, detailed: bool) -> Value {
     let Value::Object(map) = &mut o else {
         return o;
     };
+    for (field, value) in queue_memory(&s) {
+        map.insert(field.into(), value.into());
+    }
     let [total, ready, unacked] = s.depth_rates;
     counter(map, "messages", s.ready + s.unacked, total);
     counter(map, "messages_ready", s.ready, ready);
@@ -259,17 +256,36 @@ pub fn queue(api: &Api, vh: &VHost, q: &Arc<Queue>, detailed: bool) -> Value {
     o
 }
 
+/// A queue's message bytes and counts by where they are held, and its
+/// memory, as RabbitMQ names them.
+fn queue_memory(s: &Snapshot) -> [(&'static str, u64); 10] {
+    [
+        ("message_bytes", s.ready_bytes + s.unacked_bytes),
+        ("message_bytes_ready", s.ready_bytes),
+        ("message_bytes_unacknowledged", s.unacked_bytes),
+        ("message_bytes_ram", s.ready_ram_bytes + s.unacked_bytes),
+        ("message_bytes_paged_out", s.paged_out_bytes),
+        ("messages_ram", s.ready_ram + s.unacked),
+        ("messages_ready_ram", s.ready_ram),
+        ("messages_unacknowledged_ram", s.unacked),
+        ("messages_paged_out", s.paged_out),
+        ("memory", s.memory),
+    ]
+}
+
 /// A queue's value of the list field `field`, without rendering the
 /// queue (sorting 100,000 queues by depth); None for a field it does not
 /// know, which is then rendered.
 pub fn queue_sort_value(q: &Queue, field: &str) -> Option<Value> {
     let s = q.snapshot();
+    if let Some((_, v)) = queue_memory(&s).into_iter().find(|(f, _)| *f == field) {
+        return Some(v.into());
+    }
     Some(match field {
         "messages" => (s.ready + s.unacked).into(),
-        "messages_ready" | "messages_ready_ram" | "backing_queue_status.len" => s.ready.into(),
-        "messages_unacknowledged" | "messages_unacknowledged_ram" => s.unacked.into(),
+        "messages_ready" | "backing_queue_status.len" => s.ready.into(),
+        "messages_unacknowledged" => s.unacked.into(),
         "consumers" => s.consumers.into(),
-        "message_bytes" | "message_bytes_ready" | "message_bytes_ram" => s.ready_bytes.into(),
         "policy" => s.policy.into(),
         "operator_policy" => s.operator_policy.into(),
         "durable" => q.config.durable.into(),

@@ -122,7 +122,7 @@ pub(super) fn validate(definition: &Map<String, Value>, operator: bool) -> Resul
 
 /// A JSON value as RabbitMQ's messages print it (Erlang terms: strings
 /// as binaries).
-fn erlang(value: &Value) -> String {
+pub fn erlang(value: &Value) -> String {
     match value {
         Value::String(s) => format!("<<{s:?}>>"),
         other => other.to_string(),

@@ -10,6 +10,7 @@
 //! its set and applies the result to its queues and exchanges.
 
 mod keys;
+pub use keys::erlang;
 
 use std::sync::Arc;
 

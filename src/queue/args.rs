@@ -143,17 +143,16 @@ fn check(key: &str, value: &AMQPValue, args: &FieldTable) -> Result<(), String> 
         Some(_) => Ok(()),
         None => wrong_type(),
     };
+    // RabbitMQ prints the reason with ~p: a string comes out quoted.
     let int = || match int_arg(value) {
-        None => Err(format!("{{unacceptable_type,{}}}", type_name(value))),
-        Some(n) if n < 0 => Err(format!("{{value_negative,{n}}}")),
-        Some(n) => Ok(n),
-    };
-    // The arguments RabbitMQ added with quorum queues word a wrong type
-    // differently.
-    let counted = || match int_arg(value) {
         None => Err(format!("\"expected integer, got {}\"", type_name(value))),
         Some(n) if n < 0 => Err(format!("{{value_negative,{n}}}")),
         Some(n) => Ok(n),
+    };
+    // rabbit_misc:check_expiry: at most ten years.
+    let expiry = || match int()? {
+        n if n > 315_360_000_000 => Err(format!("{{value_too_large,{n}}}")),
+        n => Ok(n),
     };
     let one_of = |words: &[&str], why: &str| match str_arg(value) {
         Some(w) if words.contains(&w.as_str()) => Ok(()),
@@ -161,9 +160,11 @@ fn check(key: &str, value: &AMQPValue, args: &FieldTable) -> Result<(), String> 
         None => wrong_type(),
     };
     match key {
-        "x-message-ttl" | "x-max-length" | "x-max-length-bytes" | "x-delivery-limit"
-        | "x-consumer-timeout" => int().map(drop),
-        "x-expires" => match int()? {
+        "x-max-length" | "x-max-length-bytes" | "x-delivery-limit" | "x-consumer-timeout" => {
+            int().map(drop)
+        }
+        "x-message-ttl" => expiry().map(drop),
+        "x-expires" => match expiry()? {
             0 => Err("{value_zero,0}".into()),
             _ => Ok(()),
         },
@@ -189,17 +190,22 @@ fn check(key: &str, value: &AMQPValue, args: &FieldTable) -> Result<(), String> 
         }
         "x-queue-mode" => {
             string()?;
-            match str_arg(value).as_deref() {
-                Some("default" | "lazy") => Ok(()),
-                _ => Err("invalid_queue_mode".into()),
+            match str_arg(value) {
+                Some(m) if m == "default" || m == "lazy" => Ok(()),
+                Some(m) => Err(format!("\"unsupported queue mode '{m}'\"")),
+                None => Err("invalid_queue_mode".into()),
             }
         }
+        "x-queue-version" => match int()? {
+            1 | 2 => Ok(()),
+            n => Err(format!("\"unsupported queue version '{n}'\"")),
+        },
         "x-queue-type" => super::kind::check_type(value),
-        "x-quorum-initial-group-size" => match counted()? {
+        "x-quorum-initial-group-size" => match int()? {
             0 => Err("{value_zero,0}".into()),
             _ => Ok(()),
         },
-        "x-max-in-memory-length" | "x-max-in-memory-bytes" => counted().map(drop),
+        "x-max-in-memory-length" | "x-max-in-memory-bytes" => int().map(drop),
         "x-dead-letter-strategy" => {
             one_of(&["at-most-once", "at-least-once"], "invalid_dlx_strategy")
         }
@@ -297,8 +303,21 @@ mod tests {
         );
         assert_eq!(
             why("x-max-length", AMQPValue::LongString("a".into())),
-            "{unacceptable_type,longstr}"
+            "\"expected integer, got longstr\""
         );
+        assert_eq!(
+            why("x-message-ttl", AMQPValue::LongLongInt(315_360_000_001)),
+            "{value_too_large,315360000001}"
+        );
+        assert_eq!(
+            why("x-queue-mode", AMQPValue::LongString("eager".into())),
+            "\"unsupported queue mode 'eager'\""
+        );
+        assert_eq!(
+            why("x-queue-version", AMQPValue::LongInt(3)),
+            "\"unsupported queue version '3'\""
+        );
+        assert!(validate(&table("x-queue-version", AMQPValue::LongInt(2))).is_ok());
         assert_eq!(why("x-expires", AMQPValue::LongInt(0)), "{value_zero,0}");
         assert_eq!(
             why("x-max-priority", AMQPValue::LongInt(300)),

@@ -13,6 +13,13 @@
 //! bumps it, which turns its entry stale, and stale entries are dropped
 //! when they reach the front (or when they outnumber the live ones).
 //!
+//! With a single active consumer, an active consumer that leaves while it
+//! still holds unacked deliveries hands over only once they are settled
+//! (`Handover`): acked, they are done; requeued (its channel closed, a
+//! nack), they go first to the consumer that takes over, in their order.
+//! So two consumers never work on the queue at once, and the order holds
+//! whether a client cancels before it closes (pika does) or not.
+//!
 //! The queue's lock guards all of this; the consumer's own atomics only
 //! mirror it, so that an ack can tell without the lock whether there is
 //! anything to unpark.
@@ -86,6 +93,15 @@ pub struct Consumers {
     levels: Vec<(i32, Level)>,
     /// Consumers parked on a full outbox: (outbox address, consumer id).
     on_outbox: Vec<(usize, u64)>,
+    /// A single active consumer that left holding deliveries.
+    handover: Option<Handover>,
+}
+
+/// The single active consumer that left with deliveries unsettled: none
+/// goes to the next one until they are.
+struct Handover {
+    consumer: u64,
+    unsettled: u32,
 }
 
 impl Consumers {
@@ -170,11 +186,44 @@ impl Consumers {
         Some(c)
     }
 
+    /// Removes consumer `id`, the single active one of its queue: if it
+    /// leaves holding deliveries, the next one waits until they are
+    /// settled (`settled`).
+    pub fn remove_active(&mut self, id: u64) -> Option<Arc<Consumer>> {
+        let active = self
+            .all
+            .first_key_value()
+            .is_some_and(|(&first, _)| first == id);
+        let c = self.remove(id)?;
+        let unsettled = c.unacked();
+        if active && unsettled > 0 && self.handover.is_none() {
+            self.handover = Some(Handover {
+                consumer: id,
+                unsettled,
+            });
+        }
+        Some(c)
+    }
+
+    /// A delivery to consumer `id` was settled (acked, requeued, rejected).
+    pub fn settled(&mut self, id: u64) {
+        if let Some(h) = self.handover.as_mut().filter(|h| h.consumer == id) {
+            h.unsettled -= 1;
+            if h.unsettled == 0 {
+                self.handover = None;
+            }
+        }
+    }
+
     /// The consumer the next delivery goes to, if any may take one: with
-    /// a single active consumer only the first subscribed, else the front
-    /// of the highest-priority ring with a ready consumer.
+    /// a single active consumer only the first subscribed (once the one
+    /// before it has no delivery unsettled), else the front of the
+    /// highest-priority ring with a ready consumer.
     pub fn next(&mut self, single_active: bool) -> Option<&Arc<Consumer>> {
         if single_active {
+            if self.handover.is_some() {
+                return None;
+            }
             let (_, c) = self.all.first_key_value()?;
             return (!c.parked.load(Ordering::Relaxed)).then_some(c);
         }
@@ -255,6 +304,7 @@ impl Consumers {
     pub fn drain(&mut self) -> Vec<Arc<Consumer>> {
         self.levels.clear();
         self.on_outbox.clear();
+        self.handover = None;
         let all: Vec<Arc<Consumer>> = std::mem::take(&mut self.all).into_values().collect();
         for c in &all {
             c.parked.store(true, Ordering::Relaxed);

@@ -38,6 +38,7 @@ impl Queue {
             consumers,
             ready,
             unacked,
+            unacked_bytes,
             dead,
             stats,
             uncommitted,
@@ -62,7 +63,7 @@ impl Queue {
                 break;
             }
             let (seq, stored, no_ack) = (entry.seq, entry.stored, consumer.no_ack);
-            let redelivered = entry.redelivered;
+            let (redelivered, size) = (entry.redelivered, entry.msg.body().len());
             if stored {
                 self.before_delivery(seq);
             }
@@ -77,6 +78,7 @@ impl Queue {
                     } else {
                         c.deliver += 1;
                         *unacked += 1;
+                        *unacked_bytes += size;
                     }
                     c.redeliver += redelivered as u64;
                     consumers.delivered(sac);
@@ -222,9 +224,13 @@ impl Queue {
             c.get += 1;
         }
         let remaining = st.ready.len() as u32;
+        let size = entry.msg.body().len();
         match sink.deliver_get(self, entry, remaining, no_ack, timeout_ms) {
             Some(entry) => self.forget(entry),
-            None => st.unacked += 1,
+            None => {
+                st.unacked += 1;
+                st.unacked_bytes += size;
+            }
         }
         self.finish(st);
         true
@@ -253,9 +259,14 @@ impl Queue {
     pub fn remove_consumer(self: &Arc<Self>, consumer: &Consumer) -> usize {
         self.touch();
         let mut st = self.state.lock();
-        st.consumers.remove(consumer.id);
+        if self.args.single_active_consumer {
+            st.consumers.remove_active(consumer.id);
+        } else {
+            st.consumers.remove(consumer.id);
+        }
         let left = st.consumers.len();
-        // With a single active consumer, the next one takes over now.
+        // With a single active consumer, the next one takes over now, or
+        // once what the one that left holds is settled.
         self.dispatch_locked(&mut st);
         self.finish(st);
         left
@@ -326,9 +337,82 @@ mod tests {
         q.add_consumer(consumer(&sink, "second", 0, 9)).unwrap();
         push(&q, 2);
         assert_eq!(sink.tags(), ["first", "first"]);
+        sink.settle(&[1, 2], Settle::Ack);
         q.remove_consumer(&first);
         push(&q, 1);
         assert_eq!(sink.tags().last().map(String::as_str), Some("second"));
+    }
+
+    /// The seqs `tag` was handed, with their redelivered flags.
+    fn seen_by(sink: &TestSink, tag: &str) -> Vec<(u64, bool)> {
+        let seen = sink.seen.lock();
+        seen.iter()
+            .filter(|(t, _, _)| t == tag)
+            .map(|&(_, seq, redelivered)| (seq, redelivered))
+            .collect()
+    }
+
+    /// RabbitMQ's order when the active consumer is cancelled holding
+    /// a delivery and then closes (what pika's channel.close does): the
+    /// next one gets the requeued delivery first, then the rest.
+    #[test]
+    fn a_single_active_consumer_that_leaves_holding_hands_over_once_settled() {
+        let host = Arc::new(TestHost::default());
+        let sac = [("x-single-active-consumer", AMQPValue::Boolean(true))];
+        for how in [Settle::Requeue, Settle::Ack] {
+            let q = queue(&sac, &host);
+            let sink = Arc::new(TestSink::default());
+            let first = consumer(&sink, "first", 1, 0);
+            q.add_consumer(Arc::clone(&first)).unwrap();
+            q.add_consumer(consumer(&sink, "second", 0, 0)).unwrap();
+            push(&q, 5);
+            assert_eq!(seen_by(&sink, "first"), [(1, false)]);
+            // Cancelled holding 1: nothing goes to "second" yet, even
+            // what is published meanwhile.
+            q.remove_consumer(&first);
+            push(&q, 1);
+            assert_eq!(seen_by(&sink, "second"), []);
+            sink.settle(&[1], how);
+            let expect: Vec<(u64, bool)> = match how {
+                Settle::Requeue => vec![(1, true), (2, false), (3, false), (4, false)],
+                _ => vec![(2, false), (3, false), (4, false)],
+            };
+            let got = seen_by(&sink, "second");
+            assert_eq!(got[..expect.len()], expect[..], "{how:?}");
+            assert_eq!(got.len(), expect.len() + 2, "{how:?}");
+        }
+    }
+
+    #[test]
+    fn a_single_active_consumer_that_leaves_with_nothing_unacked_hands_over_at_once() {
+        let host = Arc::new(TestHost::default());
+        let q = queue(
+            &[("x-single-active-consumer", AMQPValue::Boolean(true))],
+            &host,
+        );
+        let sink = Arc::new(TestSink::default());
+        let first = consumer(&sink, "first", 0, 0);
+        q.add_consumer(Arc::clone(&first)).unwrap();
+        q.add_consumer(consumer(&sink, "second", 0, 0)).unwrap();
+        q.remove_consumer(&first);
+        push(&q, 2);
+        assert_eq!(seen_by(&sink, "second"), [(1, false), (2, false)]);
+    }
+
+    /// Without a single active consumer a cancel hands nothing over: the
+    /// others go on at once.
+    #[test]
+    fn a_cancelled_consumer_holding_deliveries_does_not_hold_others_up() {
+        let host = Arc::new(TestHost::default());
+        let q = queue(&[], &host);
+        let sink = Arc::new(TestSink::default());
+        let first = consumer(&sink, "first", 1, 0);
+        q.add_consumer(Arc::clone(&first)).unwrap();
+        push(&q, 1);
+        q.add_consumer(consumer(&sink, "second", 0, 0)).unwrap();
+        q.remove_consumer(&first);
+        push(&q, 1);
+        assert_eq!(seen_by(&sink, "second"), [(2, false)]);
     }
 
     #[test]

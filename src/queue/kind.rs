@@ -16,8 +16,23 @@ pub enum Kind {
     Quorum,
 }
 
-/// RabbitMQ's module name for quorum queues, which its errors print.
+/// RabbitMQ's module names for the queue types, which its errors print.
 const QUORUM_MODULE: &str = "rabbit_quorum_queue";
+const CLASSIC_MODULE: &str = "rabbit_classic_queue";
+
+/// Arguments of quorum queues and streams that classic queues refuse, as
+/// RabbitMQ 3.10's do. (x-delivery-limit is not among them: Warren's
+/// classic queues honour it.)
+const NOT_FOR_CLASSIC: &[&str] = &[
+    "x-dead-letter-strategy",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-quorum-initial-group-size",
+    "x-queue-leader-locator",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+];
 
 /// Arguments RabbitMQ knows for some queue type but quorum queues refuse.
 const NOT_FOR_QUORUM: &[&str] = &[
@@ -59,7 +74,15 @@ pub(super) fn check_type(value: &AMQPValue) -> Result<(), String> {
 /// arguments, then auto-delete, exclusive and non-durable.
 pub fn check_declare(kind: Kind, spec: Declared<'_>, describe: &str) -> Result<(), String> {
     if kind == Kind::Classic {
-        return Ok(());
+        return match NOT_FOR_CLASSIC
+            .iter()
+            .find(|a| spec.arguments.contains_key(a))
+        {
+            Some(arg) => Err(format!(
+                "invalid arg '{arg}' for {describe} of queue type {CLASSIC_MODULE}"
+            )),
+            None => Ok(()),
+        };
     }
     if spec.server_named {
         return Err(format!(
@@ -173,12 +196,21 @@ mod tests {
     }
 
     #[test]
-    fn classic_is_unchanged_and_other_types_are_unsupported() {
+    fn classic_refuses_quorum_and_stream_arguments_and_other_types_are_unsupported() {
         let none = FieldTable::default();
         let mut d = declared(&none);
         d.durable = false;
         d.server_named = true;
         assert!(check_declare(Kind::Classic, d, Q).is_ok());
+        let mut quorum_only = FieldTable::default();
+        quorum_only.insert("x-max-in-memory-length".into(), AMQPValue::LongInt(5));
+        assert_eq!(
+            check_declare(Kind::Classic, declared(&quorum_only), Q).unwrap_err(),
+            "invalid arg 'x-max-in-memory-length' for queue 'q' in vhost '/' of queue type rabbit_classic_queue"
+        );
+        let mut limited = FieldTable::default();
+        limited.insert("x-delivery-limit".into(), AMQPValue::LongInt(5));
+        assert!(check_declare(Kind::Classic, declared(&limited), Q).is_ok());
         assert!(check_type(&AMQPValue::LongString("classic".into())).is_ok());
         assert_eq!(
             check_type(&AMQPValue::LongString("stream".into())).unwrap_err(),

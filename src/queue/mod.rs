@@ -124,8 +124,9 @@ struct State {
     ready: Ready,
     next_seq: u64,
     consumers: Consumers,
-    /// Deliveries handed out and not yet settled.
+    /// Deliveries handed out and not yet settled, and their bytes.
     unacked: usize,
+    unacked_bytes: usize,
     /// Deadlines of messages with a TTL: (deadline ms, seq).
     expiry: BinaryHeap<Reverse<(u64, u64)>>,
     /// Whether the expiry timer task runs.
@@ -174,6 +175,7 @@ impl Queue {
                 next_seq: 1,
                 consumers: Consumers::default(),
                 unacked: 0,
+                unacked_bytes: 0,
                 expiry: BinaryHeap::new(),
                 timer_running: false,
                 dead: Vec::new(),

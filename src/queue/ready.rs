@@ -133,6 +133,28 @@ impl Ready {
         self.mem_bytes + self.tail.bytes
     }
 
+    /// Ready messages held in memory, and their body bytes.
+    pub fn in_memory(&self) -> (usize, usize) {
+        (self.mem.len() - self.tombstones, self.mem_bytes)
+    }
+
+    /// Ready messages only in the store (paged out), and their body bytes.
+    pub fn paged_out(&self) -> (usize, usize) {
+        (self.tail.count, self.tail.bytes)
+    }
+
+    /// About how many bytes of memory it holds: its entries, the messages
+    /// they point at (counted in full, though a message routed to several
+    /// queues is shared) and what it keeps of the paged-out tail.
+    pub fn memory(&self) -> usize {
+        let (n, bytes) = self.in_memory();
+        self.mem.capacity() * std::mem::size_of::<Entry>()
+            + n * Message::OVERHEAD
+            + bytes
+            + self.tail_deadlines.capacity() * (std::mem::size_of::<(u64, u64)>() + 1)
+            + self.tail_times.capacity() * std::mem::size_of::<(u64, u32)>()
+    }
+
     /// (deadline, seq) of every ready message with a TTL.
     pub fn deadlines(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.mem

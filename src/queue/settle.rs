@@ -61,21 +61,21 @@ impl Queue {
                 if c.parked.load(Ordering::Relaxed) {
                     st.consumers.unpark(c.id);
                 }
+                st.consumers.settled(c.id);
             }
             let mut entry = u.entry;
+            st.unacked = st.unacked.saturating_sub(1);
+            st.unacked_bytes = st.unacked_bytes.saturating_sub(entry.msg.body().len());
             match how {
                 Settle::Ack => {
-                    st.unacked = st.unacked.saturating_sub(1);
                     st.stats.counters.ack += 1;
                     self.forget(entry);
                 }
                 _ if deleted => {}
                 Settle::Reject => {
-                    st.unacked = st.unacked.saturating_sub(1);
                     st.dead.push((entry, Reason::Rejected));
                 }
                 Settle::Requeue => {
-                    st.unacked = st.unacked.saturating_sub(1);
                     entry.redelivered = true;
                     entry.returned = entry.returned.saturating_add(1);
                     if let Some(limit) = st.live.delivery_limit {

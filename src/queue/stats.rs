@@ -7,6 +7,7 @@
 //! only while its depth or counters change (an idle queue keeps none).
 
 use super::Queue;
+use crate::message::Message;
 use crate::rates::Rates;
 
 /// Counted operations, in the order `Counters::ALL` names them.
@@ -83,7 +84,19 @@ pub struct Snapshot {
     pub ready: u64,
     pub unacked: u64,
     pub consumers: u32,
+    /// Body bytes of the ready and the unacked messages.
     pub ready_bytes: u64,
+    pub unacked_bytes: u64,
+    /// Ready messages in memory, and their body bytes.
+    pub ready_ram: u64,
+    pub ready_ram_bytes: u64,
+    /// Ready messages left in the store only, and their body bytes.
+    pub paged_out: u64,
+    pub paged_out_bytes: u64,
+    /// About how much memory the queue holds, bytes: its ready messages
+    /// in memory and their entries, its unacked messages, its consumers
+    /// and its bookkeeping.
+    pub memory: u64,
     pub policy: Option<String>,
     pub operator_policy: Option<String>,
     /// When it was last used, ms since the epoch.
@@ -116,11 +129,25 @@ impl Queue {
     /// Its state now.
     pub fn snapshot(&self) -> Snapshot {
         let st = self.state.lock();
+        let (ready_ram, ready_ram_bytes) = st.ready.in_memory();
+        let (paged_out, paged_out_bytes) = st.ready.paged_out();
+        let memory = std::mem::size_of::<Self>()
+            + st.ready.memory()
+            + st.unacked * (std::mem::size_of::<super::Unacked>() + Message::OVERHEAD)
+            + st.unacked_bytes
+            + st.consumers.len() * std::mem::size_of::<super::Consumer>()
+            + st.expiry.capacity() * std::mem::size_of::<(u64, u64)>();
         Snapshot {
             ready: st.ready.len() as u64,
             unacked: st.unacked as u64,
             consumers: st.consumers.len() as u32,
             ready_bytes: st.ready.bytes() as u64,
+            unacked_bytes: st.unacked_bytes as u64,
+            ready_ram: ready_ram as u64,
+            ready_ram_bytes: ready_ram_bytes as u64,
+            paged_out: paged_out as u64,
+            paged_out_bytes: paged_out_bytes as u64,
+            memory: memory as u64,
             policy: st.policy.clone(),
             operator_policy: st.operator_policy.clone(),
             idle_since: self.last_used.load(std::sync::atomic::Ordering::Relaxed),

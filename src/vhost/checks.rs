@@ -64,7 +64,7 @@ pub fn exchange(
     }
     if ExchangeKind::parse(&spec.kind).is_none() {
         let t = plugins.exchange_type(&spec.kind).ok_or_else(|| {
-            Error::command_invalid(format!("invalid exchange type '{}'", spec.kind))
+            Error::command_invalid(format!("unknown exchange type '{}'", spec.kind))
         })?;
         t.validate(&spec.arguments)
             .map_err(Error::precondition_failed)?;

@@ -49,7 +49,7 @@ impl VHost {
         let plugin = match kind {
             Some(_) => None,
             None => Some(self.plugins.exchange_type(&spec.kind).ok_or_else(|| {
-                Error::command_invalid(format!("invalid exchange type '{}'", spec.kind))
+                Error::command_invalid(format!("unknown exchange type '{}'", spec.kind))
             })?),
         };
         if let Some(x) = self.exchange(&spec.name) {
@@ -82,7 +82,7 @@ impl VHost {
             }
             (None, None) => {
                 return Err(Error::command_invalid(format!(
-                    "invalid exchange type '{}'",
+                    "unknown exchange type '{}'",
                     spec.kind
                 )))
             }

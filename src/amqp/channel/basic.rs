@@ -104,6 +104,7 @@ impl Channel {
         let seq = self.confirms.as_mut().map(|c| c.next_seq());
         let p = &self.status.published;
         bump(&p.received, 1);
+        p.sizes.observe(msg.body().len() as u64);
         if seq.is_some() {
             bump(&p.received_confirm, 1);
         }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::amqp::delivery::ChannelDelivery;
 use crate::broker::connections::{ChannelSnapshot, ChannelView, MessageCounters};
+use crate::broker::message_sizes::SizeCounters;
 use crate::rates::Rates;
 
 /// Adds one to a counter only its channel's connection task writes (a
@@ -28,6 +29,8 @@ pub struct Published {
     pub confirmed: AtomicU64,
     pub get_empty: AtomicU64,
     pub acked: AtomicU64,
+    /// The sizes of the bodies received.
+    pub sizes: SizeCounters,
 }
 
 /// A channel's shown state.
@@ -86,6 +89,7 @@ impl ChannelView for Status {
         let get = |a: &AtomicU32| a.load(Ordering::Relaxed);
         ChannelSnapshot {
             counters: self.counters(),
+            sizes: self.published.sizes.load(),
             rates: *self.rates.lock().per_sec(),
             number: self.number,
             prefetch: get(&self.prefetch),

@@ -243,6 +243,15 @@ pub async fn get_permission(
     Ok(Json(permission_json(&vhost, &user, &p)))
 }
 
+/// A permission's user and vhost must both exist: 400
+/// vhost_or_user_not_found otherwise, as RabbitMQ answers.
+fn user_and_vhost(api: &Api, user: &str, vhost: &str) -> ApiResult<()> {
+    if api.broker.vhost(vhost).is_none() || api.broker.users.get(user).is_none() {
+        return Err(ApiError::bad_request("vhost_or_user_not_found"));
+    }
+    Ok(())
+}
+
 pub async fn put_permission(
     State(api): State<Arc<Api>>,
     caller: Caller,
@@ -250,13 +259,13 @@ pub async fn put_permission(
     body: Body,
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
-    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    user_and_vhost(&api, &user, &vhost)?;
     let b = body.object().await?;
+    require(&b, &["configure", "write", "read"])?;
     let field = |k: &str| -> ApiResult<String> {
         match b.get(k) {
             Some(Value::String(s)) => Ok(s.clone()),
-            None => Ok(String::new()),
-            Some(_) => Err(ApiError::bad_request(format!("{k} must be a string"))),
+            _ => Err(ApiError::bad_request(format!("{k} must be a string"))),
         }
     };
     let existed = api.broker.users.permission(&user, &vhost).is_some();
@@ -359,8 +368,9 @@ pub async fn put_topic_permission(
     body: Body,
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
-    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    user_and_vhost(&api, &user, &vhost)?;
     let b = body.object().await?;
+    require(&b, &["exchange", "write", "read"])?;
     let field = |k: &str| b.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     let exchange = field("exchange");
     if exchange.is_empty() {
@@ -431,16 +441,64 @@ pub async fn get_user_limits(
     Ok(Json(Value::Array(user_limits(&api, Some(&user)))))
 }
 
-/// The limit's value: {"value": n}.
-pub async fn limit_value(body: Body) -> ApiResult<i64> {
-    let b = body.object().await?;
-    match b.get("value") {
-        Some(v) => v
-            .as_i64()
-            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-            .ok_or_else(|| ApiError::bad_request(format!("a limit must be an integer, not {v}"))),
-        None => Err(ApiError::bad_request("expected {\"value\": n}")),
+/// The keys of `body` among `keys` that are missing, as RabbitMQ's API
+/// refuses them: 400 `[{key_missing,configure},...]`.
+pub fn require(body: &serde_json::Map<String, Value>, keys: &[&str]) -> ApiResult<()> {
+    let missing: Vec<String> = keys
+        .iter()
+        .filter(|k| body.get(**k).is_none_or(Value::is_null))
+        .map(|k| format!("{{key_missing,{k}}}"))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
     }
+    Err(ApiError::bad_request(format!("[{}]", missing.join(","))))
+}
+
+/// Which limits a PUT sets, and how RabbitMQ words their errors.
+pub enum Limits {
+    /// vhost-limits: a runtime parameter ("Validation failed" first).
+    Vhost,
+    /// user-limits.
+    User,
+}
+
+impl Limits {
+    fn known(&self) -> &'static [&'static str] {
+        match self {
+            Limits::Vhost => &["max-connections", "max-queues"],
+            Limits::User => &["max-connections", "max-channels"],
+        }
+    }
+
+    fn refuse(&self, why: String) -> ApiError {
+        ApiError::bad_request(match self {
+            Limits::Vhost => format!("Validation failed\n\n{why}\n"),
+            Limits::User => why,
+        })
+    }
+}
+
+/// The value of limit `name` in {"value": n}: an integer (negative means
+/// none), refused as RabbitMQ's parameter validation refuses it.
+pub async fn limit_value(body: Body, limits: Limits, name: &str) -> ApiResult<i64> {
+    let b = body.object().await?;
+    require(&b, &["value"])?;
+    let v = &b["value"];
+    if !limits.known().contains(&name) {
+        let set = match limits {
+            Limits::Vhost => "limits",
+            Limits::User => "user-limits",
+        };
+        let term = crate::policy::erlang(v);
+        return Err(limits.refuse(format!(
+            "Unrecognised terms [{{<<{name:?}>>,{term}}}] in {set}"
+        )));
+    }
+    v.as_i64().ok_or_else(|| {
+        let term = crate::policy::erlang(v);
+        limits.refuse(format!("{name} should be a number, actually was {term}"))
+    })
 }
 
 pub async fn put_user_limit(
@@ -450,12 +508,7 @@ pub async fn put_user_limit(
     body: Body,
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
-    if name != "max-connections" && name != "max-channels" {
-        return Err(ApiError::bad_request(format!(
-            "unknown user limit '{name}'"
-        )));
-    }
-    let value = limit_value(body).await?;
+    let value = limit_value(body, Limits::User, &name).await?;
     let mut u = User::clone(
         &*api
             .broker

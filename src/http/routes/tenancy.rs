@@ -140,7 +140,8 @@ pub async fn put_vhost_limit(
     body: Body,
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
-    let value = super::access::limit_value(body).await?;
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    let value = super::access::limit_value(body, super::access::Limits::Vhost, &name).await?;
     api.broker.set_vhost_limit(&vhost, &name, Some(value))?;
     api.broker.store.sync().await?;
     Ok(no_content())
@@ -346,7 +347,8 @@ pub async fn put_parameter(
     caller.policymaker(&api, &vhost)?;
     let vh = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     let b = body.object().await?;
-    let value = b.get("value").cloned().unwrap_or(Value::Null);
+    super::access::require(&b, &["value"])?;
+    let value = b["value"].clone();
     let existed = parameters(&api, &caller, Some(&component), Some(&vhost))?
         .iter()
         .any(|p| p["name"] == name.as_str());
@@ -358,12 +360,17 @@ pub async fn put_parameter(
                 .ok_or_else(|| ApiError::bad_request("vhost limits must be an object"))?;
             api.broker.set_vhost_limits(&vh, limits)?;
         }
-        OPERATOR_POLICY | POLICY => {
+        // As RabbitMQ: policies have their own endpoint.
+        POLICY => {
+            return Err(ApiError::bad_request(
+                "policies may not be set using this method",
+            ))
+        }
+        OPERATOR_POLICY => {
             caller.admin()?;
             let spec = PolicySpec::from_value(&value).map_err(ApiError::bad_request)?;
             let broker = Arc::clone(&api.broker);
-            let operator = component == OPERATOR_POLICY;
-            off_runtime(move || broker.put_policy(&vhost, &name, &spec, operator)).await?;
+            off_runtime(move || broker.put_policy(&vhost, &name, &spec, true)).await?;
         }
         _ => {
             return Err(ApiError::bad_request(
@@ -436,7 +443,8 @@ pub async fn put_global(
 ) -> ApiResult<StatusCode> {
     caller.admin()?;
     let b = body.object().await?;
-    let value = b.get("value").cloned().unwrap_or(Value::Null);
+    super::access::require(&b, &["value"])?;
+    let value = b["value"].clone();
     let existed = api
         .broker
         .store
