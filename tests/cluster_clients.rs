@@ -9,6 +9,8 @@
 //! client carried by a forged PROXY header.
 
 mod cluster_support;
+#[path = "common/forged.rs"]
+mod forged;
 
 use std::time::{Duration, Instant};
 
@@ -461,38 +463,6 @@ async fn raft_exchange_as(
 /// body).
 const VERSION: [u8; 6] = [b'R', 0, 0, 0, 1, 5];
 
-/// A RAFT connection carrying a well-formed vote for a far higher term
-/// from member 1 (kind 2): a leader that took it would step down.
-fn forged_vote() -> Vec<u8> {
-    let req = openraft::raft::VoteRequest::<u64>::new(openraft::Vote::new(1 << 40, 1), None);
-    let body = bincode::serialize(&req).unwrap();
-    let mut vote = vec![b'R'];
-    vote.extend_from_slice(&(body.len() as u32 + 1).to_be_bytes());
-    vote.push(2);
-    vote.extend_from_slice(&body);
-    vote
-}
-
-/// A PROXY connection with a header claiming a loopback AMQP client,
-/// then AMQP's protocol header: a member that took it would answer
-/// connection.start.
-fn forged_proxy() -> Vec<u8> {
-    let header = warren::cluster::ProxyHeader {
-        client: "127.0.0.1:1".parse().unwrap(),
-        service: warren::cluster::Service::Amqp,
-        via: 1,
-        tls: false,
-        certificate: None,
-    };
-    let body = bincode::serialize(&header).unwrap();
-    let mut forged = vec![b'P'];
-    forged.extend_from_slice(&(body.len() as u32 + 1).to_be_bytes());
-    forged.push(0);
-    forged.extend_from_slice(&body);
-    forged.extend_from_slice(b"AMQP\x00\x00\x09\x01");
-    forged
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_from_the_members_ca_that_names_no_member_gets_no_raft_answer() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -524,8 +494,8 @@ async fn a_certificate_from_the_members_ca_that_names_no_member_gets_no_raft_ans
     // connection.start a forged PROXY header would bring.
     for (what, bytes) in [
         ("VERSION", VERSION.to_vec()),
-        ("a forged vote", forged_vote()),
-        ("a forged PROXY header", forged_proxy()),
+        ("a forged vote", forged::vote()),
+        ("a forged PROXY header", forged::proxy()),
     ] {
         let got = raft_exchange_as(port, &ca, &client, secret, &bytes).await;
         assert_eq!(got, Some(vec![]), "{what} from a non-member was answered");
@@ -542,7 +512,7 @@ async fn a_certificate_from_the_members_ca_that_names_no_member_gets_no_raft_ans
     assert_eq!(c.leader(), Some(leader), "{}", c.logs_tail());
     assert_eq!(c.led_term(leader), Some(term), "{}", c.logs_tail());
     // The same PROXY bytes from a member are carried: connection.start.
-    let start = raft_exchange_as(port, &ca, &node, secret, &forged_proxy())
+    let start = raft_exchange_as(port, &ca, &node, secret, &forged::proxy())
         .await
         .unwrap_or_default();
     assert!(

@@ -12,6 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use common::child::{free_port, ChildBroker};
+use common::forged;
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -54,19 +55,7 @@ async fn a_node_without_a_secret_makes_one_and_strangers_get_nothing() {
     assert!(text.contains("--cluster-secret-file"), "{text}");
     let port: u16 = raft.parse().unwrap();
     // A forged PROXY header claiming a loopback client, then AMQP.
-    let header = warren::cluster::ProxyHeader {
-        client: "127.0.0.1:1".parse().unwrap(),
-        service: warren::cluster::Service::Amqp,
-        via: 1,
-        tls: false,
-        certificate: None,
-    };
-    let body = bincode::serialize(&header).unwrap();
-    let mut forged = vec![b'P'];
-    forged.extend_from_slice(&(body.len() as u32 + 1).to_be_bytes());
-    forged.push(0);
-    forged.extend_from_slice(&body);
-    forged.extend_from_slice(b"AMQP\x00\x00\x09\x01");
+    let forged = forged::proxy();
     // Only the secret's challenge comes back (64 bytes), not
     // connection.start.
     let got = stranger(port, &forged).await;
@@ -74,12 +63,7 @@ async fn a_node_without_a_secret_makes_one_and_strangers_get_nothing() {
     // A RAFT connection and a well-formed vote for a higher term from a
     // node the membership names (it would depose a leader it reached):
     // the challenge again, nothing else.
-    let req = openraft::raft::VoteRequest::<u64>::new(openraft::Vote::new(1 << 40, 1), None);
-    let body = bincode::serialize(&req).unwrap();
-    let mut vote = vec![b'R'];
-    vote.extend_from_slice(&(body.len() as u32 + 1).to_be_bytes());
-    vote.push(2);
-    vote.extend_from_slice(&body);
+    let mut vote = forged::vote();
     // At least a challenge's and a proof's worth, whatever the vote's size.
     vote.resize(vote.len().max(64), 0);
     let got = stranger(port, &vote).await;

@@ -38,6 +38,7 @@ impl Drop for TestBroker {
 }
 
 /// Records panics raised in the broker's code.
+pub mod forged;
 pub mod panics;
 
 /// A config for tests: loopback, any port, the given data dir.
