@@ -14,6 +14,7 @@
 //! switches.
 
 mod append;
+mod catch_up;
 mod compaction;
 mod identity;
 mod link;
@@ -97,6 +98,9 @@ pub struct Cluster {
     /// What each member last reported of its resources, while this node
     /// leads (resources.rs).
     reports: parking_lot::Mutex<BTreeMap<u64, crate::alarm::Report>>,
+    /// What each member was last seen doing, for the log's purge
+    /// (catch_up.rs).
+    progress: Arc<catch_up::Progress>,
 }
 
 impl Cluster {
@@ -126,12 +130,22 @@ impl Cluster {
             election_timeout_min: cfg.election_timeout_ms,
             election_timeout_max: cfg.election_timeout_ms * 2,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
-            max_in_snapshot_log_to_keep: cfg.log_keep,
+            // compaction.rs purges the log, keeping what members catching
+            // up need: openraft purges nothing itself.
+            max_in_snapshot_log_to_keep: u64::MAX,
+            // An outer bound: network.rs gives each chunk the time its
+            // bytes need, and the last one the time the install needs.
+            install_snapshot_timeout: 3_600_000,
+            snapshot_max_chunk_size: 1 << 20,
             ..Default::default()
         }
         .validate()
         .map_err(|e| format!("cluster settings: {e}"))?;
-        let net = network::Network { tls: tls.clone() };
+        let progress = Arc::new(catch_up::Progress::default());
+        let net = network::Network {
+            tls: tls.clone(),
+            progress: Arc::clone(&progress),
+        };
         let raft = Raft::new(id, Arc::new(rc), net, log.clone(), machine)
             .await
             .map_err(|e| format!("cannot start Raft: {e}"))?;
@@ -161,6 +175,7 @@ impl Cluster {
             led_since: Default::default(),
             monitors,
             reports: Default::default(),
+            progress,
         });
         tokio::spawn(Arc::clone(&cluster).accept(listener));
         let first = cfg.peers.iter().map(|p| p.id).min();
@@ -190,7 +205,11 @@ impl Cluster {
         let tick = Duration::from_millis(cfg.heartbeat_ms);
         tokio::spawn(compaction::bound_log(
             Arc::clone(&cluster),
-            cfg.log_max_mb.saturating_mul(1 << 20),
+            compaction::Bounds {
+                max_bytes: cfg.log_max_mb.saturating_mul(1 << 20),
+                keep: cfg.log_keep,
+                hold_bytes: cfg.log_hold_mb.saturating_mul(1 << 20),
+            },
         ));
         tokio::spawn(Arc::clone(&cluster).watch_role(tick));
         tokio::spawn(Arc::clone(&cluster).watchdog(
@@ -635,13 +654,19 @@ impl Cluster {
             };
             (target, node)
         };
-        let mut net = network::Network {
-            tls: self.tls.clone(),
-        };
+        let mut net = self.network();
         let mut peer = net.new_client(target, &node).await;
         match peer.elect().await {
             Ok(()) => info!(to = target, "handed leadership over"),
             Err(e) => warn!(to = target, "cannot hand leadership over: {e}"),
+        }
+    }
+
+    /// A client maker for requests of this node's own (not openraft's).
+    fn network(&self) -> network::Network {
+        network::Network {
+            tls: self.tls.clone(),
+            progress: Arc::clone(&self.progress),
         }
     }
 

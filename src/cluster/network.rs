@@ -2,6 +2,7 @@
 //! peer, one request at a time, opened again after any failure. Appends
 //! carry what the link moves within openraft's timeout (append.rs).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
@@ -17,6 +18,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use tokio::time::Instant;
 
 use super::append;
+use super::catch_up::Progress;
 use super::link::{self, Link};
 use super::rpc;
 use crate::store::raft::{Batch, Member, TypeConfig};
@@ -30,10 +32,23 @@ const LEVEL_KEPT: Duration = Duration::from_secs(60);
 /// time) is sent large entries whole before it is asked again.
 const NO_LEVEL_KEPT: Duration = Duration::from_secs(2);
 
+/// How long a snapshot chunk may take at the least.
+const CHUNK_MIN: Duration = Duration::from_secs(5);
+/// The slowest link a snapshot chunk is given time for, in bytes a
+/// second (the nemesis's slow link carries 4 Mbit/s).
+const CHUNK_RATE: u64 = 256 << 10;
+/// How long installing a snapshot may take at the least, before its last
+/// chunk is answered, and how fast it goes at the slowest, in bytes a
+/// second.
+const INSTALL_MIN: Duration = Duration::from_secs(60);
+const INSTALL_RATE: u64 = 4 << 20;
+
 /// Makes a client per peer.
 #[derive(Clone, Default)]
 pub struct Network {
     pub tls: link::Tls,
+    /// What each peer was last seen doing (catch_up.rs).
+    pub progress: Arc<Progress>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -48,6 +63,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             budget: append::Budget::default(),
             staging: None,
             peer_level: None,
+            progress: Arc::clone(&self.progress),
         }
     }
 }
@@ -64,6 +80,7 @@ pub struct Peer {
     staging: Option<(LogId<u64>, usize)>,
     /// The cluster version the peer's build applies, and when it said.
     peer_level: Option<(u32, Instant)>,
+    progress: Arc<Progress>,
 }
 
 type Failed<E> = RPCError<u64, Member, E>;
@@ -117,6 +134,7 @@ impl Peer {
         let result: Result<Resp, E> =
             bincode::deserialize(&answer).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         self.stream = Some(s);
+        self.progress.answered(self.target);
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -273,7 +291,19 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, Failed<RaftError<u64, InstallSnapshotError>>> {
-        self.call(rpc::SNAPSHOT, &rpc, option.hard_ttl()).await
+        // openraft's own limit (cluster/mod.rs) is only an outer bound: a
+        // chunk gets what the slowest link needs for its bytes, and the
+        // last one, answered once the peer installed the snapshot, what
+        // that needs for the whole.
+        let bytes = rpc.data.len() as u64;
+        let mut ttl = CHUNK_MIN + Duration::from_secs(bytes / CHUNK_RATE);
+        if rpc.done {
+            ttl += INSTALL_MIN + Duration::from_secs((rpc.offset + bytes) / INSTALL_RATE);
+        }
+        let index = rpc.meta.last_log_id.map_or(0, |l| l.index);
+        self.progress.sending_snapshot(self.target, index);
+        self.call(rpc::SNAPSHOT, &rpc, ttl.min(option.hard_ttl()))
+            .await
     }
 
     async fn vote(

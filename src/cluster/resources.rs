@@ -39,9 +39,7 @@ impl Cluster {
     /// Asks the other members for their resources once a second, for as
     /// long as the future runs (a term this node leads: see `forget`).
     pub async fn watch_members(self: Arc<Self>) {
-        let mut net = network::Network {
-            tls: self.tls.clone(),
-        };
+        let mut net = self.network();
         // A connection per member, kept across asks.
         let mut peers: BTreeMap<u64, (String, network::Peer)> = BTreeMap::new();
         let mut tick = tokio::time::interval(ASK_EVERY);

@@ -10,6 +10,12 @@ use openraft::ServerState;
 use super::Cluster;
 use crate::store::raft::Member;
 
+/// A learner this many log entries behind the leader, or fewer, has
+/// caught up and becomes a voter.
+const CAUGHT_UP: u64 = 1_000;
+/// How long adding a member waits for it to catch up.
+const CATCH_UP_MAX: Duration = Duration::from_secs(1_800);
+
 /// One member.
 #[derive(Debug, Clone)]
 pub struct MemberStatus {
@@ -151,48 +157,107 @@ impl Cluster {
     }
 
     /// Adds node `id` (its Raft listener at `raft`): first as a learner
-    /// that catches up from the log or a snapshot, then as a voter.
-    /// Refused if the node does not apply `version`, the cluster version
-    /// the log is at (a build before cluster versions cannot say, and
-    /// applies version 1).
-    pub async fn add_member(&self, id: u64, raft: String, version: u32) -> Result<(), String> {
-        if version > 1 {
-            // A node just started may not listen yet.
-            let mut asked = self.member_level(id, &raft).await;
-            for _ in 0..50 {
-                if asked.is_ok() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                asked = self.member_level(id, &raft).await;
-            }
-            match asked {
-                Ok(l) if l >= version => {}
-                Ok(l) => {
-                    return Err(format!(
-                        "node {id} applies up to cluster version {l}; the cluster is at \
-                         {version}: run a newer build there"
-                    ))
-                }
-                Err(e) => {
-                    return Err(format!(
-                        "node {id} did not say which cluster version it applies (the \
-                         cluster is at {version}; an older build cannot join): {e}"
-                    ))
-                }
+    /// that catches up from the log or a snapshot, then as a voter; Ok(false)
+    /// if it already was a voter there. Asked again while the node catches
+    /// up (a client that gave up waiting), it waits on the same learner:
+    /// adding it again would restart its replication, a snapshot on its
+    /// way included, and under load it would never catch up. Refused if
+    /// the node does not apply `version`, the cluster version the log is
+    /// at (a build before cluster versions cannot say, and applies
+    /// version 1).
+    pub async fn add_member(&self, id: u64, raft: String, version: u32) -> Result<bool, String> {
+        match self.membership_of(id) {
+            Some((true, at)) if at == raft => return Ok(false),
+            Some((false, at)) if at == raft => {}
+            _ => {
+                self.check_level(id, &raft, version).await?;
+                self.raft
+                    .add_learner(id, Member { raft }, false)
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
         }
-        self.raft
-            .add_learner(id, Member { raft }, true)
-            .await
-            .map_err(|e| e.to_string())?;
+        self.caught_up(id).await?;
         let mut voters = self.voters();
         voters.insert(id);
         self.raft
             .change_membership(voters, false)
             .await
-            .map(drop)
+            .map(|_| true)
             .map_err(|e| e.to_string())
+    }
+
+    /// Whether node `id` is a member (a voter, else a learner), and its
+    /// Raft address.
+    fn membership_of(&self, id: u64) -> Option<(bool, String)> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let membership = m.membership_config.membership();
+        let node = membership.get_node(&id)?;
+        Some((membership.voter_ids().any(|v| v == id), node.raft.clone()))
+    }
+
+    /// Waits until this leader's log reached learner `id` but for the
+    /// last `CAUGHT_UP` entries.
+    async fn caught_up(&self, id: u64) -> Result<(), String> {
+        let mut metrics = self.raft.metrics();
+        let deadline = tokio::time::Instant::now() + CATCH_UP_MAX;
+        loop {
+            {
+                let m = metrics.borrow_and_update();
+                if m.membership_config.membership().get_node(&id).is_none() {
+                    return Err(format!("node {id} was removed while it caught up"));
+                }
+                let Some(replication) = &m.replication else {
+                    return Err(format!(
+                        "this node no longer leads; node {id} stays a learner: ask the leader again"
+                    ));
+                };
+                let matched = replication.get(&id).copied().flatten().map(|l| l.index);
+                let last = m.last_log_index.unwrap_or(0);
+                if matched.is_some_and(|i| i + CAUGHT_UP >= last) {
+                    return Ok(());
+                }
+            }
+            match tokio::time::timeout_at(deadline, metrics.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err("Raft stopped".into()),
+                Err(_) => {
+                    return Err(format!(
+                        "node {id} did not catch up in {} s; it stays a learner and goes on \
+                         catching up: ask again to make it a voter",
+                        CATCH_UP_MAX.as_secs()
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Refuses node `id` if its build does not apply cluster `version`.
+    async fn check_level(&self, id: u64, raft: &str, version: u32) -> Result<(), String> {
+        if version <= 1 {
+            return Ok(());
+        }
+        // A node just started may not listen yet.
+        let mut asked = self.member_level(id, raft).await;
+        for _ in 0..50 {
+            if asked.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            asked = self.member_level(id, raft).await;
+        }
+        match asked {
+            Ok(l) if l >= version => Ok(()),
+            Ok(l) => Err(format!(
+                "node {id} applies up to cluster version {l}; the cluster is at \
+                 {version}: run a newer build there"
+            )),
+            Err(e) => Err(format!(
+                "node {id} did not say which cluster version it applies (the \
+                 cluster is at {version}; an older build cannot join): {e}"
+            )),
+        }
     }
 
     /// Removes node `id` from the cluster.

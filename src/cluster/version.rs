@@ -5,7 +5,7 @@
 
 use openraft::network::RaftNetworkFactory;
 
-use super::{network, Cluster};
+use super::Cluster;
 use crate::store::op::LEVEL;
 
 impl Cluster {
@@ -14,9 +14,7 @@ impl Cluster {
         if id == self.id {
             return Ok(LEVEL);
         }
-        let mut net = network::Network {
-            tls: self.tls.clone(),
-        };
+        let mut net = self.network();
         let member = crate::store::raft::Member { raft: raft.into() };
         net.new_client(id, &member).await.level().await
     }

@@ -43,6 +43,10 @@ pub struct ClusterConfig {
     /// Log entries kept after a snapshot, for followers a little behind
     /// (one further behind gets the snapshot).
     pub log_keep: u64,
+    /// MiB of log entries the leader keeps, past `log_keep`, for a live
+    /// member catching up (one installing a snapshot, or back from a
+    /// partition): beyond it, the member gets a newer snapshot instead.
+    pub log_hold_mb: u64,
     /// A file holding the secret every member proves it knows on the Raft
     /// port (as RabbitMQ's Erlang cookie); the same file on every member.
     pub secret_file: Option<std::path::PathBuf>,
@@ -60,6 +64,7 @@ impl Default for ClusterConfig {
             snapshot_every: 20_000,
             log_max_mb: 512,
             log_keep: 1_000,
+            log_hold_mb: 4_096,
             secret_file: None,
         }
     }

@@ -384,6 +384,17 @@ impl Cluster {
         }
     }
 
+    /// Makes node `want` the leader: fails over until it wins.
+    pub async fn lead_with(&self, want: usize) {
+        let (mut leader, mut term) = self.wait_leader(0, Duration::from_secs(30)).await;
+        while leader != want {
+            self.kill(leader);
+            let (l, t) = self.wait_leader(term, Duration::from_secs(30)).await;
+            self.spawn(leader);
+            (leader, term) = (l, t);
+        }
+    }
+
     /// Whether node `i`'s log has `text`.
     pub fn log_has(&self, i: usize, text: &str) -> bool {
         std::fs::read_to_string(&self.nodes[i].log).is_ok_and(|t| t.contains(text))

@@ -123,7 +123,8 @@ pub async fn show(State(api): State<Arc<Api>>, caller: Caller) -> ApiResult<Json
     Ok(Json(out))
 }
 
-/// PUT /api/cluster/members/{id} {"raft": "host:port"}.
+/// PUT /api/cluster/members/{id} {"raft": "host:port"}: answers once the
+/// node caught up and votes (201), or at once if it already did (204).
 pub async fn add_member(
     State(api): State<Arc<Api>>,
     caller: Caller,
@@ -144,10 +145,17 @@ pub async fn add_member(
         return Err(ApiError::bad_request("node ids start at 1"));
     }
     let version = api.broker.store.cluster_version()?;
-    c.add_member(id, raft.to_string(), version)
+    let added = c
+        .add_member(id, raft.to_string(), version)
         .await
         .map_err(ApiError::bad_request)?;
-    Ok(StatusCode::CREATED.into_response())
+    // Already a voter there: as a PUT that changed nothing.
+    let status = if added {
+        StatusCode::CREATED
+    } else {
+        StatusCode::NO_CONTENT
+    };
+    Ok(status.into_response())
 }
 
 /// DELETE /api/cluster/members/{id}.
