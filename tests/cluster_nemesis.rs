@@ -205,6 +205,12 @@ async fn consume(
             continue;
         };
         let me = conns.fetch_add(1, Ordering::Relaxed);
+        // For reading a failed check against the nodes' logs.
+        eprintln!(
+            "nemesis conn {me}: consumer through node {} at {} ms",
+            c.nodes[node].id,
+            t0.elapsed().as_millis()
+        );
         // When each ack on this connection was sent (just before).
         let mut acked: Vec<u32> = Vec::new();
         let Ok(ch) = conn.create_channel().await else {
@@ -621,6 +627,9 @@ async fn a_nemesis_loses_nothing() {
         overlapping.len(),
         conns.load(Ordering::Relaxed),
     );
+    if lost > 0 || unflagged > 0 || !overlapping.is_empty() {
+        keep_logs(&c);
+    }
     assert!(
         history.confirmed.len() > 1000,
         "too few confirmed to mean anything: {}",
@@ -634,6 +643,19 @@ async fn a_nemesis_loses_nothing() {
         &overlapping[..overlapping.len().min(10)]
     );
     c.assert_no_panics();
+}
+
+/// Copies every node's log to target/nemesis-logs/ (the cluster's own
+/// directory goes with it), for reading a failed check.
+fn keep_logs(c: &Cluster) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nemesis-logs");
+    let _ = std::fs::create_dir_all(&dir);
+    for n in &c.nodes {
+        let to = dir.join(format!("node{}.log", n.id));
+        if std::fs::copy(&n.log, &to).is_ok() {
+            eprintln!("nemesis: node {} log kept at {}", n.id, to.display());
+        }
+    }
 }
 
 #[test]

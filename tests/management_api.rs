@@ -1789,6 +1789,161 @@ async fn other_refusals_are_worded_as_rabbitmqs() {
     assert_eq!(get_json(&b, "/api/vhost-limits/%2F").await, json!([]));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_refusals_are_worded_as_rabbitmqs() {
+    let b = start_with_api().await;
+    let long = format!("/api/queues/%2F/{}", "q".repeat(256));
+    // (method, path, body, status, error, RabbitMQ 3.10.8's reason, read
+    // from its sources: a tuple comes out as a list).
+    let cases = [
+        (
+            "PUT",
+            "/api/queues/%2F/dlx",
+            r#"{"arguments":{"x-dead-letter-exchange":5}}"#,
+            400,
+            "bad_request",
+            json!("invalid type 'long' for arg 'x-dead-letter-exchange' in queue 'dlx' in vhost '/'"),
+        ),
+        (
+            "PUT",
+            "/api/exchanges/%2F/ae",
+            r#"{"type":"direct","arguments":{"alternate-exchange":5}}"#,
+            400,
+            "bad_request",
+            json!("invalid type 'long' for arg 'alternate-exchange' in exchange 'ae' in vhost '/'"),
+        ),
+        (
+            "PUT",
+            "/api/queues/%2F/nulls",
+            r#"{"arguments":{"x-max-length":null}}"#,
+            400,
+            "bad_request",
+            json!("null_not_allowed"),
+        ),
+        (
+            "PUT",
+            "/api/queues/%2F/yes",
+            r#"{"durable":"yes"}"#,
+            400,
+            "bad_request",
+            json!(["not_boolean", "yes"]),
+        ),
+        (
+            "PUT",
+            long.as_str(),
+            "{}",
+            400,
+            "bad_request",
+            json!("queue should be less than 255 bytes, actually was 256\n"),
+        ),
+        (
+            "PUT",
+            "/api/queues/%2F/amq.mine",
+            "{}",
+            401,
+            "not_authorised",
+            json!("Access refused."),
+        ),
+        (
+            "PUT",
+            "/api/exchanges/%2F/amq.mine",
+            r#"{"type":"direct"}"#,
+            401,
+            "not_authorised",
+            json!("Access refused."),
+        ),
+        (
+            "DELETE",
+            "/api/exchanges/%2F/amq.direct",
+            "",
+            401,
+            "not_authorised",
+            json!("Access refused."),
+        ),
+        (
+            "PUT",
+            "/api/users/u",
+            r#"{"password":"pw"}"#,
+            400,
+            "bad_request",
+            json!("tags_not_present"),
+        ),
+        (
+            "PUT",
+            "/api/users/u",
+            r#"{"password":"pw","password_hash":"abc","tags":""}"#,
+            400,
+            "bad_request",
+            json!("both_password_and_password_hash_are_provided"),
+        ),
+        (
+            "PUT",
+            "/api/users/u",
+            r#"{"password_hash":"!!!notbase64","tags":""}"#,
+            400,
+            "bad_request",
+            json!(["not_base64", "!!!notbase64"]),
+        ),
+        (
+            "PUT",
+            "/api/policies/%2F/p",
+            r#"{"pattern":"(","definition":{"max-length":1}}"#,
+            400,
+            "bad_request",
+            json!("Validation failed\n\npattern should be regular expression but is invalid: {\"unclosed group\",0}\n"),
+        ),
+        (
+            "PUT",
+            "/api/queues/%2F/twice",
+            r#""{\"durable\":true}""#,
+            400,
+            "bad_request",
+            json!("invalid payload: the request body JSON-decoded to a string. Is the input doubly-JSON-encoded?"),
+        ),
+        ("PUT", "/api/queues/%2F/list", "[]", 400, "bad_request", json!("not_json")),
+        ("PUT", "/api/queues/%2F/five", "5", 400, "bad_request", json!("not_json")),
+    ];
+    for (method, path, body, status, error, reason) in cases {
+        let (got, answer) = http(&b, method, path, body).await;
+        assert_eq!(got, status, "{method} {path}: {answer}");
+        let answer: Value = serde_json::from_str(&answer).expect("JSON");
+        assert_eq!(answer["error"], error, "{method} {path}: {answer}");
+        assert_eq!(answer["reason"], reason, "{method} {path}");
+    }
+    // The old administrator flag stands for the tag.
+    let (got, answer) = http(
+        &b,
+        "PUT",
+        "/api/users/old",
+        r#"{"password":"pw","administrator":true}"#,
+    )
+    .await;
+    assert_eq!(got, 201, "{answer}");
+    assert_eq!(
+        get_json(&b, "/api/users/old").await["tags"],
+        json!(["administrator"])
+    );
+    // null and true stand for an empty object: a queue with defaults.
+    for (name, body) in [("from-null", "null"), ("from-true", "true")] {
+        let path = format!("/api/queues/%2F/{name}");
+        let (got, answer) = http(&b, "PUT", &path, body).await;
+        assert_eq!(got, 201, "{body}: {answer}");
+        assert_eq!(get_json(&b, &path).await["name"], name, "{body}");
+    }
+    // Nothing refused was made.
+    for path in [
+        "/api/queues/%2F/dlx",
+        "/api/exchanges/%2F/ae",
+        "/api/queues/%2F/nulls",
+        "/api/queues/%2F/yes",
+        "/api/users/u",
+        "/api/policies/%2F/p",
+        "/api/queues/%2F/twice",
+    ] {
+        assert_eq!(http(&b, "GET", path, "").await.0, 404, "{path}");
+    }
+}
+
 /// `method path` with a JSON `body` to `b`'s management API as guest:
 /// the status and the body (the crate's types do not carry every stats
 /// field, nor a success's status).

@@ -43,12 +43,25 @@ fn value_to_json(v: &AMQPValue) -> Value {
     }
 }
 
-/// A JSON object as a field table; `what` names it in the error.
+/// A JSON object as a field table; `what` names it in the error (none if
+/// empty: the management API words errors as RabbitMQ's, bare). A null
+/// value within is refused, as RabbitMQ refuses it ("null_not_allowed").
 pub fn from_json(v: Option<&Value>, what: &str) -> Result<FieldTable, String> {
     match v {
         None | Some(Value::Null) => Ok(FieldTable::default()),
         Some(Value::Object(m)) => table_at(m, 1, what),
-        Some(other) => Err(format!("{what}: arguments must be an object, not {other}")),
+        Some(other) => Err(at(
+            what,
+            format!("arguments must be an object, not {other}"),
+        )),
+    }
+}
+
+fn at(what: &str, why: String) -> String {
+    if what.is_empty() {
+        why
+    } else {
+        format!("{what}: {why}")
     }
 }
 
@@ -56,7 +69,7 @@ fn table_at(m: &Map<String, Value>, depth: usize, what: &str) -> Result<FieldTab
     let mut t = FieldTable::default();
     for (k, v) in m {
         if k.len() > 255 {
-            return Err(format!("{what}: argument name longer than 255 bytes"));
+            return Err(at(what, "argument name longer than 255 bytes".into()));
         }
         t.insert(
             ShortString::from(k.clone()),
@@ -69,10 +82,10 @@ fn table_at(m: &Map<String, Value>, depth: usize, what: &str) -> Result<FieldTab
 fn json_to_value(v: &Value, depth: usize, what: &str) -> Result<AMQPValue, String> {
     // As deep as the wire takes (wire/table.rs allows 64 levels).
     if depth > 60 {
-        return Err(format!("{what}: arguments nested too deep"));
+        return Err(at(what, "arguments nested too deep".into()));
     }
     Ok(match v {
-        Value::Null => AMQPValue::Void,
+        Value::Null => return Err(at(what, "null_not_allowed".into())),
         Value::Bool(b) => AMQPValue::Boolean(*b),
         Value::Number(n) => match n.as_i64() {
             Some(i) => AMQPValue::LongLongInt(i),
@@ -98,7 +111,7 @@ mod tests {
     #[test]
     fn arguments_round_trip_through_json() {
         let v = json!({"x-max-length": 10, "x-dead-letter-exchange": "dlx", "ok": true,
-                       "ratio": 0.5, "list": [1, "a"], "nested": {"k": null}});
+                       "ratio": 0.5, "list": [1, "a"], "nested": {"k": "v"}});
         let t = from_json(Some(&v), "queue 'q'").unwrap();
         assert_eq!(
             t.inner().get("x-max-length"),
@@ -108,5 +121,15 @@ mod tests {
         assert!(from_json(Some(&json!([1])), "queue 'q'")
             .unwrap_err()
             .contains("queue 'q'"));
+    }
+
+    #[test]
+    fn a_null_value_is_refused_as_rabbitmq_refuses_it() {
+        let v = json!({"nested": {"list": [1, null]}});
+        assert_eq!(from_json(Some(&v), "").unwrap_err(), "null_not_allowed");
+        assert_eq!(
+            from_json(Some(&v), "queue 'q'").unwrap_err(),
+            "queue 'q': null_not_allowed"
+        );
     }
 }

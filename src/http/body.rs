@@ -50,10 +50,17 @@ impl Body {
         serde_json::from_slice(&bytes).map_err(|_| ApiError::bad_request("not_json"))
     }
 
-    /// The body as an object (400 otherwise).
+    /// The body as an object (400 otherwise). As RabbitMQ's decode: null,
+    /// true and false stand for an empty object, and a string (JSON
+    /// encoded twice) gets its own reason.
     pub async fn object(self) -> Result<Map<String, Value>, ApiError> {
         match self.value().await? {
             Value::Object(m) => Ok(m),
+            Value::Null | Value::Bool(_) => Ok(Map::new()),
+            Value::String(_) => Err(ApiError::bad_request(
+                "invalid payload: the request body JSON-decoded to a string. Is the input \
+                 doubly-JSON-encoded?",
+            )),
             _ => Err(ApiError::bad_request("not_json")),
         }
     }

@@ -5,14 +5,16 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// A refused request.
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
     pub error: &'static str,
-    pub reason: String,
+    /// A string, or as RabbitMQ prints an Erlang tuple: a list
+    /// (["not_boolean","yes"]).
+    pub reason: Value,
     /// Whether to ask for credentials (a failed or missing login).
     challenge: bool,
 }
@@ -25,7 +27,7 @@ impl ApiError {
         ApiError {
             status,
             error,
-            reason: reason.into(),
+            reason: Value::String(reason.into()),
             challenge: false,
         }
     }
@@ -38,6 +40,15 @@ impl ApiError {
     /// 400 with `reason`.
     pub fn bad_request(reason: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", reason)
+    }
+
+    /// 400 with an Erlang term for reason, as RabbitMQ renders a tuple:
+    /// a JSON list.
+    pub fn bad_request_term(reason: Value) -> ApiError {
+        ApiError {
+            reason,
+            ..ApiError::bad_request("")
+        }
     }
 
     /// 401: logged in, but not allowed (RabbitMQ's "not_authorised").
@@ -105,10 +116,10 @@ impl From<crate::vhost::Error> for ApiError {
         use crate::vhost::error::Kind;
         match e.kind {
             Kind::NotFound => ApiError::new(StatusCode::NOT_FOUND, "not_found", e.text),
-            Kind::AccessRefused => ApiError::not_authorised(e.text),
-            // As RabbitMQ's API answers what its channel was closed with.
-            Kind::ResourceLocked => {
-                ApiError::bad_request(format!("405 RESOURCE_LOCKED - {}", e.text))
+            // RabbitMQ's API says no more (the why goes to its log).
+            Kind::AccessRefused => {
+                tracing::info!("management API request refused: {}", e.text);
+                ApiError::not_authorised("Access refused.")
             }
             Kind::Internal => ApiError::internal(e.text),
             _ => ApiError::bad_request(e.text),

@@ -53,8 +53,8 @@ pub fn encode_properties(props: &Map<String, Value>) -> ApiResult<Vec<u8>> {
         }
     }
     if let Some(h) = props.get("headers").filter(|h| !h.is_null()) {
-        let table = crate::definitions::args_from_json(Some(h), "headers")
-            .map_err(ApiError::bad_request)?;
+        let table =
+            crate::definitions::args_from_json(Some(h), "").map_err(ApiError::bad_request)?;
         fields.push((13, crate::wire::table::encode_table(&table)));
     }
     let byte = |name: &str, max: u64| -> ApiResult<Option<u8>> {

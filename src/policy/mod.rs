@@ -106,8 +106,12 @@ impl Policy {
         if name.is_empty() {
             return Err("a policy needs a name".into());
         }
-        let regex = Regex::new(pattern)
-            .map_err(|e| format!("pattern '{pattern}' is not a valid regular expression: {e}"))?;
+        let regex = Regex::new(pattern).map_err(|e| {
+            format!(
+                "pattern should be regular expression but is invalid: {}",
+                regex_error(pattern, &e)
+            )
+        })?;
         let apply_to = ApplyTo::parse(apply_to).ok_or_else(|| {
             format!(
                 "'{apply_to}' is not a valid apply-to value \
@@ -234,6 +238,25 @@ impl Policies {
             definition,
         }
     }
+}
+
+/// What is wrong with `pattern`, as RabbitMQ prints PCRE's error: the
+/// problem and where, {"unclosed group",0}.
+fn regex_error(pattern: &str, e: &regex::Error) -> String {
+    let (what, at) = match regex_syntax::ast::parse::Parser::new().parse(pattern) {
+        Err(e) => (e.kind().to_string(), e.span().start.offset),
+        // Parsed, but not compiled (too large, say): the first line says.
+        Ok(_) => (
+            e.to_string()
+                .lines()
+                .last()
+                .unwrap_or("")
+                .trim()
+                .to_string(),
+            0,
+        ),
+    };
+    format!("{{{:?},{at}}}", what.trim_start_matches("error: "))
 }
 
 #[cfg(test)]

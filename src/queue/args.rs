@@ -120,15 +120,25 @@ impl QueueArgs {
     }
 }
 
-/// Checks the x-arguments a queue.declare carries. On error returns the
-/// argument's name and what is wrong with it, as the Erlang term RabbitMQ
-/// 3.10 prints; the caller words the reply as RabbitMQ does ("invalid arg
-/// 'x-message-ttl' for queue 'q' in vhost '/': {value_negative,-1}").
-pub fn validate(args: &FieldTable) -> Result<(), (String, String)> {
+/// Checks the x-arguments a queue.declare for `subject` ("queue 'q' in
+/// vhost '/'") carries; on error, the reply's text as RabbitMQ 3.10 words
+/// it ("invalid arg 'x-message-ttl' for queue 'q' in vhost '/':
+/// {value_negative,-1}", the reason as the Erlang term it prints).
+pub fn validate(args: &FieldTable, subject: &str) -> Result<(), String> {
+    // rabbit_channel checks the dead-letter exchange's type first, in words
+    // of its own.
+    if let Some(v) = args.inner().get("x-dead-letter-exchange") {
+        if str_arg(v).is_none() {
+            return Err(format!(
+                "invalid type '{}' for arg 'x-dead-letter-exchange' in {subject}",
+                type_name(v)
+            ));
+        }
+    }
     for (key, value) in args.inner() {
         let key = key.as_str();
         if let Err(why) = check(key, value, args) {
-            return Err((key.to_string(), why));
+            return Err(format!("invalid arg '{key}' for {subject}: {why}"));
         }
     }
     Ok(())
@@ -279,24 +289,40 @@ mod tests {
         assert_eq!(declared.with_policy(&Default::default()), declared);
     }
 
+    fn check_one(t: &FieldTable) -> Result<(), String> {
+        validate(t, "queue 'q' in vhost '/'")
+    }
+
+    #[test]
+    fn a_dead_letter_exchange_of_another_type_is_worded_as_rabbitmqs() {
+        assert_eq!(
+            check_one(&table("x-dead-letter-exchange", AMQPValue::LongLongInt(5))).unwrap_err(),
+            "invalid type 'long' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'"
+        );
+    }
+
     #[test]
     fn accepts_good_and_refuses_bad_args() {
-        assert!(validate(&table("x-message-ttl", AMQPValue::LongInt(1000))).is_ok());
-        assert!(validate(&table("x-message-ttl", AMQPValue::LongInt(-1))).is_err());
-        assert!(validate(&table("x-message-ttl", AMQPValue::LongString("a".into()))).is_err());
-        assert!(validate(&table("x-expires", AMQPValue::LongInt(0))).is_err());
-        assert!(validate(&table("x-max-priority", AMQPValue::LongInt(256))).is_err());
-        assert!(validate(&table(
+        assert!(check_one(&table("x-message-ttl", AMQPValue::LongInt(1000))).is_ok());
+        assert!(check_one(&table("x-message-ttl", AMQPValue::LongInt(-1))).is_err());
+        assert!(check_one(&table("x-message-ttl", AMQPValue::LongString("a".into()))).is_err());
+        assert!(check_one(&table("x-expires", AMQPValue::LongInt(0))).is_err());
+        assert!(check_one(&table("x-max-priority", AMQPValue::LongInt(256))).is_err());
+        assert!(check_one(&table(
             "x-overflow",
             AMQPValue::LongString("drop-tail".into())
         ))
         .is_err());
-        assert!(validate(&table("x-custom", AMQPValue::Boolean(true))).is_ok());
+        assert!(check_one(&table("x-custom", AMQPValue::Boolean(true))).is_ok());
     }
 
     #[test]
     fn errors_read_as_rabbitmq_prints_them() {
-        let why = |k: &str, v: AMQPValue| validate(&table(k, v)).unwrap_err().1;
+        let why = |k: &str, v: AMQPValue| {
+            let text = check_one(&table(k, v)).unwrap_err();
+            let prefix = format!("invalid arg '{k}' for queue 'q' in vhost '/': ");
+            text.strip_prefix(&prefix).unwrap_or(&text).to_string()
+        };
         assert_eq!(
             why("x-message-ttl", AMQPValue::LongInt(-1)),
             "{value_negative,-1}"
@@ -317,7 +343,7 @@ mod tests {
             why("x-queue-version", AMQPValue::LongInt(3)),
             "\"unsupported queue version '3'\""
         );
-        assert!(validate(&table("x-queue-version", AMQPValue::LongInt(2))).is_ok());
+        assert!(check_one(&table("x-queue-version", AMQPValue::LongInt(2))).is_ok());
         assert_eq!(why("x-expires", AMQPValue::LongInt(0)), "{value_zero,0}");
         assert_eq!(
             why("x-max-priority", AMQPValue::LongInt(300)),

@@ -29,20 +29,14 @@ pub fn queue(vh: Option<&VHost>, vhost: &str, spec: &QueueSpec) -> Result<()> {
         )));
     }
     let subject = describe(vhost, "queue", &spec.name);
-    crate::queue::args::validate(&spec.arguments).map_err(|(arg, why)| {
-        Error::precondition_failed(format!("invalid arg '{arg}' for {subject}: {why}"))
-    })?;
+    crate::queue::args::validate(&spec.arguments, &subject).map_err(Error::precondition_failed)?;
     let kind = crate::queue::kind::Kind::of(&spec.arguments);
     crate::queue::kind::check_declare(kind, spec.declared(), &subject)
         .map_err(Error::precondition_failed)?;
     if let Some(q) = vh.and_then(|v| v.queue(&spec.name)) {
         match equivalence::queue(spec, &q.config, &subject) {
             Ok(()) => {}
-            Err(Mismatch::Exclusive) => {
-                return Err(Error::resource_locked(format!(
-                    "cannot obtain exclusive access to locked {subject}"
-                )))
-            }
+            Err(Mismatch::Exclusive) => return Err(super::queues::locked(&subject)),
             Err(Mismatch::Field(text)) => return Err(Error::precondition_failed(text)),
         }
     }
@@ -78,6 +72,9 @@ pub fn exchange(
             "exchange name '{}' contains reserved prefix 'amq.*'",
             spec.name
         ))),
-        None => Ok(()),
+        None => super::exchanges::check_alternate(
+            &spec.arguments,
+            &describe(vhost, "exchange", &spec.name),
+        ),
     }
 }

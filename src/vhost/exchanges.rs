@@ -63,6 +63,7 @@ impl VHost {
                 spec.name
             )));
         }
+        check_alternate(&spec.arguments, &self.describe("exchange", &spec.name))?;
         let table = match (kind, &plugin) {
             (Some(k), _) => Table::Builtin(Bindings::new(k)),
             (None, Some(t)) => {
@@ -166,5 +167,19 @@ impl VHost {
             self.declare_exchange(&spec, false)?;
         }
         Ok(())
+    }
+}
+
+/// 406 for an alternate exchange that is not a name, in RabbitMQ's words
+/// (`subject`: "exchange 'x' in vhost '/'").
+pub(super) fn check_alternate(args: &FieldTable, subject: &str) -> Result<()> {
+    match args.inner().get("alternate-exchange") {
+        Some(v) if crate::wire::value::text(v).is_none() => {
+            Err(Error::precondition_failed(format!(
+                "invalid type '{}' for arg 'alternate-exchange' in {subject}",
+                crate::wire::type_name(v)
+            )))
+        }
+        _ => Ok(()),
     }
 }

@@ -101,12 +101,8 @@ impl VHost {
                 spec.name, self.name
             )));
         }
-        crate::queue::args::validate(&spec.arguments).map_err(|(arg, why)| {
-            Error::precondition_failed(format!(
-                "invalid arg '{arg}' for {}: {why}",
-                self.describe("queue", &spec.name)
-            ))
-        })?;
+        crate::queue::args::validate(&spec.arguments, &self.describe("queue", &spec.name))
+            .map_err(Error::precondition_failed)?;
         kind::check_declare(
             Kind::of(&spec.arguments),
             spec.declared(),
@@ -149,11 +145,7 @@ impl VHost {
     }
 
     pub(super) fn locked(&self, name: &str) -> Error {
-        Error::resource_locked(format!(
-            "cannot obtain exclusive access to locked {}. It could be originally declared on another \
-             connection or the exclusive property value does not match that of the original declaration.",
-            self.describe("queue", name)
-        ))
+        locked(&self.describe("queue", name))
     }
 
     /// 405 unless the queue is non-exclusive or owned by `conn_id`.
@@ -256,4 +248,14 @@ impl VHost {
         self.queues.write().insert(def.name.clone(), q);
         Ok(n)
     }
+}
+
+/// 405 RESOURCE_LOCKED for `subject` ("queue 'q' in vhost '/'"), another
+/// connection's exclusive queue, in RabbitMQ's words.
+pub(super) fn locked(subject: &str) -> Error {
+    Error::resource_locked(format!(
+        "cannot obtain exclusive access to locked {subject}. It could be originally declared on \
+         another connection or the exclusive property value does not match that of the original \
+         declaration."
+    ))
 }

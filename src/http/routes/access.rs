@@ -89,10 +89,30 @@ pub async fn put_user(
     caller.admin()?;
     let b = body.object().await?;
     let existed = api.broker.users.get(&name);
-    let tags = match b.get("tags") {
-        None => existed.as_ref().map(|u| u.tags.clone()).unwrap_or_default(),
-        v => crate::definitions::tags(v, "tags").map_err(ApiError::bad_request)?,
+    // As RabbitMQ's put_user: tags are required (or the old
+    // "administrator" flag), and a password or its hash, not both.
+    let tags = match (b.get("tags"), b.get("administrator")) {
+        (None, None) => return Err(ApiError::bad_request("tags_not_present")),
+        (None, Some(admin)) => match admin {
+            Value::Bool(true) => vec!["administrator".to_string()],
+            Value::Bool(false) => Vec::new(),
+            Value::String(s) if s == "true" => vec!["administrator".to_string()],
+            Value::String(s) if s == "false" => Vec::new(),
+            other => return Err(ApiError::bad_request_term(json!(["not_boolean", other]))),
+        },
+        (v, _) => crate::definitions::tags(v, "tags").map_err(ApiError::bad_request)?,
     };
+    if b.contains_key("password") && b.contains_key("password_hash") {
+        return Err(ApiError::bad_request(
+            "both_password_and_password_hash_are_provided",
+        ));
+    }
+    if let Some(Value::String(h)) = b.get("password_hash") {
+        use base64::Engine;
+        if base64::engine::general_purpose::STANDARD.decode(h).is_err() {
+            return Err(ApiError::bad_request_term(json!(["not_base64", h])));
+        }
+    }
     let (hash, algorithm) = match (b.get("password"), b.get("password_hash")) {
         (Some(Value::String(p)), _) => (password::hash(Algorithm::Sha256, p), Algorithm::Sha256),
         (Some(_), _) => return Err(ApiError::bad_request("password must be a string")),
