@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cluster_support::api::http;
-use cluster_support::total::{consume_all, publish_routed, History, Route, QUEUE};
+use cluster_support::total::{check, consume_all, publish_routed, History, Route, QUEUE};
 use cluster_support::Cluster;
 use lapin::types::FieldTable;
 use parking_lot::Mutex;
@@ -88,20 +88,6 @@ async fn a_member_added_under_load_catches_up_and_votes() {
     // Node 4 leads and serves every confirmed message.
     c.lead_with(four).await;
     let got = consume_all(&c, four).await;
-    let h = history.lock();
-    let lost: Vec<u64> = h
-        .confirmed
-        .iter()
-        .filter(|id| !got.contains_key(id))
-        .copied()
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "{} of {} confirmed lost, first {:?}",
-        lost.len(),
-        h.confirmed.len(),
-        &lost[..lost.len().min(10)]
-    );
-    assert!(got.keys().all(|id| h.published.contains(id)));
+    check(&history.lock(), &got);
     c.assert_no_panics();
 }

@@ -123,13 +123,14 @@ async fn nodes_join_and_leave_through_the_api() {
     let four = c.add_node();
     c.spawn_joining(four);
     let body = serde_json::json!({"raft": format!("127.0.0.1:{}", c.nodes[four].raft)});
-    let r = http()
-        .put(format!("{}/api/cluster/members/4", c.api(leader)))
-        .basic_auth("guest", Some("guest"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let add_four = || {
+        http()
+            .put(format!("{}/api/cluster/members/4", c.api(leader)))
+            .basic_auth("guest", Some("guest"))
+            .json(&body)
+            .send()
+    };
+    let r = add_four().await.unwrap();
     assert_eq!(
         r.status().as_u16(),
         201,
@@ -138,13 +139,7 @@ async fn nodes_join_and_leave_through_the_api() {
         c.logs_tail()
     );
     // Asked again (a client that gave up waiting): nothing changes.
-    let r = http()
-        .put(format!("{}/api/cluster/members/4", c.api(leader)))
-        .basic_auth("guest", Some("guest"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = add_four().await.unwrap();
     assert_eq!(r.status().as_u16(), 204, "{:?}", r.text().await);
     let (_, cluster) = leader_json(&c, "/api/cluster").await;
     assert_eq!(cluster["members"].as_array().unwrap().len(), 4, "{cluster}");
