@@ -23,8 +23,9 @@
 //! a message dequeued twice carries redelivered the later time, and no
 //! message was delivered by two servers in the same period (`same_period`:
 //! a connection lives within one leader's term, so a message delivered on
-//! one connection and later on another means the first one's server had
-//! stopped; it must provably send nothing after that).
+//! one connection and later on another, sent after the first connection
+//! opened, means the first one's server had stopped; it must provably send
+//! nothing after that).
 //!
 //! About two minutes by default (.ci/run); WARREN_NEMESIS_SECS sets the
 //! length, WARREN_NEMESIS_SEED replays a run's draw of faults.
@@ -53,6 +54,8 @@ use parking_lot::Mutex;
 struct Deliveries {
     got: BTreeMap<u64, (u32, bool)>,
     log: Vec<Delivery>,
+    /// When each connection was open (its server was serving by then).
+    opened: BTreeMap<u32, u32>,
 }
 
 /// One delivery as a consumer saw it; times in ms since the consumers
@@ -205,11 +208,12 @@ async fn consume(
             continue;
         };
         let me = conns.fetch_add(1, Ordering::Relaxed);
+        let opened = t0.elapsed().as_millis() as u32;
+        seen.lock().opened.insert(me, opened);
         // For reading a failed check against the nodes' logs.
         eprintln!(
-            "nemesis conn {me}: consumer through node {} at {} ms",
+            "nemesis conn {me}: consumer through node {} at {opened} ms",
             c.nodes[node].id,
-            t0.elapsed().as_millis()
         );
         // When each ack on this connection was sent (just before).
         let mut acked: Vec<u32> = Vec::new();
@@ -269,29 +273,38 @@ async fn consume(
 }
 
 /// Messages delivered by two servers in the same period: a message
-/// delivered on connection A, then on connection B at time t, while A's
-/// server still delivered after t. A connection lives within one server's
-/// term (a leader that steps down closes its clients; a follower carries a
-/// client to one leader), and a correct cluster's terms do not overlap:
-/// B's server took the message over once A's had stopped. Receive times
-/// cannot show when a server sent (a delivery can sit in a socket or a
-/// slow link for seconds), so A's server counts as delivering after t only
-/// on proof: a delivery on A of a message published after t, or one sent
-/// into a prefetch slot that an ack sent after t freed. Returns (id, A, its
-/// delivery, B, t, the proof's time).
-fn same_period(log: &[Delivery], sent: &BTreeMap<u64, u32>) -> Vec<(u64, u32, u32, u32, u32, u32)> {
+/// delivered on connection A, then on connection B at time t, sent to B
+/// after A opened, while A's server still delivered after t. A connection
+/// lives within one server's term (a leader that steps down closes its
+/// clients; a follower carries a client to one leader), and a correct
+/// cluster's terms do not overlap: a server that sent the message to B
+/// after A's server began serving took it over once A's had stopped.
+/// Receive times cannot show when a server sent (a delivery can sit in a
+/// socket, a paused process's kernel buffers or a slow link for seconds),
+/// so B's copy counts as sent after A opened only on proof (published, or
+/// sent into a prefetch slot that an ack freed, after A opened), and A's
+/// server counts as delivering after t only on proof: a delivery on A of
+/// a message published after t, or one sent into a prefetch slot that an
+/// ack sent after t freed. Returns (id, A, its delivery, B, t, the
+/// proof's time).
+fn same_period(
+    log: &[Delivery],
+    sent: &BTreeMap<u64, u32>,
+    opened: &BTreeMap<u32, u32>,
+) -> Vec<(u64, u32, u32, u32, u32, u32)> {
     // The latest time each connection's server is known to have sent at.
     let mut proof: BTreeMap<u32, u32> = BTreeMap::new();
+    let not_before = |d: &Delivery| sent.get(&d.id).copied().unwrap_or(0).max(d.credit);
     for d in log {
-        let published = sent.get(&d.id).copied().unwrap_or(0);
         let p = proof.entry(d.conn).or_default();
-        *p = (*p).max(published).max(d.credit);
+        *p = (*p).max(not_before(d));
     }
     let mut sorted = log.to_vec();
     sorted.sort_unstable_by_key(|d| (d.id, d.at));
     sorted
         .windows(2)
         .filter(|w| w[0].id == w[1].id && w[0].conn != w[1].conn)
+        .filter(|w| not_before(&w[1]) > opened.get(&w[0].conn).copied().unwrap_or(0))
         .filter(|w| proof[&w[0].conn] > w[1].at)
         .map(|w| {
             (
@@ -551,6 +564,14 @@ async fn a_nemesis_loses_nothing() {
     // The consumers start late: the queue grows past its memory bound.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let t0 = Instant::now();
+    // The consumers' times count from here: the nodes' logs are in UTC.
+    eprintln!(
+        "nemesis: the consumers' clock starts at unix time {:.3} s",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64()
+    );
     let consumers: Vec<_> = (0..n)
         .map(|slot| {
             tokio::spawn(consume(
@@ -593,7 +614,11 @@ async fn a_nemesis_loses_nothing() {
     }
     // The drain comes after every live delivery, into the same count.
     let at = c.leader().expect("a leader");
-    let Deliveries { mut got, log } = std::mem::take(&mut *seen.lock());
+    let Deliveries {
+        mut got,
+        log,
+        opened,
+    } = std::mem::take(&mut *seen.lock());
     consume_into(&c, at, &mut got).await;
     let lost = history
         .confirmed
@@ -612,7 +637,7 @@ async fn a_nemesis_loses_nothing() {
         .iter()
         .map(|(id, t)| (*id, t.saturating_duration_since(t0).as_millis() as u32))
         .collect();
-    let overlapping = same_period(&log, &sent);
+    let overlapping = same_period(&log, &sent, &opened);
     eprintln!(
         "nemesis: {:.1} min, {} faults, {} published, {} confirmed, {} lost (direct, ttl, \
          delayed, side: {:?}), {} duplicates without redelivered, {} delivered in the same period by two connections ({} \
@@ -666,18 +691,26 @@ fn same_period_needs_proof_that_the_first_server_still_sent() {
         at,
         credit,
     };
-    let sent: BTreeMap<u64, u32> = [(1, 0), (2, 0), (3, 600)].into();
+    let sent: BTreeMap<u64, u32> = [(1, 0), (2, 0), (3, 600), (4, 50)].into();
+    let opened: BTreeMap<u32, u32> = [(0, 20), (1, 10)].into();
     // Connection 0 gets message 1, then 2 late (it sat in a slow link),
     // after connection 1 got 1 again: no proof that 0's server still sent.
-    let late = [d(1, 0, 100, 0), d(1, 1, 500, 0), d(2, 0, 900, 0)];
-    assert!(same_period(&late, &sent).is_empty());
+    let late = [d(1, 0, 100, 0), d(1, 1, 500, 30), d(2, 0, 900, 0)];
+    assert!(same_period(&late, &sent, &opened).is_empty());
     // 0 then gets message 3, published after 1 got message 1.
-    let published_later = [d(1, 0, 100, 0), d(1, 1, 500, 0), d(3, 0, 700, 0)];
+    let published_later = [d(1, 0, 100, 0), d(1, 1, 500, 30), d(3, 0, 700, 0)];
     assert_eq!(
-        same_period(&published_later, &sent),
+        same_period(&published_later, &sent, &opened),
         vec![(1, 0, 100, 1, 500, 600)]
     );
     // Or a delivery into a slot freed by an ack sent after 500.
-    let freed_later = [d(1, 0, 100, 0), d(1, 1, 500, 0), d(2, 0, 900, 650)];
-    assert_eq!(same_period(&freed_later, &sent).len(), 1);
+    let freed_later = [d(1, 0, 100, 0), d(1, 1, 500, 30), d(2, 0, 900, 650)];
+    assert_eq!(same_period(&freed_later, &sent, &opened).len(), 1);
+    // But 1's copy may have been sent before 0 opened (it sat in a
+    // paused server's buffers): the older server's copy arrived last.
+    let sent_before = [d(1, 0, 100, 0), d(1, 1, 500, 0), d(3, 0, 700, 0)];
+    assert!(same_period(&sent_before, &sent, &opened).is_empty());
+    // Unless it was published after 0 opened.
+    let published_after = [d(4, 0, 100, 0), d(4, 1, 500, 0), d(3, 0, 700, 0)];
+    assert_eq!(same_period(&published_after, &sent, &opened).len(), 1);
 }

@@ -22,7 +22,7 @@ use super::context::ConnCtx;
 use super::error::{close_method, code, ProtocolError};
 use super::flow;
 use super::handshake::handshake;
-use super::outbox::Outbox;
+use super::outbox::{Gate, Outbox};
 use super::pinning::Pinning;
 use super::transport::{Reader, Transport};
 use crate::broker::Broker;
@@ -67,9 +67,15 @@ pub async fn serve(
             .ok()
     });
     let (mut rd, wr) = socket.split();
+    // A replicated store's deliveries go out only under its lease.
+    let gate = broker.store.delivers_after_commit().then(|| Gate {
+        store: Arc::clone(&broker.store),
+        patience: Duration::from_millis(broker.config.cluster.step_down_ms),
+    });
     let outbox = Arc::new(Outbox::new(
         broker.config.outbox_high_water_bytes as usize,
         broker.config.send_timeout(),
+        gate,
     ));
     let writer = tokio::spawn(Arc::clone(&outbox).run_writer(wr));
     // Small to start: an idle connection should cost little (see read_more).

@@ -371,7 +371,7 @@ impl Sink for ChannelDelivery {
         }
         c.redelivered += entry.redelivered as u64;
         let msg = &entry.msg;
-        self.outbox.send(|out| {
+        self.outbox.send_got(|out| {
             let at = codec::begin_frame(out, FRAME_METHOD, self.id);
             out.put_u16(60);
             out.put_u16(71);

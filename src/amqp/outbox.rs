@@ -11,6 +11,14 @@
 //! replies cannot grow it); a write that makes no progress for the send
 //! timeout ends the connection (its socket is shut both ways, which wakes
 //! the reader), so a peer that stopped reading releases what it holds.
+//!
+//! In a cluster, a buffer that holds deliveries goes out only while the
+//! leadership lease holds (store/lease.rs), checked before every write: a
+//! leader paused (SIGSTOP, a stall) with deliveries buffered must not send
+//! them once resumed, when a newer leader may have handed the same
+//! messages to another consumer. It waits for the lease to come back for
+//! at most the lease's length, then drops the connection unwritten (the
+//! deliveries stay unacked and come back from the leader of the day).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -24,6 +32,7 @@ use tokio::sync::Notify;
 
 use super::codec;
 use crate::queue::Queue;
+use crate::store::Store;
 
 /// Initial buffer size: enough for a handshake; buffers grow with traffic.
 const SMALL: usize = 512;
@@ -56,6 +65,15 @@ pub struct Outbox {
     /// per write).
     send_oct: AtomicU64,
     send_cnt: AtomicU64,
+    /// What a buffer holding deliveries waits for (none: a single node).
+    gate: Option<Gate>,
+}
+
+/// A replicated store's leadership lease, and how long a write waits for
+/// it to hold again before the connection is dropped.
+pub struct Gate {
+    pub store: Arc<Store>,
+    pub patience: Duration,
 }
 
 struct Inner {
@@ -64,16 +82,19 @@ struct Inner {
     waiting: Vec<Weak<Queue>>,
     /// Close the socket once everything buffered has been written.
     finish: bool,
+    /// Whether the buffer holds deliveries (`gate` applies).
+    leased: bool,
 }
 
 impl Outbox {
-    /// An empty outbox with these bounds.
-    pub fn new(high_water: usize, send_timeout: Duration) -> Self {
+    /// An empty outbox with these bounds; deliveries wait for `gate`.
+    pub fn new(high_water: usize, send_timeout: Duration, gate: Option<Gate>) -> Self {
         Outbox {
             inner: Mutex::new(Inner {
                 buf: BytesMut::with_capacity(SMALL),
                 waiting: Vec::new(),
                 finish: false,
+                leased: false,
             }),
             notify: Notify::new(),
             drained: Notify::new(),
@@ -86,27 +107,35 @@ impl Outbox {
             closed: AtomicBool::new(false),
             send_oct: AtomicU64::new(0),
             send_cnt: AtomicU64::new(0),
+            gate,
         }
     }
 
     /// Encodes a reply (anything but a delivery) with `f` into the buffer
     /// and wakes the writer.
     pub fn send<R>(&self, f: impl FnOnce(&mut BytesMut) -> R) -> R {
-        self.append(f, true)
+        self.append(f, true, false)
     }
 
     /// Encodes a delivery (basic.deliver, a server-sent basic.cancel) with
     /// `f` into the buffer and wakes the writer.
     pub fn send_delivery<R>(&self, f: impl FnOnce(&mut BytesMut) -> R) -> R {
-        self.append(f, false)
+        self.append(f, false, true)
     }
 
-    fn append<R>(&self, f: impl FnOnce(&mut BytesMut) -> R, reply: bool) -> R {
+    /// Encodes a reply that hands out a message (basic.get-ok) with `f`
+    /// into the buffer and wakes the writer.
+    pub fn send_got<R>(&self, f: impl FnOnce(&mut BytesMut) -> R) -> R {
+        self.append(f, true, true)
+    }
+
+    fn append<R>(&self, f: impl FnOnce(&mut BytesMut) -> R, reply: bool, leased: bool) -> R {
         let r = {
             let mut inner = self.inner.lock();
             let before = inner.buf.len();
             let r = f(&mut inner.buf);
             let len = inner.buf.len();
+            inner.leased |= leased;
             self.buffered.store(len, Ordering::Relaxed);
             if reply {
                 // Written under the buffer's lock: no read-modify-write.
@@ -211,7 +240,7 @@ impl Outbox {
         tokio::pin!(idle);
         let mut last_write = Instant::now();
         loop {
-            let (mut out, finish, woken) = {
+            let (mut out, finish, woken, leased) = {
                 let mut inner = self.inner.lock();
                 let woken = if inner.buf.len() < self.high_water / 2 {
                     std::mem::take(&mut inner.waiting)
@@ -221,7 +250,8 @@ impl Outbox {
                 let out = std::mem::replace(&mut inner.buf, spare);
                 self.buffered.store(0, Ordering::Relaxed);
                 self.replies.store(0, Ordering::Relaxed);
-                (out, inner.finish, woken)
+                let leased = std::mem::take(&mut inner.leased);
+                (out, inner.finish, woken, leased)
             };
             for q in woken {
                 if let Some(q) = q.upgrade() {
@@ -253,17 +283,24 @@ impl Outbox {
                 }
             }
             if !out.is_empty() {
-                match self.write(&mut socket, &out).await {
+                match self.write(&mut socket, &out, leased).await {
                     Ok(()) => {}
-                    Err(stalled) => {
-                        if stalled {
-                            tracing::warn!(
-                                timeout_ms = self.send_timeout.as_millis() as u64,
-                                "peer stopped reading: closing the connection (send_timeout)"
-                            );
-                            // The reader may be waiting on the peer: wake it.
-                            shutdown_both(&socket);
-                        }
+                    Err(Failed::Socket) => break,
+                    Err(Failed::Stalled) => {
+                        tracing::warn!(
+                            timeout_ms = self.send_timeout.as_millis() as u64,
+                            "peer stopped reading: closing the connection (send_timeout)"
+                        );
+                        // The reader may be waiting on the peer: wake it.
+                        shutdown_both(&socket);
+                        break;
+                    }
+                    Err(Failed::Unleased) => {
+                        tracing::warn!(
+                            "deliveries buffered while this node's leadership lease lapsed: \
+                             closing the connection without sending them"
+                        );
+                        shutdown_both(&socket);
                         break;
                     }
                 }
@@ -287,19 +324,22 @@ impl Outbox {
         }
     }
 
-    /// Writes all of `out`; Err(true) if a write made no progress for the
-    /// send timeout, Err(false) if the socket failed.
-    async fn write(&self, socket: &mut Writer, mut out: &[u8]) -> Result<(), bool> {
+    /// Writes all of `out`, each write of `leased` bytes (deliveries) only
+    /// while the gate's lease holds.
+    async fn write(&self, socket: &mut Writer, mut out: &[u8], leased: bool) -> Result<(), Failed> {
         while !out.is_empty() {
+            if leased && !self.leased().await {
+                return Err(Failed::Unleased);
+            }
             match tokio::time::timeout(self.send_timeout, socket.write(out)).await {
-                Ok(Ok(0)) | Ok(Err(_)) => return Err(false),
+                Ok(Ok(0)) | Ok(Err(_)) => return Err(Failed::Socket),
                 Ok(Ok(n)) => {
                     let (oct, cnt) = (&self.send_oct, &self.send_cnt);
                     oct.store(oct.load(Ordering::Relaxed) + n as u64, Ordering::Relaxed);
                     cnt.store(cnt.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
                     out = &out[n..];
                 }
-                Err(_) => return Err(true),
+                Err(_) => return Err(Failed::Stalled),
             }
         }
         // TLS may keep records it could not send yet: they must go now,
@@ -307,13 +347,61 @@ impl Outbox {
         if !socket.buffers() {
             return Ok(());
         }
+        if leased && !self.leased().await {
+            return Err(Failed::Unleased);
+        }
         match tokio::time::timeout(self.send_timeout, socket.flush()).await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(false),
-            Err(_) => Err(true),
+            Ok(Err(_)) => Err(Failed::Socket),
+            Err(_) => Err(Failed::Stalled),
         }
     }
+
+    /// Whether the gate's lease holds now, or comes back within its
+    /// patience (always, without a gate).
+    async fn leased(&self) -> bool {
+        let Some(gate) = &self.gate else {
+            return true;
+        };
+        if let Some(held) = held_by_fail_point() {
+            tokio::time::sleep(held).await;
+        }
+        if gate.store.may_deliver() {
+            return true;
+        }
+        let until = Instant::now() + gate.patience;
+        while Instant::now() < until {
+            tokio::time::sleep(LEASE_POLL).await;
+            if gate.store.may_deliver() {
+                return true;
+            }
+        }
+        false
+    }
 }
+
+/// How long the `outbox-before-write` fail point holds a write of
+/// deliveries (`return(MS)`), for tests of a node paused with deliveries
+/// buffered (tests/cluster_paused_leader.rs).
+fn held_by_fail_point() -> Option<Duration> {
+    fail::fail_point!("outbox-before-write", |ms: Option<String>| {
+        ms.and_then(|ms| ms.parse().ok()).map(Duration::from_millis)
+    });
+    None
+}
+
+/// Why a write ended the connection.
+enum Failed {
+    /// The socket failed.
+    Socket,
+    /// A write made no progress for the send timeout.
+    Stalled,
+    /// Deliveries were buffered, and the lease did not hold again in time.
+    Unleased,
+}
+
+/// How often a write waiting for the lease looks again.
+const LEASE_POLL: Duration = Duration::from_millis(10);
 
 /// Shuts the socket down in both directions, so a reader blocked on it
 /// sees the end of the stream.
