@@ -3,8 +3,10 @@
 //! has shown a live majority recently enough that no other member can have
 //! been elected (cluster/mod.rs renews it from its watchdog's probes). A
 //! check on the way out, not only a periodic one: a leader paused and
-//! resumed (SIGSTOP, a long GC-like stall) may run its queues before its
-//! watchdog, and must not deliver what a newer leader already delivered.
+//! resumed (SIGSTOP, a long GC-like stall) may run its queues, or write
+//! deliveries buffered before the pause, before its watchdog runs, and
+//! must not deliver what a newer leader already delivered (queues check
+//! it at dispatch, connections' writers before each write).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
