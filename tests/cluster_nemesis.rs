@@ -388,11 +388,13 @@ async fn replace(r: &mut Ring, slot: usize) -> Option<String> {
         if added.as_ref().is_some_and(|(s, _)| *s == 201 || *s == 204) {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "node {new_id} not added in 600 s: {added:?} {}",
-            c.logs_tail()
-        );
+        if Instant::now() >= deadline {
+            keep_logs(c);
+            panic!(
+                "node {new_id} not added in 600 s: {added:?} {}",
+                c.logs_tail()
+            );
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // Clients go to the new node from here on.
