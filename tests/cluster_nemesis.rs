@@ -191,62 +191,107 @@ impl Ring {
     }
 }
 
-/// A consumer through the node in slot `slot` until `stop`, reconnecting
-/// as needed; each connection gets a number of its own.
-async fn consume(
+/// How long a consumer waits for an answer (channel, qos, consume, an
+/// ack written) before it reports the step and drops the connection: a
+/// server that leaves a request unanswered while heartbeats still flow
+/// would otherwise hold the consumer, and the queue would only grow.
+const ANSWER: Duration = Duration::from_secs(30);
+/// A consumer given nothing this long while publishers publish reports it
+/// and reconnects.
+const IDLE: Duration = Duration::from_secs(120);
+
+/// `step` of connection `me` through node `id`, given `ANSWER`; None (and
+/// a line, and a stall counted) if it failed or went unanswered.
+async fn within<T, E>(
+    me: u32,
+    id: u64,
+    step: &str,
+    stalls: &AtomicU32,
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> Option<T> {
+    match tokio::time::timeout(ANSWER, fut).await {
+        Ok(r) => r.ok(),
+        Err(_) => {
+            stalls.fetch_add(1, Ordering::Relaxed);
+            eprintln!("nemesis conn {me}: {step} unanswered for {ANSWER:?} through node {id}");
+            None
+        }
+    }
+}
+
+/// What the consumers share.
+#[derive(Clone)]
+struct Consumers {
     c: Arc<Cluster>,
     members: Order,
-    slot: usize,
     seen: Seen,
     stop: Arc<AtomicBool>,
+    /// Connections opened so far (each one's number).
     conns: Arc<AtomicU32>,
+    /// Steps left unanswered, and consumers given nothing for `IDLE`.
+    stalls: Arc<AtomicU32>,
     t0: Instant,
-) {
+}
+
+/// A consumer through the node in slot `slot` until `stop`, reconnecting
+/// as needed; each connection gets a number of its own.
+async fn consume(k: Consumers, slot: usize) {
+    let Consumers {
+        c,
+        members,
+        seen,
+        stop,
+        conns,
+        stalls,
+        t0,
+    } = k;
     while !stop.load(Ordering::Relaxed) {
         let node = members.lock()[slot];
         let Some(conn) = c.connect(node, Duration::from_secs(5)).await else {
             continue;
         };
+        let id = c.nodes[node].id;
         let me = conns.fetch_add(1, Ordering::Relaxed);
         let opened = t0.elapsed().as_millis() as u32;
         seen.lock().opened.insert(me, opened);
         // For reading a failed check against the nodes' logs.
-        eprintln!(
-            "nemesis conn {me}: consumer through node {} at {opened} ms",
-            c.nodes[node].id,
-        );
+        eprintln!("nemesis conn {me}: consumer through node {id} at {opened} ms");
         // When each ack on this connection was sent (just before).
         let mut acked: Vec<u32> = Vec::new();
-        let Ok(ch) = conn.create_channel().await else {
+        let Some(ch) = within(me, id, "channel.open", &stalls, conn.create_channel()).await else {
             continue;
         };
-        if ch
-            .basic_qos(PREFETCH, BasicQosOptions::default())
-            .await
-            .is_err()
-        {
+        let qos = ch.basic_qos(PREFETCH, BasicQosOptions::default());
+        if within(me, id, "basic.qos", &stalls, qos).await.is_none() {
             continue;
         }
         let tag = format!("c{slot}");
-        let Ok(mut consumer) = ch
-            .basic_consume(
-                QUEUE.into(),
-                tag.as_str().into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-        else {
+        let consume = ch.basic_consume(
+            QUEUE.into(),
+            tag.as_str().into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        );
+        let Some(mut consumer) = within(me, id, "basic.consume", &stalls, consume).await else {
             continue;
         };
+        let mut last = Instant::now();
         while !stop.load(Ordering::Relaxed) {
             let next = tokio::time::timeout(Duration::from_secs(1), consumer.next()).await;
             let d = match next {
-                Err(_) => continue,
+                Err(_) if last.elapsed() < IDLE => continue,
+                Err(_) => {
+                    stalls.fetch_add(1, Ordering::Relaxed);
+                    eprintln!(
+                        "nemesis conn {me}: nothing delivered for {IDLE:?} through node {id}"
+                    );
+                    break;
+                }
                 Ok(Some(Ok(d))) => d,
                 Ok(_) => break,
             };
-            let id = id_of(&d.data);
+            last = Instant::now();
+            let msg = id_of(&d.data);
             let at = t0.elapsed().as_millis() as u32;
             // The n-th delivery needed the ack of the (n - PREFETCH)-th.
             let n = acked.len();
@@ -255,20 +300,21 @@ async fn consume(
                 .map_or(0, |freed| acked[freed]);
             {
                 let mut s = seen.lock();
-                record(&mut s.got, id, d.redelivered);
+                record(&mut s.got, msg, d.redelivered);
                 s.log.push(Delivery {
-                    id,
+                    id: msg,
                     conn: me,
                     at,
                     credit,
                 });
             }
             acked.push(t0.elapsed().as_millis() as u32);
-            if d.ack(BasicAckOptions::default()).await.is_err() {
+            let ack = d.ack(BasicAckOptions::default());
+            if within(me, id, "basic.ack", &stalls, ack).await.is_none() {
                 break;
             }
         }
-        let _ = conn.close(200, "done".into()).await;
+        let _ = tokio::time::timeout(ANSWER, conn.close(200, "done".into())).await;
     }
 }
 
@@ -381,12 +427,17 @@ async fn replace(r: &mut Ring, slot: usize) -> Option<String> {
     // (gigabytes, in a long run) and then catches up: as `warren cluster
     // replace` waits.
     let deadline = Instant::now() + Duration::from_secs(600);
+    let mut asked = Instant::now();
     loop {
         let body = serde_json::json!({ "raft": raft });
         let added = membership(c, reqwest::Method::PUT, new_id, body).await;
         // 204: a request that gave up waiting had made it a voter.
         if added.as_ref().is_some_and(|(s, _)| *s == 201 || *s == 204) {
             break;
+        }
+        if asked.elapsed() >= Duration::from_secs(60) {
+            asked = Instant::now();
+            eprintln!("nemesis: adding node {new_id}: {added:?}");
         }
         if Instant::now() >= deadline {
             keep_logs(c);
@@ -562,7 +613,6 @@ async fn a_nemesis_loses_nothing() {
     let work = Workload::start_on(&c, Arc::clone(&ring.members), route());
     let seen: Seen = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let conns = Arc::new(AtomicU32::new(0));
     // The consumers start late: the queue grows past its memory bound.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let t0 = Instant::now();
@@ -574,27 +624,40 @@ async fn a_nemesis_loses_nothing() {
             .unwrap_or_default()
             .as_secs_f64()
     );
+    let shared = Consumers {
+        c: Arc::clone(&c),
+        members: Arc::clone(&ring.members),
+        seen: Arc::clone(&seen),
+        stop: Arc::clone(&stop),
+        conns: Arc::default(),
+        stalls: Arc::default(),
+        t0,
+    };
     let consumers: Vec<_> = (0..n)
-        .map(|slot| {
-            tokio::spawn(consume(
-                Arc::clone(&c),
-                Arc::clone(&ring.members),
-                slot,
-                Arc::clone(&seen),
-                Arc::clone(&stop),
-                Arc::clone(&conns),
-                t0,
-            ))
-        })
+        .map(|slot| tokio::spawn(consume(shared.clone(), slot)))
         .collect();
 
     let start = Instant::now();
     let mut faults = Vec::new();
+    let mut next_progress = Duration::from_secs(60);
     while start.elapsed() < Duration::from_secs(secs) {
         let hold = Duration::from_millis(2000 + draw.below(4000));
         let what = fault(&mut ring, &mut draw, hold).await;
         eprintln!("nemesis {:>5.1} s: {what}", start.elapsed().as_secs_f64());
         faults.push(what);
+        if start.elapsed() >= next_progress {
+            next_progress += Duration::from_secs(60);
+            let confirmed = work.history().lock().confirmed.len();
+            let s = seen.lock();
+            eprintln!(
+                "nemesis progress: {confirmed} confirmed, {} delivered ({} distinct), {} \
+                 connections, {} stalls",
+                s.log.len(),
+                s.got.len(),
+                shared.conns.load(Ordering::Relaxed),
+                shared.stalls.load(Ordering::Relaxed),
+            );
+        }
         // Calm between faults: a leader, and the side queue moved on.
         tokio::time::sleep(Duration::from_secs(2 + draw.below(3))).await;
         move_side(&c).await;
@@ -640,10 +703,11 @@ async fn a_nemesis_loses_nothing() {
         .map(|(id, t)| (*id, t.saturating_duration_since(t0).as_millis() as u32))
         .collect();
     let overlapping = same_period(&log, &sent, &opened);
+    let stalls = shared.stalls.load(Ordering::Relaxed);
     eprintln!(
         "nemesis: {:.1} min, {} faults, {} published, {} confirmed, {} lost (direct, ttl, \
          delayed, side: {:?}), {} duplicates without redelivered, {} delivered in the same period by two connections ({} \
-         connections)",
+         connections, {} consumer stalls)",
         start.elapsed().as_secs_f64() / 60.0,
         faults.len(),
         history.published.len(),
@@ -652,9 +716,10 @@ async fn a_nemesis_loses_nothing() {
         lost_by_route,
         unflagged,
         overlapping.len(),
-        conns.load(Ordering::Relaxed),
+        shared.conns.load(Ordering::Relaxed),
+        stalls,
     );
-    if lost > 0 || unflagged > 0 || !overlapping.is_empty() {
+    if lost > 0 || unflagged > 0 || !overlapping.is_empty() || stalls > 0 {
         keep_logs(&c);
     }
     assert!(
