@@ -20,7 +20,9 @@
 //!
 //! The check, after healing and draining: every confirmed message was
 //! dequeued at least once, nothing was dequeued that was never published,
-//! a message dequeued twice carries redelivered the later time, and no
+//! a message dequeued twice carries redelivered every time but the first
+//! the servers sent (`unflagged_later`: receive order across connections
+//! is not send order, so only a provable breach counts), and no
 //! message was delivered by two servers in the same period (`same_period`:
 //! a connection lives within one leader's term, so a message delivered on
 //! one connection and later on another, sent after the first connection
@@ -40,7 +42,7 @@ use std::time::{Duration, Instant};
 use cluster_support::api::http;
 use cluster_support::netns::{self, Net};
 use cluster_support::total::{
-    check, consume_into, id_of, queue_args, record, Order, Route, Workload, QUEUE,
+    check_delivered, consume_into, id_of, queue_args, record, Order, Route, Workload, QUEUE,
 };
 use cluster_support::Cluster;
 use futures::StreamExt;
@@ -71,6 +73,8 @@ struct Delivery {
     /// had sent the ack that freed the prefetch slot it took (the ack of
     /// the delivery PREFETCH before it on the connection), or 0.
     credit: u32,
+    /// Whether it came flagged redelivered.
+    redelivered: bool,
 }
 
 /// The consumers' prefetch (per consumer).
@@ -306,6 +310,7 @@ async fn consume(k: Consumers, slot: usize) {
                     conn: me,
                     at,
                     credit,
+                    redelivered: d.redelivered,
                 });
             }
             acked.push(t0.elapsed().as_millis() as u32);
@@ -363,6 +368,49 @@ fn same_period(
             )
         })
         .collect()
+}
+
+/// Messages delivered again without the redelivered flag. The rule: of a
+/// message's deliveries, only the first the servers sent may lack the
+/// flag. Which one that was, the consumers cannot always see: receive
+/// order across connections is not send order (a copy can sit in a
+/// socket, a proxy or a slow link, or a busy consumer can get to it
+/// late, after another connection's consumer took a later copy). So a
+/// delivery U without the flag breaks the rule if another delivery also
+/// lacks it (one of the two was sent later), or if another copy F arrived
+/// before U was provably sent: on U's own connection (one server, in
+/// order), or before U's connection opened or before the ack that freed
+/// U's prefetch slot was sent. Returns those ids, and the ids whose copy
+/// without the flag arrived after a flagged one with no such proof.
+fn unflagged_later(log: &[Delivery], opened: &BTreeMap<u32, u32>) -> (Vec<u64>, Vec<u64>) {
+    let mut by_id: BTreeMap<u64, Vec<&Delivery>> = BTreeMap::new();
+    for d in log {
+        by_id.entry(d.id).or_default().push(d);
+    }
+    let (mut later, mut unproven) = (Vec::new(), Vec::new());
+    for (id, ds) in by_id.into_iter().filter(|(_, ds)| ds.len() > 1) {
+        let bare: Vec<&&Delivery> = ds.iter().filter(|d| !d.redelivered).collect();
+        let [u] = bare[..] else {
+            if bare.len() > 1 {
+                later.push(id);
+            }
+            continue;
+        };
+        let sent_after = opened.get(&u.conn).copied().unwrap_or(0).max(u.credit);
+        let earlier = ds.iter().filter(|f| f.redelivered && f.at <= u.at);
+        let mut proven = false;
+        let mut seen_before = false;
+        for f in earlier {
+            seen_before = true;
+            proven |= f.conn == u.conn || f.at < sent_after;
+        }
+        if proven {
+            later.push(id);
+        } else if seen_before {
+            unproven.push(id);
+        }
+    }
+    (later, unproven)
 }
 
 /// Moves what the side queue holds into the checked queue, through the
@@ -680,10 +728,16 @@ async fn a_nemesis_loses_nothing() {
     // The drain comes after every live delivery, into the same count.
     let at = c.leader().expect("a leader");
     let Deliveries {
-        mut got,
+        got: live,
         log,
         opened,
     } = std::mem::take(&mut *seen.lock());
+    // The drain's connection opened after every live delivery arrived:
+    // each of its deliveries of a message seen before must be flagged.
+    let mut got: BTreeMap<u64, (u32, bool)> = live
+        .iter()
+        .map(|(id, (times, _))| (*id, (*times, true)))
+        .collect();
     consume_into(&c, at, &mut got).await;
     let lost = history
         .confirmed
@@ -695,7 +749,13 @@ async fn a_nemesis_loses_nothing() {
     for id in history.confirmed.iter().filter(|id| !got.contains_key(id)) {
         lost_by_route[(id % 4) as usize] += 1;
     }
-    let unflagged = got.values().filter(|(t, f)| *t > 1 && !*f).count();
+    let drained_unflagged: Vec<u64> = got
+        .iter()
+        .filter(|(_, (t, f))| *t > 1 && !*f)
+        .map(|(id, _)| *id)
+        .collect();
+    let (later, unproven) = unflagged_later(&log, &opened);
+    let unflagged = later.len() + drained_unflagged.len();
     // When each id was published, on the consumers' clock (0: before).
     let sent: BTreeMap<u64, u32> = history
         .sent_at
@@ -706,8 +766,9 @@ async fn a_nemesis_loses_nothing() {
     let stalls = shared.stalls.load(Ordering::Relaxed);
     eprintln!(
         "nemesis: {:.1} min, {} faults, {} published, {} confirmed, {} lost (direct, ttl, \
-         delayed, side: {:?}), {} duplicates without redelivered, {} delivered in the same period by two connections ({} \
-         connections, {} consumer stalls)",
+         delayed, side: {:?}), {} duplicates without redelivered ({} more whose order is \
+         unproven), {} delivered in the same period by two connections ({} connections, {} \
+         consumer stalls)",
         start.elapsed().as_secs_f64() / 60.0,
         faults.len(),
         history.published.len(),
@@ -715,6 +776,7 @@ async fn a_nemesis_loses_nothing() {
         lost,
         lost_by_route,
         unflagged,
+        unproven.len(),
         overlapping.len(),
         shared.conns.load(Ordering::Relaxed),
         stalls,
@@ -722,12 +784,25 @@ async fn a_nemesis_loses_nothing() {
     if lost > 0 || unflagged > 0 || !overlapping.is_empty() || stalls > 0 {
         keep_logs(&c);
     }
+    if unflagged > 0 || !unproven.is_empty() {
+        let ids = later.iter().chain(&unproven).chain(&drained_unflagged);
+        tell_unflagged(ids, &log, &sent, &opened);
+    }
     assert!(
         history.confirmed.len() > 1000,
         "too few confirmed to mean anything: {}",
         history.confirmed.len()
     );
-    check(&history, &got);
+    check_delivered(&history, &got);
+    assert!(
+        later.is_empty() && drained_unflagged.is_empty(),
+        "delivered again without redelivered, provably after an earlier copy arrived: \
+         {later:?}; in the drain: {drained_unflagged:?} (the live copies were {:?})",
+        drained_unflagged
+            .iter()
+            .map(|id| live.get(id))
+            .collect::<Vec<_>>(),
+    );
     assert!(
         overlapping.is_empty(),
         "delivered by two servers in the same period (id, conn, ms, conn, ms, when the \
@@ -735,6 +810,33 @@ async fn a_nemesis_loses_nothing() {
         &overlapping[..overlapping.len().min(10)]
     );
     c.assert_no_panics();
+}
+
+/// Prints every live delivery of the first 20 of `ids`, for reading
+/// against the nodes' logs (which connection went through which node is
+/// in the `nemesis conn` lines; the drain's own deliveries are not in
+/// `log`).
+fn tell_unflagged<'a>(
+    ids: impl Iterator<Item = &'a u64>,
+    log: &[Delivery],
+    sent: &BTreeMap<u64, u32>,
+    opened: &BTreeMap<u32, u32>,
+) {
+    for &id in ids.take(20) {
+        let sent_at = sent.get(&id).copied().unwrap_or(0);
+        eprintln!("nemesis: message {id} (published at {sent_at} ms), delivered:");
+        for d in log.iter().filter(|d| d.id == id) {
+            eprintln!(
+                "nemesis:   at {} ms on conn {} (opened at {} ms), redelivered {}, its slot \
+                 freed at {} ms",
+                d.at,
+                d.conn,
+                opened.get(&d.conn).copied().unwrap_or(0),
+                d.redelivered,
+                d.credit,
+            );
+        }
+    }
 }
 
 /// Copies every node's log to target/nemesis-logs/ (the cluster's own
@@ -757,6 +859,7 @@ fn same_period_needs_proof_that_the_first_server_still_sent() {
         conn,
         at,
         credit,
+        redelivered: false,
     };
     let sent: BTreeMap<u64, u32> = [(1, 0), (2, 0), (3, 600), (4, 50)].into();
     let opened: BTreeMap<u32, u32> = [(0, 20), (1, 10)].into();
@@ -780,4 +883,39 @@ fn same_period_needs_proof_that_the_first_server_still_sent() {
     // Unless it was published after 0 opened.
     let published_after = [d(4, 0, 100, 0), d(4, 1, 500, 0), d(3, 0, 700, 0)];
     assert_eq!(same_period(&published_after, &sent, &opened).len(), 1);
+}
+
+#[test]
+fn a_copy_without_the_flag_is_late_only_on_proof() {
+    let d = |id, conn, at, credit, redelivered| Delivery {
+        id,
+        conn,
+        at,
+        credit,
+        redelivered,
+    };
+    let opened: BTreeMap<u32, u32> = [(0, 10), (1, 20), (2, 600)].into();
+    // The flagged copy came first on connection 1; the bare one on 0,
+    // which opened earlier, maybe sent first and read late.
+    let reordered = [d(1, 1, 100, 0, true), d(1, 0, 500, 0, false)];
+    assert_eq!(unflagged_later(&reordered, &opened), (vec![], vec![1]));
+    // The bare one came on a connection opened after the flagged arrived.
+    let reopened = [d(2, 1, 100, 0, true), d(2, 2, 700, 0, false)];
+    assert_eq!(unflagged_later(&reopened, &opened), (vec![2], vec![]));
+    // Or into a slot an ack freed after it arrived.
+    let freed = [d(3, 1, 100, 0, true), d(3, 0, 700, 150, false)];
+    assert_eq!(unflagged_later(&freed, &opened), (vec![3], vec![]));
+    // Or on the same connection, after it.
+    let same = [d(4, 0, 100, 0, true), d(4, 0, 200, 0, false)];
+    assert_eq!(unflagged_later(&same, &opened), (vec![4], vec![]));
+    // Two bare copies: one of them was sent later.
+    let both = [d(5, 0, 100, 0, false), d(5, 1, 200, 0, false)];
+    assert_eq!(unflagged_later(&both, &opened), (vec![5], vec![]));
+    // The bare copy first, then flagged ones: as it should be.
+    let fine = [
+        d(6, 0, 100, 0, false),
+        d(6, 1, 200, 0, true),
+        d(6, 2, 900, 0, true),
+    ];
+    assert_eq!(unflagged_later(&fine, &opened), (vec![], vec![]));
 }
