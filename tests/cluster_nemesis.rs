@@ -781,12 +781,13 @@ async fn a_nemesis_loses_nothing() {
         shared.conns.load(Ordering::Relaxed),
         stalls,
     );
-    if lost > 0 || unflagged > 0 || !overlapping.is_empty() || stalls > 0 {
+    if lost > 0 || unflagged > 0 || !unproven.is_empty() || !overlapping.is_empty() || stalls > 0 {
         keep_logs(&c);
     }
     if unflagged > 0 || !unproven.is_empty() {
         let ids = later.iter().chain(&unproven).chain(&drained_unflagged);
         tell_unflagged(ids, &log, &sent, &opened);
+        tell_unproven(&unproven, &log);
     }
     assert!(
         history.confirmed.len() > 1000,
@@ -836,6 +837,30 @@ fn tell_unflagged<'a>(
                 d.credit,
             );
         }
+    }
+}
+
+/// Sums up the copies without the flag whose order is unproven, by the
+/// connection that took one and the connection that had taken a flagged
+/// copy first: each pair is one episode to read in the nodes' logs.
+fn tell_unproven(unproven: &[u64], log: &[Delivery]) {
+    let ids: std::collections::BTreeSet<u64> = unproven.iter().copied().collect();
+    let mut firsts: BTreeMap<u64, &Delivery> = BTreeMap::new();
+    for d in log.iter().filter(|d| d.redelivered && ids.contains(&d.id)) {
+        firsts.entry(d.id).or_insert(d);
+    }
+    // (bare conn, flagged conn) -> (copies, first and last bare arrival)
+    let mut pairs: BTreeMap<(u32, u32), (u32, u32, u32)> = BTreeMap::new();
+    for u in log.iter().filter(|d| !d.redelivered && ids.contains(&d.id)) {
+        let Some(f) = firsts.get(&u.id) else { continue };
+        let e = pairs.entry((u.conn, f.conn)).or_insert((0, u.at, u.at));
+        *e = (e.0 + 1, e.1.min(u.at), e.2.max(u.at));
+    }
+    for ((bare, flagged), (n, from, to)) in pairs.into_iter().take(50) {
+        eprintln!(
+            "nemesis: {n} copies without the flag on conn {bare} from {from} to {to} ms, \
+             after flagged copies on conn {flagged}"
+        );
     }
 }
 
