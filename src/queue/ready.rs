@@ -188,6 +188,13 @@ impl Ready {
         let e = std::mem::replace(slot, tombstone);
         self.tombstones += 1;
         self.mem_bytes -= e.msg.body().len();
+        // Tombstones at the head go at once: in a queue nobody consumes,
+        // nothing else pops them, and memory full of them left no room
+        // to read the paged tail back, so its messages never expired.
+        while self.mem.front().is_some_and(Entry::is_tombstone) {
+            self.mem.pop_front();
+            self.tombstones -= 1;
+        }
         Some(e)
     }
 
@@ -635,5 +642,22 @@ mod expiry_tests {
             .collect();
         assert_eq!(order, vec![1, 2, 3, 5, 6, 8, 9, 10]);
         assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn messages_expired_at_the_head_leave_no_tombstones() {
+        let mut r = Ready::default();
+        for seq in 1..=10 {
+            r.push_back(entry(seq), None).unwrap();
+        }
+        assert!(r.remove(2).is_some());
+        assert_eq!(r.mem.len(), 10, "a tombstone behind a live head stays");
+        assert!(r.remove(1).is_some());
+        assert_eq!(r.mem.len(), 8, "the head's tombstones go with it");
+        for seq in 3..=10 {
+            assert!(r.remove(seq).is_some());
+        }
+        assert!(r.mem.is_empty(), "room to read a paged tail back");
+        assert_eq!((r.tombstones, r.len()), (0, 0));
     }
 }
