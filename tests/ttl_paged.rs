@@ -26,19 +26,25 @@ fn durable() -> QueueDeclareOptions {
 
 /// Publishes COUNT persistent 4 KiB messages to `queue`, confirmed.
 async fn fill(ch: &lapin::Channel, queue: &str) {
+    publish(ch, queue, COUNT, BasicProperties::default()).await;
+}
+
+/// Publishes `n` persistent 4 KiB messages with `props` to `queue`,
+/// confirmed.
+async fn publish(ch: &lapin::Channel, queue: &str, n: u32, props: BasicProperties) {
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();
     let body = vec![b'x'; SIZE];
     let mut confirms = Vec::new();
-    for _ in 0..COUNT {
+    for _ in 0..n {
         let c = ch
             .basic_publish(
                 "".into(),
                 queue.into(),
                 BasicPublishOptions::default(),
                 &body,
-                BasicProperties::default().with_delivery_mode(2),
+                props.clone().with_delivery_mode(2),
             )
             .await
             .unwrap();
@@ -108,4 +114,32 @@ async fn a_message_ttl_set_after_paging_expires_the_paged_messages() {
     assert!(put.status().is_success(), "{}", put.status());
     assert_eq!(settle(&ch, "dead", COUNT).await, COUNT, "all dead-lettered");
     assert_eq!(message_count(&ch, "delay").await, 0);
+}
+
+/// Messages that expire deep in the stored tail while memory already
+/// holds twice its bound of messages that do not: the expiry timer cannot
+/// read them back yet. It used to drop their deadlines, so once a consumer
+/// made room they stayed in the queue, expired, until a consumer reached
+/// them; now they wait aside and expire as soon as there is room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_expiring_past_a_full_memory_expire_once_there_is_room() {
+    let b = start().await;
+    let (_c, ch) = b.channel().await;
+    dead_letter_queue(&ch, None).await;
+    // 9,000 that never expire: 4,096 fill memory (16 MiB), the rest wait
+    // in the store; the timer reads 4,096 of them back on its way to the
+    // expiring ones, then memory is full (32 MiB).
+    publish(&ch, "delay", 9000, BasicProperties::default()).await;
+    let expiring = BasicProperties::default().with_expiration("1".into());
+    publish(&ch, "delay", 2000, expiring).await;
+    // A consumer takes 4,000 of the head: room for the rest.
+    for _ in 0..4000 {
+        let got = ch
+            .basic_get("delay".into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap();
+        assert!(got.is_some(), "the head is there");
+    }
+    assert_eq!(settle(&ch, "dead", 2000).await, 2000, "all dead-lettered");
+    assert_eq!(message_count(&ch, "delay").await, 5000, "the rest wait");
 }

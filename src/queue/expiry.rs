@@ -1,8 +1,8 @@
 //! Timers of a queue: message TTL (every message is removed at its
 //! deadline wherever it sits in the queue, not only at the head as in
 //! RabbitMQ; a message paged out of memory is read back for it, from the
-//! head of the stored tail: ready.rs `read_through`) and x-expires (the
-//! queue goes after it was unused that long).
+//! head of the stored tail, when memory has room: ready.rs `read_through`)
+//! and x-expires (the queue goes after it was unused that long).
 //! Each is one tokio task holding only a weak reference, so a deleted queue
 //! takes its timers with it.
 
@@ -102,8 +102,9 @@ impl Queue {
         // Deadlines of messages consumed before they expired stay in the
         // heap until due; when they far outnumber the ready messages,
         // rebuild it from what is actually waiting.
-        if st.expiry.len() > 2 * st.ready.len() + 1024 {
+        if st.expiry.len() + st.expiry_deferred.len() > 2 * st.ready.len() + 1024 {
             st.expiry = st.ready.deadlines().map(Reverse).collect();
+            st.expiry_deferred.clear();
         }
         let earliest = st.expiry.peek().map(|Reverse((d, _))| *d);
         st.expiry.push(Reverse((deadline, seq)));
@@ -122,6 +123,14 @@ impl Queue {
         // Bounded work per pass, so the lock is never held for long; the
         // timer comes straight back for the rest.
         let mut budget: usize = 10_000;
+        // Deadlines set aside for want of room come back once there is.
+        while budget > 0 && st.ready.has_room() {
+            let Some(due) = st.expiry_deferred.pop() else {
+                break;
+            };
+            budget -= 1;
+            st.expiry.push(due);
+        }
         while let Some(&Reverse((deadline, seq))) = st.expiry.peek() {
             if deadline > now || budget == 0 {
                 break;
@@ -129,6 +138,13 @@ impl Queue {
             budget -= 1;
             st.expiry.pop();
             if st.ready.in_tail(seq) {
+                if !st.ready.has_room() {
+                    // Memory holds twice its bound of live messages: the
+                    // message waits in the store until consumers or expiry
+                    // make room (checked at least once a second below).
+                    st.expiry_deferred.push(Reverse((deadline, seq)));
+                    continue;
+                }
                 // Paged out: read the tail's head back toward it, a batch
                 // per turn; what is read is due in turn (some already are).
                 let read = self.pager().and_then(|p| st.ready.read_through(seq, &p));
@@ -145,7 +161,10 @@ impl Queue {
                 st.dead.push((entry, Reason::Expired));
             }
         }
-        let next = st.expiry.peek().map(|Reverse((d, _))| *d);
+        let mut next = st.expiry.peek().map(|Reverse((d, _))| *d);
+        if !st.expiry_deferred.is_empty() {
+            next = Some(next.map_or(now + 1000, |d| d.min(now + 1000)));
+        }
         if next.is_none() {
             st.timer_running = false;
         }

@@ -129,6 +129,9 @@ struct State {
     unacked_bytes: usize,
     /// Deadlines of messages with a TTL: (deadline ms, seq).
     expiry: BinaryHeap<Reverse<(u64, u64)>>,
+    /// Due deadlines of paged-out messages that memory had no room to
+    /// read back yet (expiry.rs `expire_due`).
+    expiry_deferred: BinaryHeap<Reverse<(u64, u64)>>,
     /// Whether the expiry timer task runs.
     timer_running: bool,
     /// Messages to dead-letter once the lock is released.
@@ -177,6 +180,7 @@ impl Queue {
                 unacked: 0,
                 unacked_bytes: 0,
                 expiry: BinaryHeap::new(),
+                expiry_deferred: BinaryHeap::new(),
                 timer_running: false,
                 dead: Vec::new(),
                 uncommitted: Default::default(),
@@ -360,6 +364,7 @@ impl Queue {
         let count = st.ready.len() as u32;
         st.ready.clear();
         st.expiry.clear();
+        st.expiry_deferred.clear();
         self.timer.notify_one();
         Deleted {
             count,

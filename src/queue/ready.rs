@@ -28,6 +28,8 @@ const MEM_BYTES: usize = 16 << 20;
 const MEM_COUNT: usize = 64 * 1024;
 /// Messages read back from the store at a time.
 const REFILL: usize = 2048;
+/// Tombstones behind a live head are swept out past this many.
+const COMPACT_AT: usize = 1024;
 
 /// The part of the queue that lives only in the store.
 #[derive(Debug, Default, Clone, Copy)]
@@ -195,7 +197,20 @@ impl Ready {
             self.mem.pop_front();
             self.tombstones -= 1;
         }
+        // Those behind a live head go once they are half of memory (each
+        // sweep pays for the tombstones made since the last), so a head
+        // that never expires cannot pile them up without bound.
+        if self.tombstones > COMPACT_AT && 2 * self.tombstones > self.mem.len() {
+            self.mem.retain(|e| !e.is_tombstone());
+            self.tombstones = 0;
+        }
         Some(e)
+    }
+
+    /// Whether memory has room to read more of the stored tail back for
+    /// expiry: live messages (not tombstones) under twice the bound.
+    pub fn has_room(&self) -> bool {
+        self.mem_bytes < 2 * MEM_BYTES && self.mem.len() - self.tombstones < 2 * MEM_COUNT
     }
 
     fn over_bound(&self) -> bool {
@@ -338,18 +353,17 @@ impl Ready {
     }
 
     /// A TTL ran out at `seq`, in the stored tail: reads the next batch of
-    /// the tail's head into memory, toward it, while memory holds less than
-    /// twice the bound (a message deeper than that expires when it is read
-    /// back, as RabbitMQ expires only at the head); the caller comes back
-    /// while `seq` is still in the tail, within its bounded pass. Returns, if it read anything, the (deadline, seq) of what it
-    /// read that has a deadline, and of the tail's new head where a
-    /// message-ttl set after paging gives one, for the expiry heap.
-    /// Without it a queue nobody consumes kept every message paged out
-    /// past its TTL for good.
+    /// the tail's head into memory, toward it, while memory has room
+    /// (`has_room`; without it the caller keeps the deadline aside and
+    /// tries again once consumers or expiry make room); the caller comes
+    /// back while `seq` is still in the tail, within its bounded pass.
+    /// Returns, if it read anything, the (deadline, seq) of what it read
+    /// that has a deadline, and of the tail's new head where a message-ttl
+    /// set after paging gives one, for the expiry heap. Without it a queue
+    /// nobody consumes kept every message paged out past its TTL for good.
     pub fn read_through(&mut self, seq: u64, p: &Pager<'_>) -> Option<Vec<(u64, u64)>> {
-        let room = self.mem_bytes < 2 * MEM_BYTES && self.mem.len() < 2 * MEM_COUNT;
         let from = self.mem.len();
-        if !(self.in_tail(seq) && room && self.refill(p)) {
+        if !(self.in_tail(seq) && self.has_room() && self.refill(p)) {
             return None;
         }
         let mut due: Vec<(u64, u64)> = self
@@ -659,5 +673,27 @@ mod expiry_tests {
         }
         assert!(r.mem.is_empty(), "room to read a paged tail back");
         assert_eq!((r.tombstones, r.len()), (0, 0));
+    }
+
+    #[test]
+    fn tombstones_behind_a_live_head_are_swept_and_leave_room() {
+        let mut r = Ready::default();
+        let n = 2 * MEM_COUNT as u64;
+        for seq in 1..=n {
+            r.push_back(entry(seq), None).unwrap();
+        }
+        assert!(!r.has_room(), "twice the bound of live messages");
+        for seq in 2..=n {
+            assert!(r.remove(seq).is_some());
+        }
+        assert!(r.has_room(), "tombstones take no room");
+        assert!(
+            r.mem.len() <= 2 * COMPACT_AT + 1,
+            "swept: {} entries left for one live message",
+            r.mem.len()
+        );
+        assert_eq!(r.len(), 1);
+        assert_eq!(r.pop_front(None).map(|e| e.seq), Some(1));
+        assert!(r.pop_front(None).is_none());
     }
 }

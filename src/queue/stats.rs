@@ -136,7 +136,8 @@ impl Queue {
             + st.unacked * (std::mem::size_of::<super::Unacked>() + Message::OVERHEAD)
             + st.unacked_bytes
             + st.consumers.len() * std::mem::size_of::<super::Consumer>()
-            + st.expiry.capacity() * std::mem::size_of::<(u64, u64)>();
+            + (st.expiry.capacity() + st.expiry_deferred.capacity())
+                * std::mem::size_of::<(u64, u64)>();
         Snapshot {
             ready: st.ready.len() as u64,
             unacked: st.unacked as u64,
