@@ -6,8 +6,9 @@
 //! up with the publishers read a batch without it, the queue took it for
 //! gone ("fewer than we counted"), and it stayed invisible until a
 //! restart, then came out of order. The same held for the copies a queue
-//! writes at once (dead-lettering, delayed releases). No fault is needed:
-//! a consumer that keeps up with a publisher past the bound is enough.
+//! writes at once (dead-lettering, delayed releases) and for moves. No
+//! fault is needed: a consumer that keeps up with a publisher past the
+//! bound is enough.
 //! Under this load no leader steps down (one did, for a backlog of
 //! commits, before the watchdog watched the sync's progress instead).
 
@@ -17,6 +18,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cluster_support::api::http;
 use cluster_support::total::durable;
 use cluster_support::Cluster;
 use futures::StreamExt;
@@ -26,29 +28,69 @@ use lapin::{BasicProperties, Channel};
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Bodies of 4 KiB: 6,000 of them are past a queue's 16 MiB in memory.
-const BODY: usize = 4096;
-const BEFORE: u64 = 6000;
-const DURING: u64 = 6000;
+/// How much to publish. By default 4 KiB bodies, 6,000 before the
+/// consumer and 6,000 while it consumes: past a queue's 16 MiB in memory.
+/// `WARREN_PAGING_LOAD=issue` runs the load that found the bug (issue 23):
+/// 256-byte bodies, 120,000 then 60,000, past the 64k messages in memory.
+#[derive(Clone, Copy)]
+struct Load {
+    body: usize,
+    before: u64,
+    during: u64,
+}
 
-fn body(id: u64) -> Vec<u8> {
-    let mut b = vec![b'x'; BODY];
+fn load() -> Load {
+    match std::env::var("WARREN_PAGING_LOAD").as_deref() {
+        Err(_) | Ok("" | "default") => Load {
+            body: 4096,
+            before: 6000,
+            during: 6000,
+        },
+        Ok("issue") => Load {
+            body: 256,
+            before: 120_000,
+            during: 60_000,
+        },
+        Ok(other) => panic!("WARREN_PAGING_LOAD={other}: use issue or default"),
+    }
+}
+
+fn body(id: u64, size: usize) -> Vec<u8> {
+    let mut b = vec![b'x'; size];
     b[..8].copy_from_slice(&id.to_be_bytes());
     b
 }
 
-/// Publishes ids `from..to` to `exchange`/`key` with pipelined confirms;
+/// Where the messages go and where they are consumed from.
+struct Route<'a> {
+    exchange: &'a str,
+    key: &'a str,
+    /// Headers of every message (x-delay for a delayed-message exchange).
+    headers: FieldTable,
+    /// Published to this queue, then moved into `queue` through the API
+    /// after each batch (queue/transfer.rs).
+    moved_from: Option<&'a str>,
+    /// The queue consumed.
+    queue: &'a str,
+    /// Whether they must come in publish order.
+    ordered: bool,
+}
+
+/// Publishes ids `from..to` through `route` with pipelined confirms;
 /// every one must be confirmed.
-async fn publish(ch: &Channel, exchange: &str, key: &str, from: u64, to: u64) {
+async fn publish(ch: &Channel, route: &Route<'_>, size: usize, from: u64, to: u64) {
     let mut window = VecDeque::new();
+    let props = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_headers(route.headers.clone());
     for id in from..to {
         let confirm = ch
             .basic_publish(
-                exchange.into(),
-                key.into(),
+                route.exchange.into(),
+                route.key.into(),
                 BasicPublishOptions::default(),
-                &body(id),
-                BasicProperties::default().with_delivery_mode(2),
+                &body(id, size),
+                props.clone(),
             )
             .await
             .expect("publish");
@@ -64,7 +106,21 @@ async fn publish(ch: &Channel, exchange: &str, key: &str, from: u64, to: u64) {
     }
 }
 
-/// Consumes `queue` until `n` messages came (or none for 15 s): their ids
+/// Moves every ready message of `from` into `to` on node `at`.
+async fn move_all(cluster: &Cluster, at: usize, from: &str, to: &str) {
+    let r = http()
+        .post(format!("{}/api/queues/%2F/{from}/actions", cluster.api(at)))
+        .basic_auth("guest", Some("guest"))
+        .json(&serde_json::json!({"action": "move", "destination": to}))
+        .send()
+        .await
+        .expect("the API answers");
+    let status = r.status();
+    let answer = r.text().await.unwrap_or_default();
+    assert!(status.is_success(), "move: {status} {answer}");
+}
+
+/// Consumes `queue` until `n` messages came (or none for 30 s): their ids
 /// in delivery order.
 async fn consume(ch: &Channel, queue: &str, n: u64) -> Vec<u64> {
     ch.basic_qos(1000, BasicQosOptions::default())
@@ -81,7 +137,7 @@ async fn consume(ch: &Channel, queue: &str, n: u64) -> Vec<u64> {
         .unwrap();
     let mut got = Vec::new();
     while (got.len() as u64) < n {
-        let next = tokio::time::timeout(Duration::from_secs(15), consumer.next()).await;
+        let next = tokio::time::timeout(Duration::from_secs(30), consumer.next()).await;
         let Ok(Some(Ok(d))) = next else { break };
         let id = u64::from_be_bytes(d.data[..8].try_into().unwrap());
         got.push(id);
@@ -90,16 +146,15 @@ async fn consume(ch: &Channel, queue: &str, n: u64) -> Vec<u64> {
     got
 }
 
-/// Publishes `BEFORE` messages with no consumer, then consumes `queue`
-/// while `DURING` more are published: every one must come once, and in
-/// order if `ordered`.
-async fn past_the_bound(
-    exchange: &str,
-    key: &str,
-    queue: &str,
-    ordered: bool,
-    declare: impl AsyncFnOnce(&Channel),
-) {
+/// Publishes `before` messages with no consumer, then consumes the
+/// route's queue while `during` more are published: every one must come
+/// once, and in order if the route says so.
+async fn past_the_bound(route: Route<'_>, declare: impl AsyncFnOnce(&Channel)) {
+    let Load {
+        body: size,
+        before,
+        during,
+    } = load();
     let cluster = Arc::new(Cluster::start(3));
     let (leader, _) = cluster.wait_leader(0, Duration::from_secs(30)).await;
     let conn = cluster
@@ -111,20 +166,26 @@ async fn past_the_bound(
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();
-    publish(&ch, exchange, key, 0, BEFORE).await;
+    publish(&ch, &route, size, 0, before).await;
+    if let Some(from) = route.moved_from {
+        move_all(&cluster, leader, from, route.queue).await;
+    }
     let consumer_conn = cluster
         .connect(leader, Duration::from_secs(30))
         .await
         .expect("connect");
     let cch = consumer_conn.create_channel().await.unwrap();
-    let total = BEFORE + DURING;
+    let total = before + during;
     let consuming = tokio::spawn({
-        let queue = queue.to_string();
+        let queue = route.queue.to_string();
         async move { consume(&cch, &queue, total).await }
     });
-    publish(&ch, exchange, key, BEFORE, total).await;
+    publish(&ch, &route, size, before, total).await;
+    if let Some(from) = route.moved_from {
+        move_all(&cluster, leader, from, route.queue).await;
+    }
     let mut got = consuming.await.unwrap();
-    if !ordered {
+    if !route.ordered {
         got.sort_unstable();
     }
     let seen: std::collections::HashSet<u64> = got.iter().copied().collect();
@@ -148,13 +209,28 @@ async fn past_the_bound(
     cluster.assert_no_panics();
 }
 
+fn direct<'a>(key: &'a str) -> Route<'a> {
+    Route {
+        exchange: "",
+        key,
+        headers: FieldTable::default(),
+        moved_from: None,
+        queue: key,
+        ordered: true,
+    }
+}
+
+async fn declare_durable(ch: &Channel, name: &str, args: FieldTable) {
+    ch.queue_declare(name.into(), durable(), args)
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paged_out_messages_are_delivered_in_order_without_a_restart() {
     let _one = ONE_AT_A_TIME.lock().await;
-    past_the_bound("", "paged", "paged", true, async |ch: &Channel| {
-        ch.queue_declare("paged".into(), durable(), FieldTable::default())
-            .await
-            .unwrap();
+    past_the_bound(direct("paged"), async |ch: &Channel| {
+        declare_durable(ch, "paged", FieldTable::default()).await;
     })
     .await;
 }
@@ -164,10 +240,13 @@ async fn dead_lettered_copies_past_the_bound_are_all_delivered() {
     let _one = ONE_AT_A_TIME.lock().await;
     // Not in order: the expiry timer and a publish may each dead-letter a
     // batch at once (RabbitMQ does not promise dead-lettered order either).
-    past_the_bound("", "expiring", "dead", false, async |ch: &Channel| {
-        ch.queue_declare("dead".into(), durable(), FieldTable::default())
-            .await
-            .unwrap();
+    let route = Route {
+        queue: "dead",
+        ordered: false,
+        ..direct("expiring")
+    };
+    past_the_bound(route, async |ch: &Channel| {
+        declare_durable(ch, "dead", FieldTable::default()).await;
         // Every message expires at once and is dead-lettered to "dead":
         // each copy there is written at once (push_written).
         let mut args = FieldTable::default();
@@ -180,9 +259,71 @@ async fn dead_lettered_copies_past_the_bound_are_all_delivered() {
             "x-dead-letter-routing-key".into(),
             AMQPValue::LongString("dead".into()),
         );
-        ch.queue_declare("expiring".into(), durable(), args)
-            .await
-            .unwrap();
+        declare_durable(ch, "expiring", args).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_releases_past_the_bound_are_all_delivered() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    // Held 1 ms by a delayed-message exchange, then released into "due":
+    // each release is written at once (push_written). Released as their
+    // timers fire, so not promised in order (nor by the plugin).
+    let mut headers = FieldTable::default();
+    headers.insert("x-delay".into(), AMQPValue::LongInt(1));
+    let route = Route {
+        exchange: "later",
+        key: "k",
+        headers,
+        moved_from: None,
+        queue: "due",
+        ordered: false,
+    };
+    past_the_bound(route, async |ch: &Channel| {
+        let mut args = FieldTable::default();
+        args.insert(
+            "x-delayed-type".into(),
+            AMQPValue::LongString("direct".into()),
+        );
+        ch.exchange_declare(
+            "later".into(),
+            lapin::ExchangeKind::Custom("x-delayed-message".into()),
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            args,
+        )
+        .await
+        .unwrap();
+        declare_durable(ch, "due", FieldTable::default()).await;
+        ch.queue_bind(
+            "due".into(),
+            "later".into(),
+            "k".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moved_messages_past_the_bound_are_delivered_in_order() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    // Published to "parked", moved to "moved" through the API before the
+    // consumer starts and again while it consumes.
+    let route = Route {
+        moved_from: Some("parked"),
+        queue: "moved",
+        ..direct("parked")
+    };
+    past_the_bound(route, async |ch: &Channel| {
+        declare_durable(ch, "parked", FieldTable::default()).await;
+        declare_durable(ch, "moved", FieldTable::default()).await;
     })
     .await;
 }
