@@ -373,21 +373,26 @@ impl Entries {
         Ok(())
     }
 
-    /// Removes every entry up to `index`.
-    pub fn purge(&self, index: u64) -> std::io::Result<()> {
-        let gone: Vec<u64> = {
-            let mut inner = self.inner.lock();
-            let kept = inner.on_disk.split_off(&(index + 1));
-            let gone = std::mem::replace(&mut inner.on_disk, kept);
-            let kept = inner.sizes.split_off(&(index + 1));
-            inner.sizes = kept;
-            let kept = inner.cache.split_off(&(index + 1));
-            let dropped = std::mem::replace(&mut inner.cache, kept);
-            inner.cached_bytes -= dropped.values().map(weight).sum::<usize>();
-            gone.into_keys().collect()
-        };
-        // Oldest first: a crash midway leaves a log with no hole.
-        for i in gone {
+    /// Forgets every entry up to `index`: no read sees them from now on.
+    /// Returns their indexes, oldest first, for `remove_files` once what
+    /// replaces them is durable (log.rs `purge`).
+    pub fn forget(&self, index: u64) -> Vec<u64> {
+        let mut inner = self.inner.lock();
+        let kept = inner.on_disk.split_off(&(index + 1));
+        let gone = std::mem::replace(&mut inner.on_disk, kept);
+        let kept = inner.sizes.split_off(&(index + 1));
+        inner.sizes = kept;
+        let kept = inner.cache.split_off(&(index + 1));
+        let dropped = std::mem::replace(&mut inner.cache, kept);
+        inner.cached_bytes -= dropped.values().map(weight).sum::<usize>();
+        gone.into_keys().collect()
+    }
+
+    /// Removes the files of forgotten entries, oldest first: a crash
+    /// midway leaves a log with no hole (what stays below the purged id
+    /// nothing reads, and the next start's first purge removes).
+    pub fn remove_files(&self, gone: &[u64]) -> std::io::Result<()> {
+        for &i in gone {
             remove(&self.path(i))?;
         }
         Ok(())
@@ -449,7 +454,8 @@ mod tests {
         assert_eq!(e.range(2..4).unwrap().len(), 2);
         assert_eq!(e.last().map(|l| l.index), Some(5));
         e.truncate(5).unwrap();
-        e.purge(1).unwrap();
+        let gone = e.forget(1);
+        e.remove_files(&gone).unwrap();
         assert_eq!(e.len(), 3);
         drop(e);
         // Read back from the files (nothing cached).

@@ -11,11 +11,16 @@
 //! programs' on the same disk.
 //!
 //! The rarer writes that must be durable before openraft goes on (a vote,
-//! a truncation, a purge) take the store's whole sync (sled's flush, then
-//! syncfs of the data directory's filesystem: store/sync.rs), which also
-//! makes the applied state durable before a purge drops the entries that
-//! would rebuild it. The committed id is not synced (openraft does not
-//! need it to be); sled flushes it with everything else every 500 ms.
+//! a truncation) take the store's whole sync (sled's flush, then syncfs of
+//! the data directory's filesystem: store/sync.rs). A purge does not make
+//! openraft wait: the entries are forgotten at once, and the log's purge
+//! thread removes their files only after such a sync, which makes the
+//! purged id and the applied state that replaces them durable first.
+//! Under load that sync and the removal of a few hundred MiB of files took
+//! long enough that members purging together (they snapshot at the same
+//! index) answered no heartbeat, and the leader stepped down. The
+//! committed id is not synced (openraft does not need it to be); sled
+//! flushes it with everything else every 500 ms.
 
 use std::ops::RangeBounds;
 use std::sync::mpsc;
@@ -43,6 +48,8 @@ pub struct LogStore {
     meta: sled::Tree,
     syncer: Arc<dyn Syncer>,
     flushes: mpsc::Sender<Done>,
+    /// Indexes of purged entries whose files are to go (`purge_loop`).
+    purges: mpsc::Sender<Vec<u64>>,
     /// The last committed index openraft saved (metrics).
     committed: Arc<std::sync::atomic::AtomicU64>,
     /// When the appends' sync under way began (monotonic ms, plus one;
@@ -67,11 +74,17 @@ impl LogStore {
         std::thread::Builder::new()
             .name("raft-log-sync".into())
             .spawn(move || sync_loop(rx, &since, &entries))?;
+        let (purges, rx) = mpsc::channel::<Vec<u64>>();
+        let (entries, durable) = (Arc::clone(&log), Arc::clone(&syncer));
+        std::thread::Builder::new()
+            .name("raft-log-purge".into())
+            .spawn(move || purge_loop(rx, durable.as_ref(), &entries))?;
         Ok(LogStore {
             log,
             meta: db.open_tree("raft_meta")?,
             syncer,
             flushes,
+            purges,
             committed: Arc::default(),
             sync_since,
         })
@@ -173,6 +186,29 @@ fn sync_loop(rx: mpsc::Receiver<Done>, since: &std::sync::atomic::AtomicU64, log
                 Ok(()) => Ok(()),
                 Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
             });
+        }
+    }
+}
+
+/// Removes the files of purged entries, oldest first, each batch after a
+/// sync of the whole store (the purged id, and the applied state that
+/// replaces the entries, are durable before any file goes). What cannot
+/// be removed now is tried again with the next batch, so no hole opens.
+fn purge_loop(rx: mpsc::Receiver<Vec<u64>>, syncer: &dyn Syncer, log: &Entries) {
+    let mut pending: Vec<u64> = Vec::new();
+    while let Ok(first) = rx.recv() {
+        pending.extend(first);
+        pending.extend(rx.try_iter().flatten());
+        let removed = syncer
+            .sync()
+            .map_err(|e| format!("cannot sync the store: {e}"))
+            .and_then(|()| log.remove_files(&pending).map_err(|e| e.to_string()));
+        match removed {
+            Ok(()) => pending.clear(),
+            Err(e) => tracing::warn!(
+                entries = pending.len(),
+                "purged Raft log entries keep their files for now: {e}"
+            ),
         }
     }
 }
@@ -353,12 +389,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError> {
-        // The purged id first, and durable (with the snapshot and applied
-        // ids written before it) before any file goes: a crash midway leaves
-        // files below it, which nothing reads and the next purge removes.
+        // The purged id first; the purge thread makes it durable (with the
+        // snapshot and applied ids written before it) before any file
+        // goes: a crash midway leaves files below it, which nothing reads
+        // and the next purge removes.
         self.put_meta(PURGED, &log_id)?;
-        self.sync().await?;
-        self.log.purge(log_id.index).map_err(storage_error)
+        let gone = self.log.forget(log_id.index);
+        self.purges
+            .send(gone)
+            .map_err(|_| storage_error("the log's purge thread stopped"))
     }
 }
 
@@ -443,5 +482,62 @@ mod tests {
         // What the sync covered is recorded.
         let synced = std::fs::read(dir.path().join("raft-log").join("synced")).unwrap();
         assert_eq!(u64::from_be_bytes(synced.try_into().unwrap()), 3);
+    }
+
+    #[tokio::test]
+    async fn a_purge_does_not_wait_for_the_sync_and_removes_files_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let busy = Arc::new(Busy {
+            released: parking_lot::Mutex::new(false),
+            release: parking_lot::Condvar::new(),
+        });
+        let mut log = LogStore::open(&db, &dir.path().join("raft-log"), busy.clone()).unwrap();
+        let entries: Vec<Entry<TypeConfig>> = (1..=5)
+            .map(|i| Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 1), i),
+                payload: EntryPayload::Normal(Batch(vec![1u8; 64].into())),
+            })
+            .collect();
+        log.log.append(entries).unwrap();
+        let files = || {
+            std::fs::read_dir(dir.path().join("raft-log"))
+                .unwrap()
+                .count()
+        };
+        let before = files();
+        // Returns while the store's sync is held up (the timeout only
+        // keeps a broken build from hanging).
+        let purged = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            log.purge(LogId::new(CommittedLeaderId::new(1, 1), 3)),
+        )
+        .await;
+        let release = || {
+            *busy.released.lock() = true;
+            busy.release.notify_all();
+        };
+        if !matches!(purged, Ok(Ok(()))) {
+            release();
+            panic!("purge waited for the sync");
+        }
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id.map(|l| l.index), Some(3));
+        let left = log.try_get_log_entries(..).await.unwrap();
+        assert_eq!(
+            left.iter().map(|e| e.log_id.index).collect::<Vec<_>>(),
+            [4, 5]
+        );
+        assert_eq!(files(), before, "no file goes before the sync");
+        release();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while files() != before - 3 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(
+            files(),
+            before - 3,
+            "the purged entries' files went after it"
+        );
     }
 }
