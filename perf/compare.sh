@@ -5,7 +5,7 @@
 #
 # Everything listens on and talks to 127.0.0.1 only. See perf/README.md for the knobs; the main
 # ones are environment variables:
-#   ROUNDS=2  DURATION=10  SCENARIOS="10 1 2 3 4 5 6 7 8 9"  DRAIN_N=1000000  BACKLOG_N=5000000
+#   ROUNDS=2  DURATION=10  SCENARIOS="10 1 2 3 4 5 5p 6 7 8 9"  DRAIN_N=1000000  BACKLOG_N=5000000
 #   IDLE_N=1000  IDLE_HOLD=10  WARREN=1 (0: RabbitMQ only)  SKIP_BUILD=0  KEEP_WORK=0
 #   RMQ_PORT=5801 RMQ_DIST_PORT=5802 WARREN_PORT=5803  CARGO_TARGET_DIR  WARREN_ARGS=""
 #   RMQ_TLS_PORT=5804 WARREN_TLS_PORT=5805 (scenarios 1t and 5t: 1 and 5 over TLS)
@@ -20,7 +20,7 @@ REPO=$(dirname "$HERE")
 
 ROUNDS=${ROUNDS:-2}
 DURATION=${DURATION:-10}
-SCENARIOS=${SCENARIOS:-"10 1 2 3 4 5 6 7 8 9"}
+SCENARIOS=${SCENARIOS:-"10 1 2 3 4 5 5p 6 7 8 9"}
 DRAIN_N=${DRAIN_N:-1000000}
 BACKLOG_N=${BACKLOG_N:-5000000}
 IDLE_N=${IDLE_N:-1000}
@@ -390,6 +390,8 @@ scenario() {
         ;;
     5) load_scenario "$b" 5 "s5=confirmed_rate s5c=consumed_rate" --producers 1 --consumers 1 \
         --size 1024 --persistent --durable-queues --confirm 1000 --multi-ack 100 --qos 1000 ;;
+    5p) load_scenario "$b" 5p "s5p=confirmed_rate" --producer-only --producers 1 --size 1024 \
+        --persistent --durable-queues --confirm 1000 ;;
     6) load_scenario "$b" 6 "s6=consumed_rate" --producers 1 --fanout 10 --size 256 --autoack ;;
     7) load_scenario "$b" 7 "s7=consumed_rate" --producers 4 --consumers 4 --queues 4 --size 256 \
         --autoack ;;
@@ -408,7 +410,10 @@ scenario() {
         record_json s9first "$b" publish_rate_first_interval "$f"
         record_json s9last "$b" publish_rate_last_interval "$f"
         record s9rss "$b" "$(($(rss_kb "$(broker_pid "$b")") / 1024))"
-        record s9disk "$b" "$(($(du -sk "$(data_dir "$b")" 2>/dev/null | cut -f1) / 1024))"
+        local kb
+        kb=$(du -sk "$(data_dir "$b")" 2>/dev/null | cut -f1)
+        record s9disk "$b" "$((kb / 1024))"
+        record s9permsg "$b" "$(awk -v k="$kb" -v n="$BACKLOG_N" 'BEGIN {printf "%.0f", k * 1024 / n}')"
         f=$WORK/s9drain.$b.json
         phase_begin "$b"
         run_perf "$b" "$f" "$t" --consumer-only --drain --durable-queues --multi-ack 100 --qos 1000 \
@@ -529,6 +534,7 @@ report() {
             row s5 "5  persistent 1 KiB confirm+ack (confirmed/s)" 5
             row s5c "5    consumed (msg/s)"
             ;;
+        5p) row s5p "5p publish only persistent 1 KiB (confirmed/s)" 5p ;;
         6) row s6 "6  fanout x10 256 B (deliveries/s)" 6 ;;
         7) row s7 "7  4p/4q/4c 256 B (msg/s)" 7 ;;
         8)
@@ -541,6 +547,7 @@ report() {
             row s9last "9    last interval (msg/s)"
             row s9rss "9    RSS when full (MiB)"
             row s9disk "9    data dir when full (MiB)"
+            row s9permsg "9    data dir per message (bytes)"
             row s9d "9  drain it, manual ack (msg/s)" 9d
             ;;
         10)
