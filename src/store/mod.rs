@@ -20,6 +20,7 @@ pub mod lease;
 mod messages;
 pub mod op;
 pub mod raft;
+pub mod segments;
 mod sync;
 mod tenancy;
 mod writes;
