@@ -15,7 +15,10 @@
 //! the data directory's filesystem: store/sync.rs). A purge does not make
 //! openraft wait: the entries are forgotten at once, and the log's purge
 //! thread removes their files only after such a sync, which makes the
-//! purged id and the applied state that replaces them durable first.
+//! purged id and the applied state that replaces them durable first. A
+//! purge past the log's end (a snapshot installed) waits for that, and
+//! for every purge before it: the next entry follows the purged id, and
+//! files left below it would leave a hole.
 //! Under load that sync and the removal of a few hundred MiB of files took
 //! long enough that members purging together (they snapshot at the same
 //! index) answered no heartbeat, and the leader stepped down. The
@@ -48,8 +51,8 @@ pub struct LogStore {
     meta: sled::Tree,
     syncer: Arc<dyn Syncer>,
     flushes: mpsc::Sender<Done>,
-    /// Indexes of purged entries whose files are to go (`purge_loop`).
-    purges: mpsc::Sender<Vec<u64>>,
+    /// Purged entries whose files are to go (`purge_loop`).
+    purges: mpsc::Sender<PurgeJob>,
     /// The last committed index openraft saved (metrics).
     committed: Arc<std::sync::atomic::AtomicU64>,
     /// When the appends' sync under way began (monotonic ms, plus one;
@@ -74,7 +77,7 @@ impl LogStore {
         std::thread::Builder::new()
             .name("raft-log-sync".into())
             .spawn(move || sync_loop(rx, &since, &entries))?;
-        let (purges, rx) = mpsc::channel::<Vec<u64>>();
+        let (purges, rx) = mpsc::channel::<PurgeJob>();
         let (entries, durable) = (Arc::clone(&log), Arc::clone(&syncer));
         std::thread::Builder::new()
             .name("raft-log-purge".into())
@@ -190,25 +193,51 @@ fn sync_loop(rx: mpsc::Receiver<Done>, since: &std::sync::atomic::AtomicU64, log
     }
 }
 
+/// The indexes of purged entries whose files are to go, and who waits
+/// until they are gone (with every purge sent before).
+struct PurgeJob {
+    gone: Vec<u64>,
+    done: Option<tokio::sync::oneshot::Sender<Result<(), String>>>,
+}
+
 /// Removes the files of purged entries, oldest first, each batch after a
 /// sync of the whole store (the purged id, and the applied state that
-/// replaces the entries, are durable before any file goes). What cannot
-/// be removed now is tried again with the next batch, so no hole opens.
-fn purge_loop(rx: mpsc::Receiver<Vec<u64>>, syncer: &dyn Syncer, log: &Entries) {
+/// replaces the entries, are durable before any file goes). A removal
+/// that fails is tried again with the next batch, so no hole opens. A
+/// sync that fails is not tried again (a later sync may succeed without
+/// the lost writes): no file goes from then on, which is safe (what stays
+/// below the purged id nothing reads), and waiters get the error.
+fn purge_loop(rx: mpsc::Receiver<PurgeJob>, syncer: &dyn Syncer, log: &Entries) {
     let mut pending: Vec<u64> = Vec::new();
+    let mut broken: Option<String> = None;
     while let Ok(first) = rx.recv() {
-        pending.extend(first);
-        pending.extend(rx.try_iter().flatten());
-        let removed = syncer
-            .sync()
-            .map_err(|e| format!("cannot sync the store: {e}"))
-            .and_then(|()| log.remove_files(&pending).map_err(|e| e.to_string()));
-        match removed {
+        let mut waiting = Vec::new();
+        for job in std::iter::once(first).chain(rx.try_iter()) {
+            pending.extend(job.gone);
+            waiting.extend(job.done);
+        }
+        if broken.is_none() && !pending.is_empty() {
+            if let Err(e) = syncer.sync() {
+                tracing::error!(
+                    "cannot sync the store: purged Raft log entries keep their files: {e}"
+                );
+                broken = Some(e);
+            }
+        }
+        let result = match &broken {
+            Some(e) => Err(e.clone()),
+            None => log.remove_files(&pending).map_err(|e| e.to_string()),
+        };
+        match &result {
             Ok(()) => pending.clear(),
-            Err(e) => tracing::warn!(
+            Err(e) if broken.is_none() => tracing::warn!(
                 entries = pending.len(),
                 "purged Raft log entries keep their files for now: {e}"
             ),
+            Err(_) => {}
+        }
+        for done in waiting {
+            let _ = done.send(result.clone());
         }
     }
 }
@@ -238,7 +267,14 @@ impl LogStore {
         // The last membership: in the log, else the applied one.
         let mut membership = fallback.0.membership().clone();
         let last: Option<LogId<u64>> = self.log.last();
+        let purged: Option<LogId<u64>> = self.get_meta(PURGED).map_err(e)?;
+        // Files below the purged id (left by a crash during a purge) are
+        // older than the applied state: not searched, not counted.
+        let floor = purged.map_or(0, |p| p.index);
         for i in self.log.indexes_newest_first() {
+            if i <= floor && purged.is_some() {
+                break;
+            }
             let entry = self.log.range(i..=i).map_err(|x| x.to_string())?;
             if let Some(openraft::EntryPayload::Membership(m)) =
                 entry.into_iter().next().map(|e| e.payload)
@@ -247,8 +283,11 @@ impl LogStore {
                 break;
             }
         }
-        let purged: Option<LogId<u64>> = self.get_meta(PURGED).map_err(e)?;
-        let last = last.or(purged).or(fallback.1);
+        let last = match (last, purged) {
+            (Some(l), Some(p)) if p.index > l.index => Some(p),
+            (l, p) => l.or(p),
+        }
+        .or(fallback.1);
         if !membership.voter_ids().any(|v| v == id) {
             return Err(format!(
                 "node {id} is not a voting member of the cluster this store knows"
@@ -394,10 +433,28 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // goes: a crash midway leaves files below it, which nothing reads
         // and the next purge removes.
         self.put_meta(PURGED, &log_id)?;
+        // A purge that leaves no entry (a snapshot installed past the log's
+        // end) waits until the files are gone, with those of every purge
+        // before: the next append comes after the purged id, and files
+        // left below it after a crash would leave a hole at open.
+        let wait = log_id.index >= self.last_index();
         let gone = self.log.forget(log_id.index);
+        let (done, gone_now) = match wait {
+            true => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            false => (None, None),
+        };
         self.purges
-            .send(gone)
-            .map_err(|_| storage_error("the log's purge thread stopped"))
+            .send(PurgeJob { gone, done })
+            .map_err(|_| storage_error("the log's purge thread stopped"))?;
+        if let Some(rx) = gone_now {
+            rx.await
+                .map_err(|_| storage_error("the log's purge thread stopped"))?
+                .map_err(storage_error)?;
+        }
+        Ok(())
     }
 }
 
@@ -539,5 +596,47 @@ mod tests {
             before - 3,
             "the purged entries' files went after it"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_purge_past_the_end_waits_until_every_purged_file_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let busy = Arc::new(Busy {
+            released: parking_lot::Mutex::new(false),
+            release: parking_lot::Condvar::new(),
+        });
+        let mut log = LogStore::open(&db, &dir.path().join("raft-log"), busy.clone()).unwrap();
+        let id = |i| LogId::new(CommittedLeaderId::new(1, 1), i);
+        let entries: Vec<Entry<TypeConfig>> = (1..=5)
+            .map(|i| Entry {
+                log_id: id(i),
+                payload: EntryPayload::Normal(Batch(vec![1u8; 64].into())),
+            })
+            .collect();
+        log.log.append(entries).unwrap();
+        let files = || {
+            std::fs::read_dir(dir.path().join("raft-log"))
+                .unwrap()
+                .count()
+        };
+        let before = files();
+        // Within the log: at once, its files left to the purge thread.
+        log.purge(id(2)).await.unwrap();
+        // Past its end (a snapshot installed): the next entry comes after
+        // 10, so nothing below may stay behind a crash.
+        let mut other = log.clone();
+        let past = tokio::spawn(async move { other.purge(id(10)).await });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let waited = !past.is_finished();
+        *busy.released.lock() = true;
+        busy.release.notify_all();
+        assert!(
+            waited,
+            "a purge past the end returned before its files went"
+        );
+        let r = tokio::time::timeout(std::time::Duration::from_secs(10), past).await;
+        assert!(matches!(r, Ok(Ok(Ok(())))), "{r:?}");
+        assert_eq!(files(), before - 5, "every purged file is gone");
     }
 }
