@@ -141,6 +141,13 @@ impl SegmentLog {
                 end = base;
             }
             if base != end {
+                if end >= synced {
+                    // The previous segment lost its unsynced end in a crash
+                    // after this one was made: a torn tail too.
+                    log.remove_from(&bases[i..])?;
+                    log.dir_handle.sync_all()?;
+                    break;
+                }
                 return Err(corrupt(format!(
                     "{}: segment {base} does not follow the one ending at {end}",
                     dir.display()
@@ -173,11 +180,14 @@ impl SegmentLog {
                         from = good,
                         "cutting off a torn tail of the message log"
                     );
+                    // Later segments first (durably), so a crash midway
+                    // never leaves this one short before them.
+                    log.remove_from(&bases[i + 1..])?;
+                    log.dir_handle.sync_all()?;
                     file.set_len(good - base + MAGIC.len() as u64)?;
                     file.sync_all()?;
                     end = good;
                     inner.segments.insert(base, Arc::new(file));
-                    log.remove_from(&bases[i + 1..])?;
                     break;
                 }
             }
@@ -281,22 +291,32 @@ impl SegmentLog {
             let mut inner = self.inner.lock();
             self.write_buffer(&mut inner)?;
             let bases = std::mem::take(&mut inner.unsynced);
-            let files: Vec<Arc<File>> = bases
+            let files: Vec<(u64, Arc<File>)> = bases
                 .iter()
-                .filter_map(|b| inner.segments.get(b).cloned())
+                .filter_map(|b| Some((*b, inner.segments.get(b).cloned()?)))
                 .collect();
             (files, std::mem::take(&mut inner.added), inner.written)
         };
         // Outside the lock: appends go on meanwhile, for the next sync.
-        for f in &files {
-            f.sync_data()?;
-        }
-        if added {
-            self.dir_handle.sync_all()?;
+        let synced = files
+            .iter()
+            .try_for_each(|(_, f)| f.sync_data())
+            .and_then(|()| match added {
+                true => self.dir_handle.sync_all(),
+                false => Ok(()),
+            });
+        if let Err(e) = synced {
+            // What this sync took is still to be synced.
+            let mut inner = self.inner.lock();
+            inner.unsynced.extend(files.iter().map(|(b, _)| *b));
+            inner.added |= added;
+            return Err(e);
         }
         // Replaced whole (a crash leaves the old value or the new).
         let tmp = self.dir.join("synced.new");
-        fs::write(&tmp, end.to_be_bytes())?;
+        let mut f = File::create(&tmp)?;
+        io::Write::write_all(&mut f, &end.to_be_bytes())?;
+        f.sync_data()?;
         fs::rename(&tmp, self.dir.join(SYNCED))?;
         Ok(end)
     }
@@ -371,6 +391,11 @@ impl SegmentLog {
                 let mut h = [0u8; HEADER];
                 reader.read_exact(&mut h)?;
                 let len = u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize;
+                if pos + (HEADER + len) as u64 > end {
+                    return Err(corrupt(format!(
+                        "the record at {pos} runs past its segment"
+                    )));
+                }
                 let mut payload = vec![0u8; len];
                 reader.read_exact(&mut payload)?;
                 if header(h[8], &payload) != h {
@@ -444,6 +469,9 @@ fn read_at(file: &File, base: u64, pos: u64) -> io::Result<Record> {
     let mut h = [0u8; HEADER];
     file.read_exact_at(&mut h, at)?;
     let len = u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize;
+    if at + (HEADER + len) as u64 > file.metadata()?.len() {
+        return Err(corrupt(format!("no record at {pos}")));
+    }
     let mut payload = vec![0u8; len];
     file.read_exact_at(&mut payload, at + HEADER as u64)?;
     if header(h[8], &payload) != h {
@@ -472,12 +500,15 @@ fn check(file: &File, base: u64, synced: u64) -> io::Result<u64> {
     let mut h = [0u8; HEADER];
     let mut payload = Vec::new();
     while pos < end {
-        let whole = (end - pos) as usize >= HEADER && reader.read_exact(&mut h).is_ok() && {
+        let left = (end - pos) as usize;
+        let whole = left >= HEADER && reader.read_exact(&mut h).is_ok() && {
             let n = u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize;
-            payload.resize(n, 0);
-            (end - pos) as usize >= HEADER + n
-                && reader.read_exact(&mut payload).is_ok()
-                && header(h[8], &payload) == h
+            // The length is checked before anything is allocated for it: a
+            // torn header may claim gigabytes.
+            left >= HEADER + n && {
+                payload.resize(n, 0);
+                reader.read_exact(&mut payload).is_ok() && header(h[8], &payload) == h
+            }
         };
         if !whole {
             if pos < synced {

@@ -219,3 +219,40 @@ fn a_segment_created_but_never_written_is_dropped() {
         b"x"
     );
 }
+
+#[test]
+fn a_segment_that_lost_its_unsynced_end_before_the_next_one_is_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SegmentLog::open_with(dir.path(), 256).unwrap();
+    let synced_pos = fill(&log, 0, 3);
+    log.sync().unwrap();
+    let later = fill(&log, 3, 40);
+    log.flush().unwrap();
+    let segs = log.segments();
+    assert!(segs.len() >= 3, "{segs:?}");
+    drop(log);
+    // A crash lost the second segment's last record whole (its file is
+    // shorter, every record in it whole); the third one's file, made at
+    // the roll, survived.
+    let k = later
+        .iter()
+        .rposition(|&p| p >= segs[1] && p < segs[2])
+        .unwrap();
+    let second = dir.path().join(format!("{:020}.seg", segs[1]));
+    OpenOptions::new()
+        .write(true)
+        .open(&second)
+        .unwrap()
+        .set_len(later[k] - segs[1] + MAGIC.len() as u64)
+        .unwrap();
+    let log = SegmentLog::open_with(dir.path(), 256).unwrap();
+    let got = all(&log, 0);
+    assert_eq!(got.len(), 3 + k, "up to the lost record");
+    for (i, (p, r)) in got.iter().enumerate() {
+        let at = if i < 3 { synced_pos[i] } else { later[i - 3] };
+        assert_eq!((*p, r), (at, &want(i)));
+    }
+    assert_eq!(log.segments(), segs[..2].to_vec());
+    let next = log.append(1, b"on").unwrap();
+    assert_eq!(log.read(next).unwrap().payload, b"on");
+}
