@@ -157,13 +157,16 @@ impl Ready {
             + self.tail_times.capacity() * std::mem::size_of::<(u64, u32)>()
     }
 
-    /// (deadline, seq) of every ready message with a TTL.
+    /// (deadline, seq) of every ready message with a TTL, and of the
+    /// stored tail's head under a message-ttl set after it was paged (so a
+    /// rebuilt expiry heap still reads the tail back for it).
     pub fn deadlines(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.mem
             .iter()
             .filter(|e| e.deadline != 0 && !e.is_tombstone())
             .map(|e| (e.deadline, e.seq))
             .chain(self.tail_deadlines.iter().map(|(s, d)| (*d, *s)))
+            .chain(self.head_of_tail_deadline())
     }
 
     /// Removes the in-memory message with sequence `seq` (its TTL ran out).
