@@ -216,7 +216,8 @@ fn purge_loop(rx: mpsc::Receiver<PurgeJob>, syncer: &dyn Syncer, log: &Entries) 
             pending.extend(job.gone);
             waiting.extend(job.done);
         }
-        if broken.is_none() && !pending.is_empty() {
+        // A waiter is owed a durable purged id even with no file to remove.
+        if broken.is_none() && !(pending.is_empty() && waiting.is_empty()) {
             if let Err(e) = syncer.sync() {
                 tracing::error!(
                     "cannot sync the store: purged Raft log entries keep their files: {e}"
@@ -638,5 +639,31 @@ mod tests {
         let r = tokio::time::timeout(std::time::Duration::from_secs(10), past).await;
         assert!(matches!(r, Ok(Ok(Ok(())))), "{r:?}");
         assert_eq!(files(), before - 5, "every purged file is gone");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_purge_past_the_end_of_an_empty_log_waits_for_the_purged_id_to_be_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let busy = Arc::new(Busy {
+            released: parking_lot::Mutex::new(false),
+            release: parking_lot::Condvar::new(),
+        });
+        let log = LogStore::open(&db, &dir.path().join("raft-log"), busy.clone()).unwrap();
+        // No file to remove, but entries will follow 7: the purged id must
+        // be durable first, or a crash leaves openraft a log it cannot read.
+        let mut other = log.clone();
+        let past = tokio::spawn(async move {
+            other
+                .purge(LogId::new(CommittedLeaderId::new(1, 1), 7))
+                .await
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let waited = !past.is_finished();
+        *busy.released.lock() = true;
+        busy.release.notify_all();
+        assert!(waited, "returned before the store's sync");
+        let r = tokio::time::timeout(std::time::Duration::from_secs(10), past).await;
+        assert!(matches!(r, Ok(Ok(Ok(())))), "{r:?}");
     }
 }
