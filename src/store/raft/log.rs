@@ -497,6 +497,20 @@ mod tests {
         release: parking_lot::Condvar,
     }
 
+    impl Busy {
+        fn held() -> Arc<Busy> {
+            Arc::new(Busy {
+                released: parking_lot::Mutex::new(false),
+                release: parking_lot::Condvar::new(),
+            })
+        }
+
+        fn release(&self) {
+            *self.released.lock() = true;
+            self.release.notify_all();
+        }
+    }
+
     impl Syncer for Busy {
         fn sync(&self) -> Result<(), String> {
             let mut released = self.released.lock();
@@ -511,10 +525,7 @@ mod tests {
     fn an_append_is_durable_without_waiting_for_the_rest_of_the_disk() {
         let dir = tempfile::tempdir().unwrap();
         let db = sled::Config::new().path(dir.path()).open().unwrap();
-        let busy = Arc::new(Busy {
-            released: parking_lot::Mutex::new(false),
-            release: parking_lot::Condvar::new(),
-        });
+        let busy = Busy::held();
         let log = LogStore::open(&db, &dir.path().join("raft-log"), busy.clone()).unwrap();
         let (tx, rx) = mpsc::channel();
         let entry = |i: u64| Entry::<TypeConfig> {
@@ -535,8 +546,7 @@ mod tests {
                 "append not reported durable: {r:?}"
             );
         }
-        *busy.released.lock() = true;
-        busy.release.notify_all();
+        busy.release();
         // What the sync covered is recorded.
         let synced = std::fs::read(dir.path().join("raft-log").join("synced")).unwrap();
         assert_eq!(u64::from_be_bytes(synced.try_into().unwrap()), 3);
@@ -546,10 +556,7 @@ mod tests {
     async fn a_purge_does_not_wait_for_the_sync_and_removes_files_after_it() {
         let dir = tempfile::tempdir().unwrap();
         let db = sled::Config::new().path(dir.path()).open().unwrap();
-        let busy = Arc::new(Busy {
-            released: parking_lot::Mutex::new(false),
-            release: parking_lot::Condvar::new(),
-        });
+        let busy = Busy::held();
         let mut log = LogStore::open(&db, &dir.path().join("raft-log"), busy.clone()).unwrap();
         let entries: Vec<Entry<TypeConfig>> = (1..=5)
             .map(|i| Entry {
@@ -571,12 +578,8 @@ mod tests {
             log.purge(LogId::new(CommittedLeaderId::new(1, 1), 3)),
         )
         .await;
-        let release = || {
-            *busy.released.lock() = true;
-            busy.release.notify_all();
-        };
         if !matches!(purged, Ok(Ok(()))) {
-            release();
+            busy.release();
             panic!("purge waited for the sync");
         }
         let state = log.get_log_state().await.unwrap();
@@ -587,7 +590,7 @@ mod tests {
             [4, 5]
         );
         assert_eq!(files(), before, "no file goes before the sync");
-        release();
+        busy.release();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while files() != before - 3 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -603,10 +606,7 @@ mod tests {
     async fn a_purge_past_the_end_waits_until_every_purged_file_is_gone() {
         let dir = tempfile::tempdir().unwrap();
         let db = sled::Config::new().path(dir.path()).open().unwrap();
-        let busy = Arc::new(Busy {
-            released: parking_lot::Mutex::new(false),
-            release: parking_lot::Condvar::new(),
-        });
+        let busy = Busy::held();
         let mut log = LogStore::open(&db, &dir.path().join("raft-log"), busy.clone()).unwrap();
         let id = |i| LogId::new(CommittedLeaderId::new(1, 1), i);
         let entries: Vec<Entry<TypeConfig>> = (1..=5)
@@ -630,8 +630,7 @@ mod tests {
         let past = tokio::spawn(async move { other.purge(id(10)).await });
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         let waited = !past.is_finished();
-        *busy.released.lock() = true;
-        busy.release.notify_all();
+        busy.release();
         assert!(
             waited,
             "a purge past the end returned before its files went"
@@ -645,10 +644,7 @@ mod tests {
     async fn a_purge_past_the_end_of_an_empty_log_waits_for_the_purged_id_to_be_durable() {
         let dir = tempfile::tempdir().unwrap();
         let db = sled::Config::new().path(dir.path()).open().unwrap();
-        let busy = Arc::new(Busy {
-            released: parking_lot::Mutex::new(false),
-            release: parking_lot::Condvar::new(),
-        });
+        let busy = Busy::held();
         let log = LogStore::open(&db, &dir.path().join("raft-log"), busy.clone()).unwrap();
         // No file to remove, but entries will follow 7: the purged id must
         // be durable first, or a crash leaves openraft a log it cannot read.
@@ -660,8 +656,7 @@ mod tests {
         });
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         let waited = !past.is_finished();
-        *busy.released.lock() = true;
-        busy.release.notify_all();
+        busy.release();
         assert!(waited, "returned before the store's sync");
         let r = tokio::time::timeout(std::time::Duration::from_secs(10), past).await;
         assert!(matches!(r, Ok(Ok(Ok(())))), "{r:?}");
