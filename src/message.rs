@@ -157,6 +157,12 @@ impl Message {
         )
     }
 
+    /// The buffer the message lives in: messages that share it (one
+    /// published message routed to several queues) are the same message.
+    pub fn backing(&self) -> &Bytes {
+        &self.raw
+    }
+
     /// The exchange it was published to (as sent: a short string).
     pub fn exchange(&self) -> &[u8] {
         self.route().0

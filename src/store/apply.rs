@@ -10,17 +10,24 @@
 //! on different queues touch different keys.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use super::delivered::DeliveredLog;
+use super::msglog::MessageLog;
 use super::op::{Applied, Op};
 use super::{access, cluster_version, definitions, delayed, messages, tenancy, Result};
 
 /// The state operations change.
 pub struct Applier {
     pub(super) defs: sled::Tree,
+    /// A cluster member's messages (a single node's are in `log`).
     pub(super) msgs: sled::Tree,
+    /// A single node's messages (msglog).
+    pub(super) log: Option<Arc<MessageLog>>,
+    /// Set by every write outside `log` (sync.rs: `LogSync`).
+    pub(super) dirty: Arc<AtomicBool>,
     pub(super) delayed: sled::Tree,
     pub(super) delivered: DeliveredLog,
     /// Message puts submitted and not applied yet, readable at once (a
@@ -38,11 +45,23 @@ pub struct Applier {
 }
 
 impl Applier {
-    /// The applier of `db`'s trees and `delivered`.
+    /// The applier of `db`'s trees and `delivered` (a cluster member:
+    /// messages in sled).
     pub fn new(db: &sled::Db, delivered: DeliveredLog) -> Result<Applier> {
+        Self::with_log(db, delivered, None)
+    }
+
+    /// The applier of a single node: messages in `log`.
+    pub fn with_log(
+        db: &sled::Db,
+        delivered: DeliveredLog,
+        log: Option<Arc<MessageLog>>,
+    ) -> Result<Applier> {
         Ok(Applier {
             defs: db.open_tree("definitions")?,
             msgs: db.open_tree("messages")?,
+            log,
+            dirty: Arc::new(AtomicBool::new(true)),
             delayed: db.open_tree("delayed")?,
             pending: db.open_tree("pending")?,
             staged: AtomicBool::new(false),
@@ -55,6 +74,9 @@ impl Applier {
 
     /// Applies one operation.
     pub fn apply(&self, op: &Op<'_>) -> Result<Applied> {
+        if let Some(log) = &self.log {
+            return self.apply_to_log(log, op);
+        }
         match *op {
             Op::PutMessage {
                 queue_id,
@@ -84,6 +106,44 @@ impl Applier {
                     self.unstage(to, m.to_seq)?;
                 }
             }
+            _ => return self.apply_other(op),
+        }
+        Ok(Applied::Done)
+    }
+
+    /// Applies one operation of a single node: messages go to the log.
+    fn apply_to_log(&self, log: &MessageLog, op: &Op<'_>) -> Result<Applied> {
+        match *op {
+            Op::PutMessage {
+                queue_id,
+                seq,
+                deadline,
+                paged,
+                message,
+            } => log.put(queue_id, seq, message, paged, deadline)?,
+            Op::RemoveMessage { queue_id, seq } => log.remove(queue_id, seq)?,
+            Op::PurgeFrom { queue_id, from } => log.purge_from(queue_id, from)?,
+            Op::MoveMessages {
+                from,
+                to,
+                moves,
+                removes,
+            } => log.move_records(from, to, moves, removes)?,
+            Op::Unhold { .. } => {
+                // A released copy reaches the OS before its hold's removal
+                // can (a kill then duplicates it, never loses it).
+                log.flush()?;
+                return self.apply_other(op);
+            }
+            _ => return self.apply_other(op),
+        }
+        Ok(Applied::Done)
+    }
+
+    /// Applies an operation on something other than a queue's messages.
+    fn apply_other(&self, op: &Op<'_>) -> Result<Applied> {
+        self.dirty.store(true, Ordering::SeqCst);
+        match *op {
             Op::Hold {
                 due,
                 seq,
@@ -173,6 +233,9 @@ impl Applier {
     /// Deletes queue `id`'s messages and delivered marks.
     fn forget_queue(&self, id: u64) -> Result<()> {
         self.delivered.forget(id);
+        if let Some(log) = &self.log {
+            return log.purge_from(id, 0);
+        }
         messages::purge_from(&self.msgs, id, 0)?;
         if self.is_staging() {
             messages::purge_from(&self.pending, id, 0)?;

@@ -18,6 +18,8 @@ mod delivered;
 mod journal;
 pub mod lease;
 mod messages;
+mod migrate;
+pub mod msglog;
 pub mod op;
 pub mod raft;
 pub mod segments;
@@ -37,7 +39,7 @@ pub use delivered::Mark;
 pub use journal::{Journal, LocalJournal};
 pub use messages::{decode_message, encode_message, StoredMessage};
 pub use op::{Applied, Moved, Op};
-pub use sync::{DiskSync, Flusher, Syncer};
+pub use sync::{DiskSync, Flusher, LogSync, Syncer};
 pub use tenancy::{GlobalParameterDef, ParameterDef, VhostDef};
 
 /// Store failures.
@@ -93,21 +95,35 @@ pub struct Store {
 
 impl Store {
     /// Opens (or creates) the store in `dir`. `cache_bytes` bounds sled's
-    /// page cache.
+    /// page cache. Messages go to the message log in `dir/messages`
+    /// (msglog); a data dir whose messages are still in sled (an older
+    /// version's) has them moved there first.
     pub fn open(dir: &Path, cache_bytes: u64) -> Result<Arc<Store>> {
-        let (db, syncer, marks) = Self::open_files(dir, cache_bytes)?;
-        Self::from_db(db, syncer, marks, |local| local)
+        // sled is written at commits only (never ahead of the log, whose
+        // copies must reach the disk before what they replace in sled).
+        let (db, syncer, marks) = Self::open_sled(dir, cache_bytes, None)?;
+        let log = Arc::new(msglog::MessageLog::open(&dir.join("messages"))?);
+        Self::from_db(db, syncer, marks, Some(log), |local| local)
     }
 
-    /// sled in `dir`, its sync, and the delivered marks.
+    /// sled in `dir`, its sync, and the delivered marks (a cluster
+    /// member's store).
     fn open_files(
         dir: &Path,
         cache_bytes: u64,
     ) -> Result<(sled::Db, Arc<DiskSync>, delivered::DeliveredLog)> {
+        Self::open_sled(dir, cache_bytes, Some(500))
+    }
+
+    fn open_sled(
+        dir: &Path,
+        cache_bytes: u64,
+        flush_every_ms: Option<u64>,
+    ) -> Result<(sled::Db, Arc<DiskSync>, delivered::DeliveredLog)> {
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(cache_bytes)
-            .flush_every_ms(Some(500))
+            .flush_every_ms(flush_every_ms)
             .mode(sled::Mode::HighThroughput)
             .open()?;
         let dir_handle = std::fs::File::open(dir)?;
@@ -126,9 +142,11 @@ impl Store {
     }
 
     /// A temporary store over `db` whose group commits call `syncer`
-    /// (tests of the sync seam).
+    /// after the message log's (tests of the sync seam).
     pub fn temporary_with(db: sled::Db, syncer: Arc<dyn Syncer>) -> Result<Arc<Store>> {
-        Self::from_db(db, syncer, delivered::DeliveredLog::in_memory(), |j| j)
+        let log = Arc::new(msglog::MessageLog::temporary()?);
+        let marks = delivered::DeliveredLog::in_memory();
+        Self::from_db(db, syncer, marks, Some(log), |j| j)
     }
 
     /// A temporary store whose journal is `wrap` of the local one (tests
@@ -139,16 +157,27 @@ impl Store {
     ) -> Result<Arc<Store>> {
         let db = sled::Config::new().temporary(true).open()?;
         let syncer = Arc::new(DiskSync::new(db.clone(), None));
-        Self::from_db(db, syncer, delivered::DeliveredLog::in_memory(), wrap)
+        let log = Arc::new(msglog::MessageLog::temporary()?);
+        let marks = delivered::DeliveredLog::in_memory();
+        Self::from_db(db, syncer, marks, Some(log), wrap)
     }
 
     fn from_db(
         db: sled::Db,
         syncer: Arc<dyn Syncer>,
         delivered: delivered::DeliveredLog,
+        log: Option<Arc<msglog::MessageLog>>,
         wrap: impl FnOnce(Arc<dyn Journal>) -> Arc<dyn Journal>,
     ) -> Result<Arc<Store>> {
-        let applier = Arc::new(Applier::new(&db, delivered)?);
+        let applier = Arc::new(Applier::with_log(&db, delivered, log.clone())?);
+        let syncer: Arc<dyn Syncer> = match log {
+            Some(log) => {
+                migrate::messages_to_log(&db, &applier.msgs, &log)?;
+                let dirty = Arc::clone(&applier.dirty);
+                Arc::new(LogSync::new(log, syncer, dirty))
+            }
+            None => syncer,
+        };
         let deferred = Arc::new(deferred::Registry::default());
         let local = LocalJournal::start(Arc::clone(&applier), syncer, Arc::clone(&deferred));
         Ok(Arc::new(Store {
@@ -277,6 +306,9 @@ impl Store {
     /// Then writes the exact delivered marks: this was a clean stop.
     pub fn flush_now(&self) -> Result<()> {
         self.journal.close()?;
+        if let Some(log) = &self.applier.log {
+            log.close()?;
+        }
         self.applier.delivered.close_clean()
     }
 
@@ -305,9 +337,10 @@ impl Store {
         }
     }
 
-    /// Bytes sled uses on disk.
+    /// Bytes the store uses on disk: sled's, and the message log's.
     pub fn size_on_disk(&self) -> u64 {
-        self.db.size_on_disk().unwrap_or(0)
+        let log = self.applier.log.as_ref().map_or(0, |l| l.size_on_disk());
+        self.db.size_on_disk().unwrap_or(0) + log
     }
 }
 
@@ -317,22 +350,20 @@ mod tests {
     use crate::message::{Message, Meta};
     use parking_lot::Mutex;
 
-    /// A sync that records, at each call, whether message 1 of queue 1 was
-    /// in sled yet, then syncs for real.
+    /// The sync after the message log's (sled's part): records, at each
+    /// call, whether message 1 of queue 1 was in the log, then syncs.
     struct Recording {
         inner: DiskSync,
-        msgs: sled::Tree,
+        log: std::sync::OnceLock<Arc<msglog::MessageLog>>,
         calls: Mutex<Vec<bool>>,
     }
 
     impl Syncer for Recording {
         fn sync(&self) -> std::result::Result<(), String> {
             let present = self
-                .msgs
-                .get(messages::message_key(1, 1))
-                .ok()
-                .flatten()
-                .is_some();
+                .log
+                .get()
+                .is_some_and(|l| l.get(1, 1).ok().flatten().is_some());
             self.calls.lock().push(present);
             self.inner.sync()
         }
@@ -342,11 +373,56 @@ mod tests {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let sync = Arc::new(Recording {
             inner: DiskSync::new(db.clone(), None),
-            msgs: db.open_tree("messages").unwrap(),
+            log: std::sync::OnceLock::new(),
             calls: Mutex::new(Vec::new()),
         });
         let store = Store::temporary_with(db, Arc::clone(&sync) as Arc<dyn Syncer>).unwrap();
+        if let Some(log) = &store.applier.log {
+            let _ = sync.log.set(Arc::clone(log));
+        }
         (store, sync)
+    }
+
+    fn commit(store: &Store) {
+        let ticket = store.ticket();
+        let mut rx = store.flushed();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(rx.wait_for(|&done| done >= ticket)).unwrap();
+    }
+
+    /// A commit of messages alone syncs the log and not sled: one sync per
+    /// group of confirms (issue 26); a definition change syncs both.
+    #[test]
+    fn a_commit_of_messages_alone_leaves_sled_alone() {
+        let (store, sync) = recording();
+        commit(&store);
+        let first = sync.calls.lock().len();
+        assert_eq!(first, 1, "the first commit syncs sled too");
+        for seq in 1..=3 {
+            store.put_message(1, seq, &msg(), 0).unwrap();
+            commit(&store);
+            store.remove_message(1, seq).unwrap();
+            commit(&store);
+        }
+        assert_eq!(
+            sync.calls.lock().len(),
+            first,
+            "messages only: sled untouched"
+        );
+        store
+            .put_vhost(&VhostDef {
+                name: "v".into(),
+                ..Default::default()
+            })
+            .unwrap();
+        commit(&store);
+        assert_eq!(
+            sync.calls.lock().len(),
+            first + 1,
+            "a definition: sled synced"
+        );
     }
 
     fn msg() -> Message {
@@ -371,12 +447,7 @@ mod tests {
     fn a_group_commit_goes_through_the_sync() {
         let (store, sync) = recording();
         store.put_message(1, 1, &msg(), 0).unwrap();
-        let ticket = store.ticket();
-        let mut rx = store.flushed();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        rt.block_on(rx.wait_for(|&done| done >= ticket)).unwrap();
+        commit(&store);
         assert!(sync.calls.lock().contains(&true));
     }
 }

@@ -14,8 +14,9 @@
 //! `sync` flushes, then fdatasyncs every segment written since the last
 //! sync (and the directory when a segment was added): one sync serves
 //! every record appended before it. After a sync the file `synced` names
-//! the position it covered (not synced itself: a crash may leave an older
-//! value, which only vouches for less). At open, a record cut short or
+//! the position it covered, rewritten at most once per `mark_every` (an
+//! older value only vouches for less, and a second fsync per group commit
+//! would double the syncs of a confirm). At open, a record cut short or
 //! failing its CRC past that position was never reported durable: it is
 //! cut off, with everything after it. Damage at or below it is damaged
 //! data, and the log does not open.
@@ -26,6 +27,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -56,8 +58,11 @@ pub struct SegmentLog {
     segment_bytes: u64,
     inner: Mutex<Inner>,
     /// One sync at a time: a sync may name as synced only what it synced,
-    /// and another under way may hold what this one did not take.
-    syncing: Mutex<()>,
+    /// and another under way may hold what this one did not take. Holds
+    /// when the synced mark was last written.
+    syncing: Mutex<Option<Instant>>,
+    /// How long the synced mark may lag behind a sync.
+    mark_every: Duration,
 }
 
 struct Inner {
@@ -96,8 +101,19 @@ impl SegmentLog {
         SegmentLog::open_with(dir, SEGMENT_BYTES)
     }
 
-    /// The same, with segments of `segment_bytes` (tests use small ones).
+    /// The same, with segments of `segment_bytes` (tests use small ones)
+    /// and a synced mark written at every sync.
     pub fn open_with(dir: &Path, segment_bytes: u64) -> io::Result<SegmentLog> {
+        SegmentLog::open_tuned(dir, segment_bytes, Duration::ZERO)
+    }
+
+    /// The same, with the synced mark rewritten at most once per
+    /// `mark_every`.
+    pub fn open_tuned(
+        dir: &Path,
+        segment_bytes: u64,
+        mark_every: Duration,
+    ) -> io::Result<SegmentLog> {
         fs::create_dir_all(dir)?;
         let dir_handle = File::open(dir)?;
         let mut bases = Vec::new();
@@ -132,7 +148,8 @@ impl SegmentLog {
                 unsynced: BTreeSet::new(),
                 added: false,
             }),
-            syncing: Mutex::new(()),
+            syncing: Mutex::new(None),
+            mark_every,
         };
         let mut inner = log.inner.lock();
         let mut end = 0;
@@ -286,7 +303,17 @@ impl SegmentLog {
     /// Makes every record appended before the call durable; returns the
     /// position it covers (every record below it).
     pub fn sync(&self) -> io::Result<u64> {
-        let _one = self.syncing.lock();
+        self.sync_and_mark(false)
+    }
+
+    /// The same, and writes the synced mark whenever it was last written
+    /// (a clean stop).
+    pub fn sync_marked(&self) -> io::Result<u64> {
+        self.sync_and_mark(true)
+    }
+
+    fn sync_and_mark(&self, always: bool) -> io::Result<u64> {
+        let mut marked = self.syncing.lock();
         let (files, added, end) = {
             let mut inner = self.inner.lock();
             self.write_buffer(&mut inner)?;
@@ -312,13 +339,42 @@ impl SegmentLog {
             inner.added |= added;
             return Err(e);
         }
-        // Replaced whole (a crash leaves the old value or the new).
-        let tmp = self.dir.join("synced.new");
-        let mut f = File::create(&tmp)?;
-        io::Write::write_all(&mut f, &end.to_be_bytes())?;
-        f.sync_data()?;
-        fs::rename(&tmp, self.dir.join(SYNCED))?;
+        let due = always || marked.is_none_or(|at| at.elapsed() >= self.mark_every);
+        if due {
+            // Replaced whole (a crash leaves the old value or the new).
+            let tmp = self.dir.join("synced.new");
+            let mut f = File::create(&tmp)?;
+            io::Write::write_all(&mut f, &end.to_be_bytes())?;
+            f.sync_data()?;
+            fs::rename(&tmp, self.dir.join(SYNCED))?;
+            *marked = Some(Instant::now());
+        }
         Ok(end)
+    }
+
+    /// The first position of the segment a record of `len` payload bytes
+    /// appended now would go to (the caller keeps other appends out).
+    pub fn next_base(&self, len: usize) -> u64 {
+        let inner = self.inner.lock();
+        let pos = inner.written + inner.buffer.len() as u64;
+        let used = pos - inner.active;
+        match used > 0 && used + (HEADER + len) as u64 > self.segment_bytes {
+            true => pos,
+            false => inner.active,
+        }
+    }
+
+    /// The first position of the segment appends go to.
+    pub fn active(&self) -> u64 {
+        self.inner.lock().active
+    }
+
+    /// Bytes the segment files hold.
+    pub fn size(&self) -> u64 {
+        let inner = self.inner.lock();
+        let first = inner.segments.keys().next().copied().unwrap_or(0);
+        let files = inner.segments.len() as u64 * MAGIC.len() as u64;
+        inner.written + inner.buffer.len() as u64 - first + files
     }
 
     /// The position the next record gets.
@@ -437,6 +493,9 @@ impl SegmentLog {
         // Oldest first: a crash midway leaves no hole.
         for &b in &gone {
             fs::remove_file(self.path(b))?;
+        }
+        if !gone.is_empty() {
+            self.dir_handle.sync_all()?;
         }
         Ok(gone.len())
     }

@@ -28,6 +28,12 @@ use tokio::sync::watch;
 pub trait Syncer: Send + Sync {
     /// Makes everything written before the call durable.
     fn sync(&self) -> Result<(), String>;
+    /// Whether a sync has work though no writer waits for one (the
+    /// flusher then runs one on its own: the message log's acks, and the
+    /// space it gives back).
+    fn wants_sync(&self) -> bool {
+        false
+    }
 }
 
 /// sled's flush, then syncfs(2) on the data directory's filesystem.
@@ -51,6 +57,50 @@ impl Syncer for DiskSync {
             syncfs(dir).map_err(|e| format!("syncfs of the data directory: {e}"))?;
         }
         Ok(())
+    }
+}
+
+/// A single node's sync: the message log's commit (one fdatasync of the
+/// segments written), then `rest` (sled's flush and syncfs) only if
+/// something outside the log was written since the last: definitions,
+/// held delayed messages, delivered marks. A confirm of a persistent
+/// message then costs one sync, shared by its group.
+pub struct LogSync {
+    log: Arc<crate::store::msglog::MessageLog>,
+    rest: Arc<dyn Syncer>,
+    /// Set by every write outside the log (apply.rs).
+    dirty: Arc<AtomicBool>,
+}
+
+impl LogSync {
+    /// The sync of `log`, and of `rest` when `dirty` says so.
+    pub fn new(
+        log: Arc<crate::store::msglog::MessageLog>,
+        rest: Arc<dyn Syncer>,
+        dirty: Arc<AtomicBool>,
+    ) -> LogSync {
+        LogSync { log, rest, dirty }
+    }
+}
+
+impl Syncer for LogSync {
+    fn sync(&self) -> Result<(), String> {
+        // Taken before the log's sync: a write outside the log made after
+        // this sets it again for the next.
+        let dirty = self.dirty.swap(false, Ordering::SeqCst);
+        let synced = self
+            .log
+            .commit()
+            .map_err(|e| format!("message log: {e}"))
+            .and_then(|()| if dirty { self.rest.sync() } else { Ok(()) });
+        if synced.is_err() && dirty {
+            self.dirty.store(true, Ordering::SeqCst);
+        }
+        synced
+    }
+
+    fn wants_sync(&self) -> bool {
+        self.log.wants_commit()
     }
 }
 
@@ -168,6 +218,8 @@ impl Flusher {
                         let written = parking_lot::MutexGuard::unlocked(&mut signal, &before_flush);
                         if !written {
                             f.failed("a deferred write failed".into());
+                        } else if syncer.wants_sync() {
+                            signal.pending = true;
                         }
                     }
                 }

@@ -1,0 +1,140 @@
+//! Compaction: the oldest segment's live messages copied to the log's
+//! end, so that the segment, and the dead ones after it, can go.
+//!
+//! Only the oldest segments are ever removed (mod.rs), so one message
+//! that stays (a slow consumer's) would otherwise keep every segment
+//! written after it. Once the log holds more than twice the live bytes
+//! plus two segments, each commit copies a bounded step of the oldest
+//! segment (`STEP` bytes of its records read): every message whose
+//! record is there and still live is written again as a PUT at the end,
+//! and the index points at the copy. When the whole segment is done,
+//! nothing in it is live, and the commits after remove it with the dead
+//! segments behind it. The copies are synced before the segment goes (the
+//! removal is decided before a sync, mod.rs).
+//!
+//! At most twice the live bytes (and two segments) are kept, and each
+//! byte copied frees at least one: the classic cleaning bound of a log.
+//! A fan-out's shared body is copied once per queue still holding it.
+
+use super::index::Loc;
+use super::record::{self, Rec, PUT_MESSAGE_AT};
+use super::{MessageLog, Result};
+use crate::store::messages::decode_record;
+use crate::store::segments::Record;
+use bytes::{Bytes, BytesMut};
+
+/// Bytes of records read from the oldest segment per commit.
+const STEP: usize = 1 << 20;
+
+impl MessageLog {
+    /// Whether the log holds enough dead bytes to compact.
+    pub(super) fn compaction_due(&self) -> bool {
+        let first = self.log.segments().first().copied().unwrap_or(0);
+        if first >= self.log.active() {
+            return false;
+        }
+        let live = self.state.lock().index.live_bytes();
+        self.log.size() > live * 2 + self.segment_bytes * 2
+    }
+
+    /// One step of compaction of the oldest segment, if it is due (or
+    /// under way).
+    pub(super) fn compact_step(&self) -> Result<()> {
+        let segments = self.log.segments();
+        let (Some(&front), Some(&end)) = (segments.first(), segments.get(1)) else {
+            return Ok(());
+        };
+        let cursor = self.state.lock().compact.filter(|&c| c >= front && c < end);
+        let from = match cursor {
+            Some(c) => c,
+            None if self.compaction_due() => front,
+            None => return Ok(()),
+        };
+        let mut batch: Vec<(u64, Record)> = Vec::new();
+        let mut read = 0;
+        let mut next = from;
+        self.log.scan(from, |pos, r| {
+            if pos >= end {
+                return false;
+            }
+            read += r.payload.len() + 9;
+            next = pos + r.payload.len() as u64 + 9;
+            batch.push((pos, r));
+            read < STEP
+        })?;
+        let mut st = self.state.lock();
+        let mut buf = BytesMut::new();
+        for (pos, r) in &batch {
+            let Some(rec) = record::parse(r.kind, &r.payload) else {
+                continue;
+            };
+            match rec {
+                Rec::Put { queue, seq } => {
+                    if st.index.get(queue, seq).is_some_and(|l| l.rec == *pos) {
+                        self.relocate(&mut st.index, queue, seq, &r.payload)?;
+                    }
+                }
+                Rec::Ref {
+                    queue,
+                    seq,
+                    deadline,
+                    paged,
+                    body,
+                    len,
+                } => {
+                    if !st.index.get(queue, seq).is_some_and(|l| l.rec == *pos) {
+                        continue;
+                    }
+                    let payload = match batch.iter().find(|(p, _)| *p == body) {
+                        Some((_, b)) => Bytes::copy_from_slice(&b.payload),
+                        None => Bytes::from(self.log.read(body)?.payload),
+                    };
+                    let at = PUT_MESSAGE_AT as usize;
+                    let Some(message) = payload.get(at..at + len as usize) else {
+                        continue;
+                    };
+                    let (msg, _, _) = decode_record(payload.slice_ref(message))?;
+                    record::put(queue, seq, &msg, paged, deadline, &mut buf);
+                    self.relocate(&mut st.index, queue, seq, &buf)?;
+                }
+                Rec::Move { to, moves, .. } => {
+                    for m in moves {
+                        if !st.index.get(to, m.to_seq).is_some_and(|l| l.rec == *pos) {
+                            continue;
+                        }
+                        let (at, len) = (m.at as usize, m.len as usize);
+                        record::put_encoded(to, m.to_seq, &r.payload[at..at + len], &mut buf);
+                        self.relocate(&mut st.index, to, m.to_seq, &buf)?;
+                    }
+                }
+                // Kills of what lies in this segment or before it: they go
+                // with it.
+                Rec::Ack { .. } | Rec::Purge { .. } => {}
+            }
+        }
+        st.compact = (next < end).then_some(next);
+        Ok(())
+    }
+
+    /// Writes message `seq` of `queue` again at the end, as the PUT
+    /// `payload`, and points the index at it.
+    fn relocate(
+        &self,
+        index: &mut super::index::Index,
+        queue: u64,
+        seq: u64,
+        payload: &[u8],
+    ) -> Result<()> {
+        let base = self.log.next_base(payload.len());
+        let pos = self.log.append(record::PUT, payload)?;
+        index.segment(base);
+        let loc = Loc {
+            rec: pos,
+            body: pos,
+            at: PUT_MESSAGE_AT,
+            len: (payload.len() - PUT_MESSAGE_AT as usize) as u32,
+        };
+        index.insert(queue, seq, loc);
+        Ok(())
+    }
+}

@@ -1,0 +1,141 @@
+//! The message log's index, in memory: where each stored message of each
+//! queue lies, and how many live messages each segment holds. Built by
+//! reading the log at open, kept by every write after.
+
+use std::collections::{BTreeMap, HashMap};
+
+/// Where a stored message lies in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loc {
+    /// The record that put it in its queue (a PUT, a REF or a MOVE).
+    pub rec: u64,
+    /// The record that holds its bytes: the same but for a REF, whose
+    /// PUT is in the same segment.
+    pub body: u64,
+    /// Where the message lies in that record's payload, and its length.
+    pub at: u32,
+    pub len: u32,
+}
+
+/// What one segment holds that is still wanted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Seg {
+    /// Live messages whose record is in it.
+    pub entries: u64,
+    /// Their messages' bytes.
+    pub bytes: u64,
+}
+
+/// Every queue's stored messages, and every segment's live count.
+#[derive(Default)]
+pub struct Index {
+    queues: HashMap<u64, BTreeMap<u64, Loc>>,
+    /// Every segment by its first position.
+    segs: BTreeMap<u64, Seg>,
+    live_bytes: u64,
+}
+
+impl Index {
+    /// Notes a segment (appends reached it, or the open found it).
+    pub fn segment(&mut self, base: u64) {
+        self.segs.entry(base).or_default();
+    }
+
+    fn count(&mut self, loc: &Loc, add: bool) {
+        let len = u64::from(loc.len);
+        let Some((_, seg)) = self.segs.range_mut(..=loc.rec).next_back() else {
+            return;
+        };
+        if add {
+            seg.entries += 1;
+            seg.bytes += len;
+            self.live_bytes += len;
+        } else {
+            seg.entries = seg.entries.saturating_sub(1);
+            seg.bytes = seg.bytes.saturating_sub(len);
+            self.live_bytes = self.live_bytes.saturating_sub(len);
+        }
+    }
+
+    /// Message `seq` of `queue` is at `loc` (a put, or a copy that moved
+    /// it: the last record wins).
+    pub fn insert(&mut self, queue: u64, seq: u64, loc: Loc) {
+        let old = self.queues.entry(queue).or_default().insert(seq, loc);
+        if let Some(old) = old {
+            self.count(&old, false);
+        }
+        self.count(&loc, true);
+    }
+
+    /// Forgets message `seq` of `queue`; whether it was stored.
+    pub fn remove(&mut self, queue: u64, seq: u64) -> bool {
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return false;
+        };
+        let Some(old) = q.remove(&seq) else {
+            return false;
+        };
+        if q.is_empty() {
+            self.queues.remove(&queue);
+        }
+        self.count(&old, false);
+        true
+    }
+
+    /// Forgets every message of `queue` from `from` on; how many went.
+    pub fn remove_from(&mut self, queue: u64, from: u64) -> usize {
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return 0;
+        };
+        let gone = q.split_off(&from);
+        if q.is_empty() {
+            self.queues.remove(&queue);
+        }
+        for loc in gone.values() {
+            self.count(loc, false);
+        }
+        gone.len()
+    }
+
+    /// Where message `seq` of `queue` lies.
+    pub fn get(&self, queue: u64, seq: u64) -> Option<Loc> {
+        self.queues.get(&queue)?.get(&seq).copied()
+    }
+
+    /// Up to `n` messages of `queue` from `from` on, in order.
+    pub fn range(&self, queue: u64, from: u64, n: usize) -> Vec<(u64, Loc)> {
+        self.queues.get(&queue).map_or_else(Vec::new, |q| {
+            q.range(from..).take(n).map(|(s, l)| (*s, *l)).collect()
+        })
+    }
+
+    /// The queues with stored messages.
+    pub fn queue_ids(&self) -> Vec<u64> {
+        self.queues.keys().copied().collect()
+    }
+
+    /// How many messages are stored.
+    pub fn len(&self) -> usize {
+        self.queues.values().map(BTreeMap::len).sum()
+    }
+
+    /// The first position still wanted: the first segment holding a live
+    /// message, or `active`'s (the segment appends go to) if none does.
+    /// What lies below it is dead.
+    pub fn wanted_from(&self, active: u64) -> u64 {
+        self.segs
+            .range(..active)
+            .find(|(_, s)| s.entries > 0)
+            .map_or(active, |(b, _)| *b)
+    }
+
+    /// Forgets the segments that begin below `pos` (removed).
+    pub fn forget_below(&mut self, pos: u64) {
+        self.segs = self.segs.split_off(&pos);
+    }
+
+    /// The bytes of every live message.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+}

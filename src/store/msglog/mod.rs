@@ -1,0 +1,536 @@
+//! A single node's message store: every stored message, ack and purge
+//! as a record in one node-wide append-only log (segments.rs), with the
+//! index of where each queue's messages lie kept in memory (index.rs).
+//! sled keeps definitions only.
+//!
+//! - A message is written once per node: a message routed to several
+//!   queues is one PUT and a small REF per other queue, while its body is
+//!   in the segment being written (record.rs).
+//! - Acks and purges are small records; nothing is rewritten in place.
+//! - Every record reaches the disk with the group commit (sync.rs): one
+//!   write and one fdatasync per batch, whatever fed it.
+//! - Space comes back a segment at a time: once no live message is left
+//!   in the oldest segments, the commit after the one that saw it removes
+//!   them (its sync covers every record that killed them). Only the oldest
+//!   go, so an ack's record never outlives the segment it belongs to
+//!   while the put it kills is still on disk: at open, a put is never read
+//!   back without the records written after it.
+//! - At open the whole log is read (the CRC of every record checked) and
+//!   the index rebuilt; paged transient messages are dropped, as RabbitMQ
+//!   drops transient messages at a restart.
+//!
+//! One lock guards the index and the appends: a put holds it for the
+//! append's copy into the buffer (the message is encoded before).
+
+mod compact;
+mod index;
+mod record;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+
+use self::index::{Index, Loc};
+use self::record::{Rec, PUT_MESSAGE_AT};
+use super::messages::{decode_record, is_paged, StoredMessage};
+use super::op::Moved;
+use super::segments::{SegmentLog, SEGMENT_BYTES};
+use super::{Error, Result};
+use crate::message::Message;
+
+/// How long the log's synced mark may lag (segments.rs).
+const MARK_EVERY: Duration = Duration::from_secs(1);
+/// Bodies remembered for fan-out between two commits, at the most.
+const RECENT_MAX: usize = 16 * 1024;
+/// Messages read per batch when a queue's are read in order.
+const READ_BATCH: usize = 1024;
+
+/// The node's message log.
+pub struct MessageLog {
+    log: SegmentLog,
+    segment_bytes: u64,
+    state: Mutex<State>,
+    /// The log's end as the last commit's sync covered it.
+    synced: std::sync::atomic::AtomicU64,
+    /// The directory's lock, held while the log is open.
+    _lock: File,
+    /// A temporary log's directory, removed on drop.
+    temporary: Option<PathBuf>,
+}
+
+struct State {
+    index: Index,
+    /// The bodies written since the last commit, by their buffer: a
+    /// message routed to several queues shares the first one's.
+    recent: HashMap<(usize, usize), Recent>,
+    /// How far compaction went in the oldest segment (compact.rs).
+    compact: Option<u64>,
+}
+
+struct Recent {
+    pos: u64,
+    len: u32,
+    /// The segment it is in: only a record of the same one refers to it.
+    base: u64,
+    /// Keeps the buffer (and so its address) while it is a key.
+    _pin: Bytes,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
+}
+
+fn corrupt(what: String) -> Error {
+    Error::Corrupt(what)
+}
+
+impl MessageLog {
+    /// Opens (or creates) the log in `dir` and reads it.
+    pub fn open(dir: &Path) -> Result<MessageLog> {
+        MessageLog::open_tuned(dir, SEGMENT_BYTES, MARK_EVERY)
+    }
+
+    /// The same, with segments of `segment_bytes` and the synced mark
+    /// rewritten at most once per `mark_every` (tests).
+    pub fn open_tuned(dir: &Path, segment_bytes: u64, mark_every: Duration) -> Result<MessageLog> {
+        fs::create_dir_all(dir)?;
+        let lock = lock_dir(dir)?;
+        let log = SegmentLog::open_tuned(dir, segment_bytes, mark_every)?;
+        let index = read_index(&log)?;
+        let end = log.end();
+        Ok(MessageLog {
+            log,
+            segment_bytes,
+            synced: end.into(),
+            state: Mutex::new(State {
+                index,
+                recent: HashMap::new(),
+                compact: None,
+            }),
+            _lock: lock,
+            temporary: None,
+        })
+    }
+
+    /// A log in a new temporary directory, removed on drop (tests, and
+    /// temporary stores).
+    pub fn temporary() -> Result<MessageLog> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "warren-msglog-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        let mut log = MessageLog::open_tuned(&dir, SEGMENT_BYTES, MARK_EVERY)?;
+        log.temporary = Some(dir);
+        Ok(log)
+    }
+
+    /// Stores message `seq` of queue `queue` (`paged`: a transient one
+    /// paged out of memory, dropped at the next open).
+    pub fn put(
+        &self,
+        queue: u64,
+        seq: u64,
+        msg: &Message,
+        paged: bool,
+        deadline: u64,
+    ) -> Result<()> {
+        let key = (msg.backing().as_ptr() as usize, msg.backing().len());
+        SCRATCH.with(|s| {
+            let mut buf = s.borrow_mut();
+            // Encoded before the lock is taken (wasted for a fan-out's
+            // later queues, which write a REF).
+            record::put(queue, seq, msg, paged, deadline, &mut buf);
+            let mut st = self.state.lock();
+            let st = &mut *st;
+            if let Some(r) = st.recent.get(&key) {
+                let payload = record::reference(queue, seq, deadline, paged, r.pos, r.len);
+                if self.log.next_base(payload.len()) == r.base {
+                    let (body, len) = (r.pos, r.len);
+                    let pos = self.log.append(record::REF, &payload)?;
+                    let loc = Loc {
+                        rec: pos,
+                        body,
+                        at: PUT_MESSAGE_AT,
+                        len,
+                    };
+                    st.index.insert(queue, seq, loc);
+                    return Ok(());
+                }
+            }
+            let base = self.log.next_base(buf.len());
+            let pos = self.log.append(record::PUT, &buf)?;
+            st.index.segment(base);
+            let len = (buf.len() - PUT_MESSAGE_AT as usize) as u32;
+            let loc = Loc {
+                rec: pos,
+                body: pos,
+                at: PUT_MESSAGE_AT,
+                len,
+            };
+            st.index.insert(queue, seq, loc);
+            if st.recent.len() >= RECENT_MAX {
+                st.recent.clear();
+            }
+            let pin = msg.backing().clone();
+            st.recent.insert(
+                key,
+                Recent {
+                    pos,
+                    len,
+                    base,
+                    _pin: pin,
+                },
+            );
+            Ok(())
+        })
+    }
+
+    /// Stores a message record as an older store wrote it (migration).
+    pub fn put_encoded(&self, queue: u64, seq: u64, encoded: &[u8]) -> Result<()> {
+        let mut buf = BytesMut::new();
+        record::put_encoded(queue, seq, encoded, &mut buf);
+        let mut st = self.state.lock();
+        let base = self.log.next_base(buf.len());
+        let pos = self.log.append(record::PUT, &buf)?;
+        st.index.segment(base);
+        let loc = Loc {
+            rec: pos,
+            body: pos,
+            at: PUT_MESSAGE_AT,
+            len: encoded.len() as u32,
+        };
+        st.index.insert(queue, seq, loc);
+        Ok(())
+    }
+
+    /// Forgets message `seq` of `queue` (acked, expired, dropped).
+    pub fn remove(&self, queue: u64, seq: u64) -> Result<()> {
+        let mut st = self.state.lock();
+        if st.index.remove(queue, seq) {
+            self.log.append(record::ACK, &record::pair(queue, seq))?;
+        }
+        Ok(())
+    }
+
+    /// Forgets every message of `queue` from `from` on.
+    pub fn purge_from(&self, queue: u64, from: u64) -> Result<()> {
+        let mut st = self.state.lock();
+        if st.index.remove_from(queue, from) > 0 {
+            self.log.append(record::PURGE, &record::pair(queue, from))?;
+        }
+        Ok(())
+    }
+
+    /// Moves messages of queue `from` to queue `to`, and removes
+    /// `removes` from `from`, in one record (see `Op::MoveMessages`).
+    pub fn move_records(
+        &self,
+        from: u64,
+        to: u64,
+        moves: &[Moved<'_>],
+        removes: &[u64],
+    ) -> Result<()> {
+        let mut buf = BytesMut::new();
+        let at = record::moves(from, to, moves, removes, &mut buf);
+        let mut st = self.state.lock();
+        let base = self.log.next_base(buf.len());
+        let pos = self.log.append(record::MOVE, &buf)?;
+        st.index.segment(base);
+        apply_move(&mut st.index, pos, from, to, &at, removes);
+        Ok(())
+    }
+
+    /// Message `seq` of `queue`, if it is stored.
+    pub fn get(&self, queue: u64, seq: u64) -> Result<Option<Message>> {
+        let Some(loc) = self.state.lock().index.get(queue, seq) else {
+            return Ok(None);
+        };
+        let mut last = None;
+        self.read(loc, &mut last).map(|(m, _)| Some(m))
+    }
+
+    /// Up to `n` messages of `queue` from `from` on, in order.
+    pub fn range(&self, queue: u64, from: u64, n: usize) -> Result<Vec<(u64, Arc<Message>)>> {
+        let locs = self.state.lock().index.range(queue, from, n);
+        let mut last = None;
+        locs.into_iter()
+            .map(|(seq, loc)| Ok((seq, Arc::new(self.read(loc, &mut last)?.0))))
+            .collect()
+    }
+
+    /// Every stored message of `queue` in order, with its deadline, read a
+    /// batch at a time (recovery).
+    pub fn stored(&self, queue: u64) -> impl Iterator<Item = Result<StoredMessage>> + '_ {
+        let mut from = 0u64;
+        let mut batch = std::collections::VecDeque::new();
+        let mut last = None;
+        let mut done = false;
+        std::iter::from_fn(move || {
+            if batch.is_empty() && !done {
+                batch = self
+                    .state
+                    .lock()
+                    .index
+                    .range(queue, from, READ_BATCH)
+                    .into();
+                match batch.back() {
+                    Some((seq, _)) => from = seq + 1,
+                    None => done = true,
+                }
+            }
+            let (seq, loc) = batch.pop_front()?;
+            Some(
+                self.read(loc, &mut last)
+                    .map(|(m, deadline)| StoredMessage {
+                        seq,
+                        message: Arc::new(m),
+                        deadline,
+                    }),
+            )
+        })
+    }
+
+    /// The queues with stored messages.
+    pub fn queue_ids(&self) -> Vec<u64> {
+        self.state.lock().index.queue_ids()
+    }
+
+    /// How many messages are stored.
+    pub fn len(&self) -> usize {
+        self.state.lock().index.len()
+    }
+
+    /// Whether no message is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The message at `loc` and its deadline; `last` keeps the last
+    /// record read (the messages of a MOVE share one).
+    fn read(&self, loc: Loc, last: &mut Option<(u64, Bytes)>) -> Result<(Message, u64)> {
+        let payload = match last {
+            Some((pos, p)) if *pos == loc.body => p.clone(),
+            _ => {
+                let r = self.log.read(loc.body)?;
+                let p = Bytes::from(r.payload);
+                *last = Some((loc.body, p.clone()));
+                p
+            }
+        };
+        let (at, end) = (loc.at as usize, loc.at as usize + loc.len as usize);
+        if end > payload.len() {
+            return Err(corrupt(format!("no message at {}+{at}", loc.body)));
+        }
+        let (msg, _, mut deadline) = decode_record(payload.slice(at..end))?;
+        if loc.rec != loc.body {
+            let r = self.log.read(loc.rec)?;
+            match record::parse(r.kind, &r.payload) {
+                Some(Rec::Ref { deadline: d, .. }) => deadline = d,
+                _ => return Err(corrupt(format!("no reference at {}", loc.rec))),
+            }
+        }
+        Ok((msg, deadline))
+    }
+
+    /// Writes what was appended (a copy must reach the OS before what it
+    /// replaces, kept elsewhere, is removed).
+    pub fn flush(&self) -> Result<()> {
+        Ok(self.log.flush()?)
+    }
+
+    /// The group commit's part: a step of compaction if one is due, then
+    /// makes every record appended so far durable, then removes the oldest
+    /// segments that were dead before it began.
+    pub fn commit(&self) -> Result<()> {
+        self.compact_step()?;
+        let wanted = self.state.lock().index.wanted_from(self.log.active());
+        let end = self.log.sync()?;
+        self.synced
+            .fetch_max(end, std::sync::atomic::Ordering::Relaxed);
+        let mut st = self.state.lock();
+        st.recent.clear();
+        drop(st);
+        if self.log.remove_below(wanted)? > 0 {
+            self.state.lock().index.forget_below(wanted);
+        }
+        Ok(())
+    }
+
+    /// Whether a commit has work though nobody waits for one: records not
+    /// synced yet (acks, publishes without confirms), dead segments to
+    /// remove, or compaction due.
+    pub fn wants_commit(&self) -> bool {
+        if self.log.end() > self.synced.load(std::sync::atomic::Ordering::Relaxed) {
+            return true;
+        }
+        let first = self.log.segments().first().copied().unwrap_or(0);
+        let active = self.log.active();
+        let st = self.state.lock();
+        st.compact.is_some() || st.index.wanted_from(active) > first || {
+            drop(st);
+            self.compaction_due()
+        }
+    }
+
+    /// Makes everything durable and writes the synced mark (a clean
+    /// stop, the end of a migration).
+    pub fn close(&self) -> Result<()> {
+        self.log.sync_marked()?;
+        Ok(())
+    }
+
+    /// Bytes the log's files hold.
+    pub fn size_on_disk(&self) -> u64 {
+        self.log.size()
+    }
+
+    /// The bytes of every stored message.
+    pub fn live_bytes(&self) -> u64 {
+        self.state.lock().index.live_bytes()
+    }
+
+    /// The segment files' first positions (tests, metrics).
+    pub fn segments(&self) -> Vec<u64> {
+        self.log.segments()
+    }
+}
+
+impl Drop for MessageLog {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.temporary {
+            let _ = fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn apply_move(
+    index: &mut Index,
+    pos: u64,
+    from: u64,
+    to: u64,
+    at: &[record::MovedAt],
+    removes: &[u64],
+) {
+    for m in at {
+        if m.from_seq != 0 {
+            index.remove(from, m.from_seq);
+        }
+    }
+    for &seq in removes {
+        index.remove(from, seq);
+    }
+    for m in at {
+        let loc = Loc {
+            rec: pos,
+            body: pos,
+            at: m.at,
+            len: m.len,
+        };
+        index.insert(to, m.to_seq, loc);
+    }
+}
+
+/// Reads the whole log into an index. A record that does not parse (a
+/// newer version's) stops the open: skipping it could bring back what it
+/// removed.
+fn read_index(log: &SegmentLog) -> Result<Index> {
+    let mut index = Index::default();
+    let bases = log.segments();
+    for &b in &bases {
+        index.segment(b);
+    }
+    let Some(&first) = bases.first() else {
+        return Ok(index);
+    };
+    let mut failed = None;
+    log.scan(first, |pos, r| {
+        let Some(rec) = record::parse(r.kind, &r.payload) else {
+            failed = Some(corrupt(format!(
+                "the message log's record at {pos} (kind {}) cannot be read: written by a newer version?",
+                r.kind
+            )));
+            return false;
+        };
+        match rec {
+            Rec::Put { queue, seq } => {
+                let message = &r.payload[PUT_MESSAGE_AT as usize..];
+                if !is_paged(message) {
+                    let loc = Loc {
+                        rec: pos,
+                        body: pos,
+                        at: PUT_MESSAGE_AT,
+                        len: message.len() as u32,
+                    };
+                    index.insert(queue, seq, loc);
+                }
+            }
+            Rec::Ref {
+                queue,
+                seq,
+                paged,
+                body,
+                len,
+                ..
+            } => {
+                if !paged {
+                    let loc = Loc {
+                        rec: pos,
+                        body,
+                        at: PUT_MESSAGE_AT,
+                        len,
+                    };
+                    index.insert(queue, seq, loc);
+                }
+            }
+            Rec::Ack { queue, seq } => {
+                index.remove(queue, seq);
+            }
+            Rec::Purge { queue, from } => {
+                index.remove_from(queue, from);
+            }
+            Rec::Move {
+                from,
+                to,
+                moves,
+                removes,
+            } => apply_move(&mut index, pos, from, to, &moves, &removes),
+        }
+        true
+    })?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(index),
+    }
+}
+
+/// Takes the directory's lock: one process at a time (a store being
+/// reopened waits until the old one is gone).
+fn lock_dir(dir: &Path) -> Result<File> {
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("LOCK"))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: the fd is valid for the life of `file`; flock only reads it.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(Error::Io(io::Error::new(
+            e.kind(),
+            format!("{} is in use by another process: {e}", dir.display()),
+        )));
+    }
+    Ok(file)
+}

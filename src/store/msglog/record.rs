@@ -1,0 +1,237 @@
+//! The message log's records: what each kind's payload holds. Integers
+//! are big-endian; a message is stored as `messages::encode_record` makes
+//! it (its kind octet says persistent or paged, then its deadline and the
+//! message as it came off the wire).
+//!
+//! - PUT: queue id, seq, the message. A queue's message, and a body other
+//!   records of the same segment may refer to.
+//! - REF: queue id, seq, deadline, paged (one octet), the position of a
+//!   PUT in the same segment and the length of its message: the same
+//!   message in another queue (a fan-out), its body written once.
+//! - ACK: queue id, seq. The message is gone (acked, expired, dropped,
+//!   dead-lettered).
+//! - PURGE: queue id, first seq. Every message of the queue from that seq
+//!   on is gone (a purge, a queue deleted).
+//! - MOVE: from queue, to queue, the moves (seq in `from`, 0 if it was not
+//!   stored there; seq in `to`; the message's length and the message),
+//!   then the seqs of `from` removed without a copy. One record, so a crash
+//!   leaves each message in exactly one of the queues.
+
+use bytes::{BufMut, BytesMut};
+
+use crate::message::Message;
+use crate::store::messages::{append_record, encode_record};
+use crate::store::op::Moved;
+
+pub const PUT: u8 = 1;
+pub const REF: u8 = 2;
+pub const ACK: u8 = 3;
+pub const PURGE: u8 = 4;
+pub const MOVE: u8 = 5;
+
+/// Where the message of a PUT starts in its payload.
+pub const PUT_MESSAGE_AT: u32 = 16;
+
+/// A record read back, borrowing its payload.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Rec {
+    Put {
+        queue: u64,
+        seq: u64,
+    },
+    Ref {
+        queue: u64,
+        seq: u64,
+        deadline: u64,
+        paged: bool,
+        body: u64,
+        len: u32,
+    },
+    Ack {
+        queue: u64,
+        seq: u64,
+    },
+    Purge {
+        queue: u64,
+        from: u64,
+    },
+    Move {
+        from: u64,
+        to: u64,
+        moves: Vec<MovedAt>,
+        removes: Vec<u64>,
+    },
+}
+
+/// One move of a MOVE record, and where its message lies in the payload.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MovedAt {
+    pub from_seq: u64,
+    pub to_seq: u64,
+    pub at: u32,
+    pub len: u32,
+}
+
+/// A PUT's payload into `out`.
+pub fn put(queue: u64, seq: u64, msg: &Message, paged: bool, deadline: u64, out: &mut BytesMut) {
+    out.clear();
+    out.put_u64(queue);
+    out.put_u64(seq);
+    append_record(msg, paged, deadline, out);
+}
+
+/// A PUT's payload around an already encoded message record (migration).
+pub fn put_encoded(queue: u64, seq: u64, record: &[u8], out: &mut BytesMut) {
+    out.clear();
+    out.put_u64(queue);
+    out.put_u64(seq);
+    out.extend_from_slice(record);
+}
+
+/// A REF's payload.
+pub fn reference(
+    queue: u64,
+    seq: u64,
+    deadline: u64,
+    paged: bool,
+    body: u64,
+    len: u32,
+) -> [u8; 37] {
+    let mut out = [0u8; 37];
+    out[..8].copy_from_slice(&queue.to_be_bytes());
+    out[8..16].copy_from_slice(&seq.to_be_bytes());
+    out[16..24].copy_from_slice(&deadline.to_be_bytes());
+    out[24] = paged as u8;
+    out[25..33].copy_from_slice(&body.to_be_bytes());
+    out[33..37].copy_from_slice(&len.to_be_bytes());
+    out
+}
+
+/// An ACK's or a PURGE's payload.
+pub fn pair(a: u64, b: u64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&a.to_be_bytes());
+    out[8..].copy_from_slice(&b.to_be_bytes());
+    out
+}
+
+/// A MOVE's payload into `out`; returns where each move's message lies.
+pub fn moves(
+    from: u64,
+    to: u64,
+    moved: &[Moved<'_>],
+    removes: &[u64],
+    out: &mut BytesMut,
+) -> Vec<MovedAt> {
+    out.clear();
+    out.put_u64(from);
+    out.put_u64(to);
+    out.put_u32(moved.len() as u32);
+    let mut at = Vec::with_capacity(moved.len());
+    let mut one = BytesMut::new();
+    for m in moved {
+        encode_record(m.message, false, m.deadline, &mut one);
+        out.put_u64(m.from_seq);
+        out.put_u64(m.to_seq);
+        out.put_u32(one.len() as u32);
+        at.push(MovedAt {
+            from_seq: m.from_seq,
+            to_seq: m.to_seq,
+            at: out.len() as u32,
+            len: one.len() as u32,
+        });
+        out.extend_from_slice(&one);
+    }
+    out.put_u32(removes.len() as u32);
+    for &seq in removes {
+        out.put_u64(seq);
+    }
+    at
+}
+
+/// Reads a record's payload; None if it does not parse (a record of a
+/// kind this build does not know, or a short one).
+pub fn parse(kind: u8, p: &[u8]) -> Option<Rec> {
+    let mut r = Reader { p, at: 0 };
+    let rec = match kind {
+        PUT => {
+            let rec = Rec::Put {
+                queue: r.u64()?,
+                seq: r.u64()?,
+            };
+            // The message itself is read when it is wanted.
+            r.at = p.len();
+            rec
+        }
+        REF => Rec::Ref {
+            queue: r.u64()?,
+            seq: r.u64()?,
+            deadline: r.u64()?,
+            paged: r.u8()? != 0,
+            body: r.u64()?,
+            len: r.u32()?,
+        },
+        ACK => Rec::Ack {
+            queue: r.u64()?,
+            seq: r.u64()?,
+        },
+        PURGE => Rec::Purge {
+            queue: r.u64()?,
+            from: r.u64()?,
+        },
+        MOVE => {
+            let from = r.u64()?;
+            let to = r.u64()?;
+            let n = r.u32()? as usize;
+            let mut moves = Vec::with_capacity(n.min(p.len() / 20));
+            for _ in 0..n {
+                let from_seq = r.u64()?;
+                let to_seq = r.u64()?;
+                let len = r.u32()?;
+                let at = r.at as u32;
+                r.take(len as usize)?;
+                moves.push(MovedAt {
+                    from_seq,
+                    to_seq,
+                    at,
+                    len,
+                });
+            }
+            let m = r.u32()? as usize;
+            let mut removes = Vec::with_capacity(m.min(p.len() / 8));
+            for _ in 0..m {
+                removes.push(r.u64()?);
+            }
+            Rec::Move {
+                from,
+                to,
+                moves,
+                removes,
+            }
+        }
+        _ => return None,
+    };
+    (r.at == p.len()).then_some(rec)
+}
+
+struct Reader<'a> {
+    p: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let s = self.p.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)?.try_into().ok().map(u32::from_be_bytes)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)?.try_into().ok().map(u64::from_be_bytes)
+    }
+}

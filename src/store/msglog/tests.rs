@@ -1,0 +1,380 @@
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use super::*;
+use crate::message::Meta;
+use crate::store::op::Moved;
+
+/// A message with `body`.
+fn msg(body: &[u8]) -> Message {
+    Message::new(
+        b"ex",
+        b"rk",
+        &[0x10, 0, 2],
+        body,
+        Meta::default().with_delivery_mode(2),
+    )
+}
+
+fn open(dir: &Path, segment: u64) -> MessageLog {
+    MessageLog::open_tuned(dir, segment, Duration::ZERO).unwrap()
+}
+
+/// Every stored message: (queue, seq) -> (body, deadline).
+type State = BTreeMap<(u64, u64), (Vec<u8>, u64)>;
+
+fn state(log: &MessageLog) -> State {
+    let mut out = State::new();
+    let mut ids = log.queue_ids();
+    ids.sort_unstable();
+    for q in ids {
+        for m in log.stored(q) {
+            let m = m.unwrap();
+            out.insert((q, m.seq), (m.message.body().to_vec(), m.deadline));
+        }
+    }
+    out
+}
+
+#[test]
+fn messages_acks_purges_and_moves_read_back_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 1 << 20);
+    for seq in 1..=5 {
+        log.put(1, seq, &msg(format!("m{seq}").as_bytes()), false, seq * 10)
+            .unwrap();
+    }
+    log.put(2, 1, &msg(b"transient"), true, 0).unwrap();
+    log.remove(1, 2).unwrap();
+    log.purge_from(1, 5).unwrap();
+    let moved = msg(b"moved");
+    let moves = [Moved {
+        from_seq: 3,
+        to_seq: 7,
+        deadline: 99,
+        message: &moved,
+    }];
+    log.move_records(1, 3, &moves, &[4]).unwrap();
+    let want: State = [
+        ((1, 1), (b"m1".to_vec(), 10)),
+        ((3, 7), (b"moved".to_vec(), 99)),
+    ]
+    .into_iter()
+    .collect();
+    let mut running = want.clone();
+    running.insert((2, 1), (b"transient".to_vec(), 0));
+    assert_eq!(state(&log), running);
+    assert_eq!(
+        log.range(1, 0, 10).unwrap().len(),
+        1,
+        "range reads what is stored"
+    );
+    assert_eq!(log.get(3, 7).unwrap().unwrap().body(), b"moved");
+    assert!(log.get(1, 2).unwrap().is_none());
+    log.commit().unwrap();
+    drop(log);
+    let log = open(dir.path(), 1 << 20);
+    assert_eq!(state(&log), want, "the paged transient message is dropped");
+}
+
+#[test]
+fn a_message_routed_to_ten_queues_is_written_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 1 << 20);
+    let m = Arc::new(msg(&[7u8; 10_000]));
+    for q in 1..=10 {
+        log.put(q, 1, &m, false, q).unwrap();
+    }
+    log.commit().unwrap();
+    let size = log.size_on_disk();
+    assert!(
+        (10_000..12_000).contains(&size),
+        "one body on disk, not ten: {size} bytes"
+    );
+    drop(log);
+    let log = open(dir.path(), 1 << 20);
+    let s = state(&log);
+    assert_eq!(s.len(), 10);
+    for q in 1..=10 {
+        assert_eq!(s[&(q, 1)], (vec![7u8; 10_000], q), "queue {q}");
+    }
+}
+
+#[test]
+fn a_fan_out_across_a_segment_boundary_writes_the_body_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 4096);
+    let m = msg(&[1u8; 1500]);
+    for q in 1..=6 {
+        log.put(q, 1, &m, false, 0).unwrap();
+    }
+    // Every queue's message readable, the segment it refers to or its own.
+    log.commit().unwrap();
+    drop(log);
+    let log = open(dir.path(), 4096);
+    assert_eq!(state(&log).len(), 6);
+}
+
+#[test]
+fn the_oldest_segments_go_once_nothing_in_them_is_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 4096);
+    let body = [3u8; 500];
+    for seq in 1..=100 {
+        log.put(1, seq, &msg(&body), false, 0).unwrap();
+    }
+    log.commit().unwrap();
+    let full = log.segments().len();
+    assert!(full > 10, "{full} segments");
+    // The first 50 acked: their segments go, at the commit after the one
+    // that saw them dead.
+    for seq in 1..=50 {
+        log.remove(1, seq).unwrap();
+    }
+    log.commit().unwrap();
+    log.commit().unwrap();
+    let half = log.segments().len();
+    assert!(half < full * 2 / 3, "{half} of {full} segments left");
+    // A live message in the oldest segment keeps it, and those after it.
+    log.put(2, 1, &msg(b"slow"), false, 0).unwrap();
+    for seq in 51..=100 {
+        log.remove(1, seq).unwrap();
+    }
+    log.commit().unwrap();
+    log.commit().unwrap();
+    assert!(log.segments().len() >= 1);
+    log.remove(2, 1).unwrap();
+    log.commit().unwrap();
+    log.commit().unwrap();
+    assert_eq!(log.segments().len(), 1, "only the active one is left");
+    drop(log);
+    let log = open(dir.path(), 4096);
+    assert!(state(&log).is_empty());
+}
+
+#[test]
+fn a_second_open_of_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 4096);
+    let second = MessageLog::open_tuned(dir.path(), 4096, Duration::ZERO);
+    assert!(
+        second.is_err_and(|e| e.to_string().contains("in use")),
+        "a second process must not open it"
+    );
+    drop(log);
+    open(dir.path(), 4096);
+}
+
+#[test]
+fn a_record_of_an_unknown_kind_stops_the_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = open(dir.path(), 4096);
+        log.put(1, 1, &msg(b"a"), false, 0).unwrap();
+        log.log.append(42, b"from a newer version").unwrap();
+        log.commit().unwrap();
+    }
+    let err = MessageLog::open_tuned(dir.path(), 4096, Duration::ZERO)
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        err.as_deref().is_some_and(|e| e.contains("kind 42")),
+        "{err:?}"
+    );
+}
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// A model of the log: what is stored, persistent and paged.
+#[derive(Default, Clone)]
+struct Model {
+    stored: State,
+    paged: std::collections::BTreeSet<(u64, u64)>,
+    next: BTreeMap<u64, u64>,
+}
+
+impl Model {
+    fn durable(&self) -> State {
+        let mut s = self.stored.clone();
+        s.retain(|k, _| !self.paged.contains(k));
+        s
+    }
+}
+
+/// One random operation on `log` and `model`.
+fn step(rng: &mut Rng, log: &MessageLog, model: &mut Model) {
+    step_each(rng, log, model, &mut |_| {})
+}
+
+/// The same, calling `each` after every record written.
+fn step_each(rng: &mut Rng, log: &MessageLog, model: &mut Model, each: &mut dyn FnMut(&Model)) {
+    let queue = 1 + rng.below(4);
+    match rng.below(10) {
+        0..=3 => {
+            let fan = if rng.below(4) == 0 { 3 } else { 1 };
+            let body: Vec<u8> = (0..rng.below(300)).map(|i| i as u8 ^ 0x5a).collect();
+            let m = msg(&body);
+            let paged = rng.below(8) == 0;
+            for q in queue..queue + fan {
+                let seq = model.next.entry(q).or_insert(1);
+                let deadline = rng.below(3) * 1000;
+                log.put(q, *seq, &m, paged, deadline).unwrap();
+                model.stored.insert((q, *seq), (body.clone(), deadline));
+                if paged {
+                    model.paged.insert((q, *seq));
+                }
+                *seq += 1;
+                each(model);
+            }
+        }
+        4..=6 => {
+            let keys: Vec<(u64, u64)> = model.stored.keys().copied().collect();
+            if let Some(&(q, seq)) = keys.get(rng.below(keys.len() as u64) as usize) {
+                log.remove(q, seq).unwrap();
+                model.stored.remove(&(q, seq));
+                each(model);
+            }
+        }
+        7 => {
+            let next = model.next.get(&queue).copied().unwrap_or(1);
+            let from = next.saturating_sub(rng.below(4));
+            log.purge_from(queue, from).unwrap();
+            model.stored.retain(|&(q, s), _| q != queue || s < from);
+            each(model);
+        }
+        _ => {
+            let to = 1 + (queue % 4);
+            let taken: Vec<(u64, (Vec<u8>, u64))> = model
+                .stored
+                .range((queue, 0)..(queue + 1, 0))
+                .filter(|(k, _)| !model.paged.contains(k))
+                .take(3)
+                .map(|(k, v)| (k.1, v.clone()))
+                .collect();
+            let msgs: Vec<Message> = taken.iter().map(|(_, (b, _))| msg(b)).collect();
+            let mut moves = Vec::new();
+            for ((from_seq, (body, deadline)), m) in taken.iter().zip(&msgs) {
+                let seq = model.next.entry(to).or_insert(1);
+                moves.push(Moved {
+                    from_seq: *from_seq,
+                    to_seq: *seq,
+                    deadline: *deadline,
+                    message: m,
+                });
+                model.stored.remove(&(queue, *from_seq));
+                model.stored.insert((to, *seq), (body.clone(), *deadline));
+                *seq += 1;
+            }
+            log.move_records(queue, to, &moves, &[]).unwrap();
+            each(model);
+        }
+    }
+}
+
+/// Random puts, fan-outs, acks, purges and moves against a model, with
+/// commits and reopens between: the log reads back what the model holds,
+/// paged transient messages dropped at each reopen, and dead segments go.
+#[test]
+fn the_index_matches_a_model_through_random_operations_and_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    for seed in [1u64, 7, 42] {
+        let _ = fs::remove_dir_all(dir.path());
+        let mut rng = Rng(seed * 0x9e37_79b9_7f4a_7c15 | 1);
+        let mut model = Model::default();
+        let mut log = open(dir.path(), 8192);
+        for round in 0..30 {
+            for _ in 0..rng.below(200) {
+                step(&mut rng, &log, &mut model);
+            }
+            assert_eq!(state(&log), model.stored, "seed {seed} round {round}");
+            log.commit().unwrap();
+            if rng.below(3) == 0 {
+                drop(log);
+                log = open(dir.path(), 8192);
+                model.stored = model.durable();
+                model.paged.clear();
+                assert_eq!(state(&log), model.stored, "seed {seed} round {round}");
+            }
+        }
+        // What is live bounds what is kept: segments of dead messages go.
+        let live = log.live_bytes();
+        log.commit().unwrap();
+        let on_disk = log.size_on_disk();
+        assert!(
+            on_disk <= live * 4 + 8 * 8192 + 100_000,
+            "seed {seed}: {on_disk} bytes on disk for {live} live"
+        );
+    }
+}
+
+/// A crash tears the unsynced tail at any point: the log opens with every
+/// committed operation and a prefix of the later ones, nothing else.
+#[test]
+fn a_torn_tail_keeps_every_commit_and_a_prefix_of_what_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let mut model = Model::default();
+    let log = open(dir.path(), 1 << 20);
+    for _ in 0..300 {
+        step(&mut rng, &log, &mut model);
+    }
+    log.commit().unwrap();
+    let committed_end = log.log.end();
+    let mut after = vec![model.durable()];
+    for _ in 0..60 {
+        step_each(&mut rng, &log, &mut model, &mut |m| after.push(m.durable()));
+    }
+    log.flush().unwrap();
+    let end = log.log.end();
+    drop(log);
+    let seg = dir.path().join(format!("{:020}.seg", 0));
+    let full = fs::metadata(&seg).unwrap().len();
+    let tail = end - committed_end;
+    assert_eq!(full - tail, committed_end + 8, "one segment");
+    let mut last = 0;
+    let cuts = (committed_end + 8..full).step_by(13).chain([full]);
+    for cut in cuts {
+        let copy = tempfile::tempdir().unwrap();
+        for e in fs::read_dir(dir.path()).unwrap() {
+            let e = e.unwrap();
+            if e.file_name() != "LOCK" {
+                fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
+            }
+        }
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(copy.path().join(seg.file_name().unwrap()))
+            .unwrap();
+        f.set_len(cut).unwrap();
+        drop(f);
+        let log = open(copy.path(), 1 << 20);
+        let got = state(&log);
+        let k = after[last..]
+            .iter()
+            .position(|s| *s == got)
+            .map(|i| i + last)
+            .unwrap_or_else(|| panic!("cut at {cut}: not a prefix of the operations"));
+        last = k;
+        if cut == full {
+            assert_eq!(
+                &got,
+                after.last().unwrap(),
+                "the whole tail reads back uncut"
+            );
+        }
+    }
+}
