@@ -38,7 +38,27 @@ impl ChildBroker {
         Self::start(data_dir, log, extra, Some(free_port()))
     }
 
+    /// As `spawn`, running the binary `bin` (an older build).
+    #[allow(dead_code)]
+    pub fn spawn_bin(bin: &Path, data_dir: &Path, log: &Path, extra: &[&str]) -> ChildBroker {
+        Self::start_bin(bin.as_os_str().into(), data_dir, log, extra, None)
+    }
+
     fn start(data_dir: &Path, log: &Path, extra: &[&str], api: Option<u16>) -> ChildBroker {
+        // WARREN_BIN runs these tests against another build (for example
+        // an older one, to see a test fail there).
+        let bin =
+            std::env::var("WARREN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_warren").into());
+        Self::start_bin(bin.into(), data_dir, log, extra, api)
+    }
+
+    fn start_bin(
+        bin: std::ffi::OsString,
+        data_dir: &Path,
+        log: &Path,
+        extra: &[&str],
+        api: Option<u16>,
+    ) -> ChildBroker {
         let port = free_port();
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -46,10 +66,6 @@ impl ChildBroker {
             .open(log)
             .expect("log file");
         let err = out.try_clone().unwrap();
-        // WARREN_BIN runs these tests against another build (for example
-        // an older one, to see a test fail there).
-        let bin =
-            std::env::var("WARREN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_warren").into());
         let child = Command::new(bin)
             .arg("--bind")
             .arg("127.0.0.1")
