@@ -160,7 +160,12 @@ async fn an_older_data_dir_with_a_backlog_opens_whole_and_once() {
     let b = ChildBroker::spawn(&data, &log, &[]);
     let conn = b.connect().await;
     let ch = conn.create_channel().await.unwrap();
-    assert_eq!(declare(&ch, "backlog", true).await, 2000, "{}", b.log_tail());
+    assert_eq!(
+        declare(&ch, "backlog", true).await,
+        2000,
+        "{}",
+        b.log_tail()
+    );
     assert_eq!(declare(&ch, "fan-a", true).await, 200);
     assert_eq!(declare(&ch, "fan-b", true).await, 200);
     let segments = std::fs::read_dir(data.join("messages"))
