@@ -82,7 +82,7 @@ impl MessageLog {
                     body,
                     len,
                 } => {
-                    if !st.index.get(queue, seq).is_some_and(|l| l.rec == *pos) {
+                    if st.index.get(queue, seq).is_none_or(|l| l.rec != *pos) {
                         continue;
                     }
                     let payload = match batch.iter().find(|(p, _)| *p == body) {
@@ -99,7 +99,7 @@ impl MessageLog {
                 }
                 Rec::Move { to, moves, .. } => {
                     for m in moves {
-                        if !st.index.get(to, m.to_seq).is_some_and(|l| l.rec == *pos) {
+                        if st.index.get(to, m.to_seq).is_none_or(|l| l.rec != *pos) {
                             continue;
                         }
                         let (at, len) = (m.at as usize, m.len as usize);
