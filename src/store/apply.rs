@@ -142,7 +142,14 @@ impl Applier {
 
     /// Applies an operation on something other than a queue's messages.
     fn apply_other(&self, op: &Op<'_>) -> Result<Applied> {
+        let applied = self.apply_other_now(op);
+        // After the write, and before the caller takes its ticket: the
+        // sync that takes the flag covers the write (sync.rs: LogSync).
         self.dirty.store(true, Ordering::SeqCst);
+        applied
+    }
+
+    fn apply_other_now(&self, op: &Op<'_>) -> Result<Applied> {
         match *op {
             Op::Hold {
                 due,

@@ -443,6 +443,25 @@ mod tests {
         );
     }
 
+    /// sled does not flush on a timer on a single node: a write outside
+    /// the log that nobody waits for (a held delayed message published
+    /// without confirms) is still synced by the flusher on its own.
+    #[test]
+    fn a_write_outside_the_log_nobody_waits_for_is_synced_soon() {
+        let (store, sync) = recording();
+        commit(&store);
+        let before = sync.calls.lock().len();
+        store.put_delayed(1, 1, "/", 10, &msg()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while sync.calls.lock().len() == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sled was not synced after a hold"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     #[test]
     fn a_group_commit_goes_through_the_sync() {
         let (store, sync) = recording();

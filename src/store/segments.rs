@@ -63,6 +63,9 @@ pub struct SegmentLog {
     syncing: Mutex<Option<Instant>>,
     /// How long the synced mark may lag behind a sync.
     mark_every: Duration,
+    /// A sync failed: what the page cache held is unknown, so no later
+    /// sync may vouch for it, nor anything be removed on its word.
+    failed: std::sync::atomic::AtomicBool,
 }
 
 struct Inner {
@@ -150,6 +153,7 @@ impl SegmentLog {
             }),
             syncing: Mutex::new(None),
             mark_every,
+            failed: false.into(),
         };
         let mut inner = log.inner.lock();
         let mut end = 0;
@@ -314,6 +318,7 @@ impl SegmentLog {
 
     fn sync_and_mark(&self, always: bool) -> io::Result<u64> {
         let mut marked = self.syncing.lock();
+        self.check_not_failed()?;
         let (files, added, end) = {
             let mut inner = self.inner.lock();
             self.write_buffer(&mut inner)?;
@@ -333,13 +338,18 @@ impl SegmentLog {
                 false => Ok(()),
             });
         if let Err(e) = synced {
-            // What this sync took is still to be synced.
-            let mut inner = self.inner.lock();
-            inner.unsynced.extend(files.iter().map(|(b, _)| *b));
-            inner.added |= added;
+            // A retry could succeed with the pages already dropped: the
+            // log must be opened again from the disk.
+            self.failed.store(true, std::sync::atomic::Ordering::SeqCst);
             return Err(e);
         }
-        let due = always || marked.is_none_or(|at| at.elapsed() >= self.mark_every);
+        // Lazily within the active segment only: a crash can tear just its
+        // tail, so every other segment lies below the mark, where damage
+        // stops the open instead of being cut.
+        let due = always
+            || added
+            || files.len() > 1
+            || marked.is_none_or(|at| at.elapsed() >= self.mark_every);
         if due {
             // Replaced whole (a crash leaves the old value or the new).
             let tmp = self.dir.join("synced.new");
@@ -361,6 +371,15 @@ impl SegmentLog {
         match used > 0 && used + (HEADER + len) as u64 > self.segment_bytes {
             true => pos,
             false => inner.active,
+        }
+    }
+
+    fn check_not_failed(&self) -> io::Result<()> {
+        match self.failed.load(std::sync::atomic::Ordering::SeqCst) {
+            true => Err(io::Error::other(
+                "an earlier sync of the message log failed: it must be opened again",
+            )),
+            false => Ok(()),
         }
     }
 
@@ -475,6 +494,7 @@ impl SegmentLog {
     /// Removes every segment that ends at or below `pos` (what is below it
     /// is no longer needed); the active segment stays.
     pub fn remove_below(&self, pos: u64) -> io::Result<usize> {
+        self.check_not_failed()?;
         let gone: Vec<u64> = {
             let mut inner = self.inner.lock();
             let bases: Vec<u64> = inner.segments.keys().copied().collect();

@@ -18,10 +18,12 @@
 
 use super::index::Loc;
 use super::record::{self, Rec, PUT_MESSAGE_AT};
-use super::{MessageLog, Result};
-use crate::store::messages::decode_record;
-use crate::store::segments::Record;
+use std::collections::HashMap;
+
 use bytes::{Bytes, BytesMut};
+
+use super::{Error, MessageLog, Result};
+use crate::store::messages::decode_record;
 
 /// Bytes of records read from the oldest segment per commit.
 const STEP: usize = 1 << 20;
@@ -38,8 +40,23 @@ impl MessageLog {
     }
 
     /// One step of compaction of the oldest segment, if it is due (or
-    /// under way).
+    /// under way). A record it cannot read stops compaction until the
+    /// next open (which reads every record and refuses damage) rather
+    /// than every commit.
     pub(super) fn compact_step(&self) -> Result<()> {
+        if self.state.lock().compact_failed {
+            return Ok(());
+        }
+        if let Err(e) = self.try_compact_step() {
+            tracing::error!("message log compaction stopped until the next start: {e}");
+            let mut st = self.state.lock();
+            st.compact_failed = true;
+            st.compact = None;
+        }
+        Ok(())
+    }
+
+    fn try_compact_step(&self) -> Result<()> {
         let segments = self.log.segments();
         let (Some(&front), Some(&end)) = (segments.first(), segments.get(1)) else {
             return Ok(());
@@ -50,7 +67,9 @@ impl MessageLog {
             None if self.compaction_due() => front,
             None => return Ok(()),
         };
-        let mut batch: Vec<(u64, Record)> = Vec::new();
+        // Read outside the lock: this step's records, and the bodies its
+        // REFs name that an earlier step read.
+        let mut batch: Vec<(u64, u8, Bytes)> = Vec::new();
         let mut read = 0;
         let mut next = from;
         self.log.scan(from, |pos, r| {
@@ -59,19 +78,28 @@ impl MessageLog {
             }
             read += r.payload.len() + 9;
             next = pos + r.payload.len() as u64 + 9;
-            batch.push((pos, r));
+            batch.push((pos, r.kind, Bytes::from(r.payload)));
             read < STEP
         })?;
+        let mut bodies: HashMap<u64, Bytes> =
+            batch.iter().map(|(p, _, b)| (*p, b.clone())).collect();
+        for (_, kind, payload) in &batch {
+            if let Some(Rec::Ref { body, .. }) = record::parse(*kind, payload) {
+                if let std::collections::hash_map::Entry::Vacant(v) = bodies.entry(body) {
+                    v.insert(Bytes::from(self.log.read(body)?.payload));
+                }
+            }
+        }
         let mut st = self.state.lock();
         let mut buf = BytesMut::new();
-        for (pos, r) in &batch {
-            let Some(rec) = record::parse(r.kind, &r.payload) else {
+        for (pos, kind, payload) in &batch {
+            let Some(rec) = record::parse(*kind, payload) else {
                 continue;
             };
             match rec {
                 Rec::Put { queue, seq } => {
                     if st.index.get(queue, seq).is_some_and(|l| l.rec == *pos) {
-                        self.relocate(&mut st.index, queue, seq, &r.payload)?;
+                        self.relocate(&mut st.index, queue, seq, payload)?;
                     }
                 }
                 Rec::Ref {
@@ -85,15 +113,14 @@ impl MessageLog {
                     if st.index.get(queue, seq).is_none_or(|l| l.rec != *pos) {
                         continue;
                     }
-                    let payload = match batch.iter().find(|(p, _)| *p == body) {
-                        Some((_, b)) => Bytes::copy_from_slice(&b.payload),
-                        None => Bytes::from(self.log.read(body)?.payload),
-                    };
                     let at = PUT_MESSAGE_AT as usize;
-                    let Some(message) = payload.get(at..at + len as usize) else {
-                        continue;
-                    };
-                    let (msg, _, _) = decode_record(payload.slice_ref(message))?;
+                    let message = bodies
+                        .get(&body)
+                        .and_then(|b| b.get(at..at + len as usize).map(|m| b.slice_ref(m)))
+                        .ok_or_else(|| {
+                            Error::Corrupt(format!("the reference at {pos} names no message"))
+                        })?;
+                    let (msg, _, _) = decode_record(message)?;
                     record::put(queue, seq, &msg, paged, deadline, &mut buf);
                     self.relocate(&mut st.index, queue, seq, &buf)?;
                 }
@@ -103,7 +130,7 @@ impl MessageLog {
                             continue;
                         }
                         let (at, len) = (m.at as usize, m.len as usize);
-                        record::put_encoded(to, m.to_seq, &r.payload[at..at + len], &mut buf);
+                        record::put_encoded(to, m.to_seq, &payload[at..at + len], &mut buf);
                         self.relocate(&mut st.index, to, m.to_seq, &buf)?;
                     }
                 }

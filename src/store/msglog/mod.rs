@@ -73,6 +73,8 @@ struct State {
     recent: HashMap<(usize, usize), Recent>,
     /// How far compaction went in the oldest segment (compact.rs).
     compact: Option<u64>,
+    /// Compaction met a record it could not read: off until the next open.
+    compact_failed: bool,
 }
 
 struct Recent {
@@ -114,6 +116,7 @@ impl MessageLog {
                 index,
                 recent: HashMap::new(),
                 compact: None,
+                compact_failed: false,
             }),
             _lock: lock,
             temporary: None,
@@ -258,16 +261,21 @@ impl MessageLog {
             return Ok(None);
         };
         let mut last = None;
-        self.read(loc, &mut last).map(|(m, _)| Some(m))
+        let found = self.read_current(queue, seq, loc, &mut last)?;
+        Ok(found.map(|(m, _)| m))
     }
 
     /// Up to `n` messages of `queue` from `from` on, in order.
     pub fn range(&self, queue: u64, from: u64, n: usize) -> Result<Vec<(u64, Arc<Message>)>> {
         let locs = self.state.lock().index.range(queue, from, n);
         let mut last = None;
-        locs.into_iter()
-            .map(|(seq, loc)| Ok((seq, Arc::new(self.read(loc, &mut last)?.0))))
-            .collect()
+        let mut out = Vec::with_capacity(locs.len());
+        for (seq, loc) in locs {
+            if let Some((m, _)) = self.read_current(queue, seq, loc, &mut last)? {
+                out.push((seq, Arc::new(m)));
+            }
+        }
+        Ok(out)
     }
 
     /// Every stored message of `queue` in order, with its deadline, read a
@@ -277,7 +285,7 @@ impl MessageLog {
         let mut batch = std::collections::VecDeque::new();
         let mut last = None;
         let mut done = false;
-        std::iter::from_fn(move || {
+        std::iter::from_fn(move || loop {
             if batch.is_empty() && !done {
                 batch = self
                     .state
@@ -291,14 +299,17 @@ impl MessageLog {
                 }
             }
             let (seq, loc) = batch.pop_front()?;
-            Some(
-                self.read(loc, &mut last)
-                    .map(|(m, deadline)| StoredMessage {
+            match self.read_current(queue, seq, loc, &mut last) {
+                Ok(None) => continue,
+                Ok(Some((m, deadline))) => {
+                    return Some(Ok(StoredMessage {
                         seq,
                         message: Arc::new(m),
                         deadline,
-                    }),
-            )
+                    }))
+                }
+                Err(e) => return Some(Err(e)),
+            }
         })
     }
 
@@ -315,6 +326,31 @@ impl MessageLog {
     /// Whether no message is stored.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Message `seq` of `queue`, read at `loc`, or where the index says it
+    /// is now if that read failed: compaction may have moved it, and its
+    /// old segment gone, since `loc` was looked up (None: it went meanwhile).
+    fn read_current(
+        &self,
+        queue: u64,
+        seq: u64,
+        loc: Loc,
+        last: &mut Option<(u64, Bytes)>,
+    ) -> Result<Option<(Message, u64)>> {
+        let e = match self.read(loc, last) {
+            Ok(found) => return Ok(Some(found)),
+            Err(e) => e,
+        };
+        let now = self.state.lock().index.get(queue, seq);
+        match now {
+            None => Ok(None),
+            Some(now) if now != loc => {
+                *last = None;
+                self.read(now, last).map(Some)
+            }
+            Some(_) => Err(e),
+        }
     }
 
     /// The message at `loc` and its deadline; `last` keeps the last

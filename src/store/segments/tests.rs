@@ -256,3 +256,39 @@ fn a_segment_that_lost_its_unsynced_end_before_the_next_one_is_a_torn_tail() {
     let next = log.append(1, b"on").unwrap();
     assert_eq!(log.read(next).unwrap().payload, b"on");
 }
+
+/// With a synced mark rewritten lazily, a sync that reached a new segment
+/// still rewrites it: damage in a segment before the one being written is
+/// not taken for a torn tail and cut with everything after it.
+#[test]
+fn a_lazy_mark_still_covers_every_segment_but_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let hour = std::time::Duration::from_secs(3600);
+    let log = SegmentLog::open_tuned(dir.path(), 512, hour).unwrap();
+    fill(&log, 0, 2);
+    // The first sync writes the mark; the hour has not passed for the next.
+    log.sync().unwrap();
+    let pos = fill(&log, 2, 40);
+    let end = log.sync().unwrap();
+    let segs = log.segments();
+    assert!(segs.len() > 3, "{segs:?}");
+    drop(log);
+    // A flipped byte in a record of the second segment.
+    let victim = pos.iter().copied().find(|&p| p >= segs[1]).unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.path().join(format!("{:020}.seg", segs[1])))
+        .unwrap();
+    let at = victim - segs[1] + MAGIC.len() as u64 + HEADER as u64;
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0x55], at).unwrap();
+    drop(f);
+    // Below the mark: nothing is cut, and reading it finds the damage
+    // (the message log's open reads every record, and stops there).
+    let log = SegmentLog::open_tuned(dir.path(), 512, hour).unwrap();
+    assert_eq!(log.end(), end, "nothing cut");
+    let e = log.scan(0, |_, _| true).expect_err("the damage is found");
+    assert!(e.to_string().contains("fails its checksum"), "{e}");
+}
