@@ -346,10 +346,8 @@ impl SegmentLog {
         // Lazily within the active segment only: a crash can tear just its
         // tail, so every other segment lies below the mark, where damage
         // stops the open instead of being cut.
-        let due = always
-            || added
-            || files.len() > 1
-            || marked.is_none_or(|at| at.elapsed() >= self.mark_every);
+        let crossed = added || files.len() > 1;
+        let due = always || crossed || marked.is_none_or(|at| at.elapsed() >= self.mark_every);
         if due {
             // Replaced whole (a crash leaves the old value or the new).
             let tmp = self.dir.join("synced.new");
@@ -357,6 +355,10 @@ impl SegmentLog {
             io::Write::write_all(&mut f, &end.to_be_bytes())?;
             f.sync_data()?;
             fs::rename(&tmp, self.dir.join(SYNCED))?;
+            if crossed {
+                // The mark past a finished segment must survive a crash.
+                self.dir_handle.sync_all()?;
+            }
             *marked = Some(Instant::now());
         }
         Ok(end)

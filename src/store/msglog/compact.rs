@@ -31,6 +31,9 @@ const STEP: usize = 1 << 20;
 impl MessageLog {
     /// Whether the log holds enough dead bytes to compact.
     pub(super) fn compaction_due(&self) -> bool {
+        if self.state.lock().compact_failed {
+            return false;
+        }
         let first = self.log.segments().first().copied().unwrap_or(0);
         if first >= self.log.active() {
             return false;
