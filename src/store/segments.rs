@@ -16,7 +16,9 @@
 //! every record appended before it. After a sync the file `synced` names
 //! the position it covered, rewritten at most once per `mark_every` (an
 //! older value only vouches for less, and a second fsync per group commit
-//! would double the syncs of a confirm). At open, a record cut short or
+//! would double the syncs of a confirm), and always by a sync that
+//! reached a new segment: only the last segment's tail is ever above it.
+//! A failed sync poisons the log until it is opened again. At open, a record cut short or
 //! failing its CRC past that position was never reported durable: it is
 //! cut off, with everything after it. Damage at or below it is damaged
 //! data, and the log does not open.
