@@ -22,8 +22,6 @@ pub struct Loc {
 pub struct Seg {
     /// Live messages whose record is in it.
     pub entries: u64,
-    /// Their messages' bytes.
-    pub bytes: u64,
 }
 
 /// Every queue's stored messages, and every segment's live count.
@@ -48,11 +46,9 @@ impl Index {
         };
         if add {
             seg.entries += 1;
-            seg.bytes += len;
             self.live_bytes += len;
         } else {
             seg.entries = seg.entries.saturating_sub(1);
-            seg.bytes = seg.bytes.saturating_sub(len);
             self.live_bytes = self.live_bytes.saturating_sub(len);
         }
     }
@@ -112,11 +108,6 @@ impl Index {
     /// The queues with stored messages.
     pub fn queue_ids(&self) -> Vec<u64> {
         self.queues.keys().copied().collect()
-    }
-
-    /// How many messages are stored.
-    pub fn len(&self) -> usize {
-        self.queues.values().map(BTreeMap::len).sum()
     }
 
     /// The first position still wanted: the first segment holding a live

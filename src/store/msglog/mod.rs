@@ -318,16 +318,6 @@ impl MessageLog {
         self.state.lock().index.queue_ids()
     }
 
-    /// How many messages are stored.
-    pub fn len(&self) -> usize {
-        self.state.lock().index.len()
-    }
-
-    /// Whether no message is stored.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Message `seq` of `queue`, read at `loc`, or where the index says it
     /// is now if that read failed: compaction may have moved it, and its
     /// old segment gone, since `loc` was looked up (None: it went meanwhile).
@@ -565,7 +555,10 @@ fn lock_dir(dir: &Path) -> Result<File> {
         let e = io::Error::last_os_error();
         return Err(Error::Io(io::Error::new(
             e.kind(),
-            format!("{} is in use by another process: {e}", dir.display()),
+            format!(
+                "{} is locked: in use by another process ({e})",
+                dir.display()
+            ),
         )));
     }
     Ok(file)
