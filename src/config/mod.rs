@@ -467,6 +467,14 @@ impl Cli {
         if let Some(v) = &self.cluster_secret_file {
             c.cluster.secret_file = Some(v.clone());
         }
+        if c.max_message_size > MAX_MESSAGE_SIZE {
+            // RabbitMQ refuses more too; the message store keeps lengths
+            // below 1 GiB.
+            return Err(format!(
+                "max_message_size must be at most {MAX_MESSAGE_SIZE} (512 MiB), not {}",
+                c.max_message_size
+            ));
+        }
         c.cluster.check()?;
         c.tls.check()?;
         c.management.check()?;
@@ -506,9 +514,20 @@ impl Cli {
     }
 }
 
+/// The largest max_message_size, as RabbitMQ's.
+pub const MAX_MESSAGE_SIZE: u64 = 512 << 20;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_message_size_is_at_most_512_mib() {
+        let at = |v: &str| Cli::parse_from(["warren", "--max-message-size", v]).into_config();
+        assert_eq!(at("536870912").unwrap().max_message_size, 512 << 20);
+        let e = at("536870913").unwrap_err();
+        assert!(e.contains("at most 536870912"), "{e}");
+    }
 
     #[test]
     fn file_then_flags() {

@@ -528,6 +528,16 @@ impl SegmentLog {
     pub fn segments(&self) -> Vec<u64> {
         self.inner.lock().segments.keys().copied().collect()
     }
+
+    /// Makes segment `base`, finished before this log was opened, durable
+    /// (its tail may have been past the synced mark).
+    pub fn sync_segment(&self, base: u64) -> io::Result<()> {
+        let file = self.inner.lock().segments.get(&base).cloned();
+        match file {
+            Some(f) => f.sync_data(),
+            None => Err(corrupt(format!("no segment {base}"))),
+        }
+    }
 }
 
 /// The record at the start of `buf`, and its size; None unless it is

@@ -22,7 +22,8 @@ use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
 
-use super::{Error, MessageLog, Result};
+use super::summary::Entry;
+use super::{Error, MessageLog, Result, State};
 use crate::store::messages::decode_record;
 
 /// Bytes of records read from the oldest segment per commit.
@@ -102,7 +103,7 @@ impl MessageLog {
             match rec {
                 Rec::Put { queue, seq } => {
                     if st.index.get(queue, seq).is_some_and(|l| l.rec == *pos) {
-                        self.relocate(&mut st.index, queue, seq, payload)?;
+                        self.relocate(&mut st, queue, seq, payload)?;
                     }
                 }
                 Rec::Ref {
@@ -125,7 +126,7 @@ impl MessageLog {
                         })?;
                     let (msg, _, _) = decode_record(message)?;
                     record::put(queue, seq, &msg, paged, deadline, &mut buf);
-                    self.relocate(&mut st.index, queue, seq, &buf)?;
+                    self.relocate(&mut st, queue, seq, &buf)?;
                 }
                 Rec::Move { to, moves, .. } => {
                     for m in moves {
@@ -134,7 +135,7 @@ impl MessageLog {
                         }
                         let (at, len) = (m.at as usize, m.len as usize);
                         record::put_encoded(to, m.to_seq, &payload[at..at + len], &mut buf);
-                        self.relocate(&mut st.index, to, m.to_seq, &buf)?;
+                        self.relocate(&mut st, to, m.to_seq, &buf)?;
                     }
                 }
                 // Kills of what lies in this segment or before it: they go
@@ -148,23 +149,16 @@ impl MessageLog {
 
     /// Writes message `seq` of `queue` again at the end, as the PUT
     /// `payload`, and points the index at it.
-    fn relocate(
-        &self,
-        index: &mut super::index::Index,
-        queue: u64,
-        seq: u64,
-        payload: &[u8],
-    ) -> Result<()> {
-        let base = self.log.next_base(payload.len());
-        let pos = self.log.append(record::PUT, payload)?;
-        index.segment(base);
+    fn relocate(&self, st: &mut State, queue: u64, seq: u64, payload: &[u8]) -> Result<()> {
+        let e = Entry::of(record::PUT, payload)
+            .ok_or_else(|| Error::Corrupt(format!("message {seq} of queue {queue}: no record")))?;
+        let pos = self.append(st, record::PUT, payload, &e)?;
         let loc = Loc {
             rec: pos,
             body: pos,
             at: PUT_MESSAGE_AT,
             len: (payload.len() - PUT_MESSAGE_AT as usize) as u32,
         };
-        index.insert(queue, seq, loc);
-        Ok(())
+        super::index_insert(&mut st.index, queue, seq, loc)
     }
 }

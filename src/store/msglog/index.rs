@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::slots::{Slots, Unpackable};
+
 /// Where a stored message lies in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Loc {
@@ -27,7 +29,7 @@ pub struct Seg {
 /// Every queue's stored messages, and every segment's live count.
 #[derive(Default)]
 pub struct Index {
-    queues: HashMap<u64, BTreeMap<u64, Loc>>,
+    queues: HashMap<u64, Slots>,
     /// Every segment by its first position.
     segs: BTreeMap<u64, Seg>,
     live_bytes: u64,
@@ -54,13 +56,24 @@ impl Index {
     }
 
     /// Message `seq` of `queue` is at `loc` (a put, or a copy that moved
-    /// it: the last record wins).
-    pub fn insert(&mut self, queue: u64, seq: u64, loc: Loc) {
-        let old = self.queues.entry(queue).or_default().insert(seq, loc);
+    /// it: the last record wins). Refused if `loc` cannot be kept (a
+    /// message longer than `slots::MAX_LEN`, which puts check for first).
+    pub fn insert(&mut self, queue: u64, seq: u64, loc: Loc) -> Result<(), Unpackable> {
+        let old = self.queues.entry(queue).or_default().insert(seq, &loc);
+        let old = match old {
+            Ok(old) => old,
+            Err(e) => {
+                if self.queues.get(&queue).is_some_and(Slots::is_empty) {
+                    self.queues.remove(&queue);
+                }
+                return Err(e);
+            }
+        };
         if let Some(old) = old {
             self.count(&old, false);
         }
         self.count(&loc, true);
+        Ok(())
     }
 
     /// Forgets message `seq` of `queue`; whether it was stored.
@@ -68,7 +81,7 @@ impl Index {
         let Some(q) = self.queues.get_mut(&queue) else {
             return false;
         };
-        let Some(old) = q.remove(&seq) else {
+        let Some(old) = q.remove(seq) else {
             return false;
         };
         if q.is_empty() {
@@ -80,29 +93,32 @@ impl Index {
 
     /// Forgets every message of `queue` from `from` on; how many went.
     pub fn remove_from(&mut self, queue: u64, from: u64) -> usize {
-        let Some(q) = self.queues.get_mut(&queue) else {
+        let Some(mut q) = self.queues.remove(&queue) else {
             return 0;
         };
-        let gone = q.split_off(&from);
-        if q.is_empty() {
-            self.queues.remove(&queue);
-        }
-        for loc in gone.values() {
+        let mut n = 0;
+        q.remove_from(from, |loc| {
+            n += 1;
             self.count(loc, false);
+        });
+        if !q.is_empty() {
+            self.queues.insert(queue, q);
         }
-        gone.len()
+        n
     }
 
     /// Where message `seq` of `queue` lies.
     pub fn get(&self, queue: u64, seq: u64) -> Option<Loc> {
-        self.queues.get(&queue)?.get(&seq).copied()
+        self.queues.get(&queue)?.get(seq)
     }
 
     /// Up to `n` messages of `queue` from `from` on, in order.
     pub fn range(&self, queue: u64, from: u64, n: usize) -> Vec<(u64, Loc)> {
-        self.queues.get(&queue).map_or_else(Vec::new, |q| {
-            q.range(from..).take(n).map(|(s, l)| (*s, *l)).collect()
-        })
+        let mut out = Vec::new();
+        if let Some(q) = self.queues.get(&queue) {
+            q.range(from, n, &mut out);
+        }
+        out
     }
 
     /// The queues with stored messages.

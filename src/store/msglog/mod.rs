@@ -24,7 +24,10 @@
 
 mod compact;
 mod index;
+mod open;
 mod record;
+mod slots;
+mod summary;
 #[cfg(test)]
 mod tests;
 
@@ -40,7 +43,8 @@ use parking_lot::Mutex;
 
 use self::index::{Index, Loc};
 use self::record::{Rec, PUT_MESSAGE_AT};
-use super::messages::{decode_record, is_paged, StoredMessage};
+use self::summary::{Entry, Summary, Writer};
+use super::messages::{decode_record, StoredMessage};
 use super::op::Moved;
 use super::segments::{SegmentLog, SEGMENT_BYTES};
 use super::{Error, Result};
@@ -60,6 +64,8 @@ pub struct MessageLog {
     state: Mutex<State>,
     /// The log's end as the last commit's sync covered it.
     synced: std::sync::atomic::AtomicU64,
+    /// Writes the segments' summaries (taken before `state`).
+    writer: Mutex<Writer>,
     /// The directory's lock, held while the log is open.
     _lock: File,
     /// A temporary log's directory, removed on drop.
@@ -75,6 +81,43 @@ struct State {
     compact: Option<u64>,
     /// Compaction met a record it could not read: off until the next open.
     compact_failed: bool,
+    /// The summary of the segment appends go to (None: it missed a
+    /// record, and that segment is read whole at the next open).
+    summary: Option<Summary>,
+    /// Summaries of segments appends went past, not handed on yet.
+    finished: Vec<Summary>,
+    /// Segments whose summary missed a record.
+    broken: Vec<u64>,
+}
+
+impl State {
+    /// Notes the record at `pos`, in segment `base`, in its summary.
+    fn note(&mut self, base: u64, pos: u64, e: &Entry) {
+        if let Some(s) = &mut self.summary {
+            if s.base == base {
+                s.add(pos, e);
+                return;
+            }
+        }
+        if let Some(mut s) = self.summary.take() {
+            s.end = Some(base);
+            self.finished.push(s);
+        }
+        // A summary begins with its segment's first record.
+        if pos == base {
+            let mut s = Summary::new(base);
+            s.add(pos, e);
+            self.summary = Some(s);
+        }
+    }
+
+    /// The summaries' entries since the last call, and the segments whose
+    /// summary broke.
+    fn take_summaries(&mut self) -> (Vec<Summary>, Vec<u64>) {
+        let mut out = std::mem::take(&mut self.finished);
+        out.extend(self.summary.as_mut().map(Summary::take));
+        (out, std::mem::take(&mut self.broken))
+    }
 }
 
 struct Recent {
@@ -94,6 +137,30 @@ fn corrupt(what: String) -> Error {
     Error::Corrupt(what)
 }
 
+/// Refuses a message the index could not keep, before it is appended.
+fn check_len(len: usize) -> Result<()> {
+    if len > slots::MAX_LEN as usize {
+        return Err(Error::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a message of {len} bytes is longer than the message log keeps ({} bytes)",
+                slots::MAX_LEN
+            ),
+        )));
+    }
+    Ok(())
+}
+
+/// Points the index at message `seq` of `queue` (its length was checked).
+fn index_insert(index: &mut Index, queue: u64, seq: u64, loc: Loc) -> Result<()> {
+    index.insert(queue, seq, loc).map_err(|_| {
+        corrupt(format!(
+            "message {seq} of queue {queue} ({} bytes at {}) cannot be indexed",
+            loc.len, loc.rec
+        ))
+    })
+}
+
 impl MessageLog {
     /// Opens (or creates) the log in `dir` and reads it.
     pub fn open(dir: &Path) -> Result<MessageLog> {
@@ -104,20 +171,32 @@ impl MessageLog {
     /// rewritten at most once per `mark_every` (tests).
     pub fn open_tuned(dir: &Path, segment_bytes: u64, mark_every: Duration) -> Result<MessageLog> {
         fs::create_dir_all(dir)?;
-        let lock = lock_dir(dir)?;
+        let lock = open::lock_dir(dir)?;
         let log = SegmentLog::open_tuned(dir, segment_bytes, mark_every)?;
-        let index = read_index(&log)?;
+        let mut writer = Writer::new(dir);
+        let opened = open::read_index(&log, dir, &mut writer)?;
+        if opened.read + opened.summarized > 1 {
+            tracing::info!(
+                summarized = opened.summarized,
+                read = opened.read,
+                "message log opened: segments from their summaries, and read whole"
+            );
+        }
         let end = log.end();
         Ok(MessageLog {
             log,
             segment_bytes,
             synced: end.into(),
             state: Mutex::new(State {
-                index,
+                index: opened.index,
                 recent: HashMap::new(),
                 compact: None,
                 compact_failed: false,
+                summary: opened.summary,
+                finished: Vec::new(),
+                broken: Vec::new(),
             }),
+            writer: Mutex::new(writer),
             _lock: lock,
             temporary: None,
         })
@@ -139,6 +218,24 @@ impl MessageLog {
         Ok(log)
     }
 
+    /// Appends a record (its entry `e`) under the state lock `st`, so that
+    /// its segment's summary sees every record in order.
+    fn append(&self, st: &mut State, kind: u8, payload: &[u8], e: &Entry) -> Result<u64> {
+        let base = self.log.next_base(payload.len());
+        match self.log.append(kind, payload) {
+            Ok(pos) => {
+                st.index.segment(base);
+                st.note(base, pos, e);
+                Ok(pos)
+            }
+            Err(err) => {
+                let broken = st.summary.take().map(|s| s.base);
+                st.broken.extend(broken);
+                Err(err.into())
+            }
+        }
+    }
+
     /// Stores message `seq` of queue `queue` (`paged`: a transient one
     /// paged out of memory, dropped at the next open).
     pub fn put(
@@ -155,34 +252,47 @@ impl MessageLog {
             // Encoded before the lock is taken (wasted for a fan-out's
             // later queues, which write a REF).
             record::put(queue, seq, msg, paged, deadline, &mut buf);
+            check_len(buf.len() - PUT_MESSAGE_AT as usize)?;
             let mut st = self.state.lock();
             let st = &mut *st;
             if let Some(r) = st.recent.get(&key) {
                 let payload = record::reference(queue, seq, deadline, paged, r.pos, r.len);
                 if self.log.next_base(payload.len()) == r.base {
                     let (body, len) = (r.pos, r.len);
-                    let pos = self.log.append(record::REF, &payload)?;
+                    let e = Entry::Other(Rec::Ref {
+                        queue,
+                        seq,
+                        deadline,
+                        paged,
+                        body,
+                        len,
+                    });
+                    let pos = self.append(st, record::REF, &payload, &e)?;
                     let loc = Loc {
                         rec: pos,
                         body,
                         at: PUT_MESSAGE_AT,
                         len,
                     };
-                    st.index.insert(queue, seq, loc);
-                    return Ok(());
+                    return index_insert(&mut st.index, queue, seq, loc);
                 }
             }
             let base = self.log.next_base(buf.len());
-            let pos = self.log.append(record::PUT, &buf)?;
-            st.index.segment(base);
             let len = (buf.len() - PUT_MESSAGE_AT as usize) as u32;
+            let e = Entry::Put {
+                queue,
+                seq,
+                len,
+                paged,
+            };
+            let pos = self.append(st, record::PUT, &buf, &e)?;
             let loc = Loc {
                 rec: pos,
                 body: pos,
                 at: PUT_MESSAGE_AT,
                 len,
             };
-            st.index.insert(queue, seq, loc);
+            index_insert(&mut st.index, queue, seq, loc)?;
             if st.recent.len() >= RECENT_MAX {
                 st.recent.clear();
             }
@@ -204,25 +314,26 @@ impl MessageLog {
     pub fn put_encoded(&self, queue: u64, seq: u64, encoded: &[u8]) -> Result<()> {
         let mut buf = BytesMut::new();
         record::put_encoded(queue, seq, encoded, &mut buf);
+        check_len(encoded.len())?;
+        let e = Entry::of(record::PUT, &buf)
+            .ok_or_else(|| corrupt(format!("message {seq} of queue {queue}: no message record")))?;
         let mut st = self.state.lock();
-        let base = self.log.next_base(buf.len());
-        let pos = self.log.append(record::PUT, &buf)?;
-        st.index.segment(base);
+        let pos = self.append(&mut st, record::PUT, &buf, &e)?;
         let loc = Loc {
             rec: pos,
             body: pos,
             at: PUT_MESSAGE_AT,
             len: encoded.len() as u32,
         };
-        st.index.insert(queue, seq, loc);
-        Ok(())
+        index_insert(&mut st.index, queue, seq, loc)
     }
 
     /// Forgets message `seq` of `queue` (acked, expired, dropped).
     pub fn remove(&self, queue: u64, seq: u64) -> Result<()> {
         let mut st = self.state.lock();
         if st.index.remove(queue, seq) {
-            self.log.append(record::ACK, &record::pair(queue, seq))?;
+            let e = Entry::Other(Rec::Ack { queue, seq });
+            self.append(&mut st, record::ACK, &record::pair(queue, seq), &e)?;
         }
         Ok(())
     }
@@ -231,7 +342,8 @@ impl MessageLog {
     pub fn purge_from(&self, queue: u64, from: u64) -> Result<()> {
         let mut st = self.state.lock();
         if st.index.remove_from(queue, from) > 0 {
-            self.log.append(record::PURGE, &record::pair(queue, from))?;
+            let e = Entry::Other(Rec::Purge { queue, from });
+            self.append(&mut st, record::PURGE, &record::pair(queue, from), &e)?;
         }
         Ok(())
     }
@@ -247,12 +359,18 @@ impl MessageLog {
     ) -> Result<()> {
         let mut buf = BytesMut::new();
         let at = record::moves(from, to, moves, removes, &mut buf);
+        for m in &at {
+            check_len(m.len as usize)?;
+        }
+        let e = Entry::Other(Rec::Move {
+            from,
+            to,
+            moves: at,
+            removes: removes.to_vec(),
+        });
         let mut st = self.state.lock();
-        let base = self.log.next_base(buf.len());
-        let pos = self.log.append(record::MOVE, &buf)?;
-        st.index.segment(base);
-        apply_move(&mut st.index, pos, from, to, &at, removes);
-        Ok(())
+        let pos = self.append(&mut st, record::MOVE, &buf, &e)?;
+        open::apply(&mut st.index, pos, &e)
     }
 
     /// Message `seq` of `queue`, if it is stored.
@@ -385,11 +503,21 @@ impl MessageLog {
         let end = self.log.sync()?;
         self.synced
             .fetch_max(end, std::sync::atomic::Ordering::Relaxed);
-        let mut st = self.state.lock();
-        st.recent.clear();
-        drop(st);
+        self.state.lock().recent.clear();
+        let mut writer = self.writer.lock();
+        self.hand_summaries(&mut writer);
+        writer.finish(end);
+        let gone: Vec<u64> = self
+            .log
+            .segments()
+            .into_iter()
+            .take_while(|&b| b < wanted)
+            .collect();
         if self.log.remove_below(wanted)? > 0 {
             self.state.lock().index.forget_below(wanted);
+            for base in gone {
+                writer.drop_segment(base);
+            }
         }
         Ok(())
     }
@@ -413,8 +541,22 @@ impl MessageLog {
     /// Makes everything durable and writes the synced mark (a clean
     /// stop, the end of a migration).
     pub fn close(&self) -> Result<()> {
-        self.log.sync_marked()?;
+        let end = self.log.sync_marked()?;
+        let mut writer = self.writer.lock();
+        self.hand_summaries(&mut writer);
+        writer.finish(end);
         Ok(())
+    }
+
+    /// Hands the summaries' new entries to the writer.
+    fn hand_summaries(&self, writer: &mut Writer) {
+        let (pieces, broken) = self.state.lock().take_summaries();
+        for base in broken {
+            writer.drop_segment(base);
+        }
+        for piece in pieces {
+            writer.add(piece);
+        }
     }
 
     /// Bytes the log's files hold.
@@ -439,127 +581,4 @@ impl Drop for MessageLog {
             let _ = fs::remove_dir_all(dir);
         }
     }
-}
-
-fn apply_move(
-    index: &mut Index,
-    pos: u64,
-    from: u64,
-    to: u64,
-    at: &[record::MovedAt],
-    removes: &[u64],
-) {
-    for m in at {
-        if m.from_seq != 0 {
-            index.remove(from, m.from_seq);
-        }
-    }
-    for &seq in removes {
-        index.remove(from, seq);
-    }
-    for m in at {
-        let loc = Loc {
-            rec: pos,
-            body: pos,
-            at: m.at,
-            len: m.len,
-        };
-        index.insert(to, m.to_seq, loc);
-    }
-}
-
-/// Reads the whole log into an index. A record that does not parse (a
-/// newer version's) stops the open: skipping it could bring back what it
-/// removed.
-fn read_index(log: &SegmentLog) -> Result<Index> {
-    let mut index = Index::default();
-    let bases = log.segments();
-    for &b in &bases {
-        index.segment(b);
-    }
-    let Some(&first) = bases.first() else {
-        return Ok(index);
-    };
-    let mut failed = None;
-    log.scan(first, |pos, r| {
-        let Some(rec) = record::parse(r.kind, &r.payload) else {
-            failed = Some(corrupt(format!(
-                "the message log's record at {pos} (kind {}) cannot be read: written by a newer version?",
-                r.kind
-            )));
-            return false;
-        };
-        match rec {
-            Rec::Put { queue, seq } => {
-                let message = &r.payload[PUT_MESSAGE_AT as usize..];
-                if !is_paged(message) {
-                    let loc = Loc {
-                        rec: pos,
-                        body: pos,
-                        at: PUT_MESSAGE_AT,
-                        len: message.len() as u32,
-                    };
-                    index.insert(queue, seq, loc);
-                }
-            }
-            Rec::Ref {
-                queue,
-                seq,
-                paged,
-                body,
-                len,
-                ..
-            } => {
-                if !paged {
-                    let loc = Loc {
-                        rec: pos,
-                        body,
-                        at: PUT_MESSAGE_AT,
-                        len,
-                    };
-                    index.insert(queue, seq, loc);
-                }
-            }
-            Rec::Ack { queue, seq } => {
-                index.remove(queue, seq);
-            }
-            Rec::Purge { queue, from } => {
-                index.remove_from(queue, from);
-            }
-            Rec::Move {
-                from,
-                to,
-                moves,
-                removes,
-            } => apply_move(&mut index, pos, from, to, &moves, &removes),
-        }
-        true
-    })?;
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(index),
-    }
-}
-
-/// Takes the directory's lock: one process at a time (a store being
-/// reopened waits until the old one is gone).
-fn lock_dir(dir: &Path) -> Result<File> {
-    let file = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("LOCK"))?;
-    use std::os::fd::AsRawFd;
-    // SAFETY: the fd is valid for the life of `file`; flock only reads it.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = io::Error::last_os_error();
-        return Err(Error::Io(io::Error::new(
-            e.kind(),
-            format!(
-                "{} is locked: in use by another process ({e})",
-                dir.display()
-            ),
-        )));
-    }
-    Ok(file)
 }

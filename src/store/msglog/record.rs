@@ -152,7 +152,7 @@ pub fn moves(
 /// Reads a record's payload; None if it does not parse (a record of a
 /// kind this build does not know, or a short one).
 pub fn parse(kind: u8, p: &[u8]) -> Option<Rec> {
-    let mut r = Reader { p, at: 0 };
+    let mut r = Reader::new(p);
     let rec = match kind {
         PUT => {
             let rec = Rec::Put {
@@ -214,24 +214,31 @@ pub fn parse(kind: u8, p: &[u8]) -> Option<Rec> {
     (r.at == p.len()).then_some(rec)
 }
 
-struct Reader<'a> {
+/// Reads big-endian integers off a payload.
+pub struct Reader<'a> {
     p: &'a [u8],
-    at: usize,
+    pub at: usize,
 }
 
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
+impl<'a> Reader<'a> {
+    pub fn new(p: &'a [u8]) -> Reader<'a> {
+        Reader { p, at: 0 }
+    }
+    pub fn done(&self) -> bool {
+        self.at >= self.p.len()
+    }
+    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         let s = self.p.get(self.at..self.at.checked_add(n)?)?;
         self.at += n;
         Some(s)
     }
-    fn u8(&mut self) -> Option<u8> {
+    pub fn u8(&mut self) -> Option<u8> {
         self.take(1).map(|b| b[0])
     }
-    fn u32(&mut self) -> Option<u32> {
+    pub fn u32(&mut self) -> Option<u32> {
         self.take(4)?.try_into().ok().map(u32::from_be_bytes)
     }
-    fn u64(&mut self) -> Option<u64> {
+    pub fn u64(&mut self) -> Option<u64> {
         self.take(8)?.try_into().ok().map(u64::from_be_bytes)
     }
 }

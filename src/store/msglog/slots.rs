@@ -1,0 +1,459 @@
+//! One queue's part of the index: where each of its stored messages lies,
+//! packed into 20 bytes a message (against about 45 in a `BTreeMap<u64,
+//! Loc>`), so a backlog of millions costs tens of MiB of memory.
+//!
+//! The seqs are kept in chunks of up to `CHUNK` slots, sorted, each chunk
+//! keyed by its first seq and its slots holding the seq as an offset from
+//! it. A message goes by marking its slot dead; a chunk is swept once
+//! more than half of it is dead (so the usual ack at the head costs no
+//! shifting), merged into the chunk before it once small, and dropped once
+//! nothing in it is live. Memory stays within about twice the live slots,
+//! plus a small cost per chunk.
+//!
+//! A `Loc` packs because of how the log writes: a PUT's message is at a
+//! fixed place in its own record; a REF's body is a PUT of the same
+//! segment (a u32 back); a MOVE's messages lie at an offset of its own
+//! payload (a u32). The length keeps the kind in its two top bits.
+
+use std::collections::BTreeMap;
+
+use super::index::Loc;
+use super::record::PUT_MESSAGE_AT;
+
+/// Slots per chunk, at the most.
+const CHUNK: usize = 1024;
+/// A chunk with fewer live slots than this is merged into the one before.
+const SMALL: usize = CHUNK / 8;
+
+/// The longest message a slot can say (the kind takes two bits).
+pub const MAX_LEN: u32 = (1 << 30) - 1;
+
+const KIND_SHIFT: u32 = 30;
+/// A slot whose message went.
+const DEAD: u32 = 0;
+/// At `PUT_MESSAGE_AT` of its own record.
+const OWN: u32 = 1;
+/// At `PUT_MESSAGE_AT` of a record `aux` bytes before its own.
+const BACK: u32 = 2;
+/// At `aux` of its own record.
+const AT: u32 = 3;
+
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+struct Slot {
+    off: u32,
+    rec_lo: u32,
+    rec_hi: u32,
+    /// The message's length, and the kind in the two top bits.
+    len_kind: u32,
+    aux: u32,
+}
+
+impl Slot {
+    fn pack(off: u32, loc: &Loc) -> Option<Slot> {
+        if loc.len > MAX_LEN {
+            return None;
+        }
+        let (kind, aux) = if loc.body == loc.rec {
+            if loc.at == PUT_MESSAGE_AT {
+                (OWN, 0)
+            } else {
+                (AT, loc.at)
+            }
+        } else if loc.at == PUT_MESSAGE_AT && loc.body < loc.rec {
+            (BACK, u32::try_from(loc.rec - loc.body).ok()?)
+        } else {
+            return None;
+        };
+        Some(Slot {
+            off,
+            rec_lo: loc.rec as u32,
+            rec_hi: (loc.rec >> 32) as u32,
+            len_kind: loc.len | (kind << KIND_SHIFT),
+            aux,
+        })
+    }
+
+    fn kind(&self) -> u32 {
+        self.len_kind >> KIND_SHIFT
+    }
+
+    fn live(&self) -> bool {
+        self.kind() != DEAD
+    }
+
+    fn loc(&self) -> Loc {
+        let rec = u64::from(self.rec_lo) | (u64::from(self.rec_hi) << 32);
+        let len = self.len_kind & MAX_LEN;
+        let (body, at) = match self.kind() {
+            BACK => (rec - u64::from(self.aux), PUT_MESSAGE_AT),
+            AT => (rec, self.aux),
+            _ => (rec, PUT_MESSAGE_AT),
+        };
+        Loc { rec, body, at, len }
+    }
+}
+
+#[derive(Default)]
+struct Chunk {
+    slots: Vec<Slot>,
+    live: usize,
+}
+
+impl Chunk {
+    fn find(&self, off: u32) -> Result<usize, usize> {
+        self.slots.binary_search_by_key(&off, |s| s.off)
+    }
+
+    /// Drops the dead slots.
+    fn sweep(&mut self) {
+        self.slots.retain(Slot::live);
+    }
+}
+
+/// One queue's stored messages: seq to `Loc`.
+#[derive(Default)]
+pub struct Slots {
+    chunks: BTreeMap<u64, Chunk>,
+}
+
+/// A `Loc` too long to keep (see `MAX_LEN`).
+#[derive(Debug)]
+pub struct Unpackable;
+
+impl Slots {
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// Message `seq` is at `loc`; where it was before, if it was stored.
+    pub fn insert(&mut self, seq: u64, loc: &Loc) -> Result<Option<Loc>, Unpackable> {
+        let Some((&base, chunk)) = self.chunks.range_mut(..=seq).next_back() else {
+            return self.start(seq, loc).map(|()| None);
+        };
+        let Ok(off) = u32::try_from(seq - base) else {
+            return self.start(seq, loc).map(|()| None);
+        };
+        let slot = Slot::pack(off, loc).ok_or(Unpackable)?;
+        match chunk.find(off) {
+            Ok(i) => {
+                let old = std::mem::replace(&mut chunk.slots[i], slot);
+                if old.live() {
+                    return Ok(Some(old.loc()));
+                }
+                chunk.live += 1;
+                Ok(None)
+            }
+            Err(i) if chunk.slots.len() < CHUNK => {
+                chunk.slots.insert(i, slot);
+                chunk.live += 1;
+                Ok(None)
+            }
+            Err(_) if chunk.live < chunk.slots.len() => {
+                chunk.sweep();
+                let (Ok(i) | Err(i)) = chunk.find(off);
+                chunk.slots.insert(i, slot);
+                chunk.live += 1;
+                Ok(None)
+            }
+            Err(i) if i == chunk.slots.len() => self.start(seq, loc).map(|()| None),
+            Err(i) => {
+                // Full and no dead slot: the upper half becomes a chunk of
+                // its own, and the slot goes into whichever half it falls.
+                let upper = chunk.slots.split_off(CHUNK / 2);
+                let shift = upper[0].off;
+                let mut moved = Chunk {
+                    live: upper.len(),
+                    slots: upper,
+                };
+                for s in &mut moved.slots {
+                    s.off -= shift;
+                }
+                chunk.live -= moved.live;
+                if i <= CHUNK / 2 {
+                    chunk.slots.insert(i, slot);
+                    chunk.live += 1;
+                } else {
+                    let mut s = slot;
+                    s.off -= shift;
+                    moved.slots.insert(i - CHUNK / 2, s);
+                    moved.live += 1;
+                }
+                self.chunks.insert(base + u64::from(shift), moved);
+                Ok(None)
+            }
+        }
+    }
+
+    /// A new chunk holding `seq` alone.
+    fn start(&mut self, seq: u64, loc: &Loc) -> Result<(), Unpackable> {
+        let slot = Slot::pack(0, loc).ok_or(Unpackable)?;
+        let mut slots = Vec::with_capacity(4);
+        slots.push(slot);
+        self.chunks.insert(seq, Chunk { slots, live: 1 });
+        Ok(())
+    }
+
+    /// Forgets message `seq`; where it was, if it was stored.
+    pub fn remove(&mut self, seq: u64) -> Option<Loc> {
+        let (&base, chunk) = self.chunks.range_mut(..=seq).next_back()?;
+        let off = u32::try_from(seq - base).ok()?;
+        let i = chunk.find(off).ok()?;
+        let slot = &mut chunk.slots[i];
+        if !slot.live() {
+            return None;
+        }
+        let loc = slot.loc();
+        slot.len_kind = DEAD;
+        chunk.live -= 1;
+        if chunk.live == 0 {
+            self.chunks.remove(&base);
+        } else if chunk.live * 2 < chunk.slots.len() {
+            chunk.sweep();
+            chunk.slots.shrink_to(chunk.live.max(4));
+            if chunk.live < SMALL {
+                self.merge_back(base);
+            }
+        }
+        Some(loc)
+    }
+
+    /// Moves the chunk at `base` into the one before it, if that has room
+    /// and every offset still fits.
+    fn merge_back(&mut self, base: u64) {
+        let Some((&prev, before)) = self.chunks.range(..base).next_back() else {
+            return;
+        };
+        let Some(this) = self.chunks.get(&base) else {
+            return;
+        };
+        let last = base + u64::from(this.slots.last().map_or(0, |s| s.off));
+        if before.slots.len() + this.slots.len() > CHUNK || last - prev > u64::from(u32::MAX) {
+            return;
+        }
+        let Some(this) = self.chunks.remove(&base) else {
+            return;
+        };
+        let Some(before) = self.chunks.get_mut(&prev) else {
+            return;
+        };
+        let shift = (base - prev) as u32;
+        before.slots.extend(this.slots.iter().map(|s| Slot {
+            off: s.off + shift,
+            ..*s
+        }));
+        before.live += this.live;
+    }
+
+    /// Forgets every message from `from` on, telling `gone` where each
+    /// was, in seq order.
+    pub fn remove_from(&mut self, from: u64, mut gone: impl FnMut(&Loc)) {
+        if let Some((&base, chunk)) = self.chunks.range_mut(..from).next_back() {
+            // Every offset below `from` fits: it is below one that does.
+            let cut = u32::try_from(from - base).unwrap_or(u32::MAX);
+            let at = chunk.find(cut).unwrap_or_else(|i| i);
+            for s in chunk.slots.drain(at..).filter(Slot::live) {
+                chunk.live -= 1;
+                gone(&s.loc());
+            }
+            if chunk.live == 0 {
+                self.chunks.remove(&base);
+            }
+        }
+        for (_, chunk) in self.chunks.split_off(&from) {
+            chunk
+                .slots
+                .iter()
+                .filter(|s| s.live())
+                .for_each(|s| gone(&s.loc()));
+        }
+    }
+
+    /// Where message `seq` lies.
+    pub fn get(&self, seq: u64) -> Option<Loc> {
+        let (&base, chunk) = self.chunks.range(..=seq).next_back()?;
+        let off = u32::try_from(seq - base).ok()?;
+        let slot = chunk.slots.get(chunk.find(off).ok()?)?;
+        slot.live().then(|| slot.loc())
+    }
+
+    /// Up to `n` messages from `from` on, in order, into `out`.
+    pub fn range(&self, from: u64, n: usize, out: &mut Vec<(u64, Loc)>) {
+        let start = self
+            .chunks
+            .range(..=from)
+            .next_back()
+            .map_or(from, |(b, _)| *b);
+        for (&base, chunk) in self.chunks.range(start..) {
+            let skip = u32::try_from(from.saturating_sub(base)).unwrap_or(u32::MAX);
+            let at = chunk.find(skip).unwrap_or_else(|i| i);
+            for s in chunk.slots[at..].iter().filter(|s| s.live()) {
+                if out.len() >= n {
+                    return;
+                }
+                out.push((base + u64::from(s.off), s.loc()));
+            }
+        }
+    }
+
+    /// Bytes of memory it holds, about (tests).
+    #[cfg(test)]
+    pub fn memory(&self) -> usize {
+        self.chunks
+            .values()
+            .map(|c| {
+                c.slots.capacity() * std::mem::size_of::<Slot>()
+                    + std::mem::size_of::<(u64, Chunk)>()
+            })
+            .sum()
+    }
+
+    /// Live messages (tests).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.chunks.values().map(|c| c.live).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loc(n: u64) -> Loc {
+        match n % 3 {
+            0 => Loc {
+                rec: n << 20,
+                body: n << 20,
+                at: PUT_MESSAGE_AT,
+                len: (n % 5000) as u32,
+            },
+            1 => Loc {
+                rec: (n << 20) + 77,
+                body: n << 20,
+                at: PUT_MESSAGE_AT,
+                len: 3,
+            },
+            _ => Loc {
+                rec: n << 36,
+                body: n << 36,
+                at: 40 + (n % 100) as u32,
+                len: MAX_LEN,
+            },
+        }
+    }
+
+    /// Random inserts, removals, purges and reads against a BTreeMap: seqs
+    /// in order, out of order, far apart (past a u32 offset) and again
+    /// after they went.
+    #[test]
+    fn matches_a_map() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..20 {
+            let mut slots = Slots::default();
+            let mut model = BTreeMap::new();
+            let mut head = 0u64;
+            let mut tail = 0u64;
+            for _ in 0..30_000 {
+                let r = next();
+                match r % 100 {
+                    0..=49 => {
+                        tail += if r % 1000 == 7 {
+                            1 << 33
+                        } else {
+                            1 + (r >> 40) % 2
+                        };
+                        let l = loc(r >> 8);
+                        assert_eq!(slots.insert(tail, &l).ok(), Some(model.insert(tail, l)));
+                    }
+                    50..=59 => {
+                        let seq = head + (r >> 8) % (tail - head + 1);
+                        let l = loc(r >> 12);
+                        assert_eq!(slots.insert(seq, &l).ok(), Some(model.insert(seq, l)));
+                    }
+                    60..=84 => {
+                        let seq = model.keys().next().copied().unwrap_or(head);
+                        head = seq;
+                        assert_eq!(slots.remove(seq), model.remove(&seq));
+                    }
+                    85..=96 => {
+                        let seq = head + (r >> 8) % (tail - head + 1);
+                        assert_eq!(slots.remove(seq), model.remove(&seq));
+                        assert_eq!(slots.get(seq), None);
+                    }
+                    97 if round % 2 == 0 => {
+                        let from = head + (r >> 8) % (tail - head + 1);
+                        let mut gone = Vec::new();
+                        slots.remove_from(from, |l| gone.push(*l));
+                        let want: Vec<Loc> = model.split_off(&from).into_values().collect();
+                        assert_eq!(gone, want);
+                    }
+                    _ => {
+                        let from = head + (r >> 8) % (tail - head + 1);
+                        let n = 1 + (r >> 32) as usize % 3000;
+                        let mut got = Vec::new();
+                        slots.range(from, n, &mut got);
+                        let want: Vec<(u64, Loc)> =
+                            model.range(from..).take(n).map(|(s, l)| (*s, *l)).collect();
+                        assert_eq!(got, want);
+                        assert_eq!(slots.get(from), model.get(&from).copied());
+                    }
+                }
+                assert_eq!(slots.len(), model.len());
+                assert_eq!(slots.is_empty(), model.is_empty());
+            }
+        }
+    }
+
+    /// A backlog costs about 20 bytes a message, and acking it at the
+    /// head gives the memory back.
+    #[test]
+    fn a_backlog_is_small() {
+        let mut slots = Slots::default();
+        let n = 1_000_000u64;
+        for seq in 1..=n {
+            slots.insert(seq, &loc(seq * 3)).ok();
+        }
+        let per = slots.memory() as f64 / n as f64;
+        assert!(per < 21.0, "{per} bytes a message");
+        for seq in 1..=n - 10 {
+            assert!(slots.remove(seq).is_some());
+        }
+        assert!(slots.memory() < 2048, "{}", slots.memory());
+        // One message in a thousand left: each keeps at most a small chunk.
+        let mut slots = Slots::default();
+        for seq in 1..=n {
+            slots.insert(seq, &loc(seq * 3)).ok();
+        }
+        for seq in 1..=n {
+            if seq % 1000 != 0 {
+                slots.remove(seq);
+            }
+        }
+        assert_eq!(slots.len(), 1000);
+        assert!(slots.memory() < 1000 * 100, "{}", slots.memory());
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_keep() {
+        let mut slots = Slots::default();
+        let long = Loc {
+            len: MAX_LEN + 1,
+            ..loc(3)
+        };
+        assert!(slots.insert(1, &long).is_err());
+        let far = Loc {
+            rec: 1 << 40,
+            body: 1,
+            at: PUT_MESSAGE_AT,
+            len: 1,
+        };
+        assert!(slots.insert(1, &far).is_err());
+        assert!(slots.is_empty());
+    }
+}
