@@ -12,13 +12,12 @@ impl Queue {
     /// When a message pushed now expires (0 = never): the smaller of the
     /// queue's message-ttl (in `live`) and the message's expiration.
     pub(super) fn deadline_for(&self, live: &QueueArgs, msg: &Message) -> u64 {
-        let ttl = match (live.message_ttl, msg.meta.expiration_ms()) {
-            (None, None) => return 0,
-            (Some(a), Some(b)) => a.min(b),
-            (Some(a), None) | (None, Some(a)) => a,
-        };
-        // u64::MAX marks an expired slot in `Ready`.
-        now_ms().saturating_add(ttl).clamp(1, u64::MAX - 1)
+        deadline_after(live.message_ttl, msg.meta.expiration_ms())
+    }
+
+    /// The deadline of a message without an expiration of its own.
+    pub(super) fn queue_ttl_deadline(&self, live: &QueueArgs) -> u64 {
+        deadline_after(live.message_ttl, None)
     }
 
     /// Whether one more message would break a length limit once `more`
@@ -50,4 +49,16 @@ impl Queue {
             st.dead.push((head, Reason::MaxLen));
         }
     }
+}
+
+/// The deadline of a message entering a queue now under the queue's
+/// message-ttl and its own expiration (ms; 0: none).
+fn deadline_after(queue_ttl: Option<u64>, expiration: Option<u64>) -> u64 {
+    let ttl = match (queue_ttl, expiration) {
+        (None, None) => return 0,
+        (Some(a), Some(b)) => a.min(b),
+        (Some(a), None) | (None, Some(a)) => a,
+    };
+    // u64::MAX marks an expired slot in `Ready`.
+    now_ms().saturating_add(ttl).clamp(1, u64::MAX - 1)
 }

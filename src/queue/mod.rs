@@ -221,6 +221,7 @@ impl Queue {
         // stop (exactly those after a clean stop).
         let delivered = self.mark.as_ref().map_or(0, |(start, _)| *start);
         let mut st = self.state.lock();
+        let mut rest = None;
         for item in self.store.messages(self.config.store_id) {
             let m = item?;
             st.next_seq = st.next_seq.max(m.seq + 1);
@@ -240,6 +241,28 @@ impl Queue {
                 enqueued: crate::util::coarse_wall_secs(),
                 returned: 0,
             });
+            if st.ready.paged_out().0 > 0 {
+                // Past the memory bound: the rest stays in the store, and
+                // the store may tell it without reading it.
+                rest = self.store.message_meta(self.config.store_id, m.seq + 1);
+                if rest.is_some() {
+                    break;
+                }
+            }
+        }
+        for item in rest.into_iter().flatten() {
+            let (seq, body_len, deadline) = item?;
+            st.next_seq = st.next_seq.max(seq + 1);
+            // A deadline of 0: the message had no expiration when it was
+            // stored (it would be stored with it), but the queue may have
+            // a message-ttl now.
+            let deadline = match deadline {
+                0 => self.queue_ttl_deadline(&st.live),
+                d => d,
+            };
+            let now = crate::util::coarse_wall_secs();
+            st.ready
+                .push_recovered_tail(seq, body_len as usize, deadline, now);
         }
         // Those left in the store past the memory bound keep their flag
         // when read back (a cluster's new leader flags every one).

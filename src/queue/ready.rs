@@ -268,6 +268,16 @@ impl Ready {
         }
     }
 
+    /// A recovered message left in the store, known by its seq, body
+    /// length and deadline only: the tail began (`paged_out`), so it goes
+    /// after it, and is read back as the head drains.
+    pub fn push_recovered_tail(&mut self, seq: u64, body_len: usize, deadline: u64, enqueued: u32) {
+        if deadline != 0 {
+            self.tail_deadlines.insert(seq, deadline);
+        }
+        self.add_to_tail(seq, body_len, enqueued);
+    }
+
     /// Messages up to `seq` were recovered as possibly delivered: they
     /// come back from the stored tail flagged redelivered.
     pub fn redelivered_through(&mut self, seq: u64) {

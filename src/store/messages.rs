@@ -25,6 +25,9 @@ const PAGED: u8 = 2;
 /// Flag on the kind octet: a deadline follows.
 const HAS_DEADLINE: u8 = 0x80;
 
+/// A stored message as the index knows it: seq, body length, deadline.
+pub type MessageMeta = (u64, u32, u64);
+
 /// A message read back at recovery.
 pub struct StoredMessage {
     pub seq: u64,
@@ -81,6 +84,26 @@ pub(super) fn append_record(msg: &Message, transient: bool, deadline: u64, out: 
 /// Whether a record holds a transient (paged) message.
 pub(super) fn is_paged(raw: &[u8]) -> bool {
     raw.first().is_some_and(|k| k & !HAS_DEADLINE == PAGED)
+}
+
+/// A message record's body length and deadline (0: none), read off its
+/// header without decoding it; None if it is not a message record.
+pub(super) fn record_meta(raw: &[u8]) -> Option<(u32, u64)> {
+    let kind = *raw.first()?;
+    if !matches!(kind & !HAS_DEADLINE, PERSISTENT | PAGED) {
+        return None;
+    }
+    let (deadline, mut at) = if kind & HAS_DEADLINE != 0 {
+        (u64::from_be_bytes(raw.get(1..9)?.try_into().ok()?), 9)
+    } else {
+        (0, 1)
+    };
+    at += 1 + *raw.get(at)? as usize;
+    at += 1 + *raw.get(at)? as usize;
+    let props = u32::from_be_bytes(raw.get(at..at + 4)?.try_into().ok()?) as usize;
+    at += 4 + props;
+    let body = raw.len().checked_sub(at)?;
+    Some((u32::try_from(body).ok()?, deadline))
 }
 
 /// Decodes a message record. `raw` is kept as the backing buffer: no copy.
@@ -230,6 +253,19 @@ impl Store {
             }
         }
         Ok(swept)
+    }
+
+    /// The persistent messages of a queue from `from` on, without reading
+    /// them: seq, body length, deadline (recovery, past what it keeps in
+    /// memory). None where the store cannot tell without reading (a
+    /// cluster's sled tree).
+    pub fn message_meta(
+        &self,
+        queue_id: u64,
+        from: u64,
+    ) -> Option<Box<dyn Iterator<Item = Result<MessageMeta>> + Send + '_>> {
+        let log = self.applier.log.as_ref()?;
+        Some(Box::new(log.stored_meta(queue_id, from)))
     }
 
     /// Every persistent message of a queue, in order (recovery). Paged

@@ -266,10 +266,16 @@ impl TestBroker {
         self.stop().await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         loop {
-            let c = config(&self.dir);
+            let mut c = config(&self.dir);
+            if self.api.is_some() {
+                c.management_port = Port::On(0);
+                c.prometheus_port = Port::On(0);
+            }
             match Server::start(c).await {
                 Ok(server) => {
                     self.addr = server.addr;
+                    self.api = server.management_addr;
+                    self.metrics = server.prometheus_addr;
                     self.server = Some(server);
                     return;
                 }

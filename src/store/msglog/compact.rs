@@ -16,7 +16,6 @@
 //! byte copied frees at least one: the classic cleaning bound of a log.
 //! A fan-out's shared body is copied once per queue still holding it.
 
-use super::index::Loc;
 use super::record::{self, Rec, PUT_MESSAGE_AT};
 use std::collections::HashMap;
 
@@ -153,12 +152,10 @@ impl MessageLog {
         let e = Entry::of(record::PUT, payload)
             .ok_or_else(|| Error::Corrupt(format!("message {seq} of queue {queue}: no record")))?;
         let pos = self.append(st, record::PUT, payload, &e)?;
-        let loc = Loc {
-            rec: pos,
-            body: pos,
-            at: PUT_MESSAGE_AT,
-            len: (payload.len() - PUT_MESSAGE_AT as usize) as u32,
-        };
+        // A paged transient message moves too: it is read back until the
+        // next open drops it.
+        let loc = super::open::put_loc(pos, &e)
+            .ok_or_else(|| Error::Corrupt(format!("message {seq} of queue {queue}: no PUT")))?;
         super::index_insert(&mut st.index, queue, seq, loc)
     }
 }

@@ -17,6 +17,10 @@ pub struct Loc {
     /// Where the message lies in that record's payload, and its length.
     pub at: u32,
     pub len: u32,
+    /// The message's body length, and whether it has a deadline: what a
+    /// queue's recovery needs of the messages it leaves in the log.
+    pub body_len: u32,
+    pub timed: bool,
 }
 
 /// What one segment holds that is still wanted.

@@ -259,31 +259,38 @@ impl MessageLog {
                 let payload = record::reference(queue, seq, deadline, paged, r.pos, r.len);
                 if self.log.next_base(payload.len()) == r.base {
                     let (body, len) = (r.pos, r.len);
-                    let e = Entry::Other(Rec::Ref {
+                    let body_len = msg.body().len() as u32;
+                    let e = Entry::Ref {
                         queue,
                         seq,
                         deadline,
                         paged,
                         body,
                         len,
-                    });
+                        body_len,
+                    };
                     let pos = self.append(st, record::REF, &payload, &e)?;
                     let loc = Loc {
                         rec: pos,
                         body,
                         at: PUT_MESSAGE_AT,
                         len,
+                        body_len,
+                        timed: deadline != 0,
                     };
                     return index_insert(&mut st.index, queue, seq, loc);
                 }
             }
             let base = self.log.next_base(buf.len());
             let len = (buf.len() - PUT_MESSAGE_AT as usize) as u32;
+            let body_len = msg.body().len() as u32;
             let e = Entry::Put {
                 queue,
                 seq,
                 len,
                 paged,
+                body_len,
+                timed: deadline != 0,
             };
             let pos = self.append(st, record::PUT, &buf, &e)?;
             let loc = Loc {
@@ -291,6 +298,8 @@ impl MessageLog {
                 body: pos,
                 at: PUT_MESSAGE_AT,
                 len,
+                body_len,
+                timed: deadline != 0,
             };
             index_insert(&mut st.index, queue, seq, loc)?;
             if st.recent.len() >= RECENT_MAX {
@@ -319,12 +328,7 @@ impl MessageLog {
             .ok_or_else(|| corrupt(format!("message {seq} of queue {queue}: no message record")))?;
         let mut st = self.state.lock();
         let pos = self.append(&mut st, record::PUT, &buf, &e)?;
-        let loc = Loc {
-            rec: pos,
-            body: pos,
-            at: PUT_MESSAGE_AT,
-            len: encoded.len() as u32,
-        };
+        let loc = open::put_loc(pos, &e).ok_or_else(|| corrupt("not a PUT".into()))?;
         index_insert(&mut st.index, queue, seq, loc)
     }
 
@@ -426,6 +430,44 @@ impl MessageLog {
                         deadline,
                     }))
                 }
+                Err(e) => return Some(Err(e)),
+            }
+        })
+    }
+
+    /// The stored messages of `queue` from `from` on, in order, as the
+    /// index has them: seq, body length, and the deadline (read back only
+    /// for a message that has one). A queue's recovery takes what it
+    /// leaves in the log this way, without reading it.
+    pub fn stored_meta(
+        &self,
+        queue: u64,
+        from: u64,
+    ) -> impl Iterator<Item = Result<(u64, u32, u64)>> + '_ {
+        let mut from = from;
+        let mut batch = std::collections::VecDeque::new();
+        let mut last = None;
+        let mut done = false;
+        std::iter::from_fn(move || loop {
+            if batch.is_empty() && !done {
+                batch = self
+                    .state
+                    .lock()
+                    .index
+                    .range(queue, from, READ_BATCH)
+                    .into();
+                match batch.back() {
+                    Some((seq, _)) => from = seq + 1,
+                    None => done = true,
+                }
+            }
+            let (seq, loc) = batch.pop_front()?;
+            if !loc.timed {
+                return Some(Ok((seq, loc.body_len, 0)));
+            }
+            match self.read_current(queue, seq, loc, &mut last) {
+                Ok(None) => continue,
+                Ok(Some((_, deadline))) => return Some(Ok((seq, loc.body_len, deadline))),
                 Err(e) => return Some(Err(e)),
             }
         })

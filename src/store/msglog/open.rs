@@ -24,41 +24,55 @@ pub struct Opened {
     pub summarized: usize,
 }
 
+/// Where the message of a PUT entry at `pos` lies (None: not a PUT).
+pub fn put_loc(pos: u64, e: &Entry) -> Option<Loc> {
+    match e {
+        Entry::Put {
+            len,
+            body_len,
+            timed,
+            ..
+        } => Some(Loc {
+            rec: pos,
+            body: pos,
+            at: PUT_MESSAGE_AT,
+            len: *len,
+            body_len: *body_len,
+            timed: *timed,
+        }),
+        _ => None,
+    }
+}
+
 /// What message `seq` of a record at `pos` does to the index. Paged
 /// transient messages are dropped, as RabbitMQ drops transient messages
 /// at a restart.
 pub fn apply(index: &mut Index, pos: u64, e: &Entry) -> Result<()> {
     match e {
         Entry::Put {
-            queue,
-            seq,
-            len,
-            paged,
+            queue, seq, paged, ..
         } => {
-            if !paged {
-                let loc = Loc {
-                    rec: pos,
-                    body: pos,
-                    at: PUT_MESSAGE_AT,
-                    len: *len,
-                };
+            if let Some(loc) = put_loc(pos, e).filter(|_| !paged) {
                 index_insert(index, *queue, *seq, loc)?;
             }
         }
-        Entry::Other(Rec::Ref {
+        Entry::Ref {
             queue,
             seq,
+            deadline,
             paged,
             body,
             len,
-            ..
-        }) => {
+            body_len,
+        } => {
             if !paged {
                 let loc = Loc {
                     rec: pos,
                     body: *body,
                     at: PUT_MESSAGE_AT,
                     len: *len,
+                    body_len: *body_len,
+                    timed: *deadline != 0,
                 };
                 index_insert(index, *queue, *seq, loc)?;
             }
@@ -75,8 +89,8 @@ pub fn apply(index: &mut Index, pos: u64, e: &Entry) -> Result<()> {
             moves,
             removes,
         }) => apply_move(index, pos, *from, *to, moves, removes)?,
-        // `Entry::of` makes a PUT an `Entry::Put`.
-        Entry::Other(Rec::Put { .. }) => {}
+        // `Entry::of` makes a PUT or a REF an entry of its own.
+        Entry::Other(Rec::Put { .. } | Rec::Ref { .. }) => {}
     }
     Ok(())
 }
@@ -104,6 +118,8 @@ pub fn apply_move(
             body: pos,
             at: m.at,
             len: m.len,
+            body_len: m.body_len,
+            timed: m.timed,
         };
         index_insert(index, to, m.to_seq, loc)?;
     }
@@ -143,17 +159,34 @@ pub fn read_index(log: &SegmentLog, dir: &Path, writer: &mut Writer) -> Result<O
             continue;
         }
         let mut s = Summary::new(base);
+        // The body lengths of this segment's PUTs, for its REFs.
+        let mut bodies = std::collections::HashMap::new();
         log.scan(base, |pos, r| {
             if end.is_some_and(|end| pos >= end) {
                 return false;
             }
-            let Some(e) = Entry::of(r.kind, &r.payload) else {
+            let Some(mut e) = Entry::of(r.kind, &r.payload) else {
                 failed = Some(corrupt(format!(
                     "the message log's record at {pos} (kind {}) cannot be read: written by a newer version?",
                     r.kind
                 )));
                 return false;
             };
+            match &mut e {
+                Entry::Put { body_len, .. } => {
+                    bodies.insert(pos, *body_len);
+                }
+                Entry::Ref { body, body_len, .. } => match bodies.get(body) {
+                    Some(n) => *body_len = *n,
+                    None => {
+                        failed = Some(corrupt(format!(
+                            "the reference at {pos} names no message of its segment"
+                        )));
+                        return false;
+                    }
+                },
+                Entry::Other(_) => {}
+            }
             if let Err(err) = apply(&mut o.index, pos, &e) {
                 failed = Some(err);
                 return false;

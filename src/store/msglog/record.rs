@@ -20,7 +20,7 @@
 use bytes::{BufMut, BytesMut};
 
 use crate::message::Message;
-use crate::store::messages::{append_record, encode_record};
+use crate::store::messages::{append_record, encode_record, record_meta};
 use crate::store::op::Moved;
 
 pub const PUT: u8 = 1;
@@ -70,6 +70,9 @@ pub struct MovedAt {
     pub to_seq: u64,
     pub at: u32,
     pub len: u32,
+    /// The message's body length, and whether it has a deadline.
+    pub body_len: u32,
+    pub timed: bool,
 }
 
 /// A PUT's payload into `out`.
@@ -139,6 +142,8 @@ pub fn moves(
             to_seq: m.to_seq,
             at: out.len() as u32,
             len: one.len() as u32,
+            body_len: m.message.body().len() as u32,
+            timed: m.deadline != 0,
         });
         out.extend_from_slice(&one);
     }
@@ -189,12 +194,14 @@ pub fn parse(kind: u8, p: &[u8]) -> Option<Rec> {
                 let to_seq = r.u64()?;
                 let len = r.u32()?;
                 let at = r.at as u32;
-                r.take(len as usize)?;
+                let (body_len, deadline) = record_meta(r.take(len as usize)?)?;
                 moves.push(MovedAt {
                     from_seq,
                     to_seq,
                     at,
                     len,
+                    body_len,
+                    timed: deadline != 0,
                 });
             }
             let m = r.u32()? as usize;

@@ -17,9 +17,11 @@
 //! File: magic, the segment's first position, the entries, the segment's
 //! end (the next one's first position), a CRC-32 of all that. An entry: the
 //! record's kind and position, then for a PUT: queue, seq, the message's
-//! length (u32) and paged (u8); a REF, an ACK, a PURGE: its payload; a
-//! MOVE: from, to, its moves (from seq, to seq, where in the payload and
-//! how long), its removes.
+//! length (u32), paged (u8), the body's length (u32) and whether it has a
+//! deadline (u8); a REF: its payload and the body's length; an ACK, a
+//! PURGE: its payload; a MOVE: from, to, its moves (from seq, to seq,
+//! where in the payload and how long, the body's length, timed), its
+//! removes.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -27,9 +29,9 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use super::record::{self, MovedAt, Reader, Rec, PUT_MESSAGE_AT};
-use crate::store::messages::is_paged;
+use crate::store::messages::{is_paged, record_meta};
 
-const MAGIC: &[u8; 8] = b"WIDX0001";
+const MAGIC: &[u8; 8] = b"WIDX0002";
 
 /// What the index needs of one record.
 #[derive(Debug, PartialEq, Eq)]
@@ -39,8 +41,20 @@ pub enum Entry {
         seq: u64,
         len: u32,
         paged: bool,
+        body_len: u32,
+        timed: bool,
     },
-    /// Any other record (never a `Rec::Put`).
+    Ref {
+        queue: u64,
+        seq: u64,
+        deadline: u64,
+        paged: bool,
+        body: u64,
+        len: u32,
+        /// Its PUT's body length (`of` leaves it 0: the PUT says).
+        body_len: u32,
+    },
+    /// An ACK, a PURGE or a MOVE.
     Other(Rec),
 }
 
@@ -50,13 +64,32 @@ impl Entry {
         Some(match record::parse(kind, payload)? {
             Rec::Put { queue, seq } => {
                 let message = payload.get(PUT_MESSAGE_AT as usize..)?;
+                let (body_len, deadline) = record_meta(message)?;
                 Entry::Put {
                     queue,
                     seq,
                     len: u32::try_from(message.len()).ok()?,
                     paged: is_paged(message),
+                    body_len,
+                    timed: deadline != 0,
                 }
             }
+            Rec::Ref {
+                queue,
+                seq,
+                deadline,
+                paged,
+                body,
+                len,
+            } => Entry::Ref {
+                queue,
+                seq,
+                deadline,
+                paged,
+                body,
+                len,
+                body_len: 0,
+            },
             rec => Entry::Other(rec),
         })
     }
@@ -117,25 +150,31 @@ impl Summary {
                 seq,
                 len,
                 paged,
+                body_len,
+                timed,
             } => {
                 head(b, record::PUT);
                 b.extend_from_slice(&record::pair(*queue, *seq));
                 b.extend_from_slice(&len.to_be_bytes());
                 b.push(u8::from(*paged));
+                b.extend_from_slice(&body_len.to_be_bytes());
+                b.push(u8::from(*timed));
             }
-            Entry::Other(Rec::Put { .. }) => {}
-            Entry::Other(Rec::Ref {
+            Entry::Other(Rec::Put { .. } | Rec::Ref { .. }) => {}
+            Entry::Ref {
                 queue,
                 seq,
                 deadline,
                 paged,
                 body,
                 len,
-            }) => {
+                body_len,
+            } => {
                 head(b, record::REF);
                 b.extend_from_slice(&record::reference(
                     *queue, *seq, *deadline, *paged, *body, *len,
                 ));
+                b.extend_from_slice(&body_len.to_be_bytes());
             }
             Entry::Other(Rec::Ack { queue, seq }) => {
                 head(b, record::ACK);
@@ -158,6 +197,8 @@ impl Summary {
                     b.extend_from_slice(&record::pair(m.from_seq, m.to_seq));
                     b.extend_from_slice(&m.at.to_be_bytes());
                     b.extend_from_slice(&m.len.to_be_bytes());
+                    b.extend_from_slice(&m.body_len.to_be_bytes());
+                    b.push(u8::from(m.timed));
                 }
                 b.extend_from_slice(&(removes.len() as u32).to_be_bytes());
                 for r in removes {
@@ -304,15 +345,18 @@ pub fn each(summary: &[u8], mut f: impl FnMut(u64, Entry) -> bool) -> Option<()>
                 seq: r.u64()?,
                 len: r.u32()?,
                 paged: r.u8()? != 0,
+                body_len: r.u32()?,
+                timed: r.u8()? != 0,
             },
-            record::REF => Entry::Other(Rec::Ref {
+            record::REF => Entry::Ref {
                 queue: r.u64()?,
                 seq: r.u64()?,
                 deadline: r.u64()?,
                 paged: r.u8()? != 0,
                 body: r.u64()?,
                 len: r.u32()?,
-            }),
+                body_len: r.u32()?,
+            },
             record::ACK => Entry::Other(Rec::Ack {
                 queue: r.u64()?,
                 seq: r.u64()?,
@@ -331,6 +375,8 @@ pub fn each(summary: &[u8], mut f: impl FnMut(u64, Entry) -> bool) -> Option<()>
                         to_seq: r.u64()?,
                         at: r.u32()?,
                         len: r.u32()?,
+                        body_len: r.u32()?,
+                        timed: r.u8()? != 0,
                     });
                 }
                 let m = r.u32()? as usize;

@@ -24,6 +24,24 @@ fn open(dir: &Path, segment: u64) -> MessageLog {
 /// Every stored message: (queue, seq) -> (body, deadline).
 type State = BTreeMap<(u64, u64), (Vec<u8>, u64)>;
 
+/// What `stored_meta` tells of every queue, against what reading each
+/// message says: the same seqs, body lengths and deadlines.
+fn check_meta(log: &MessageLog) {
+    for q in log.queue_ids() {
+        let read: Vec<(u64, u32, u64)> = log
+            .stored(q)
+            .map(|m| m.unwrap())
+            .map(|m| (m.seq, m.message.body().len() as u32, m.deadline))
+            .collect();
+        let told: Vec<(u64, u32, u64)> = log.stored_meta(q, 0).map(|m| m.unwrap()).collect();
+        assert_eq!(told, read, "queue {q}");
+        if let Some(&(seq, ..)) = read.get(read.len() / 2) {
+            let from: Vec<_> = log.stored_meta(q, seq).map(|m| m.unwrap()).collect();
+            assert_eq!(from[..], read[read.len() / 2..], "queue {q} from {seq}");
+        }
+    }
+}
+
 fn state(log: &MessageLog) -> State {
     let mut out = State::new();
     let mut ids = log.queue_ids();
@@ -301,6 +319,7 @@ fn the_index_matches_a_model_through_random_operations_and_reopens() {
                 step(&mut rng, &log, &mut model);
             }
             assert_eq!(state(&log), model.stored, "seed {seed} round {round}");
+            check_meta(&log);
             log.commit().unwrap();
             if rng.below(3) == 0 {
                 drop(log);
@@ -308,6 +327,7 @@ fn the_index_matches_a_model_through_random_operations_and_reopens() {
                 model.stored = model.durable();
                 model.paged.clear();
                 assert_eq!(state(&log), model.stored, "seed {seed} round {round}");
+                check_meta(&log);
             }
         }
         // What is live bounds what is kept: segments of dead messages go.
@@ -496,6 +516,7 @@ fn a_reopen_takes_finished_segments_from_their_summaries() {
     let log = open(dir.path(), 4096);
     let want = model.durable();
     assert_eq!(state(&log), want);
+    check_meta(&log);
     // Damage the first segment's records past their headers: a reopen
     // that read it would refuse it (it is below the synced mark).
     let first = dir.path().join(format!("{:020}.seg", segments[0]));
@@ -548,6 +569,7 @@ fn a_damaged_or_missing_summary_reads_its_segment_instead() {
     fs::write(&stray, b"stale").unwrap();
     let log = open(dir.path(), 4096);
     assert_eq!(state(&log), model.durable());
+    check_meta(&log);
     assert!(!stray.exists(), "a summary of no segment is removed");
     drop(log);
     assert_eq!(files(dir.path(), ".idx"), summaries, "written again");
