@@ -429,7 +429,7 @@ mod tests {
         }
     }
 
-    /// A backlog costs about 20 bytes a message, and acking it at the
+    /// A backlog costs about 24 bytes a message, and acking it at the
     /// head gives the memory back.
     #[test]
     fn a_backlog_is_small() {
