@@ -254,8 +254,9 @@ impl Queue {
             let (seq, body_len, deadline) = item?;
             st.next_seq = st.next_seq.max(seq + 1);
             // A deadline of 0: the message had no expiration when it was
-            // stored (it would be stored with it), but the queue may have
-            // a message-ttl now.
+            // stored (it is stored with its deadline since 2941949,
+            // 2026-11-29: an older record's expiration is not seen here),
+            // but the queue may have a message-ttl now.
             let deadline = match deadline {
                 0 => self.queue_ttl_deadline(&st.live),
                 d => d,

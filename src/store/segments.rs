@@ -21,7 +21,8 @@
 //! A failed sync poisons the log until it is opened again. At open, a record cut short or
 //! failing its CRC past that position was never reported durable: it is
 //! cut off, with everything after it. Damage at or below it is damaged
-//! data, and the log does not open.
+//! data: the log does not open if the open reads it (msglog reads only
+//! the segments its summaries do not cover), and a read of it fails.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};

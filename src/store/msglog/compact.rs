@@ -43,9 +43,10 @@ impl MessageLog {
     }
 
     /// One step of compaction of the oldest segment, if it is due (or
-    /// under way). A record it cannot read stops compaction until the
-    /// next open (which reads every record and refuses damage) rather
-    /// than every commit.
+    /// under way). A record it cannot read (damaged) stops compaction
+    /// until the next open rather than failing every commit; the error is
+    /// logged. The open reads only the last segment and those without a
+    /// summary, so damage in an older one stops compaction again.
     pub(super) fn compact_step(&self) -> Result<()> {
         if self.state.lock().compact_failed {
             return Ok(());

@@ -15,9 +15,11 @@
 //!   go, so an ack's record never outlives the segment it belongs to
 //!   while the put it kills is still on disk: at open, a put is never read
 //!   back without the records written after it.
-//! - At open the whole log is read (the CRC of every record checked) and
-//!   the index rebuilt; paged transient messages are dropped, as RabbitMQ
-//!   drops transient messages at a restart.
+//! - At open the index is rebuilt from each finished segment's summary
+//!   (summary.rs), and from the records of the last segment and of any
+//!   without a whole summary (their CRCs checked); paged transient
+//!   messages are dropped, as RabbitMQ drops transient messages at a
+//!   restart. A record's CRC is checked whenever it is read.
 //!
 //! One lock guards the index and the appends: a put holds it for the
 //! append's copy into the buffer (the message is encoded before).

@@ -167,7 +167,7 @@ pub fn read_index(log: &SegmentLog, dir: &Path, writer: &mut Writer) -> Result<O
             }
             let Some(mut e) = Entry::of(r.kind, &r.payload) else {
                 failed = Some(corrupt(format!(
-                    "the message log's record at {pos} (kind {}) cannot be read: written by a newer version?",
+                    "the message log's record at {pos} (kind {}) cannot be read: damaged, or written by a newer version",
                     r.kind
                 )));
                 return false;
