@@ -402,14 +402,13 @@ impl MessageLog {
         Ok(out)
     }
 
-    /// Every stored message of `queue` in order, with its deadline, read a
-    /// batch at a time (recovery).
-    pub fn stored(&self, queue: u64) -> impl Iterator<Item = Result<StoredMessage>> + '_ {
-        let mut from = 0u64;
+    /// Where each stored message of `queue` from `from` on lies, in
+    /// order, looked up a batch at a time.
+    fn indexed(&self, queue: u64, from: u64) -> impl Iterator<Item = (u64, Loc)> + '_ {
+        let mut from = from;
         let mut batch = std::collections::VecDeque::new();
-        let mut last = None;
         let mut done = false;
-        std::iter::from_fn(move || loop {
+        std::iter::from_fn(move || {
             if batch.is_empty() && !done {
                 batch = self
                     .state
@@ -422,18 +421,24 @@ impl MessageLog {
                     None => done = true,
                 }
             }
-            let (seq, loc) = batch.pop_front()?;
-            match self.read_current(queue, seq, loc, &mut last) {
-                Ok(None) => continue,
-                Ok(Some((m, deadline))) => {
-                    return Some(Ok(StoredMessage {
+            batch.pop_front()
+        })
+    }
+
+    /// Every stored message of `queue` in order, with its deadline, read a
+    /// batch at a time (recovery).
+    pub fn stored(&self, queue: u64) -> impl Iterator<Item = Result<StoredMessage>> + '_ {
+        let mut last = None;
+        self.indexed(queue, 0).filter_map(move |(seq, loc)| {
+            self.read_current(queue, seq, loc, &mut last)
+                .map(|found| {
+                    found.map(|(m, deadline)| StoredMessage {
                         seq,
                         message: Arc::new(m),
                         deadline,
-                    }))
-                }
-                Err(e) => return Some(Err(e)),
-            }
+                    })
+                })
+                .transpose()
         })
     }
 
@@ -446,32 +451,14 @@ impl MessageLog {
         queue: u64,
         from: u64,
     ) -> impl Iterator<Item = Result<(u64, u32, u64)>> + '_ {
-        let mut from = from;
-        let mut batch = std::collections::VecDeque::new();
         let mut last = None;
-        let mut done = false;
-        std::iter::from_fn(move || loop {
-            if batch.is_empty() && !done {
-                batch = self
-                    .state
-                    .lock()
-                    .index
-                    .range(queue, from, READ_BATCH)
-                    .into();
-                match batch.back() {
-                    Some((seq, _)) => from = seq + 1,
-                    None => done = true,
-                }
-            }
-            let (seq, loc) = batch.pop_front()?;
+        self.indexed(queue, from).filter_map(move |(seq, loc)| {
             if !loc.timed {
                 return Some(Ok((seq, loc.body_len, 0)));
             }
-            match self.read_current(queue, seq, loc, &mut last) {
-                Ok(None) => continue,
-                Ok(Some((_, deadline))) => return Some(Ok((seq, loc.body_len, deadline))),
-                Err(e) => return Some(Err(e)),
-            }
+            self.read_current(queue, seq, loc, &mut last)
+                .map(|found| found.map(|(_, deadline)| (seq, loc.body_len, deadline)))
+                .transpose()
         })
     }
 
