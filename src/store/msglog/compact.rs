@@ -155,8 +155,6 @@ impl MessageLog {
         let pos = self.append(st, record::PUT, payload, &e)?;
         // A paged transient message moves too: it is read back until the
         // next open drops it.
-        let loc = super::open::put_loc(pos, &e)
-            .ok_or_else(|| Error::Corrupt(format!("message {seq} of queue {queue}: no PUT")))?;
-        super::index_insert(&mut st.index, queue, seq, loc)
+        super::open::insert_entry(&mut st.index, pos, &e)
     }
 }

@@ -272,15 +272,7 @@ impl MessageLog {
                         body_len,
                     };
                     let pos = self.append(st, record::REF, &payload, &e)?;
-                    let loc = Loc {
-                        rec: pos,
-                        body,
-                        at: PUT_MESSAGE_AT,
-                        len,
-                        body_len,
-                        timed: deadline != 0,
-                    };
-                    return index_insert(&mut st.index, queue, seq, loc);
+                    return open::insert_entry(&mut st.index, pos, &e);
                 }
             }
             let base = self.log.next_base(buf.len());
@@ -295,15 +287,7 @@ impl MessageLog {
                 timed: deadline != 0,
             };
             let pos = self.append(st, record::PUT, &buf, &e)?;
-            let loc = Loc {
-                rec: pos,
-                body: pos,
-                at: PUT_MESSAGE_AT,
-                len,
-                body_len,
-                timed: deadline != 0,
-            };
-            index_insert(&mut st.index, queue, seq, loc)?;
+            open::insert_entry(&mut st.index, pos, &e)?;
             if st.recent.len() >= RECENT_MAX {
                 st.recent.clear();
             }
@@ -330,8 +314,7 @@ impl MessageLog {
             .ok_or_else(|| corrupt(format!("message {seq} of queue {queue}: no message record")))?;
         let mut st = self.state.lock();
         let pos = self.append(&mut st, record::PUT, &buf, &e)?;
-        let loc = open::put_loc(pos, &e).ok_or_else(|| corrupt("not a PUT".into()))?;
-        index_insert(&mut st.index, queue, seq, loc)
+        open::insert_entry(&mut st.index, pos, &e)
     }
 
     /// Forgets message `seq` of `queue` (acked, expired, dropped).

@@ -24,38 +24,18 @@ pub struct Opened {
     pub summarized: usize,
 }
 
-/// Where the message of a PUT entry at `pos` lies (None: not a PUT).
-pub fn put_loc(pos: u64, e: &Entry) -> Option<Loc> {
-    match e {
+/// The queue, seq, paged flag and place of the message a PUT or a REF
+/// entry at `pos` stores (None: another kind).
+pub fn entry_loc(pos: u64, e: &Entry) -> Option<(u64, u64, bool, Loc)> {
+    let (queue, seq, paged, body, len, body_len, timed) = match *e {
         Entry::Put {
+            queue,
+            seq,
             len,
+            paged,
             body_len,
             timed,
-            ..
-        } => Some(Loc {
-            rec: pos,
-            body: pos,
-            at: PUT_MESSAGE_AT,
-            len: *len,
-            body_len: *body_len,
-            timed: *timed,
-        }),
-        _ => None,
-    }
-}
-
-/// What message `seq` of a record at `pos` does to the index. Paged
-/// transient messages are dropped, as RabbitMQ drops transient messages
-/// at a restart.
-pub fn apply(index: &mut Index, pos: u64, e: &Entry) -> Result<()> {
-    match e {
-        Entry::Put {
-            queue, seq, paged, ..
-        } => {
-            if let Some(loc) = put_loc(pos, e).filter(|_| !paged) {
-                index_insert(index, *queue, *seq, loc)?;
-            }
-        }
+        } => (queue, seq, paged, pos, len, body_len, timed),
         Entry::Ref {
             queue,
             seq,
@@ -64,17 +44,36 @@ pub fn apply(index: &mut Index, pos: u64, e: &Entry) -> Result<()> {
             body,
             len,
             body_len,
-        } => {
-            if !paged {
-                let loc = Loc {
-                    rec: pos,
-                    body: *body,
-                    at: PUT_MESSAGE_AT,
-                    len: *len,
-                    body_len: *body_len,
-                    timed: *deadline != 0,
-                };
-                index_insert(index, *queue, *seq, loc)?;
+        } => (queue, seq, paged, body, len, body_len, deadline != 0),
+        Entry::Other(_) => return None,
+    };
+    let loc = Loc {
+        rec: pos,
+        body,
+        at: PUT_MESSAGE_AT,
+        len,
+        body_len,
+        timed,
+    };
+    Some((queue, seq, paged, loc))
+}
+
+/// Points the index at the message a PUT or a REF entry at `pos` stores,
+/// paged or not (a write; `apply` drops paged ones at open).
+pub fn insert_entry(index: &mut Index, pos: u64, e: &Entry) -> Result<()> {
+    let (queue, seq, _, loc) =
+        entry_loc(pos, e).ok_or_else(|| corrupt(format!("no message in the record at {pos}")))?;
+    index_insert(index, queue, seq, loc)
+}
+
+/// What message `seq` of a record at `pos` does to the index. Paged
+/// transient messages are dropped, as RabbitMQ drops transient messages
+/// at a restart.
+pub fn apply(index: &mut Index, pos: u64, e: &Entry) -> Result<()> {
+    match e {
+        Entry::Put { .. } | Entry::Ref { .. } => {
+            if let Some((queue, seq, false, loc)) = entry_loc(pos, e) {
+                index_insert(index, queue, seq, loc)?;
             }
         }
         Entry::Other(Rec::Ack { queue, seq }) => {
