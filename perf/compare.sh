@@ -6,6 +6,7 @@
 # Everything listens on and talks to 127.0.0.1 only. See perf/README.md for the knobs; the main
 # ones are environment variables:
 #   ROUNDS=2  DURATION=10  SCENARIOS="10 1 2 3 4 5 5p 6 7 8 9"  DRAIN_N=1000000  BACKLOG_N=5000000
+#   (9t: scenario 9 with transient messages in a non-durable queue; not in the default set)
 #   IDLE_N=1000  IDLE_HOLD=10  WARREN=1 (0: RabbitMQ only)  SKIP_BUILD=0  KEEP_WORK=0
 #   RMQ_PORT=5801 RMQ_DIST_PORT=5802 WARREN_PORT=5803  CARGO_TARGET_DIR  WARREN_ARGS=""
 #   RMQ_TLS_PORT=5804 WARREN_TLS_PORT=5805 (scenarios 1t and 5t: 1 and 5 over TLS)
@@ -358,6 +359,36 @@ load_scenario() {
     done
 }
 
+# backlog_scenario BROKER SCENARIO [--durable-queues [--persistent]]: BACKLOG_N x 1 KiB published
+# with confirms (window 1000) into one queue with no consumer, then drained with manual acks.
+backlog_scenario() {
+    local b=$1 s=$2 pe t f kb durable=()
+    shift 2
+    [ "${1:-}" = --durable-queues ] && durable=(--durable-queues)
+    pe=1000000
+    [ "$BACKLOG_N" -lt 2000000 ] && pe=$(((BACKLOG_N + 4) / 5))
+    t=$((BACKLOG_N / 500 + 300))
+    f=$WORK/s${s}fill.$b.json
+    phase_begin "$b"
+    run_perf "$b" "$f" "$t" --producer-only --pmessages "$BACKLOG_N" "$@" \
+        --confirm 1000 --size 1024 --time 0 --keep --progress-every "$pe" --queue "perf-s$s"
+    phase_end "$b" "$s" "$f"
+    record_json "s$s" "$b" confirmed_rate "$f"
+    record_json "s${s}first" "$b" publish_rate_first_interval "$f"
+    record_json "s${s}last" "$b" publish_rate_last_interval "$f"
+    record "s${s}blocked" "$b" "$(jget blocked "$f")"
+    record "s${s}rss" "$b" "$(($(rss_kb "$(broker_pid "$b")") / 1024))"
+    kb=$(du -sk "$(data_dir "$b")" 2>/dev/null | cut -f1)
+    record "s${s}disk" "$b" "$((kb / 1024))"
+    record "s${s}permsg" "$b" "$(awk -v k="$kb" -v n="$BACKLOG_N" 'BEGIN {printf "%.0f", k * 1024 / n}')"
+    f=$WORK/s${s}drain.$b.json
+    phase_begin "$b"
+    run_perf "$b" "$f" "$t" --consumer-only --drain "${durable[@]}" --multi-ack 100 --qos 1000 \
+        --time 0 --queue "perf-s$s"
+    phase_end "$b" "${s}d" "$f"
+    record_json "s${s}d" "$b" consumed_rate "$f"
+}
+
 scenario() {
     local s=$1 b=$2 f pe t
     case $s in
@@ -397,30 +428,8 @@ scenario() {
         --autoack ;;
     8) load_scenario "$b" 8 "s8=latency_p50_ms s8p99=latency_p99_ms" --producers 1 --consumers 1 \
         --rate 1000 --size 1024 --autoack ;;
-    9)
-        pe=1000000
-        [ "$BACKLOG_N" -lt 2000000 ] && pe=$(((BACKLOG_N + 4) / 5))
-        t=$((BACKLOG_N / 500 + 300))
-        f=$WORK/s9fill.$b.json
-        phase_begin "$b"
-        run_perf "$b" "$f" "$t" --producer-only --pmessages "$BACKLOG_N" --persistent --durable-queues \
-            --confirm 1000 --size 1024 --time 0 --keep --progress-every "$pe" --queue perf-s9
-        phase_end "$b" 9 "$f"
-        record_json s9 "$b" confirmed_rate "$f"
-        record_json s9first "$b" publish_rate_first_interval "$f"
-        record_json s9last "$b" publish_rate_last_interval "$f"
-        record s9rss "$b" "$(($(rss_kb "$(broker_pid "$b")") / 1024))"
-        local kb
-        kb=$(du -sk "$(data_dir "$b")" 2>/dev/null | cut -f1)
-        record s9disk "$b" "$((kb / 1024))"
-        record s9permsg "$b" "$(awk -v k="$kb" -v n="$BACKLOG_N" 'BEGIN {printf "%.0f", k * 1024 / n}')"
-        f=$WORK/s9drain.$b.json
-        phase_begin "$b"
-        run_perf "$b" "$f" "$t" --consumer-only --drain --durable-queues --multi-ack 100 --qos 1000 \
-            --time 0 --queue perf-s9
-        phase_end "$b" 9d "$f"
-        record_json s9d "$b" consumed_rate "$f"
-        ;;
+    9) backlog_scenario "$b" 9 --durable-queues --persistent ;;
+    9t) backlog_scenario "$b" 9t ;;
     10)
         local pid err=$WORK/idle.$b.err base peak=0 r i
         pid=$(broker_pid "$b")
@@ -541,14 +550,17 @@ report() {
             row s8 "8  latency @1000 msg/s 1 KiB p50 (ms)" 8
             row s8p99 "8    p99 (ms, lower is better)"
             ;;
-        9)
-            row s9 "9  fill $BACKLOG_N persistent 1 KiB (msg/s)" 9
-            row s9first "9    first interval (msg/s)"
-            row s9last "9    last interval (msg/s)"
-            row s9rss "9    RSS when full (MiB)"
-            row s9disk "9    data dir when full (MiB)"
-            row s9permsg "9    data dir per message (bytes)"
-            row s9d "9  drain it, manual ack (msg/s)" 9d
+        9 | 9t)
+            local what="persistent 1 KiB"
+            [ "$s" = 9t ] && what="transient 1 KiB"
+            row "s$s" "$s fill $BACKLOG_N $what (msg/s)" "$s"
+            row "s${s}first" "    first interval (msg/s)"
+            row "s${s}last" "    last interval (msg/s)"
+            row "s${s}blocked" "    publishers blocked (times)"
+            row "s${s}rss" "    RSS when full (MiB)"
+            row "s${s}disk" "    data dir when full (MiB)"
+            row "s${s}permsg" "    data dir per message (bytes)"
+            row "s${s}d" "$s drain it, manual ack (msg/s)" "${s}d"
             ;;
         10)
             row s10 "10 $IDLE_N idle consumers: RSS/conn (KiB)" 10

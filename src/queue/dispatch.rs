@@ -45,7 +45,7 @@ impl Queue {
             ..
         } = st;
         while let Some(consumer) = consumers.next(sac) {
-            let Some(entry) = ready.pop_front(pager.as_ref()) else {
+            let Some(entry) = ready.pop_front(Some(&pager)) else {
                 break;
             };
             // A consumer never receives an expired message.
@@ -185,7 +185,7 @@ impl Queue {
         let mut st = self.state.lock();
         let pager = self.pager();
         let entry = loop {
-            match st.ready.pop_front(pager.as_ref()) {
+            match st.ready.pop_front(Some(&pager)) {
                 None => {
                     self.finish(st);
                     return false;

@@ -147,7 +147,7 @@ impl Queue {
                 }
                 // Paged out: read the tail's head back toward it, a batch
                 // per turn; what is read is due in turn (some already are).
-                let read = self.pager().and_then(|p| st.ready.read_through(seq, &p));
+                let read = st.ready.read_through(seq, &self.pager());
                 if let Some(read) = read {
                     budget = budget.saturating_sub(read.len());
                     st.expiry.extend(read.into_iter().map(Reverse));

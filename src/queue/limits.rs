@@ -43,7 +43,7 @@ impl Queue {
         while max_len.is_some_and(|max| st.ready.len() as u64 > max)
             || max_bytes.is_some_and(|max| st.ready.bytes() as u64 > max)
         {
-            let Some(head) = st.ready.pop_front(pager.as_ref()) else {
+            let Some(head) = st.ready.pop_front(Some(&pager)) else {
                 break;
             };
             st.dead.push((head, Reason::MaxLen));

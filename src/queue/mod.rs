@@ -84,6 +84,9 @@ pub struct Queue {
     /// policies, are in its state: `State::live`).
     pub args: QueueArgs,
     store: Arc<Store>,
+    /// Where its messages past the memory bound go in the store: its
+    /// store id if durable, else a local id (store/local.rs).
+    page_id: u64,
     /// Its vhost, for dead-lettering and x-expires.
     host: Weak<dyn Host>,
     /// Wakes the expiry timer when an earlier deadline arrives.
@@ -157,10 +160,15 @@ impl Queue {
         let ready = Ready::with_max_priority(args.max_priority.unwrap_or(0));
         let live = args.clone();
         let after_commit = config.store_id != 0 && store.delivers_after_commit();
+        let page_id = match config.store_id {
+            0 => store::local_queue_id(),
+            id => id,
+        };
         let q = Arc::new(Queue {
             config,
             args,
             store,
+            page_id,
             host,
             timer: Arc::new(tokio::sync::Notify::new()),
             last_used: AtomicU64::new(now_ms()),
@@ -207,12 +215,13 @@ impl Queue {
         self.config.store_id != 0 && (msg.persistent() || self.args.kind == kind::Kind::Quorum)
     }
 
-    /// Where this queue pages messages out of memory (durable queues only).
-    fn pager(&self) -> Option<Pager<'_>> {
-        (self.config.store_id != 0).then(|| Pager {
+    /// Where this queue pages messages out of memory: every queue does
+    /// (a non-durable one's go as transient messages, store/local.rs).
+    fn pager(&self) -> Pager<'_> {
+        Pager {
             store: &self.store,
-            queue_id: self.config.store_id,
-        })
+            queue_id: self.page_id,
+        }
     }
 
     /// Loads the messages a durable queue had at the last stop.
@@ -351,7 +360,7 @@ impl Queue {
             st.uncommitted.add(seq, ticket);
         }
         let entry = Entry { stored, ..entry };
-        st.ready.push_back(entry, self.pager().as_ref())?;
+        st.ready.push_back(entry, Some(&self.pager()))?;
         if deadline != 0 {
             self.schedule(&mut st, deadline, seq);
         }
@@ -387,6 +396,13 @@ impl Queue {
         self.unwritten.close();
         let count = st.ready.len() as u32;
         st.ready.clear();
+        if self.config.store_id == 0 {
+            // What it paged out, delivered or not (a durable queue's go
+            // with its definition, vhost/queues.rs).
+            if let Err(e) = self.store.purge_from(self.page_id, 0) {
+                tracing::warn!(queue = %self.config.name, "cannot drop paged messages: {e}");
+            }
+        }
         st.expiry.clear();
         st.expiry_deferred.clear();
         self.timer.notify_one();

@@ -1,9 +1,11 @@
 //! `Ready`: a queue's ready messages, in sequence order, with a bound on
-//! what stays in memory. Past the bound, a queue that has a place in the
-//! store (a durable queue) keeps only a *tail* descriptor (first sequence,
-//! count, bytes) and leaves the messages in the store, whose keys are in
-//! queue order; they are read back in batches as the head drains. So a
-//! backlog of millions costs disk, not RAM, and memory stays flat.
+//! what stays in memory. Past the bound, a queue keeps only a *tail*
+//! descriptor (first sequence, count, bytes) and leaves the messages in
+//! the store, whose keys are in queue order; they are read back in batches
+//! as the head drains. So a backlog of millions costs disk, not RAM, and
+//! memory stays flat. Every queue pages: a durable one under its store
+//! id, a non-durable one under a local id (store/local.rs), its messages
+//! as transient ones that a restart drops.
 //!
 //! Invariant: every message in memory has a smaller sequence than every
 //! message in the tail, so order is the sequence order throughout.

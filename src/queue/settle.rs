@@ -45,7 +45,7 @@ impl Queue {
         if self.unwritten.cancel(seq) {
             return Ok(());
         }
-        self.store.remove_message(self.config.store_id, seq)
+        self.store.remove_message(self.page_id, seq)
     }
 
     /// Settles deliveries taken back from a channel, then delivers into the
@@ -118,7 +118,7 @@ impl Queue {
             }
         }
         if let Some(from) = tail {
-            self.store.purge_from(self.config.store_id, from)?;
+            self.store.purge_from(self.page_id, from)?;
         }
         Ok(n)
     }

@@ -64,7 +64,7 @@ impl Queue {
         let mut taken = Vec::with_capacity(n.min(MOVE_BATCH));
         let mut bytes = 0;
         while taken.len() < n && bytes < MOVE_BATCH_BYTES {
-            let Some(e) = st.ready.pop_front(pager.as_ref()) else {
+            let Some(e) = st.ready.pop_front(Some(&pager)) else {
                 break;
             };
             if e.deadline != 0 && e.expired(now) {
@@ -196,7 +196,7 @@ impl Queue {
                 st.uncommitted.add(seq, t);
             }
             st.stats.counters.publish += 1;
-            if let Err(err) = st.ready.push_back(e, pager.as_ref()) {
+            if let Err(err) = st.ready.push_back(e, Some(&pager)) {
                 tracing::warn!(queue = %self.config.name, "cannot page a moved message out: {err}");
                 continue;
             }

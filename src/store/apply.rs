@@ -307,7 +307,9 @@ impl Applier {
         self.staged.load(Ordering::Acquire)
     }
 
-    fn unstage(&self, queue_id: u64, seq: u64) -> Result<()> {
+    /// Drops staged put `seq` of queue `queue_id` (applied, or a local
+    /// queue's paged message acked).
+    pub(super) fn unstage(&self, queue_id: u64, seq: u64) -> Result<()> {
         if self.is_staging() {
             self.pending.remove(messages::message_key(queue_id, seq))?;
         }

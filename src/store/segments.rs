@@ -10,8 +10,8 @@
 //! next segment starts where the last one ends, so a position names a
 //! record for good and orders records by when they were appended.
 //!
-//! Appends go to a buffer and reach the file in one write per `flush`;
-//! `sync` flushes, then fdatasyncs every segment written since the last
+//! Appends go to a buffer and reach the file in one write per `flush` (or
+//! sooner, once the buffer holds `BUFFER_MAX`); `sync` flushes, then fdatasyncs every segment written since the last
 //! sync (and the directory when a segment was added): one sync serves
 //! every record appended before it. After a sync the file `synced` names
 //! the position it covered, rewritten at most once per `mark_every` (an
@@ -45,6 +45,10 @@ const HEADER: usize = 9;
 const SYNCED: &str = "synced";
 /// The largest payload a record may carry.
 pub const MAX_PAYLOAD: usize = u32::MAX as usize;
+/// Appends past this many bytes are written out without waiting for a
+/// flush (paged transient messages may go a while without a commit), and
+/// a buffer a large record grew is given back down to it.
+const BUFFER_MAX: usize = 8 << 20;
 
 /// One record read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -264,8 +268,8 @@ impl SegmentLog {
     }
 
     /// Appends a record; returns its position. It reaches the file at the
-    /// next `flush` or `sync`, and is durable once a `sync` that began
-    /// after this call returns.
+    /// next `flush` or `sync` (or once `BUFFER_MAX` bytes wait), and is
+    /// durable once a `sync` that began after this call returns.
     pub fn append(&self, kind: u8, payload: &[u8]) -> io::Result<u64> {
         if payload.len() > MAX_PAYLOAD {
             return Err(io::Error::new(
@@ -282,6 +286,9 @@ impl SegmentLog {
             self.write_buffer(&mut inner)?;
             self.add_segment(&mut inner, pos)?;
         }
+        if inner.buffer.len() + size as usize > BUFFER_MAX {
+            self.write_buffer(&mut inner)?;
+        }
         inner.buffer.extend_from_slice(&header(kind, payload));
         inner.buffer.extend_from_slice(payload);
         Ok(pos)
@@ -296,6 +303,7 @@ impl SegmentLog {
         file.write_all_at(&inner.buffer, at)?;
         inner.written += inner.buffer.len() as u64;
         inner.buffer.clear();
+        inner.buffer.shrink_to(BUFFER_MAX);
         let active = inner.active;
         inner.unsynced.insert(active);
         Ok(())

@@ -129,15 +129,16 @@ impl Store {
             })
             .map(drop)
     }
-    /// Writes a message paged out of memory: a transient one is never
-    /// committed for its own sake and is dropped at the next start.
+    /// Writes a message paged out of memory: a transient one, or any of
+    /// a non-durable queue (local.rs), is never committed for its own sake
+    /// and is dropped at the next start.
     pub fn put_paged(&self, queue_id: u64, seq: u64, msg: &Message, deadline: u64) -> Result<()> {
         self.journal
             .submit_paged(&Op::PutMessage {
                 queue_id,
                 seq,
                 deadline,
-                paged: !msg.persistent(),
+                paged: !msg.persistent() || super::local::is_local(queue_id),
                 message: msg,
             })
             .map(drop)
@@ -161,6 +162,9 @@ impl Store {
     }
     /// Removes an acked message.
     pub fn remove_message(&self, queue_id: u64, seq: u64) -> Result<()> {
+        if super::local::is_local(queue_id) {
+            return self.remove_local(queue_id, seq);
+        }
         self.submit(&Op::RemoveMessage { queue_id, seq }).map(drop)
     }
     /// Moves messages of queue `from` to queue `to` atomically (see
@@ -186,6 +190,9 @@ impl Store {
     }
     /// Deletes the messages of a queue from sequence `from` on.
     pub fn purge_from(&self, queue_id: u64, from: u64) -> Result<()> {
+        if super::local::is_local(queue_id) {
+            return self.purge_local(queue_id, from);
+        }
         self.submit(&Op::PurgeFrom { queue_id, from }).map(drop)
     }
     /// Holds `message` until `due` (ms since the epoch); `seq` tells apart

@@ -54,8 +54,11 @@ use crate::message::Message;
 
 /// How long the log's synced mark may lag (segments.rs).
 const MARK_EVERY: Duration = Duration::from_secs(1);
-/// Bodies remembered for fan-out between two commits, at the most.
+/// Bodies remembered for fan-out between two commits, at the most, and
+/// their bytes: the map pins them in memory, and paged transient messages
+/// may go a while without a commit (the flusher's tick).
 const RECENT_MAX: usize = 16 * 1024;
+const RECENT_BYTES: usize = 16 << 20;
 /// Messages read per batch when a queue's are read in order.
 const READ_BATCH: usize = 1024;
 
@@ -79,6 +82,8 @@ struct State {
     /// The bodies written since the last commit, by their buffer: a
     /// message routed to several queues shares the first one's.
     recent: HashMap<(usize, usize), Recent>,
+    /// The bytes `recent` pins.
+    recent_bytes: usize,
     /// How far compaction went in the oldest segment (compact.rs).
     compact: Option<u64>,
     /// Compaction met a record it could not read: off until the next open.
@@ -192,6 +197,7 @@ impl MessageLog {
             state: Mutex::new(State {
                 index: opened.index,
                 recent: HashMap::new(),
+                recent_bytes: 0,
                 compact: None,
                 compact_failed: false,
                 summary: opened.summary,
@@ -288,10 +294,12 @@ impl MessageLog {
             };
             let pos = self.append(st, record::PUT, &buf, &e)?;
             open::insert_entry(&mut st.index, pos, &e)?;
-            if st.recent.len() >= RECENT_MAX {
+            if st.recent.len() >= RECENT_MAX || st.recent_bytes >= RECENT_BYTES {
                 st.recent.clear();
+                st.recent_bytes = 0;
             }
             let pin = msg.backing().clone();
+            st.recent_bytes += pin.len();
             st.recent.insert(
                 key,
                 Recent {
@@ -517,7 +525,11 @@ impl MessageLog {
         let end = self.log.sync()?;
         self.synced
             .fetch_max(end, std::sync::atomic::Ordering::Relaxed);
-        self.state.lock().recent.clear();
+        {
+            let mut st = self.state.lock();
+            st.recent.clear();
+            st.recent_bytes = 0;
+        }
         let mut writer = self.writer.lock();
         self.hand_summaries(&mut writer);
         writer.finish(end);
