@@ -111,7 +111,8 @@ impl Applier {
         Ok(Applied::Done)
     }
 
-    /// Applies one operation of a single node: messages go to the log.
+    /// Applies one operation with the messages in the log (a single node,
+    /// a cluster member); a put leaves what staged it (a cluster's leader).
     fn apply_to_log(&self, log: &MessageLog, op: &Op<'_>) -> Result<Applied> {
         match *op {
             Op::PutMessage {
@@ -120,15 +121,27 @@ impl Applier {
                 deadline,
                 paged,
                 message,
-            } => log.put(queue_id, seq, message, paged, deadline)?,
-            Op::RemoveMessage { queue_id, seq } => log.remove(queue_id, seq)?,
+            } => {
+                log.put(queue_id, seq, message, paged, deadline)?;
+                self.unstage(queue_id, seq)?;
+            }
+            Op::RemoveMessage { queue_id, seq } => {
+                log.remove(queue_id, seq)?;
+                self.unstage(queue_id, seq)?;
+            }
+            // As in sled (`apply`): what is staged after the purge stays.
             Op::PurgeFrom { queue_id, from } => log.purge_from(queue_id, from)?,
             Op::MoveMessages {
                 from,
                 to,
                 moves,
                 removes,
-            } => log.move_records(from, to, moves, removes)?,
+            } => {
+                log.move_records(from, to, moves, removes)?;
+                for m in moves {
+                    self.unstage(to, m.to_seq)?;
+                }
+            }
             Op::Unhold { .. } => {
                 // A released copy reaches the OS before its hold's removal
                 // can (a kill then duplicates it, never loses it).
@@ -240,10 +253,10 @@ impl Applier {
     /// Deletes queue `id`'s messages and delivered marks.
     fn forget_queue(&self, id: u64) -> Result<()> {
         self.delivered.forget(id);
-        if let Some(log) = &self.log {
-            return log.purge_from(id, 0);
+        match &self.log {
+            Some(log) => log.purge_from(id, 0)?,
+            None => messages::purge_from(&self.msgs, id, 0)?,
         }
-        messages::purge_from(&self.msgs, id, 0)?;
         if self.is_staging() {
             messages::purge_from(&self.pending, id, 0)?;
         }

@@ -32,19 +32,20 @@ pub fn is_local(queue_id: u64) -> bool {
 impl Store {
     /// Forgets paged message `seq` of local queue `queue_id`.
     pub(super) fn remove_local(&self, queue_id: u64, seq: u64) -> Result<()> {
-        match &self.applier.log {
-            Some(log) => log.remove(queue_id, seq),
-            None => self.applier.unstage(queue_id, seq),
+        // In the log on a single node; staged only on a cluster's leader.
+        if let Some(log) = &self.applier.log {
+            log.remove(queue_id, seq)?;
         }
+        self.applier.unstage(queue_id, seq)
     }
 
     /// Forgets the paged messages of local queue `queue_id` from `from` on
     /// (a purge, or the queue was deleted).
     pub(super) fn purge_local(&self, queue_id: u64, from: u64) -> Result<()> {
-        match &self.applier.log {
-            Some(log) => log.purge_from(queue_id, from),
-            None => self.applier.unstage_from(queue_id, from),
+        if let Some(log) = &self.applier.log {
+            log.purge_from(queue_id, from)?;
         }
+        self.applier.unstage_from(queue_id, from)
     }
 }
 

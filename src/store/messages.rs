@@ -313,7 +313,8 @@ impl Store {
         from: u64,
         n: usize,
     ) -> Result<Vec<(u64, Arc<Message>)>> {
-        if let Some(log) = &self.applier.log {
+        let staging = self.applier.is_staging();
+        if let Some(log) = self.applier.log.as_ref().filter(|_| !staging) {
             return log.range(queue_id, from, n);
         }
         let range = message_key(queue_id, from)..=message_key(queue_id, u64::MAX);
@@ -322,17 +323,21 @@ impl Store {
             let (_, seq) = split_key(&k).ok_or_else(|| Error::Corrupt("message key".into()))?;
             Ok((seq, Arc::new(decode_message(Bytes::copy_from_slice(&v))?)))
         };
-        let staging = self.applier.is_staging();
         if staging {
             // Puts not applied yet (a replicated journal's leader), read
-            // first: applying one writes `msgs` before it leaves
-            // `pending`, so one being applied now is in one or both.
+            // first: applying one writes the log (or `msgs`) before it
+            // leaves `pending`, so one being applied now is in one or both.
             for item in self.applier.pending.range(range.clone()).take(n) {
                 out.push(decode(item?)?);
             }
         }
-        for item in self.msgs.range(range).take(n) {
-            out.push(decode(item?)?);
+        match &self.applier.log {
+            Some(log) => out.extend(log.range(queue_id, from, n)?),
+            None => {
+                for item in self.msgs.range(range).take(n) {
+                    out.push(decode(item?)?);
+                }
+            }
         }
         if staging {
             // Merged in sequence order, a message in both trees once.
@@ -345,14 +350,14 @@ impl Store {
 
     /// Reads one message back (bodies paged out of memory).
     pub fn get_message(&self, queue_id: u64, seq: u64) -> Result<Option<Message>> {
-        if let Some(log) = &self.applier.log {
-            return log.get(queue_id, seq);
-        }
         let key = message_key(queue_id, seq);
         let staged = match self.applier.is_staging() {
             true => self.applier.pending.get(key)?,
             false => None,
         };
+        if let Some(log) = self.applier.log.as_ref().filter(|_| staged.is_none()) {
+            return log.get(queue_id, seq);
+        }
         match staged.map_or_else(|| self.msgs.get(key), |v| Ok(Some(v)))? {
             Some(v) => Ok(Some(decode_message(Bytes::copy_from_slice(&v))?)),
             None => Ok(None),

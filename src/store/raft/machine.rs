@@ -1,9 +1,12 @@
-//! The state machine: committed entries applied to sled through the
-//! applier, on every node (the leader too: its applied state is exactly
-//! the committed one). Tree `raft_sm` keeps the last applied log id, the
-//! membership and the current snapshot's meta; written with the entries'
-//! effects and not synced (the log is durable, and a replay of entries
-//! already applied changes nothing, see snapshot.rs).
+//! The state machine: committed entries applied through the applier, on
+//! every node (the leader too: its applied state is exactly the committed
+//! one): definitions to sled, messages to the message log. Tree `raft_sm`
+//! keeps the last applied log id, the membership and the current
+//! snapshot's meta. Nothing is synced for an entry's sake (the Raft log is
+//! durable, and a replay of entries already applied changes nothing, see
+//! snapshot.rs); the last applied id and the membership are written by a
+//! checkpoint (checkpoint.rs), after the message log's records up to them
+//! are on disk, so a restart never starts past what the log holds.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,6 +16,7 @@ use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{Entry, EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta, StoredMembership};
 use tokio::sync::watch;
 
+use super::checkpoint::Checkpoint;
 use super::{snapshot, storage_error, Member, StorageError, TypeConfig};
 use crate::store::apply::Applier;
 use crate::store::op;
@@ -31,6 +35,8 @@ type Meta = SnapshotMeta<u64, Member>;
 pub struct StateMachine {
     applier: Arc<Applier>,
     meta: sled::Tree,
+    /// Writes the last applied id and the membership (checkpoint.rs).
+    checkpoint: Arc<Checkpoint>,
     /// Where snapshot files live.
     dir: PathBuf,
     last_applied: Option<LogId<u64>>,
@@ -49,6 +55,7 @@ impl StateMachine {
     pub(crate) fn open(
         db: &sled::Db,
         applier: Arc<Applier>,
+        checkpoint: Arc<Checkpoint>,
         dir: PathBuf,
     ) -> crate::store::Result<StateMachine> {
         std::fs::create_dir_all(&dir)?;
@@ -80,6 +87,7 @@ impl StateMachine {
         let mut sm = StateMachine {
             applier,
             meta,
+            checkpoint,
             dir,
             last_applied,
             membership,
@@ -94,11 +102,13 @@ impl StateMachine {
             let snap: Meta = bincode::deserialize(&raw).map_err(corrupt)?;
             tracing::warn!(snapshot = %snap.snapshot_id, "a snapshot install was cut short: loading it again");
             let trees = sm.trees().map(Clone::clone);
-            snapshot::load(&trees.each_ref(), &sm.snapshot_path(&snap.snapshot_id))?;
+            let path = sm.snapshot_path(&snap.snapshot_id);
+            snapshot::load(&trees.each_ref(), sm.applier.log.as_deref(), &path)?;
             sm.last_applied = snap.last_log_id;
             sm.membership = snap.last_membership.clone();
             sm.save()
                 .map_err(|e| crate::store::Error::Corrupt(e.to_string()))?;
+            sm.checkpoint.run()?;
             sm.meta.remove(INSTALLING)?;
         }
         let index = sm.last_applied.map_or(0, |l: LogId<u64>| l.index);
@@ -116,17 +126,30 @@ impl StateMachine {
         self.applied.subscribe()
     }
 
+    /// Notes the last applied id and the membership for the next
+    /// checkpoint, which writes them once the log holds what they cover.
     fn save(&self) -> Result<(), StorageError> {
-        let mut batch = sled::Batch::default();
-        batch.insert(
-            APPLIED,
-            bincode::serialize(&self.last_applied).map_err(storage_error)?,
-        );
-        batch.insert(
-            MEMBERSHIP,
-            bincode::serialize(&self.membership).map_err(storage_error)?,
-        );
-        self.meta.apply_batch(batch).map_err(storage_error)
+        self.checkpoint.note(vec![
+            (
+                APPLIED,
+                bincode::serialize(&self.last_applied).map_err(storage_error)?,
+            ),
+            (
+                MEMBERSHIP,
+                bincode::serialize(&self.membership).map_err(storage_error)?,
+            ),
+        ]);
+        Ok(())
+    }
+
+    /// Writes them now, with a checkpoint (a snapshot was loaded).
+    async fn save_now(&self) -> Result<(), StorageError> {
+        self.save()?;
+        let checkpoint = Arc::clone(&self.checkpoint);
+        tokio::task::spawn_blocking(move || checkpoint.run())
+            .await
+            .map_err(storage_error)?
+            .map_err(storage_error)
     }
 
     /// The file of snapshot `id`: each snapshot has its own, never
@@ -222,6 +245,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         Builder {
             trees: self.trees().map(Clone::clone),
+            log: self.applier.log.clone(),
             meta: self.meta.clone(),
             dir: self.dir.clone(),
             tmp: self.dir.join("building.snapshot"),
@@ -281,15 +305,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         durable(&self.meta, &self.dir).await?;
         drop(guard);
         let trees = self.trees().map(Clone::clone);
-        let path = current.clone();
-        tokio::task::spawn_blocking(move || snapshot::load(&trees.each_ref(), &path))
-            .await
-            .map_err(storage_error)?
-            .map_err(storage_error)?;
+        let (path, log) = (current.clone(), self.applier.log.clone());
+        tokio::task::spawn_blocking(move || {
+            snapshot::load(&trees.each_ref(), log.as_deref(), &path)
+        })
+        .await
+        .map_err(storage_error)?
+        .map_err(storage_error)?;
         self.applier.clear_pending().map_err(storage_error)?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
-        self.save()?;
+        self.save_now().await?;
         self.meta.remove(INSTALLING).map_err(storage_error)?;
         if let Some(l) = self.last_applied {
             self.applied.send_replace(l.index);
@@ -319,6 +345,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 /// Builds a snapshot of the applied trees as of when it was made.
 pub struct Builder {
     trees: [sled::Tree; 3],
+    /// The messages (else in `trees[1]`).
+    log: Option<Arc<crate::store::msglog::MessageLog>>,
     meta: sled::Tree,
     dir: PathBuf,
     tmp: PathBuf,
@@ -329,11 +357,13 @@ pub struct Builder {
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let (trees, tmp) = (self.trees.clone(), self.tmp.clone());
-        tokio::task::spawn_blocking(move || snapshot::dump(&trees.each_ref(), &tmp))
-            .await
-            .map_err(storage_error)?
-            .map_err(storage_error)?;
+        let (trees, tmp, log) = (self.trees.clone(), self.tmp.clone(), self.log.clone());
+        tokio::task::spawn_blocking(move || {
+            snapshot::dump(&trees.each_ref(), log.as_deref(), &tmp)
+        })
+        .await
+        .map_err(storage_error)?
+        .map_err(storage_error)?;
         let id = match self.last_applied {
             Some(l) => format!(
                 "{}-{}-{}",
@@ -443,8 +473,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = sled::Config::new().temporary(true).open().unwrap();
         let delivered = crate::store::delivered::DeliveredLog::in_memory();
-        let applier = Arc::new(Applier::new(&db, delivered).unwrap());
-        let mut sm = StateMachine::open(&db, applier, dir.path().join("snapshots")).unwrap();
+        let log = Arc::new(crate::store::msglog::MessageLog::temporary().unwrap());
+        let applier = Arc::new(Applier::with_log(&db, delivered, Some(Arc::clone(&log))).unwrap());
+        let checkpoint = Checkpoint::start(log, db.open_tree("raft_sm").unwrap()).unwrap();
+        let snapshots = dir.path().join("snapshots");
+        let mut sm = StateMachine::open(&db, applier, checkpoint, snapshots).unwrap();
         let mut seeded = BytesMut::new();
         op::Op::UsersSeeded.encode(&mut seeded).unwrap();
         // An operation of a kind this build does not know (a newer

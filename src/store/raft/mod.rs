@@ -4,7 +4,9 @@
 //! log entry (a `Batch`); an entry is committed once a majority has
 //! fsynced it (log.rs: one sync covers every entry appended while the
 //! previous one ran), and then every node's state machine (machine.rs)
-//! applies it to sled through the one applier. Snapshots (snapshot.rs)
+//! applies it through the one applier: definitions to sled, messages to
+//! the message log (store/msglog), made durable by checkpoints
+//! (checkpoint.rs) rather than per entry. Snapshots (snapshot.rs)
 //! stream the applied trees to a node that is too far behind, from a file,
 //! in chunks.
 //!
@@ -16,6 +18,7 @@
 #![allow(clippy::result_large_err)]
 
 mod backlog;
+mod checkpoint;
 mod entries;
 mod journal;
 mod log;
@@ -109,11 +112,26 @@ pub struct Replica {
 impl Replica {
     /// Opens (or creates) a node's state in `dir`.
     pub fn open(dir: &std::path::Path, cache_bytes: u64) -> crate::store::Result<Replica> {
+        use std::sync::Arc;
         let (db, syncer, marks) = crate::store::Store::open_files(dir, cache_bytes)?;
-        let applier = std::sync::Arc::new(crate::store::Applier::new(&db, marks)?);
+        let messages = Arc::new(crate::store::msglog::MessageLog::open(
+            &dir.join("messages"),
+        )?);
+        let applier = Arc::new(crate::store::Applier::with_log(
+            &db,
+            marks,
+            Some(Arc::clone(&messages)),
+        )?);
+        // An older build's messages, in sled, move to the log once.
+        crate::store::migrate::messages_to_log(&db, &applier.msgs, &messages)?;
+        let checkpoint = checkpoint::Checkpoint::start(messages, db.open_tree("raft_sm")?)?;
+        let syncer = Arc::new(checkpoint::CheckpointSync {
+            checkpoint: Arc::clone(&checkpoint),
+            inner: syncer,
+        });
         let log = LogStore::open(&db, &dir.join("raft-log"), syncer)?;
         let machine =
-            StateMachine::open(&db, std::sync::Arc::clone(&applier), dir.join("snapshots"))?;
+            StateMachine::open(&db, Arc::clone(&applier), checkpoint, dir.join("snapshots"))?;
         let applied = machine.applied();
         Ok(Replica {
             db,
@@ -177,8 +195,9 @@ impl Replica {
         self.applier.cluster_version()
     }
 
-    /// Bytes sled uses on disk.
+    /// Bytes sled and the message log use on disk.
     pub fn size_on_disk(&self) -> u64 {
-        self.db.size_on_disk().unwrap_or(0)
+        let log = self.applier.log.as_ref().map_or(0, |l| l.size_on_disk());
+        self.db.size_on_disk().unwrap_or(0) + log
     }
 }

@@ -12,11 +12,20 @@
 //! finds its queues' ids in the definitions, removes their messages
 //! before them (store/apply.rs), so a dump that misses the definitions
 //! misses the messages too.
+//!
+//! A member keeps its messages in the message log (store/msglog): tree 1
+//! (messages) is written from the log's index, each message as sled's
+//! messages tree held it (key: queue id and seq; value: the message
+//! record), and loaded back into the log; so members that keep their
+//! messages in sled (older builds) and in the log read each other's
+//! snapshots.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
+use crate::store::messages::{encode_record, message_key, split_key};
+use crate::store::msglog::MessageLog;
 use crate::store::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"WRNSNAP1";
@@ -24,18 +33,40 @@ const END: u8 = 0xff;
 /// Records per sled batch when loading.
 const LOAD_BATCH: usize = 4096;
 
-/// Writes `trees` (each tagged by its index) to `path`.
-pub(super) fn dump(trees: &[&sled::Tree], path: &Path) -> Result<()> {
+/// The tag of the messages' records.
+const MESSAGES: usize = 1;
+
+fn record(w: &mut impl Write, tag: usize, k: &[u8], v: &[u8]) -> Result<()> {
+    w.write_all(&[tag as u8])?;
+    w.write_all(&(k.len() as u32).to_be_bytes())?;
+    w.write_all(k)?;
+    w.write_all(&(v.len() as u32).to_be_bytes())?;
+    w.write_all(v)?;
+    Ok(())
+}
+
+/// Writes `trees` (each tagged by its index) to `path`; with `log`, the
+/// messages (tag 1) come from it instead of `trees[1]`.
+pub(super) fn dump(trees: &[&sled::Tree], log: Option<&MessageLog>, path: &Path) -> Result<()> {
     let mut w = BufWriter::with_capacity(1 << 20, File::create(path)?);
     w.write_all(MAGIC)?;
     for (tag, tree) in trees.iter().enumerate() {
+        if let Some(log) = log.filter(|_| tag == MESSAGES) {
+            let mut ids = log.queue_ids();
+            ids.sort_unstable();
+            let mut v = bytes::BytesMut::new();
+            for queue in ids {
+                for m in log.stored(queue) {
+                    let m = m?;
+                    encode_record(&m.message, false, m.deadline, &mut v);
+                    record(&mut w, tag, &message_key(queue, m.seq), &v)?;
+                }
+            }
+            continue;
+        }
         for item in tree.iter() {
             let (k, v) = item?;
-            w.write_all(&[tag as u8])?;
-            w.write_all(&(k.len() as u32).to_be_bytes())?;
-            w.write_all(&k)?;
-            w.write_all(&(v.len() as u32).to_be_bytes())?;
-            w.write_all(&v)?;
+            record(&mut w, tag, &k, &v)?;
         }
     }
     w.write_all(&[END])?;
@@ -44,8 +75,10 @@ pub(super) fn dump(trees: &[&sled::Tree], path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Replaces the contents of `trees` with the snapshot at `path`.
-pub(super) fn load(trees: &[&sled::Tree], path: &Path) -> Result<()> {
+/// Replaces the contents of `trees` with the snapshot at `path`; with
+/// `log`, the messages go there instead of `trees[1]` (the caller commits
+/// the log).
+pub(super) fn load(trees: &[&sled::Tree], log: Option<&MessageLog>, path: &Path) -> Result<()> {
     let mut r = BufReader::with_capacity(1 << 20, File::open(path)?);
     let mut magic = [0u8; 8];
     r.read_exact(&mut magic)?;
@@ -54,6 +87,11 @@ pub(super) fn load(trees: &[&sled::Tree], path: &Path) -> Result<()> {
     }
     for t in trees {
         t.clear()?;
+    }
+    if let Some(log) = log {
+        for queue in log.queue_ids() {
+            log.purge_from(queue, 0)?;
+        }
     }
     let mut batches: Vec<(sled::Batch, usize)> = trees.iter().map(|_| Default::default()).collect();
     loop {
@@ -67,6 +105,12 @@ pub(super) fn load(trees: &[&sled::Tree], path: &Path) -> Result<()> {
             return Err(Error::Corrupt(format!("snapshot tree {i}")));
         }
         let (k, v) = (read_bytes(&mut r)?, read_bytes(&mut r)?);
+        if let Some(log) = log.filter(|_| i == MESSAGES) {
+            let (queue, seq) =
+                split_key(&k).ok_or_else(|| Error::Corrupt("snapshot message key".into()))?;
+            log.put_encoded(queue, seq, &v)?;
+            continue;
+        }
         let (batch, n) = &mut batches[i];
         batch.insert(k, v);
         *n += 1;
@@ -109,11 +153,11 @@ mod tests {
         b.insert(b"k", b"v").unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s");
-        dump(&[&a, &b], &path).unwrap();
+        dump(&[&a, &b], None, &path).unwrap();
         let other = sled::Config::new().temporary(true).open().unwrap();
         let (x, y) = (other.open_tree("a").unwrap(), other.open_tree("b").unwrap());
         y.insert(b"stale", b"gone").unwrap();
-        load(&[&x, &y], &path).unwrap();
+        load(&[&x, &y], None, &path).unwrap();
         assert_eq!(x.len(), 10_000);
         assert_eq!(y.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
         assert!(y.get(b"stale").unwrap().is_none());
@@ -169,7 +213,7 @@ mod tests {
         let me = std::thread::current().id();
         fail::cfg_callback("apply-definitions-gone", move || {
             if std::thread::current().id() == me {
-                dump(&trees.each_ref(), &at).unwrap();
+                dump(&trees.each_ref(), None, &at).unwrap();
             }
         })
         .unwrap();
@@ -178,10 +222,76 @@ mod tests {
 
         let other = sled::Config::new().temporary(true).open().unwrap();
         let b = Applier::new(&other, DeliveredLog::in_memory()).unwrap();
-        load(&[&b.defs, &b.msgs, &b.delayed], &path).unwrap();
+        load(&[&b.defs, &b.msgs, &b.delayed], None, &path).unwrap();
         // The deletion's index is after the snapshot's: replayed.
         b.apply(&Op::DeleteVhost { name: "v" }).unwrap();
         assert_eq!(b.msgs.len(), 0, "the deleted vhost's messages stay");
         assert!(tenancy::queue_ids(&b.defs, "v").unwrap().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+    use crate::message::{Message, Meta};
+
+    fn put(log: &MessageLog, queue: u64, seq: u64, deadline: u64) {
+        let body = format!("{queue}.{seq}");
+        let m = Message::new(b"", b"q", &[0x10, 0, 2], body.as_bytes(), Meta::default());
+        log.put(queue, seq, &m, false, deadline).unwrap();
+    }
+
+    fn contents(log: &MessageLog) -> Vec<(u64, u64, Vec<u8>, u64)> {
+        let mut ids = log.queue_ids();
+        ids.sort_unstable();
+        let mut out = Vec::new();
+        for q in ids {
+            for m in log.stored(q) {
+                let m = m.unwrap();
+                out.push((q, m.seq, m.message.body().to_vec(), m.deadline));
+            }
+        }
+        out
+    }
+
+    /// A member's messages travel in a snapshot from its log to another
+    /// member's log (whose older messages go), and to and from a member
+    /// that keeps them in sled (an older build), with their deadlines.
+    #[test]
+    fn messages_go_from_log_to_log_and_to_and_from_sled() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let trees = ["d", "m", "x"].map(|n| db.open_tree(n).unwrap());
+        trees[0].insert(b"def", b"v").unwrap();
+        let a = MessageLog::temporary().unwrap();
+        put(&a, 3, 1, 0);
+        put(&a, 3, 2, 77);
+        put(&a, 9, 5, 0);
+        a.remove(3, 1).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        dump(&trees.each_ref(), Some(&a), &path).unwrap();
+
+        let b = MessageLog::temporary().unwrap();
+        put(&b, 3, 1, 0);
+        put(&b, 4, 1, 0);
+        let other = sled::Config::new().temporary(true).open().unwrap();
+        let mine = ["d", "m", "x"].map(|n| other.open_tree(n).unwrap());
+        load(&mine.each_ref(), Some(&b), &path).unwrap();
+        assert_eq!(contents(&b), contents(&a));
+        assert_eq!(contents(&b)[0], (3, 2, b"3.2".to_vec(), 77));
+        assert_eq!(mine[0].get(b"def").unwrap().as_deref(), Some(&b"v"[..]));
+        assert!(mine[1].is_empty(), "the messages went to the log");
+
+        // To an older member: sled's messages tree.
+        let old = sled::Config::new().temporary(true).open().unwrap();
+        let theirs = ["d", "m", "x"].map(|n| old.open_tree(n).unwrap());
+        load(&theirs.each_ref(), None, &path).unwrap();
+        assert_eq!(theirs[1].len(), 2);
+        // And back from it.
+        let back = dir.path().join("back");
+        dump(&theirs.each_ref(), None, &back).unwrap();
+        let c = MessageLog::temporary().unwrap();
+        load(&mine.each_ref(), Some(&c), &back).unwrap();
+        assert_eq!(contents(&c), contents(&a));
     }
 }
