@@ -22,9 +22,10 @@ use super::{access, cluster_version, definitions, delayed, messages, tenancy, Re
 /// The state operations change.
 pub struct Applier {
     pub(super) defs: sled::Tree,
-    /// A cluster member's messages (a single node's are in `log`).
+    /// Messages kept in sled (an older data dir's, moved to `log` at the
+    /// first open; the tests' replicas).
     pub(super) msgs: sled::Tree,
-    /// A single node's messages (msglog).
+    /// The node's messages (a single node's and a cluster member's).
     pub(super) log: Option<Arc<MessageLog>>,
     /// Set by every write outside `log` (sync.rs: `LogSync`).
     pub(super) dirty: Arc<AtomicBool>,
@@ -45,13 +46,13 @@ pub struct Applier {
 }
 
 impl Applier {
-    /// The applier of `db`'s trees and `delivered` (a cluster member:
-    /// messages in sled).
+    /// The applier of `db`'s trees and `delivered`, with messages in
+    /// sled (tests).
     pub fn new(db: &sled::Db, delivered: DeliveredLog) -> Result<Applier> {
         Self::with_log(db, delivered, None)
     }
 
-    /// The applier of a single node: messages in `log`.
+    /// The applier of a node: messages in `log`.
     pub fn with_log(
         db: &sled::Db,
         delivered: DeliveredLog,

@@ -216,23 +216,34 @@ pub(super) fn declare_queue(tree: &sled::Tree, def: &QueueDef) -> Result<u64> {
     Ok(id)
 }
 
+/// Every definition of `kind` in `tree`.
+fn scan<T: DeserializeOwned>(tree: &sled::Tree, kind: &str) -> Result<Vec<T>> {
+    let mut prefix = kind.as_bytes().to_vec();
+    prefix.push(0);
+    let mut out = Vec::new();
+    for item in tree.scan_prefix(prefix) {
+        let (k, v) = item?;
+        // Never skipped: a lost queue definition would lose its messages.
+        let def = serde_json::from_slice(&v).map_err(|e| {
+            Error::Corrupt(format!(
+                "definition {:?} cannot be read: {e}",
+                String::from_utf8_lossy(&k)
+            ))
+        })?;
+        out.push(def);
+    }
+    Ok(out)
+}
+
+/// The ids of every durable queue defined in `tree`.
+pub(super) fn queue_ids(tree: &sled::Tree) -> Result<std::collections::HashSet<u64>> {
+    let defs: Vec<QueueDef> = scan(tree, QUEUE)?;
+    Ok(defs.into_iter().map(|d| d.id).collect())
+}
+
 impl Store {
     pub(super) fn scan_defs<T: DeserializeOwned>(&self, kind: &str) -> Result<Vec<T>> {
-        let mut prefix = kind.as_bytes().to_vec();
-        prefix.push(0);
-        let mut out = Vec::new();
-        for item in self.defs.scan_prefix(prefix) {
-            let (k, v) = item?;
-            // Never skipped: a lost queue definition would lose its messages.
-            let def = serde_json::from_slice(&v).map_err(|e| {
-                Error::Corrupt(format!(
-                    "definition {:?} cannot be read: {e}",
-                    String::from_utf8_lossy(&k)
-                ))
-            })?;
-            out.push(def);
-        }
-        Ok(out)
+        scan(&self.defs, kind)
     }
 
     /// Every durable exchange.

@@ -257,8 +257,8 @@ impl Store {
 
     /// The persistent messages of a queue from `from` on, without reading
     /// them: seq, body length, deadline (recovery, past what it keeps in
-    /// memory). None where the store cannot tell without reading (a
-    /// cluster's sled tree).
+    /// memory). None where the store cannot tell without reading
+    /// (messages in sled: the tests' stores).
     pub fn message_meta(
         &self,
         queue_id: u64,

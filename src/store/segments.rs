@@ -387,6 +387,12 @@ impl SegmentLog {
         }
     }
 
+    /// Marks the log as if a sync had failed (tests).
+    #[cfg(test)]
+    pub fn poison(&self) {
+        self.failed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     fn check_not_failed(&self) -> io::Result<()> {
         match self.failed.load(std::sync::atomic::Ordering::SeqCst) {
             true => Err(io::Error::other(

@@ -1,4 +1,5 @@
-//! A single node's message store: every stored message, ack and purge
+//! A node's message store (a single node's, and each cluster member's,
+//! store/raft/checkpoint.rs): every stored message, ack and purge
 //! as a record in one node-wide append-only log (segments.rs), with the
 //! index of where each queue's messages lie kept in memory (index.rs).
 //! sled keeps definitions only.
@@ -593,6 +594,12 @@ impl MessageLog {
     /// The bytes of every stored message.
     pub fn live_bytes(&self) -> u64 {
         self.state.lock().index.live_bytes()
+    }
+
+    /// Marks the log as if a sync had failed (tests).
+    #[cfg(test)]
+    pub fn poison(&self) {
+        self.log.poison();
     }
 
     /// The segment files' first positions (tests, metrics).

@@ -13,20 +13,34 @@
 //! while the log has work: acks to sync, dead segments to remove,
 //! compaction), and before the Raft log removes purged entries' files
 //! (`CheckpointSync`: a purge follows a snapshot of applied state, so the
-//! mark then covers every purged entry).
+//! mark then covers every purged entry). One that fails stops the member:
+//! the state machine refuses the next entry (`failure`), as a single
+//! node's store is reopened after a failed commit; the Raft log keeps
+//! every entry the mark does not cover.
+//!
+//! sled may flush definitions ahead of the mark, so a replay can put back
+//! messages of a queue whose vhost's deletion sled already holds: the
+//! deletion, replayed, finds no queue to purge. Once a minute the
+//! checkpoint thread purges this member's messages of queue ids no
+//! definition names (`sweep`). A queue's definition is applied before any
+//! of its puts, so a live queue is never taken for one; a queue declared
+//! by an entry a replay has not reached yet has every put after it, and
+//! the replay puts them back.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::store::definitions;
 use crate::store::msglog::MessageLog;
 use crate::store::sync::Syncer;
 use crate::store::Result;
 
 /// How often a checkpoint runs while there is work for one.
 const EVERY: Duration = Duration::from_millis(100);
+/// How often messages of queues no definition names are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// Keys and values of `raft_sm` waiting for the next checkpoint.
 type Marks = Vec<(&'static [u8], Vec<u8>)>;
@@ -35,30 +49,47 @@ type Marks = Vec<(&'static [u8], Vec<u8>)>;
 pub struct Checkpoint {
     log: Arc<MessageLog>,
     meta: sled::Tree,
+    /// The definitions (`sweep`).
+    defs: sled::Tree,
     /// The marks the last apply reached, not written yet.
     wanted: Mutex<Option<Marks>>,
     /// One checkpoint at a time: a mark is written only after a commit
     /// that began after it was noted.
     running: Mutex<()>,
-    stop: AtomicBool,
+    /// Why a checkpoint failed, if one did: none will succeed again.
+    failure: Mutex<Option<String>>,
 }
 
 impl Checkpoint {
     /// Checkpoints of `log` into `meta`, run every `EVERY` by a thread of
-    /// their own while the checkpoint lives.
-    pub fn start(log: Arc<MessageLog>, meta: sled::Tree) -> Result<Arc<Checkpoint>> {
-        let c = Arc::new(Checkpoint {
-            log,
-            meta,
-            wanted: Mutex::new(None),
-            running: Mutex::new(()),
-            stop: AtomicBool::new(false),
-        });
+    /// their own while the checkpoint lives; `defs` for the sweep.
+    pub fn start(
+        log: Arc<MessageLog>,
+        meta: sled::Tree,
+        defs: sled::Tree,
+    ) -> Result<Arc<Checkpoint>> {
+        let c = Arc::new(Checkpoint::new(log, meta, defs));
         let weak = Arc::downgrade(&c);
         std::thread::Builder::new()
             .name("raft-checkpoint".into())
             .spawn(move || run_every(&weak))?;
         Ok(c)
+    }
+
+    fn new(log: Arc<MessageLog>, meta: sled::Tree, defs: sled::Tree) -> Checkpoint {
+        Checkpoint {
+            log,
+            meta,
+            defs,
+            wanted: Mutex::new(None),
+            running: Mutex::new(()),
+            failure: Mutex::new(None),
+        }
+    }
+
+    /// Why a checkpoint failed, if one did.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().clone()
     }
 
     /// Notes the marks of what was just applied: written by the next
@@ -73,12 +104,9 @@ impl Checkpoint {
         let _one = self.running.lock();
         let wanted = self.wanted.lock().take();
         if let Err(e) = self.log.commit() {
-            // Not written: the next checkpoint tries again (a failed
-            // sync poisons the log, so none will vouch for it).
-            let mut w = self.wanted.lock();
-            if w.is_none() {
-                *w = wanted;
-            }
+            // Not written, and never will be: a failed sync poisons the
+            // log, and the member stops at its next entry.
+            self.failure.lock().get_or_insert_with(|| e.to_string());
             return Err(e);
         }
         if let Some(marks) = wanted {
@@ -92,14 +120,36 @@ impl Checkpoint {
     }
 
     fn has_work(&self) -> bool {
-        self.wanted.lock().is_some() || self.log.wants_commit()
+        let wanted = self.wanted.lock().is_some();
+        wanted || self.log.wants_commit()
+    }
+
+    /// Purges this member's messages of queue ids no definition names
+    /// (see the module's doc); returns how many queues'.
+    pub fn sweep(&self) -> Result<usize> {
+        let in_log = self.log.queue_ids();
+        if in_log.is_empty() {
+            return Ok(0);
+        }
+        // Read after the log's ids: a queue whose puts are in the log had
+        // its definition applied before them.
+        let defined = definitions::queue_ids(&self.defs)?;
+        let mut swept = 0;
+        for id in in_log {
+            if !defined.contains(&id) && !crate::store::is_local(id) {
+                tracing::warn!(queue_id = id, "deleting the messages of a deleted queue");
+                self.log.purge_from(id, 0)?;
+                swept += 1;
+            }
+        }
+        Ok(swept)
     }
 }
 
 impl Drop for Checkpoint {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // The last one, so that a clean stop replays nothing.
+        // The last one, when it is dropped (a process that exits first
+        // replays from the one before, which changes nothing).
         if let Err(e) = self.run() {
             tracing::warn!("last checkpoint of the applied state failed: {e}");
         }
@@ -107,15 +157,22 @@ impl Drop for Checkpoint {
 }
 
 fn run_every(weak: &Weak<Checkpoint>) {
+    let mut swept = Instant::now();
     loop {
         std::thread::sleep(EVERY);
         let Some(c) = weak.upgrade() else { return };
-        if c.stop.load(Ordering::Relaxed) {
+        if c.failure().is_some() {
             return;
         }
         if c.has_work() {
             if let Err(e) = c.run() {
                 tracing::error!("checkpoint of the applied state failed: {e}");
+            }
+        }
+        if swept.elapsed() >= SWEEP_EVERY {
+            swept = Instant::now();
+            if let Err(e) = c.sweep() {
+                tracing::error!("cannot look for messages of deleted queues: {e}");
             }
         }
     }
@@ -150,13 +207,7 @@ mod tests {
         let meta = db.open_tree("raft_sm").unwrap();
         let log = Arc::new(MessageLog::temporary().unwrap());
         // No thread: this test runs each checkpoint itself.
-        let c = Checkpoint {
-            log: Arc::clone(&log),
-            meta: meta.clone(),
-            wanted: Mutex::new(None),
-            running: Mutex::new(()),
-            stop: AtomicBool::new(false),
-        };
+        let c = Checkpoint::new(Arc::clone(&log), meta.clone(), db.open_tree("d").unwrap());
         let m = Message::new(b"", b"q", &[0x10, 0, 2], b"body", Meta::default());
         log.put(1, 1, &m, false, 0).unwrap();
         c.note(vec![(b"applied", vec![1])]);
@@ -168,5 +219,44 @@ mod tests {
         // Nothing noted since: the mark stays.
         c.run().unwrap();
         assert_eq!(meta.get(b"applied").unwrap().as_deref(), Some(&[1u8][..]));
+    }
+
+    /// A failed commit of the log fails the checkpoint for good, and the
+    /// mark is not written.
+    #[test]
+    fn a_failed_commit_is_remembered_and_writes_no_mark() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let meta = db.open_tree("raft_sm").unwrap();
+        let log = Arc::new(MessageLog::temporary().unwrap());
+        let c = Checkpoint::new(Arc::clone(&log), meta.clone(), db.open_tree("d").unwrap());
+        c.note(vec![(b"applied", vec![1])]);
+        log.poison();
+        assert!(c.run().is_err());
+        assert!(c.failure().is_some());
+        assert!(meta.get(b"applied").unwrap().is_none());
+        assert!(c.run().is_err(), "and never again");
+    }
+
+    /// Messages of a queue no definition names go; a defined queue's stay.
+    #[test]
+    fn the_sweep_takes_only_undefined_queues() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let defs = db.open_tree("definitions").unwrap();
+        let def = crate::store::QueueDef {
+            vhost: "/".into(),
+            name: "q".into(),
+            id: 0,
+            auto_delete: false,
+            arguments: Default::default(),
+        };
+        let live = definitions::declare_queue(&defs, &def).unwrap();
+        let log = Arc::new(MessageLog::temporary().unwrap());
+        let m = Message::new(b"", b"q", &[0x10, 0, 2], b"body", Meta::default());
+        log.put(live, 1, &m, false, 0).unwrap();
+        log.put(live + 1, 1, &m, false, 0).unwrap();
+        let c = Checkpoint::new(Arc::clone(&log), db.open_tree("raft_sm").unwrap(), defs);
+        assert_eq!(c.sweep().unwrap(), 1);
+        assert_eq!(log.queue_ids(), vec![live]);
+        assert_eq!(c.sweep().unwrap(), 0);
     }
 }

@@ -124,7 +124,11 @@ impl Replica {
         )?);
         // An older build's messages, in sled, move to the log once.
         crate::store::migrate::messages_to_log(&db, &applier.msgs, &messages)?;
-        let checkpoint = checkpoint::Checkpoint::start(messages, db.open_tree("raft_sm")?)?;
+        let checkpoint = checkpoint::Checkpoint::start(
+            messages,
+            db.open_tree("raft_sm")?,
+            applier.defs.clone(),
+        )?;
         let syncer = Arc::new(checkpoint::CheckpointSync {
             checkpoint: Arc::clone(&checkpoint),
             inner: syncer,
