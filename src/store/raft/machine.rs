@@ -474,17 +474,30 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn an_entry_that_cannot_be_applied_stops_apply_before_it() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A state machine over a temporary sled and message log, its
+    /// snapshots in `dir`.
+    fn machine(
+        dir: &std::path::Path,
+    ) -> (
+        StateMachine,
+        Arc<crate::store::msglog::MessageLog>,
+        Arc<Checkpoint>,
+    ) {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let delivered = crate::store::delivered::DeliveredLog::in_memory();
         let log = Arc::new(crate::store::msglog::MessageLog::temporary().unwrap());
         let applier = Arc::new(Applier::with_log(&db, delivered, Some(Arc::clone(&log))).unwrap());
         let (meta, defs) = (db.open_tree("raft_sm").unwrap(), db.open_tree("d").unwrap());
-        let checkpoint = Checkpoint::start(log, meta, defs).unwrap();
-        let snapshots = dir.path().join("snapshots");
-        let mut sm = StateMachine::open(&db, applier, checkpoint, snapshots).unwrap();
+        let checkpoint = Checkpoint::start(Arc::clone(&log), meta, defs).unwrap();
+        let snapshots = dir.join("snapshots");
+        let sm = StateMachine::open(&db, applier, Arc::clone(&checkpoint), snapshots).unwrap();
+        (sm, log, checkpoint)
+    }
+
+    #[tokio::test]
+    async fn an_entry_that_cannot_be_applied_stops_apply_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut sm, _, _) = machine(dir.path());
         let mut seeded = BytesMut::new();
         op::Op::UsersSeeded.encode(&mut seeded).unwrap();
         // An operation of a kind this build does not know (a newer
@@ -511,14 +524,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_checkpoint_stops_apply() {
         let dir = tempfile::tempdir().unwrap();
-        let db = sled::Config::new().temporary(true).open().unwrap();
-        let delivered = crate::store::delivered::DeliveredLog::in_memory();
-        let log = Arc::new(crate::store::msglog::MessageLog::temporary().unwrap());
-        let applier = Arc::new(Applier::with_log(&db, delivered, Some(Arc::clone(&log))).unwrap());
-        let (meta, defs) = (db.open_tree("raft_sm").unwrap(), db.open_tree("d").unwrap());
-        let checkpoint = Checkpoint::start(Arc::clone(&log), meta, defs).unwrap();
-        let snapshots = dir.path().join("snapshots");
-        let mut sm = StateMachine::open(&db, applier, Arc::clone(&checkpoint), snapshots).unwrap();
+        let (mut sm, log, checkpoint) = machine(dir.path());
         let mut seeded = BytesMut::new();
         op::Op::UsersSeeded.encode(&mut seeded).unwrap();
         assert!(sm.apply(vec![entry(1, &[&seeded])]).await.is_ok());
