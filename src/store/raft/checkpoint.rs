@@ -58,6 +58,9 @@ pub struct Checkpoint {
     running: Mutex<()>,
     /// Why a checkpoint failed, if one did: none will succeed again.
     failure: Mutex<Option<String>>,
+    /// Held by a sweep, and by a snapshot's load (`hold_sweep`): the
+    /// definitions and the messages are replaced one after the other.
+    sweeping: Mutex<()>,
 }
 
 impl Checkpoint {
@@ -84,7 +87,14 @@ impl Checkpoint {
             wanted: Mutex::new(None),
             running: Mutex::new(()),
             failure: Mutex::new(None),
+            sweeping: Mutex::new(()),
         }
+    }
+
+    /// Keeps the sweep off while held (a snapshot being loaded: its
+    /// messages may be in the log before their queues' definitions).
+    pub fn hold_sweep(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.sweeping.lock()
     }
 
     /// Why a checkpoint failed, if one did.
@@ -127,6 +137,7 @@ impl Checkpoint {
     /// Purges this member's messages of queue ids no definition names
     /// (see the module's doc); returns how many queues'.
     pub fn sweep(&self) -> Result<usize> {
+        let _one = self.sweeping.lock();
         let in_log = self.log.queue_ids();
         if in_log.is_empty() {
             return Ok(0);
@@ -255,7 +266,18 @@ mod tests {
         log.put(live, 1, &m, false, 0).unwrap();
         log.put(live + 1, 1, &m, false, 0).unwrap();
         let c = Checkpoint::new(Arc::clone(&log), db.open_tree("raft_sm").unwrap(), defs);
-        assert_eq!(c.sweep().unwrap(), 1);
+        // A snapshot being loaded holds it off: its messages may be in
+        // the log before their definitions.
+        let c = Arc::new(c);
+        let held = c.hold_sweep();
+        let sweeper = std::thread::spawn({
+            let c = Arc::clone(&c);
+            move || c.sweep().unwrap()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(log.queue_ids().len(), 2, "nothing swept while held");
+        drop(held);
+        assert_eq!(sweeper.join().unwrap(), 1);
         assert_eq!(log.queue_ids(), vec![live]);
         assert_eq!(c.sweep().unwrap(), 0);
     }

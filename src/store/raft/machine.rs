@@ -104,7 +104,9 @@ impl StateMachine {
             tracing::warn!(snapshot = %snap.snapshot_id, "a snapshot install was cut short: loading it again");
             let trees = sm.trees().map(Clone::clone);
             let path = sm.snapshot_path(&snap.snapshot_id);
+            let no_sweep = sm.checkpoint.hold_sweep();
             snapshot::load(&trees.each_ref(), sm.applier.log.as_deref(), &path)?;
+            drop(no_sweep);
             sm.last_applied = snap.last_log_id;
             sm.membership = snap.last_membership.clone();
             sm.save()
@@ -312,7 +314,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         drop(guard);
         let trees = self.trees().map(Clone::clone);
         let (path, log) = (current.clone(), self.applier.log.clone());
+        let checkpoint = Arc::clone(&self.checkpoint);
         tokio::task::spawn_blocking(move || {
+            let _no_sweep = checkpoint.hold_sweep();
             snapshot::load(&trees.each_ref(), log.as_deref(), &path)
         })
         .await
