@@ -5,10 +5,11 @@
 //!
 //! Local ids are given per process from `LOCAL_QUEUE_IDS` up, above every
 //! durable queue's id. What is stored under one never leaves this node (a
-//! cluster stages it on its leader only, raft/journal.rs `submit_paged`) and nothing of it is
-//! synced for its own sake: a paged transient record is dropped at the
-//! next open of the log, as RabbitMQ drops transient messages at a
-//! restart. Removing one touches this node's copy only, never the journal.
+//! cluster stages it on its leader only, raft/journal.rs `submit_paged`)
+//! and nothing of it is synced for its own sake: a paged transient record
+//! is dropped at the next open of the log, as RabbitMQ drops transient
+//! messages at a restart. Removing one touches this node's copy only,
+//! never the journal.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

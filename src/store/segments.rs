@@ -11,9 +11,10 @@
 //! record for good and orders records by when they were appended.
 //!
 //! Appends go to a buffer and reach the file in one write per `flush` (or
-//! sooner, once the buffer holds `BUFFER_MAX`); `sync` flushes, then fdatasyncs every segment written since the last
-//! sync (and the directory when a segment was added): one sync serves
-//! every record appended before it. After a sync the file `synced` names
+//! sooner, once the buffer holds `BUFFER_MAX`); `sync` flushes, then
+//! fdatasyncs every segment written since the last sync (and the
+//! directory when a segment was added): one sync serves every record
+//! appended before it. After a sync the file `synced` names
 //! the position it covered, rewritten at most once per `mark_every` (an
 //! older value only vouches for less, and a second fsync per group commit
 //! would double the syncs of a confirm), and always by a sync that
