@@ -8,6 +8,10 @@
 //! find: checkpoint.rs `sweep`); the last applied id and the membership are written by a
 //! checkpoint (checkpoint.rs), after the message log's records up to them
 //! are on disk, so a restart never starts past what the log holds.
+//!
+//! A snapshot is its meta only (the applied state is durable where it
+//! is): its data is dumped when a leader first sends it
+//! (snapshot_data.rs). A snapshot received is loaded, then its file goes.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,6 +22,7 @@ use openraft::{Entry, EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta, St
 use tokio::sync::watch;
 
 use super::checkpoint::Checkpoint;
+use super::snapshot_data::{self, SnapshotData};
 use super::{snapshot, storage_error, Member, StorageError, TypeConfig};
 use crate::store::apply::Applier;
 use crate::store::op;
@@ -49,6 +54,8 @@ pub struct StateMachine {
     /// Held while the current snapshot changes (a build, an install):
     /// openraft builds on a task of its own.
     current: Arc<tokio::sync::Mutex<()>>,
+    /// Held by a snapshot's dump (snapshot_data.rs).
+    dumping: Arc<parking_lot::Mutex<()>>,
 }
 
 impl StateMachine {
@@ -71,12 +78,11 @@ impl StateMachine {
             Some(v) => bincode::deserialize(&v).map_err(corrupt)?,
             None => Membership::default(),
         };
-        // Snapshots received and never installed.
-        for e in std::fs::read_dir(&dir)?.flatten() {
-            if e.file_name().to_string_lossy().starts_with("incoming-") {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
+        // Snapshots received and never installed, and dumps made to be
+        // sent (a snapshot built since may not have removed them).
+        remove_files(&dir, |n| {
+            n.starts_with("incoming-") || n.starts_with("sending-") || n.starts_with("dumping-")
+        });
         // An older version kept the snapshot as current.snapshot.
         let legacy = dir.join("current.snapshot");
         if legacy.exists() {
@@ -95,6 +101,7 @@ impl StateMachine {
             applied: watch::channel(0).0,
             incoming: 0,
             current: Arc::default(),
+            dumping: Arc::default(),
         };
         if sm.meta.get(INSTALLING)?.is_some() {
             let raw = sm.meta.get(SNAPSHOT)?.ok_or_else(|| {
@@ -114,6 +121,9 @@ impl StateMachine {
             sm.checkpoint.run()?;
             sm.meta.remove(INSTALLING)?;
         }
+        // Received snapshots once loaded, and older builds' snapshots:
+        // the applied state is in the trees and the message log.
+        remove_files(&sm.dir, |n| n.starts_with("snap-"));
         let index = sm.last_applied.map_or(0, |l: LogId<u64>| l.index);
         sm.applied.send_replace(index);
         Ok(sm)
@@ -160,11 +170,19 @@ impl StateMachine {
             .map_err(storage_error)
     }
 
-    /// The file of snapshot `id`: each snapshot has its own, never
-    /// rewritten, so a stream being sent reads one snapshot whatever is
-    /// built meanwhile, and an id always names the same bytes.
+    /// The file of received snapshot `id`, kept until it is loaded.
     fn snapshot_path(&self, id: &str) -> PathBuf {
         snapshot_file(&self.dir, id)
+    }
+
+    /// Where a snapshot's data is dumped from.
+    fn source(&self) -> snapshot_data::Source {
+        snapshot_data::Source {
+            trees: self.trees().map(Clone::clone),
+            log: self.applier.log.clone(),
+            dir: self.dir.clone(),
+            dumping: Arc::clone(&self.dumping),
+        }
     }
 
     fn trees(&self) -> [&sled::Tree; 3] {
@@ -252,18 +270,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         Builder {
-            trees: self.trees().map(Clone::clone),
-            log: self.applier.log.clone(),
+            source: self.source(),
             meta: self.meta.clone(),
-            dir: self.dir.clone(),
-            tmp: self.dir.join("building.snapshot"),
             last_applied: self.last_applied,
             membership: self.membership.clone(),
             current: Arc::clone(&self.current),
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
         // openraft receives one stream at a time: one begun before this
         // was abandoned.
         remove_files(&self.dir, |n| n.starts_with("incoming-"));
@@ -274,21 +289,22 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let f = tokio::fs::File::create(&path)
             .await
             .map_err(storage_error)?;
-        Ok(Box::new(f))
+        Ok(Box::new(SnapshotData::file(f)))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &Meta,
-        mut snapshot: Box<tokio::fs::File>,
+        mut snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError> {
         use std::os::unix::fs::MetadataExt;
         use tokio::io::AsyncWriteExt;
         snapshot.flush().await.map_err(storage_error)?;
-        snapshot.sync_all().await.map_err(storage_error)?;
+        let file = snapshot.as_file().map_err(storage_error)?;
+        file.sync_all().await.map_err(storage_error)?;
         // The file this stream wrote, found by its inode: streams may have
         // begun (and been abandoned) since.
-        let ino = snapshot.metadata().await.map_err(storage_error)?.ino();
+        let ino = file.metadata().await.map_err(storage_error)?.ino();
         drop(snapshot);
         let incoming = std::fs::read_dir(&self.dir)
             .map_err(storage_error)?
@@ -330,8 +346,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if let Some(l) = self.last_applied {
             self.applied.send_replace(l.index);
         }
-        let _guard = lock.lock().await;
-        remove_other_snapshots(&self.dir, &meta.snapshot_id);
+        // Loaded: the state is in the trees and the log now.
+        let _ = std::fs::remove_file(&current);
+        remove_other_dumps(&self.dir, &meta.snapshot_id);
         tracing::info!(snapshot = %meta.snapshot_id, "snapshot installed");
         Ok(())
     }
@@ -341,25 +358,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             return Ok(None);
         };
         let meta: Meta = bincode::deserialize(&raw).map_err(storage_error)?;
-        match tokio::fs::File::open(self.snapshot_path(&meta.snapshot_id)).await {
-            Ok(f) => Ok(Some(Snapshot {
-                meta,
-                snapshot: Box::new(f),
-            })),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(storage_error(e)),
-        }
+        let data = SnapshotData::lazy(self.source(), meta.snapshot_id.clone());
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(data),
+        }))
     }
 }
 
-/// Builds a snapshot of the applied trees as of when it was made.
+/// Builds a snapshot: its meta, recorded as the current one; its data is
+/// dumped when first read (snapshot_data.rs).
 pub struct Builder {
-    trees: [sled::Tree; 3],
-    /// The messages (else in `trees[1]`).
-    log: Option<Arc<crate::store::msglog::MessageLog>>,
+    source: snapshot_data::Source,
     meta: sled::Tree,
-    dir: PathBuf,
-    tmp: PathBuf,
     last_applied: Option<LogId<u64>>,
     membership: Membership,
     current: Arc<tokio::sync::Mutex<()>>,
@@ -367,13 +378,6 @@ pub struct Builder {
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let (trees, tmp, log) = (self.trees.clone(), self.tmp.clone(), self.log.clone());
-        tokio::task::spawn_blocking(move || {
-            snapshot::dump(&trees.each_ref(), log.as_deref(), &tmp)
-        })
-        .await
-        .map_err(storage_error)?
-        .map_err(storage_error)?;
         let id = match self.last_applied {
             Some(l) => format!(
                 "{}-{}-{}",
@@ -388,15 +392,9 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             last_membership: self.membership.clone(),
             snapshot_id: id,
         };
-        let path = snapshot_file(&self.dir, &meta.snapshot_id);
-        // Opened first: once renamed, an install's clean-up may unlink it.
-        let f = tokio::fs::File::open(&self.tmp)
-            .await
-            .map_err(storage_error)?;
         let _guard = self.current.lock().await;
-        std::fs::rename(&self.tmp, &path).map_err(storage_error)?;
         // A snapshot installed meanwhile (a follower catching up) is newer:
-        // it stays the current one, and this file goes once read.
+        // it stays the current one.
         let newer = match self.meta.get(SNAPSHOT).map_err(storage_error)? {
             Some(raw) => bincode::deserialize::<Meta>(&raw)
                 .map_err(storage_error)?
@@ -404,23 +402,20 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
                 .is_some_and(|l| Some(l) >= self.last_applied),
             None => false,
         };
-        if newer {
-            let _ = std::fs::remove_file(&path);
-        } else {
-            // The file first, then the meta naming it: the meta never
-            // names a file that is not there.
+        if !newer {
             self.meta
                 .insert(SNAPSHOT, bincode::serialize(&meta).map_err(storage_error)?)
                 .map_err(storage_error)?;
-            // Durable before the older snapshots go (a stream sending one
-            // keeps reading it).
-            durable(&self.meta, &self.dir).await?;
-            remove_other_snapshots(&self.dir, &meta.snapshot_id);
+            // Not flushed here: a purge of the log up to it runs a
+            // checkpoint and flushes sled before any entry's file goes
+            // (log.rs, checkpoint.rs `CheckpointSync`).
+            remove_other_dumps(&self.source.dir, &meta.snapshot_id);
         }
         tracing::info!(snapshot = %meta.snapshot_id, "snapshot built");
+        let data = SnapshotData::lazy(self.source.clone(), meta.snapshot_id.clone());
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(f),
+            snapshot: Box::new(data),
         })
     }
 }
@@ -429,10 +424,13 @@ fn snapshot_file(dir: &std::path::Path, id: &str) -> PathBuf {
     dir.join(format!("snap-{id}.snapshot"))
 }
 
-/// Removes every snapshot file but `keep`'s.
-fn remove_other_snapshots(dir: &std::path::Path, keep: &str) {
-    let keep = format!("snap-{keep}.snapshot");
-    remove_files(dir, |n| n.starts_with("snap-") && n != keep);
+/// Removes the dumps of every snapshot but `keep` (a stream reading one
+/// keeps its file open).
+fn remove_other_dumps(dir: &std::path::Path, keep: &str) {
+    let keep = snapshot_data::sending_file(dir, keep);
+    remove_files(dir, |n| {
+        n.starts_with("sending-") && Some(n) != keep.file_name().and_then(|k| k.to_str())
+    });
 }
 
 /// Removes the files in `dir` whose names `pick` says.
@@ -535,5 +533,45 @@ mod tests {
         log.poison();
         assert!(checkpoint.run().is_err());
         assert!(sm.apply(vec![entry(2, &[&seeded])]).await.is_err());
+    }
+
+    /// A snapshot is built with no file; its data is dumped when read,
+    /// and another member installs it, keeping no file once loaded.
+    #[tokio::test]
+    async fn a_snapshot_is_dumped_only_to_be_sent() {
+        use crate::message::{Message, Meta as MsgMeta};
+        let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (mut a, log_a, _) = machine(da.path());
+        let (mut b, log_b, _) = machine(db.path());
+        let mut seeded = BytesMut::new();
+        op::Op::UsersSeeded.encode(&mut seeded).unwrap();
+        a.apply(vec![entry(1, &[&seeded])]).await.unwrap();
+        let m = Message::new(b"", b"q", &[0x10, 0, 2], b"body", MsgMeta::default());
+        log_a.put(9, 1, &m, false, 0).unwrap();
+
+        let built = a
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        assert_eq!(built.meta.last_log_id.map(|l| l.index), Some(1));
+        let files = |d: &std::path::Path| std::fs::read_dir(d.join("snapshots")).unwrap().count();
+        assert_eq!(files(da.path()), 0, "building wrote no file");
+
+        let mut sent = a.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(sent.meta, built.meta);
+        let mut rx = b.begin_receiving_snapshot().await.unwrap();
+        tokio::io::copy(&mut sent.snapshot, &mut rx).await.unwrap();
+        assert_eq!(files(da.path()), 1, "the dump being sent");
+        b.install_snapshot(&sent.meta, rx).await.unwrap();
+        assert_eq!(files(db.path()), 0, "the received file goes once loaded");
+        assert_eq!(b.applied_state().await.unwrap().0, built.meta.last_log_id);
+        let got: Vec<_> = log_b.stored(9).map(|r| r.unwrap().seq).collect();
+        assert_eq!(got, vec![1]);
+        assert_eq!(
+            b.get_current_snapshot().await.unwrap().map(|s| s.meta),
+            Some(sent.meta)
+        );
     }
 }

@@ -25,6 +25,7 @@ mod log;
 mod machine;
 mod pending;
 mod snapshot;
+mod snapshot_data;
 
 use std::io::Cursor;
 
@@ -77,7 +78,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = Member,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = tokio::fs::File,
+        SnapshotData = snapshot_data::SnapshotData,
         AsyncRuntime = openraft::TokioRuntime,
 );
 
