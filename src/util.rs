@@ -30,6 +30,19 @@ pub fn coarse_now_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
+/// Milliseconds since the epoch on the coarse wall clock
+/// (CLOCK_REALTIME_COARSE: read without a syscall, a few milliseconds of
+/// resolution): the time a message record was stored.
+pub fn coarse_wall_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
 /// Seconds since the epoch, as a u32 (good until 2106): when a message
 /// entered its queue. Read on every push, so it is a load of a value a
 /// background thread refreshes ten times a second, not a clock call.

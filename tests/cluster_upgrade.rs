@@ -98,7 +98,7 @@ async fn a_rolling_upgrade_under_load_loses_nothing() {
 
     // Every member runs this build: the version goes up.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while version(&c).await != Some(2) {
+    while version(&c).await != Some(3) {
         assert!(
             Instant::now() < deadline,
             "the cluster version was not raised: {}",

@@ -156,6 +156,7 @@ impl Queue {
                 from_seq: if *had { source.seq } else { 0 },
                 to_seq: e.seq,
                 deadline: e.deadline,
+                time: crate::util::coarse_wall_ms(),
                 message: &e.msg,
             })
             .collect();

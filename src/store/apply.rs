@@ -84,9 +84,10 @@ impl Applier {
                 seq,
                 deadline,
                 paged,
+                time,
                 message,
             } => {
-                messages::put(&self.msgs, queue_id, seq, message, paged, deadline)?;
+                messages::put(&self.msgs, queue_id, seq, message, paged, deadline, time)?;
                 self.unstage(queue_id, seq)?;
             }
             Op::RemoveMessage { queue_id, seq } => {
@@ -121,9 +122,10 @@ impl Applier {
                 seq,
                 deadline,
                 paged,
+                time,
                 message,
             } => {
-                log.put(queue_id, seq, message, paged, deadline)?;
+                log.put(queue_id, seq, message, paged, deadline, time)?;
                 self.unstage(queue_id, seq)?;
             }
             Op::RemoveMessage { queue_id, seq } => {
@@ -274,17 +276,26 @@ impl Applier {
                 seq,
                 deadline,
                 paged,
+                time,
                 message,
             } => {
                 self.staged.store(true, Ordering::Release);
-                messages::put(&self.pending, queue_id, seq, message, paged, deadline)?;
+                messages::put(&self.pending, queue_id, seq, message, paged, deadline, time)?;
             }
             // What moved is readable in its new queue at once (it may page
             // it out before the operation is applied).
             Op::MoveMessages { to, moves, .. } => {
                 self.staged.store(true, Ordering::Release);
                 for m in moves {
-                    messages::put(&self.pending, to, m.to_seq, m.message, false, m.deadline)?;
+                    messages::put(
+                        &self.pending,
+                        to,
+                        m.to_seq,
+                        m.message,
+                        false,
+                        m.deadline,
+                        m.time,
+                    )?;
                 }
             }
             _ => {}

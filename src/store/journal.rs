@@ -267,10 +267,9 @@ mod tests {
             .into_iter()
             .map(|(k, v)| {
                 let (q, seq) = crate::store::messages::split_key(&k).unwrap();
-                let (m, _, deadline) =
-                    crate::store::messages::decode_record(bytes::Bytes::copy_from_slice(&v))
-                        .unwrap();
-                (q, seq, m.body().to_vec(), deadline)
+                let d = crate::store::messages::decode_record(bytes::Bytes::copy_from_slice(&v))
+                    .unwrap();
+                (q, seq, d.message.body().to_vec(), d.deadline)
             })
             .collect();
         let here: Vec<(u64, u64, Vec<u8>, u64)> = [a, b]

@@ -7,7 +7,10 @@
 //! across restarts) or a transient one paged out of memory (dropped at the
 //! next start, as RabbitMQ drops transient messages). Its top bit says an
 //! expiry deadline (ms since the epoch, u64 BE) follows, so a message's TTL
-//! keeps running across a restart, as in RabbitMQ.
+//! keeps running across a restart, as in RabbitMQ; the next bit says the
+//! time the message was stored follows (ms since the epoch, u64 BE, after
+//! the deadline): the publish time a stream's reader seeks by. Records
+//! written before that bit existed have no time.
 //!
 //! Per queue, how far deliveries went is kept too (delivered.rs), so that
 //! recovery can flag messages delivered before a stop.
@@ -24,6 +27,12 @@ const PERSISTENT: u8 = 1;
 const PAGED: u8 = 2;
 /// Flag on the kind octet: a deadline follows.
 const HAS_DEADLINE: u8 = 0x80;
+/// Flag on the kind octet: the time it was stored follows.
+const HAS_TIME: u8 = 0x40;
+/// The kind octet without its flags.
+const fn kind_of(octet: u8) -> u8 {
+    octet & !(HAS_DEADLINE | HAS_TIME)
+}
 
 /// A stored message as the index knows it: seq, body length, deadline.
 pub type MessageMeta = (u64, u32, u64);
@@ -34,6 +43,19 @@ pub struct StoredMessage {
     pub message: Arc<Message>,
     /// When it expires, ms since the epoch (0 = never, or not recorded).
     pub deadline: u64,
+    /// When it was stored, ms since the epoch (0 = not recorded).
+    pub time: u64,
+}
+
+/// A message record decoded.
+pub struct Decoded {
+    pub message: Message,
+    /// A transient message paged out of memory.
+    pub paged: bool,
+    /// Its expiry, ms since the epoch (0: none).
+    pub deadline: u64,
+    /// When it was stored, ms since the epoch (0: not recorded).
+    pub time: u64,
 }
 
 /// The key of message `seq` of queue `queue_id`.
@@ -53,24 +75,45 @@ pub fn split_key(k: &[u8]) -> Option<(u64, u64)> {
 
 /// Encodes a message record into `out`.
 pub fn encode_message(msg: &Message, transient: bool, out: &mut BytesMut) {
-    encode_record(msg, transient, 0, out)
+    encode_record(msg, transient, 0, 0, out)
 }
 
-/// Encodes a message record with its expiry deadline (0: none) into `out`.
-pub(super) fn encode_record(msg: &Message, transient: bool, deadline: u64, out: &mut BytesMut) {
+/// Encodes a message record with its expiry deadline and the time it was
+/// stored (0: none) into `out`.
+pub(super) fn encode_record(
+    msg: &Message,
+    transient: bool,
+    deadline: u64,
+    time: u64,
+    out: &mut BytesMut,
+) {
     out.clear();
-    append_record(msg, transient, deadline, out);
+    append_record(msg, transient, deadline, time, out);
 }
 
-/// Appends a message record with its expiry deadline (0: none) to `out`.
-pub(super) fn append_record(msg: &Message, transient: bool, deadline: u64, out: &mut BytesMut) {
-    out.reserve(24 + msg.size());
-    let kind = if transient { PAGED } else { PERSISTENT };
+/// Appends a message record with its expiry deadline and the time it was
+/// stored (0: none) to `out`.
+pub(super) fn append_record(
+    msg: &Message,
+    transient: bool,
+    deadline: u64,
+    time: u64,
+    out: &mut BytesMut,
+) {
+    out.reserve(32 + msg.size());
+    let mut kind = if transient { PAGED } else { PERSISTENT };
     if deadline != 0 {
-        out.put_u8(kind | HAS_DEADLINE);
+        kind |= HAS_DEADLINE;
+    }
+    if time != 0 {
+        kind |= HAS_TIME;
+    }
+    out.put_u8(kind);
+    if deadline != 0 {
         out.put_u64(deadline);
-    } else {
-        out.put_u8(kind);
+    }
+    if time != 0 {
+        out.put_u64(time);
     }
     out.put_u8(msg.exchange().len() as u8);
     out.extend_from_slice(msg.exchange());
@@ -83,14 +126,14 @@ pub(super) fn append_record(msg: &Message, transient: bool, deadline: u64, out: 
 
 /// Whether a record holds a transient (paged) message.
 pub(super) fn is_paged(raw: &[u8]) -> bool {
-    raw.first().is_some_and(|k| k & !HAS_DEADLINE == PAGED)
+    raw.first().is_some_and(|&k| kind_of(k) == PAGED)
 }
 
 /// A message record's body length and deadline (0: none), read off its
 /// header without decoding it; None if it is not a message record.
 pub(super) fn record_meta(raw: &[u8]) -> Option<(u32, u64)> {
     let kind = *raw.first()?;
-    if !matches!(kind & !HAS_DEADLINE, PERSISTENT | PAGED) {
+    if !matches!(kind_of(kind), PERSISTENT | PAGED) {
         return None;
     }
     let (deadline, mut at) = if kind & HAS_DEADLINE != 0 {
@@ -98,6 +141,9 @@ pub(super) fn record_meta(raw: &[u8]) -> Option<(u32, u64)> {
     } else {
         (0, 1)
     };
+    if kind & HAS_TIME != 0 {
+        at += 8;
+    }
     at += 1 + *raw.get(at)? as usize;
     at += 1 + *raw.get(at)? as usize;
     let props = u32::from_be_bytes(raw.get(at..at + 4)?.try_into().ok()?) as usize;
@@ -108,19 +154,23 @@ pub(super) fn record_meta(raw: &[u8]) -> Option<(u32, u64)> {
 
 /// Decodes a message record. `raw` is kept as the backing buffer: no copy.
 pub fn decode_message(raw: Bytes) -> Result<Message> {
-    decode_record(raw).map(|(m, _, _)| m)
+    decode_record(raw).map(|d| d.message)
 }
 
-/// Decodes a message record, whether it is a paged transient one, and its
-/// deadline (0: none).
-pub(super) fn decode_record(raw: Bytes) -> Result<(Message, bool, u64)> {
+/// Decodes a message record with what it holds beside the message.
+pub(super) fn decode_record(raw: Bytes) -> Result<Decoded> {
     let bad = || Error::Corrupt("message record".into());
     let mut r = crate::wire::FieldReader::new(&raw);
     let kind = r.u8().ok_or_else(bad)?;
-    if !matches!(kind & !HAS_DEADLINE, PERSISTENT | PAGED) {
+    if !matches!(kind_of(kind), PERSISTENT | PAGED) {
         return Err(bad());
     }
     let deadline = if kind & HAS_DEADLINE != 0 {
+        r.u64().ok_or_else(bad)?
+    } else {
+        0
+    };
+    let time = if kind & HAS_TIME != 0 {
         r.u64().ok_or_else(bad)?
     } else {
         0
@@ -141,7 +191,12 @@ pub(super) fn decode_record(raw: Bytes) -> Result<(Message, bool, u64)> {
         meta,
     )
     .ok_or_else(bad)?;
-    Ok((msg, kind & !HAS_DEADLINE == PAGED, deadline))
+    Ok(Decoded {
+        message: msg,
+        paged: kind_of(kind) == PAGED,
+        deadline,
+        time,
+    })
 }
 
 thread_local! {
@@ -156,10 +211,11 @@ pub(super) fn put(
     msg: &Message,
     paged: bool,
     deadline: u64,
+    time: u64,
 ) -> Result<()> {
     SCRATCH.with(|s| {
         let mut buf = s.borrow_mut();
-        encode_record(msg, paged, deadline, &mut buf);
+        encode_record(msg, paged, deadline, time, &mut buf);
         tree.insert(message_key(queue_id, seq), &buf[..])?;
         Ok(())
     })
@@ -177,7 +233,7 @@ pub(super) fn move_records(
     let mut batch = sled::Batch::default();
     let mut buf = BytesMut::new();
     for m in moves {
-        encode_record(m.message, false, m.deadline, &mut buf);
+        encode_record(m.message, false, m.deadline, m.time, &mut buf);
         batch.insert(&message_key(to, m.to_seq)[..], &buf[..]);
         if m.from_seq != 0 {
             batch.remove(&message_key(from, m.from_seq)[..]);
@@ -290,10 +346,11 @@ impl Store {
                         return Ok(None);
                     }
                     match decode_record(Bytes::copy_from_slice(&v)) {
-                        Ok((m, _, deadline)) => Ok(Some(StoredMessage {
+                        Ok(d) => Ok(Some(StoredMessage {
                             seq,
-                            message: Arc::new(m),
-                            deadline,
+                            message: Arc::new(d.message),
+                            deadline: d.deadline,
+                            time: d.time,
                         })),
                         Err(e) => {
                             tracing::error!(queue_id, seq, "skipping unreadable message: {e}");
@@ -400,6 +457,44 @@ mod tests {
         assert_eq!(back.body(), m.body());
         assert_eq!(back.meta, m.meta);
         assert!(decode_message(Bytes::from_static(&[1, 5, b'a'])).is_err());
+    }
+
+    /// The time a record was stored, with a deadline or without, and
+    /// kept apart from the message: the header is read past it.
+    #[test]
+    fn times_round_trip() {
+        let m = msg(b"hello");
+        let mut buf = BytesMut::new();
+        for (deadline, time) in [(0, 0), (0, 1_700_000_000_001), (99, 1_700_000_000_002)] {
+            for paged in [false, true] {
+                encode_record(&m, paged, deadline, time, &mut buf);
+                assert_eq!(record_meta(&buf), Some((5, deadline)));
+                assert_eq!(is_paged(&buf), paged);
+                let d = decode_record(buf.clone().freeze()).unwrap();
+                assert_eq!((d.paged, d.deadline, d.time), (paged, deadline, time));
+                assert_eq!(d.message.body(), b"hello");
+                assert_eq!(d.message.properties(), m.properties());
+            }
+        }
+        // Cut inside the time.
+        encode_record(&m, false, 0, 7, &mut buf);
+        assert!(decode_record(buf.clone().freeze().slice(..5)).is_err());
+    }
+
+    /// A message stored on a single node records when it was stored.
+    #[test]
+    fn a_stored_message_has_its_time() {
+        let s = Store::temporary().unwrap();
+        let before = crate::util::coarse_wall_ms();
+        s.put_message(5, 1, &msg(b"a"), 0).unwrap();
+        let after = crate::util::coarse_wall_ms();
+        let m = s.messages(5).next().unwrap().unwrap();
+        // The coarse clock may lag the call by its resolution.
+        assert!(
+            m.time + 50 >= before && m.time <= after + 50,
+            "{before} {} {after}",
+            m.time
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::access::{PermissionDef, TopicPermissionDef, UserDef};
 use super::definitions::{BindingDef, ExchangeDef, QueueDef};
-use super::messages::{decode_record, encode_record};
+use super::messages::{append_record, decode_record, encode_record, Decoded};
 use super::tenancy::{GlobalParameterDef, ParameterDef, VhostDef};
 use super::{Error, Result};
 use crate::message::Message;
@@ -34,8 +34,14 @@ pub const VERSION: u8 = 1;
 /// leader raises that version only when every member said it applies it:
 /// a member running an older build never meets an operation it cannot
 /// apply. Version 1 is every operation of the builds before cluster
-/// versions existed (tags 1 to 26); 2 adds `ClusterVersion` itself.
-pub const LEVEL: u32 = 2;
+/// versions existed (tags 1 to 26); 2 adds `ClusterVersion` itself; 3
+/// lets message records carry the time they were stored (messages.rs
+/// `HAS_TIME`: `PutMessage` and `MoveMessages` with a time, and the
+/// snapshots' messages).
+pub const LEVEL: u32 = 3;
+
+/// The cluster version from which message records carry their time.
+pub const TIMED_RECORDS: u32 = 3;
 
 /// One change to durable state.
 #[derive(Debug, Clone, Copy)]
@@ -65,12 +71,14 @@ pub enum Op<'a> {
     DeleteBinding(&'a BindingDef),
     /// Stores message `seq` of queue `queue_id`; `paged` marks a transient
     /// message paged out of memory (dropped at the next start); `deadline`
-    /// is its expiry, ms since the epoch (0: none).
+    /// is its expiry and `time` when it was stored, ms since the epoch (0:
+    /// none).
     PutMessage {
         queue_id: u64,
         seq: u64,
         deadline: u64,
         paged: bool,
+        time: u64,
         message: &'a Message,
     },
     /// Removes one message.
@@ -145,7 +153,51 @@ impl Op<'_> {
     pub fn level(&self) -> u32 {
         match self {
             Op::ClusterVersion { .. } => 2,
+            Op::PutMessage { time, .. } if *time != 0 => TIMED_RECORDS,
+            Op::MoveMessages { moves, .. } if moves.iter().any(|m| m.time != 0) => TIMED_RECORDS,
             _ => 1,
+        }
+    }
+}
+
+impl<'a> Op<'a> {
+    /// The same without the messages' times, for a cluster whose version
+    /// is below `TIMED_RECORDS`; `moves` holds a move's copies.
+    pub fn untimed<'b>(&self, moves: &'b mut Vec<Moved<'a>>) -> Op<'b>
+    where
+        'a: 'b,
+    {
+        match *self {
+            Op::PutMessage {
+                queue_id,
+                seq,
+                deadline,
+                paged,
+                message,
+                ..
+            } => Op::PutMessage {
+                queue_id,
+                seq,
+                deadline,
+                paged,
+                time: 0,
+                message,
+            },
+            Op::MoveMessages {
+                from,
+                to,
+                moves: all,
+                removes,
+            } => {
+                *moves = all.iter().map(|m| Moved { time: 0, ..*m }).collect();
+                Op::MoveMessages {
+                    from,
+                    to,
+                    moves,
+                    removes,
+                }
+            }
+            other => other,
         }
     }
 }
@@ -159,6 +211,8 @@ pub struct Moved<'a> {
     pub to_seq: u64,
     /// Its expiry deadline there (ms since the epoch; 0: none).
     pub deadline: u64,
+    /// When it was stored there (ms since the epoch; 0: not recorded).
+    pub time: u64,
     pub message: &'a Message,
 }
 
@@ -280,12 +334,13 @@ impl Op<'_> {
                 seq,
                 deadline,
                 paged,
+                time,
                 message,
             } => {
                 out.put_u8(PUT_MESSAGE);
                 out.put_u64(queue_id);
                 out.put_u64(seq);
-                put_record(out, message, paged, deadline);
+                append_record(message, paged, deadline, time, out);
             }
             Op::RemoveMessage { queue_id, seq } => {
                 out.put_u8(REMOVE_MESSAGE);
@@ -309,7 +364,7 @@ impl Op<'_> {
                 out.put_u64(seq);
                 put_str(out, vhost);
                 out.put_u64(delay_ms);
-                put_record(out, message, false, 0);
+                append_record(message, false, 0, 0, out);
             }
             Op::Unhold { key } => {
                 out.put_u8(UNHOLD);
@@ -357,7 +412,7 @@ impl Op<'_> {
                 for m in moves {
                     out.put_u64(m.from_seq);
                     out.put_u64(m.to_seq);
-                    encode_record(m.message, false, m.deadline, &mut rec);
+                    encode_record(m.message, false, m.deadline, m.time, &mut rec);
                     out.put_u32(rec.len() as u32);
                     out.extend_from_slice(&rec);
                 }
@@ -387,7 +442,7 @@ pub fn decode<R>(raw: Bytes, f: impl FnOnce(Op<'_>) -> R) -> Result<R> {
         let s = r.long_str().ok_or_else(|| bad("short"))?;
         String::from_utf8(s.to_vec()).map_err(|_| bad("name is not UTF-8"))
     };
-    let record = |r: &FieldReader<'_>| -> Result<(Message, bool, u64)> {
+    let record = |r: &FieldReader<'_>| -> Result<Decoded> {
         let at = raw.len() - r.remaining();
         decode_record(raw.slice(at..))
     };
@@ -443,13 +498,14 @@ pub fn decode<R>(raw: Bytes, f: impl FnOnce(Op<'_>) -> R) -> Result<R> {
         PUT_MESSAGE => {
             let queue_id = u64_(&mut r)?;
             let seq = u64_(&mut r)?;
-            let (message, paged, deadline) = record(&r)?;
+            let d = record(&r)?;
             f(Op::PutMessage {
                 queue_id,
                 seq,
-                deadline,
-                paged,
-                message: &message,
+                deadline: d.deadline,
+                paged: d.paged,
+                time: d.time,
+                message: &d.message,
             })
         }
         REMOVE_MESSAGE => f(Op::RemoveMessage {
@@ -465,7 +521,7 @@ pub fn decode<R>(raw: Bytes, f: impl FnOnce(Op<'_>) -> R) -> Result<R> {
             let seq = u64_(&mut r)?;
             let vhost = str_(&mut r)?;
             let delay_ms = u64_(&mut r)?;
-            let (message, _, _) = record(&r)?;
+            let message = record(&r)?.message;
             f(Op::Hold {
                 due,
                 seq,
@@ -491,16 +547,16 @@ pub fn decode<R>(raw: Bytes, f: impl FnOnce(Op<'_>) -> R) -> Result<R> {
                 let len = r.u32().ok_or_else(|| bad("short"))? as usize;
                 let at = raw.len() - r.remaining();
                 r.take(len).ok_or_else(|| bad("short"))?;
-                let (message, _, deadline) = decode_record(raw.slice(at..at + len))?;
-                messages.push((a, b, deadline, message));
+                messages.push((a, b, decode_record(raw.slice(at..at + len))?));
             }
             let moves: Vec<Moved<'_>> = messages
                 .iter()
-                .map(|(from_seq, to_seq, deadline, message)| Moved {
+                .map(|(from_seq, to_seq, d)| Moved {
                     from_seq: *from_seq,
                     to_seq: *to_seq,
-                    deadline: *deadline,
-                    message,
+                    deadline: d.deadline,
+                    time: d.time,
+                    message: &d.message,
                 })
                 .collect();
             let n = count(&mut r, 8)?;
@@ -547,12 +603,6 @@ fn count(r: &mut FieldReader<'_>, size: usize) -> Result<usize> {
 fn put_str(out: &mut BytesMut, s: &str) {
     out.put_u32(s.len() as u32);
     out.extend_from_slice(s.as_bytes());
-}
-
-fn put_record(out: &mut BytesMut, msg: &Message, paged: bool, deadline: u64) {
-    let mut rec = BytesMut::new();
-    encode_record(msg, paged, deadline, &mut rec);
-    out.extend_from_slice(&rec);
 }
 
 fn json<T: serde::de::DeserializeOwned>(r: &mut FieldReader<'_>) -> Result<T> {
@@ -693,6 +743,7 @@ mod tests {
                 seq: 9,
                 deadline: 1_700_000_000_000,
                 paged: false,
+                time: 0,
                 message: &m,
             },
             Op::PutMessage {
@@ -700,6 +751,7 @@ mod tests {
                 seq: 10,
                 deadline: 0,
                 paged: true,
+                time: 1_700_000_000_001,
                 message: &m,
             },
             Op::RemoveMessage {
@@ -732,12 +784,14 @@ mod tests {
                         from_seq: 1,
                         to_seq: 7,
                         deadline: 0,
+                        time: 1_700_000_000_002,
                         message: &m,
                     },
                     Moved {
                         from_seq: 0,
                         to_seq: 8,
                         deadline: 1_700_000_000_000,
+                        time: 0,
                         message: &m,
                     },
                 ],
@@ -766,6 +820,54 @@ mod tests {
             .unwrap();
             assert_eq!(again, first, "{op:?}");
         }
+    }
+
+    /// A message's time needs the cluster version that reads it; without
+    /// it the operation is the one an older member applies.
+    #[test]
+    fn a_time_needs_its_cluster_version() {
+        let m = Message::new(b"", b"q", &[0, 0], b"b", Meta::default());
+        let put = Op::PutMessage {
+            queue_id: 3,
+            seq: 9,
+            deadline: 5,
+            paged: false,
+            time: 1_700_000_000_000,
+            message: &m,
+        };
+        assert_eq!(put.level(), TIMED_RECORDS);
+        let mut moves = Vec::new();
+        let bare = put.untimed(&mut moves);
+        assert_eq!(bare.level(), 1);
+        let decoded_time = |op: &Op<'_>| {
+            let mut buf = BytesMut::new();
+            op.encode(&mut buf).unwrap();
+            decode(buf.freeze(), |back| match back {
+                Op::PutMessage { time, deadline, .. } => (time, deadline),
+                Op::MoveMessages { moves, .. } => (moves[0].time, moves[0].deadline),
+                _ => unreachable!("a put or a move"),
+            })
+            .unwrap()
+        };
+        assert_eq!(decoded_time(&put), (1_700_000_000_000, 5));
+        assert_eq!(decoded_time(&bare), (0, 5));
+        let timed = [Moved {
+            from_seq: 1,
+            to_seq: 2,
+            deadline: 5,
+            time: 8,
+            message: &m,
+        }];
+        let mv = Op::MoveMessages {
+            from: 1,
+            to: 2,
+            moves: &timed,
+            removes: &[],
+        };
+        assert_eq!(mv.level(), TIMED_RECORDS);
+        let bare = mv.untimed(&mut moves);
+        assert_eq!(bare.level(), 1);
+        assert_eq!(decoded_time(&bare), (0, 5));
     }
 
     #[test]

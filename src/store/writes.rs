@@ -125,6 +125,7 @@ impl Store {
                 seq,
                 deadline,
                 paged: false,
+                time: crate::util::coarse_wall_ms(),
                 message: msg,
             })
             .map(drop)
@@ -139,6 +140,7 @@ impl Store {
                 seq,
                 deadline,
                 paged: !msg.persistent() || super::local::is_local(queue_id),
+                time: crate::util::coarse_wall_ms(),
                 message: msg,
             })
             .map(drop)
@@ -156,6 +158,7 @@ impl Store {
             seq,
             deadline,
             paged,
+            time: crate::util::coarse_wall_ms(),
             message,
         })
         .map(drop)

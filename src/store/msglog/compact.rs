@@ -124,8 +124,8 @@ impl MessageLog {
                         .ok_or_else(|| {
                             Error::Corrupt(format!("the reference at {pos} names no message"))
                         })?;
-                    let (msg, _, _) = decode_record(message)?;
-                    record::put(queue, seq, &msg, paged, deadline, &mut buf);
+                    let d = decode_record(message)?;
+                    record::put(queue, seq, &d.message, paged, deadline, d.time, &mut buf);
                     self.relocate(&mut st, queue, seq, &buf)?;
                 }
                 Rec::Move { to, moves, .. } => {

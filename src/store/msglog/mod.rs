@@ -47,7 +47,7 @@ use parking_lot::Mutex;
 use self::index::{Index, Loc};
 use self::record::{Rec, PUT_MESSAGE_AT};
 use self::summary::{Entry, Summary, Writer};
-use super::messages::{decode_record, StoredMessage};
+use super::messages::{decode_record, Decoded, StoredMessage};
 use super::op::Moved;
 use super::segments::{SegmentLog, SEGMENT_BYTES};
 use super::{Error, Result};
@@ -254,13 +254,14 @@ impl MessageLog {
         msg: &Message,
         paged: bool,
         deadline: u64,
+        time: u64,
     ) -> Result<()> {
         let key = (msg.backing().as_ptr() as usize, msg.backing().len());
         SCRATCH.with(|s| {
             let mut buf = s.borrow_mut();
             // Encoded before the lock is taken (wasted for a fan-out's
             // later queues, which write a REF).
-            record::put(queue, seq, msg, paged, deadline, &mut buf);
+            record::put(queue, seq, msg, paged, deadline, time, &mut buf);
             check_len(buf.len() - PUT_MESSAGE_AT as usize)?;
             let mut st = self.state.lock();
             let st = &mut *st;
@@ -378,7 +379,7 @@ impl MessageLog {
         };
         let mut last = None;
         let found = self.read_current(queue, seq, loc, &mut last)?;
-        Ok(found.map(|(m, _)| m))
+        Ok(found.map(|d| d.message))
     }
 
     /// Up to `n` messages of `queue` from `from` on, in order.
@@ -387,8 +388,8 @@ impl MessageLog {
         let mut last = None;
         let mut out = Vec::with_capacity(locs.len());
         for (seq, loc) in locs {
-            if let Some((m, _)) = self.read_current(queue, seq, loc, &mut last)? {
-                out.push((seq, Arc::new(m)));
+            if let Some(d) = self.read_current(queue, seq, loc, &mut last)? {
+                out.push((seq, Arc::new(d.message)));
             }
         }
         Ok(out)
@@ -424,10 +425,11 @@ impl MessageLog {
         self.indexed(queue, 0).filter_map(move |(seq, loc)| {
             self.read_current(queue, seq, loc, &mut last)
                 .map(|found| {
-                    found.map(|(m, deadline)| StoredMessage {
+                    found.map(|d| StoredMessage {
                         seq,
-                        message: Arc::new(m),
-                        deadline,
+                        message: Arc::new(d.message),
+                        deadline: d.deadline,
+                        time: d.time,
                     })
                 })
                 .transpose()
@@ -449,7 +451,7 @@ impl MessageLog {
                 return Some(Ok((seq, loc.body_len, 0)));
             }
             self.read_current(queue, seq, loc, &mut last)
-                .map(|found| found.map(|(_, deadline)| (seq, loc.body_len, deadline)))
+                .map(|found| found.map(|d| (seq, loc.body_len, d.deadline)))
                 .transpose()
         })
     }
@@ -468,7 +470,7 @@ impl MessageLog {
         seq: u64,
         loc: Loc,
         last: &mut Option<(u64, Bytes)>,
-    ) -> Result<Option<(Message, u64)>> {
+    ) -> Result<Option<Decoded>> {
         let e = match self.read(loc, last) {
             Ok(found) => return Ok(Some(found)),
             Err(e) => e,
@@ -484,9 +486,9 @@ impl MessageLog {
         }
     }
 
-    /// The message at `loc` and its deadline; `last` keeps the last
-    /// record read (the messages of a MOVE share one).
-    fn read(&self, loc: Loc, last: &mut Option<(u64, Bytes)>) -> Result<(Message, u64)> {
+    /// The message at `loc` with its deadline and time; `last` keeps the
+    /// last record read (the messages of a MOVE share one).
+    fn read(&self, loc: Loc, last: &mut Option<(u64, Bytes)>) -> Result<Decoded> {
         let payload = match last {
             Some((pos, p)) if *pos == loc.body => p.clone(),
             _ => {
@@ -500,15 +502,15 @@ impl MessageLog {
         if end > payload.len() {
             return Err(corrupt(format!("no message at {}+{at}", loc.body)));
         }
-        let (msg, _, mut deadline) = decode_record(payload.slice(at..end))?;
+        let mut d = decode_record(payload.slice(at..end))?;
         if loc.rec != loc.body {
             let r = self.log.read(loc.rec)?;
             match record::parse(r.kind, &r.payload) {
-                Some(Rec::Ref { deadline: d, .. }) => deadline = d,
+                Some(Rec::Ref { deadline, .. }) => d.deadline = deadline,
                 _ => return Err(corrupt(format!("no reference at {}", loc.rec))),
             }
         }
-        Ok((msg, deadline))
+        Ok(d)
     }
 
     /// Writes what was appended (a copy must reach the OS before what it

@@ -76,11 +76,19 @@ pub struct MovedAt {
 }
 
 /// A PUT's payload into `out`.
-pub fn put(queue: u64, seq: u64, msg: &Message, paged: bool, deadline: u64, out: &mut BytesMut) {
+pub fn put(
+    queue: u64,
+    seq: u64,
+    msg: &Message,
+    paged: bool,
+    deadline: u64,
+    time: u64,
+    out: &mut BytesMut,
+) {
     out.clear();
     out.put_u64(queue);
     out.put_u64(seq);
-    append_record(msg, paged, deadline, out);
+    append_record(msg, paged, deadline, time, out);
 }
 
 /// A PUT's payload around an already encoded message record (migration).
@@ -133,7 +141,7 @@ pub fn moves(
     let mut at = Vec::with_capacity(moved.len());
     let mut one = BytesMut::new();
     for m in moved {
-        encode_record(m.message, false, m.deadline, &mut one);
+        encode_record(m.message, false, m.deadline, m.time, &mut one);
         out.put_u64(m.from_seq);
         out.put_u64(m.to_seq);
         out.put_u32(one.len() as u32);

@@ -21,8 +21,10 @@ fn open(dir: &Path, segment: u64) -> MessageLog {
     MessageLog::open_tuned(dir, segment, Duration::ZERO).unwrap()
 }
 
-/// Every stored message: (queue, seq) -> (body, deadline).
-type State = BTreeMap<(u64, u64), (Vec<u8>, u64)>;
+/// A stored message: body, deadline, time.
+type Stored = (Vec<u8>, u64, u64);
+/// Every stored message by (queue, seq).
+type State = BTreeMap<(u64, u64), Stored>;
 
 /// What `stored_meta` tells of every queue, against what reading each
 /// message says: the same seqs, body lengths and deadlines.
@@ -49,7 +51,7 @@ fn state(log: &MessageLog) -> State {
     for q in ids {
         for m in log.stored(q) {
             let m = m.unwrap();
-            out.insert((q, m.seq), (m.message.body().to_vec(), m.deadline));
+            out.insert((q, m.seq), (m.message.body().to_vec(), m.deadline, m.time));
         }
     }
     out
@@ -60,10 +62,11 @@ fn messages_acks_purges_and_moves_read_back_after_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), 1 << 20);
     for seq in 1..=5 {
-        log.put(1, seq, &msg(format!("m{seq}").as_bytes()), false, seq * 10)
+        let m = msg(format!("m{seq}").as_bytes());
+        log.put(1, seq, &m, false, seq * 10, seq + 1_700_000_000_000)
             .unwrap();
     }
-    log.put(2, 1, &msg(b"transient"), true, 0).unwrap();
+    log.put(2, 1, &msg(b"transient"), true, 0, 0).unwrap();
     log.remove(1, 2).unwrap();
     log.purge_from(1, 5).unwrap();
     let moved = msg(b"moved");
@@ -71,17 +74,18 @@ fn messages_acks_purges_and_moves_read_back_after_a_reopen() {
         from_seq: 3,
         to_seq: 7,
         deadline: 99,
+        time: 1_700_000_000_099,
         message: &moved,
     }];
     log.move_records(1, 3, &moves, &[4]).unwrap();
     let want: State = [
-        ((1, 1), (b"m1".to_vec(), 10)),
-        ((3, 7), (b"moved".to_vec(), 99)),
+        ((1, 1), (b"m1".to_vec(), 10, 1_700_000_000_001)),
+        ((3, 7), (b"moved".to_vec(), 99, 1_700_000_000_099)),
     ]
     .into_iter()
     .collect();
     let mut running = want.clone();
-    running.insert((2, 1), (b"transient".to_vec(), 0));
+    running.insert((2, 1), (b"transient".to_vec(), 0, 0));
     assert_eq!(state(&log), running);
     assert_eq!(
         log.range(1, 0, 10).unwrap().len(),
@@ -102,7 +106,7 @@ fn a_message_routed_to_ten_queues_is_written_once() {
     let log = open(dir.path(), 1 << 20);
     let m = Arc::new(msg(&[7u8; 10_000]));
     for q in 1..=10 {
-        log.put(q, 1, &m, false, q).unwrap();
+        log.put(q, 1, &m, false, q, 0).unwrap();
     }
     log.commit().unwrap();
     let size = log.size_on_disk();
@@ -115,7 +119,7 @@ fn a_message_routed_to_ten_queues_is_written_once() {
     let s = state(&log);
     assert_eq!(s.len(), 10);
     for q in 1..=10 {
-        assert_eq!(s[&(q, 1)], (vec![7u8; 10_000], q), "queue {q}");
+        assert_eq!(s[&(q, 1)], (vec![7u8; 10_000], q, 0), "queue {q}");
     }
 }
 
@@ -125,7 +129,7 @@ fn a_fan_out_across_a_segment_boundary_writes_the_body_again() {
     let log = open(dir.path(), 4096);
     let m = msg(&[1u8; 1500]);
     for q in 1..=6 {
-        log.put(q, 1, &m, false, 0).unwrap();
+        log.put(q, 1, &m, false, 0, 0).unwrap();
     }
     // Every queue's message readable, the segment it refers to or its own.
     log.commit().unwrap();
@@ -140,7 +144,7 @@ fn the_oldest_segments_go_once_nothing_in_them_is_live() {
     let log = open(dir.path(), 4096);
     let body = [3u8; 500];
     for seq in 1..=100 {
-        log.put(1, seq, &msg(&body), false, 0).unwrap();
+        log.put(1, seq, &msg(&body), false, 0, 0).unwrap();
     }
     log.commit().unwrap();
     let full = log.segments().len();
@@ -155,7 +159,7 @@ fn the_oldest_segments_go_once_nothing_in_them_is_live() {
     let half = log.segments().len();
     assert!(half < full * 2 / 3, "{half} of {full} segments left");
     // A message put last keeps only the segment it is in.
-    log.put(2, 1, &msg(b"slow"), false, 0).unwrap();
+    log.put(2, 1, &msg(b"slow"), false, 0, 0).unwrap();
     for seq in 51..=100 {
         log.remove(1, seq).unwrap();
     }
@@ -189,7 +193,7 @@ fn a_record_of_an_unknown_kind_stops_the_open() {
     let dir = tempfile::tempdir().unwrap();
     {
         let log = open(dir.path(), 4096);
-        log.put(1, 1, &msg(b"a"), false, 0).unwrap();
+        log.put(1, 1, &msg(b"a"), false, 0, 0).unwrap();
         log.log.append(42, b"from a newer version").unwrap();
         log.commit().unwrap();
     }
@@ -247,11 +251,16 @@ fn step_each(rng: &mut Rng, log: &MessageLog, model: &mut Model, each: &mut dyn 
             let body: Vec<u8> = (0..rng.below(300)).map(|i| i as u8 ^ 0x5a).collect();
             let m = msg(&body);
             let paged = rng.below(8) == 0;
+            // One publish: a fan-out's copies share its time (the later
+            // queues' records refer to the first one's).
+            let time = rng.below(2) * (1_700_000_000_000 + rng.below(1000));
             for q in queue..queue + fan {
                 let seq = model.next.entry(q).or_insert(1);
                 let deadline = rng.below(3) * 1000;
-                log.put(q, *seq, &m, paged, deadline).unwrap();
-                model.stored.insert((q, *seq), (body.clone(), deadline));
+                log.put(q, *seq, &m, paged, deadline, time).unwrap();
+                model
+                    .stored
+                    .insert((q, *seq), (body.clone(), deadline, time));
                 if paged {
                     model.paged.insert((q, *seq));
                 }
@@ -276,25 +285,29 @@ fn step_each(rng: &mut Rng, log: &MessageLog, model: &mut Model, each: &mut dyn 
         }
         _ => {
             let to = 1 + (queue % 4);
-            let taken: Vec<(u64, (Vec<u8>, u64))> = model
+            let taken: Vec<(u64, Stored)> = model
                 .stored
                 .range((queue, 0)..(queue + 1, 0))
                 .filter(|(k, _)| !model.paged.contains(k))
                 .take(3)
                 .map(|(k, v)| (k.1, v.clone()))
                 .collect();
-            let msgs: Vec<Message> = taken.iter().map(|(_, (b, _))| msg(b)).collect();
+            let msgs: Vec<Message> = taken.iter().map(|(_, (b, _, _))| msg(b)).collect();
             let mut moves = Vec::new();
-            for ((from_seq, (body, deadline)), m) in taken.iter().zip(&msgs) {
+            let time = 1_700_000_001_000 + rng.below(1000);
+            for ((from_seq, (body, deadline, _)), m) in taken.iter().zip(&msgs) {
                 let seq = model.next.entry(to).or_insert(1);
                 moves.push(Moved {
                     from_seq: *from_seq,
                     to_seq: *seq,
                     deadline: *deadline,
+                    time,
                     message: m,
                 });
                 model.stored.remove(&(queue, *from_seq));
-                model.stored.insert((to, *seq), (body.clone(), *deadline));
+                model
+                    .stored
+                    .insert((to, *seq), (body.clone(), *deadline, time));
                 *seq += 1;
             }
             log.move_records(queue, to, &moves, &[]).unwrap();
@@ -412,8 +425,8 @@ fn a_crash_in_the_middle_of_compaction_loses_and_doubles_nothing() {
     // none is empty.
     for seq in 1..=400u64 {
         let body = vec![seq as u8; 300];
-        log.put(1, seq, &msg(&body), false, seq).unwrap();
-        model.insert((1, seq), (body, seq));
+        log.put(1, seq, &msg(&body), false, seq, seq + 7).unwrap();
+        model.insert((1, seq), (body, seq, seq + 7));
     }
     for seq in 1..=400u64 {
         if seq % 10 != 0 {

@@ -220,7 +220,7 @@ mod tests {
         // No thread: this test runs each checkpoint itself.
         let c = Checkpoint::new(Arc::clone(&log), meta.clone(), db.open_tree("d").unwrap());
         let m = Message::new(b"", b"q", &[0x10, 0, 2], b"body", Meta::default());
-        log.put(1, 1, &m, false, 0).unwrap();
+        log.put(1, 1, &m, false, 0, 0).unwrap();
         c.note(vec![(b"applied", vec![1])]);
         assert!(meta.get(b"applied").unwrap().is_none(), "not before");
         assert!(log.wants_commit(), "the put is not synced yet");
@@ -263,8 +263,8 @@ mod tests {
         let live = definitions::declare_queue(&defs, &def).unwrap();
         let log = Arc::new(MessageLog::temporary().unwrap());
         let m = Message::new(b"", b"q", &[0x10, 0, 2], b"body", Meta::default());
-        log.put(live, 1, &m, false, 0).unwrap();
-        log.put(live + 1, 1, &m, false, 0).unwrap();
+        log.put(live, 1, &m, false, 0, 0).unwrap();
+        log.put(live + 1, 1, &m, false, 0, 0).unwrap();
         let c = Checkpoint::new(Arc::clone(&log), db.open_tree("raft_sm").unwrap(), defs);
         // A snapshot being loaded holds it off: its messages may be in
         // the log before their definitions.

@@ -26,7 +26,7 @@ use crate::store::apply::Applier;
 use crate::store::deferred::Registry;
 use crate::store::journal::Journal;
 use crate::store::lease::Lease;
-use crate::store::op::{Applied, Op};
+use crate::store::op::{Applied, Op, TIMED_RECORDS};
 use crate::store::sync::{Flusher, Syncer};
 use crate::store::{Error, QueueDef, Result};
 
@@ -44,6 +44,11 @@ pub struct RaftJournal {
     lease: Arc<Lease>,
     /// Bytes waiting for commit: publishers wait past a bound.
     backlog: Arc<Backlog>,
+    /// Whether the cluster's version lets message records carry their
+    /// time (it only goes up: once true, never read again), and when it
+    /// was last read (coarse ms).
+    timed: AtomicBool,
+    timed_read: AtomicU64,
 }
 
 /// How long the last commit of a term may wait (shutdown): a node that
@@ -187,7 +192,27 @@ impl RaftJournal {
             flusher,
             lease,
             backlog,
+            timed: AtomicBool::new(false),
+            timed_read: AtomicU64::new(0),
         })
+    }
+
+    /// Whether message records may carry their time: every member applies
+    /// them once the cluster's version is `TIMED_RECORDS`. Read at most
+    /// every 100 ms until it is.
+    fn records_timed(&self) -> Result<bool> {
+        if self.timed.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        let now = crate::util::coarse_now_ms();
+        let last = self.timed_read.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < 100 {
+            return Ok(false);
+        }
+        self.timed_read.store(now.max(1), Ordering::Relaxed);
+        let timed = self.applier.cluster_version()? >= TIMED_RECORDS;
+        self.timed.store(timed, Ordering::Relaxed);
+        Ok(timed)
     }
 
     fn ship(&self, op: &Op<'_>) -> Result<()> {
@@ -217,6 +242,9 @@ impl RaftJournal {
 
 impl Journal for RaftJournal {
     fn submit(&self, op: &Op<'_>) -> Result<Applied> {
+        if op.level() == TIMED_RECORDS && !self.records_timed()? {
+            return self.submit(&op.untimed(&mut Vec::new()));
+        }
         // Only operations of a later version than every build's cost a
         // read here; `ClusterVersion` is raised once every member applies it.
         if op.level() > 1 && !matches!(op, Op::ClusterVersion { .. }) {
@@ -274,6 +302,9 @@ impl Journal for RaftJournal {
     }
 
     fn submit_paged(&self, op: &Op<'_>) -> Result<Applied> {
+        if op.level() == TIMED_RECORDS && !self.records_timed()? {
+            return self.submit_paged(&op.untimed(&mut Vec::new()));
+        }
         if !Journal::is_open(self) {
             return Err(Error::Sync("this node no longer leads the cluster".into()));
         }

@@ -547,7 +547,7 @@ mod tests {
         op::Op::UsersSeeded.encode(&mut seeded).unwrap();
         a.apply(vec![entry(1, &[&seeded])]).await.unwrap();
         let m = Message::new(b"", b"q", &[0x10, 0, 2], b"body", MsgMeta::default());
-        log_a.put(9, 1, &m, false, 0).unwrap();
+        log_a.put(9, 1, &m, false, 0, 0).unwrap();
 
         let built = a
             .get_snapshot_builder()

@@ -26,6 +26,7 @@ use std::path::Path;
 
 use crate::store::messages::{encode_record, message_key, split_key};
 use crate::store::msglog::MessageLog;
+use crate::store::op::TIMED_RECORDS;
 use crate::store::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"WRNSNAP1";
@@ -50,6 +51,9 @@ fn record(w: &mut impl Write, tag: usize, k: &[u8], v: &[u8]) -> Result<()> {
 pub(super) fn dump(trees: &[&sled::Tree], log: Option<&MessageLog>, path: &Path) -> Result<()> {
     let mut w = BufWriter::with_capacity(1 << 20, File::create(path)?);
     w.write_all(MAGIC)?;
+    // Members that do not read records' times may still be in the cluster
+    // until its version says otherwise.
+    let timed = crate::store::cluster_version::read(trees[0])? >= TIMED_RECORDS;
     for (tag, tree) in trees.iter().enumerate() {
         if let Some(log) = log.filter(|_| tag == MESSAGES) {
             let mut ids = log.queue_ids();
@@ -58,7 +62,8 @@ pub(super) fn dump(trees: &[&sled::Tree], log: Option<&MessageLog>, path: &Path)
             for queue in ids {
                 for m in log.stored(queue) {
                     let m = m?;
-                    encode_record(&m.message, false, m.deadline, &mut v);
+                    let time = if timed { m.time } else { 0 };
+                    encode_record(&m.message, false, m.deadline, time, &mut v);
                     record(&mut w, tag, &message_key(queue, m.seq), &v)?;
                 }
             }
@@ -199,6 +204,7 @@ mod tests {
                 seq,
                 deadline: 0,
                 paged: false,
+                time: 0,
                 message: &m,
             };
             a.apply(&put).unwrap();
@@ -238,7 +244,7 @@ mod log_tests {
     fn put(log: &MessageLog, queue: u64, seq: u64, deadline: u64) {
         let body = format!("{queue}.{seq}");
         let m = Message::new(b"", b"q", &[0x10, 0, 2], body.as_bytes(), Meta::default());
-        log.put(queue, seq, &m, false, deadline).unwrap();
+        log.put(queue, seq, &m, false, deadline, 0).unwrap();
     }
 
     fn contents(log: &MessageLog) -> Vec<(u64, u64, Vec<u8>, u64)> {
@@ -293,5 +299,31 @@ mod log_tests {
         let c = MessageLog::temporary().unwrap();
         load(&mine.each_ref(), Some(&c), &back).unwrap();
         assert_eq!(contents(&c), contents(&a));
+    }
+
+    /// A snapshot's messages keep the time they were stored only once the
+    /// cluster's version says every member reads it.
+    #[test]
+    fn times_travel_once_the_cluster_version_allows() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let trees = ["d", "m", "x"].map(|n| db.open_tree(n).unwrap());
+        let a = MessageLog::temporary().unwrap();
+        let m = Message::new(b"", b"q", &[0x10, 0, 2], b"b", Meta::default());
+        a.put(3, 1, &m, false, 0, 1_700_000_000_123).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let times = |path: &Path| {
+            let b = MessageLog::temporary().unwrap();
+            let other = sled::Config::new().temporary(true).open().unwrap();
+            let mine = ["d", "m", "x"].map(|n| other.open_tree(n).unwrap());
+            load(&mine.each_ref(), Some(&b), path).unwrap();
+            b.stored(3).map(|m| m.unwrap().time).collect::<Vec<_>>()
+        };
+        let before = dir.path().join("before");
+        dump(&trees.each_ref(), Some(&a), &before).unwrap();
+        assert_eq!(times(&before), vec![0], "an older member may read it");
+        crate::store::cluster_version::raise(&trees[0], TIMED_RECORDS).unwrap();
+        let after = dir.path().join("after");
+        dump(&trees.each_ref(), Some(&a), &after).unwrap();
+        assert_eq!(times(&after), vec![1_700_000_000_123]);
     }
 }

@@ -222,7 +222,7 @@ mod tests {
         trees[0].insert(b"k", b"v").unwrap();
         let log = Arc::new(MessageLog::temporary().unwrap());
         let m = Message::new(b"", b"q", &[0x10, 0, 2], b"body", Meta::default());
-        log.put(7, 1, &m, false, 0).unwrap();
+        log.put(7, 1, &m, false, 0, 0).unwrap();
         Source {
             trees,
             log: Some(log),
