@@ -29,7 +29,7 @@ use crate::store::op;
 
 const APPLIED: &[u8] = b"applied";
 const MEMBERSHIP: &[u8] = b"membership";
-const SNAPSHOT: &[u8] = b"snapshot";
+pub(super) const SNAPSHOT: &[u8] = b"snapshot";
 /// Set (and synced) while a snapshot is being loaded: a crash then means
 /// the trees are half loaded, and the next start loads it again.
 const INSTALLING: &[u8] = b"installing";
@@ -122,7 +122,9 @@ impl StateMachine {
             sm.meta.remove(INSTALLING)?;
         }
         // Received snapshots once loaded, and older builds' snapshots:
-        // the applied state is in the trees and the message log.
+        // the applied state is in the trees and the message log (flushed
+        // first: an install's end may not be on disk yet).
+        db.flush()?;
         remove_files(&sm.dir, |n| n.starts_with("snap-"));
         let index = sm.last_applied.map_or(0, |l: LogId<u64>| l.index);
         sm.applied.send_replace(index);
@@ -182,6 +184,7 @@ impl StateMachine {
             log: self.applier.log.clone(),
             dir: self.dir.clone(),
             dumping: Arc::clone(&self.dumping),
+            meta: self.meta.clone(),
         }
     }
 
@@ -343,6 +346,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.membership = meta.last_membership.clone();
         self.save_now().await?;
         self.meta.remove(INSTALLING).map_err(storage_error)?;
+        // Durable (the loaded trees with it: sled flushes them all) before
+        // the file goes: a start that still finds INSTALLING loads it again.
+        durable(&self.meta, &self.dir).await?;
         if let Some(l) = self.last_applied {
             self.applied.send_replace(l.index);
         }

@@ -40,6 +40,8 @@ pub struct Source {
     /// Held while a dump is made: one at a time, and a second reader of
     /// the same snapshot finds the first one's file.
     pub dumping: Arc<parking_lot::Mutex<()>>,
+    /// Names the current snapshot (machine.rs `SNAPSHOT`).
+    pub meta: sled::Tree,
 }
 
 impl Source {
@@ -55,9 +57,27 @@ impl Source {
         let tmp = self.dir.join(format!("dumping-{id}.snapshot"));
         let trees = self.trees.each_ref();
         snapshot::dump(&trees, self.log.as_deref(), &tmp).map_err(io::Error::other)?;
+        // Opened before it is renamed: a newer snapshot's build removes
+        // the older dumps without waiting for this one.
+        let f = std::fs::File::open(&tmp)?;
         std::fs::rename(&tmp, &path)?;
+        if !self.is_current(id) {
+            // A newer snapshot was built meanwhile: no later reader wants
+            // this one (this reader keeps its handle).
+            let _ = std::fs::remove_file(&path);
+        }
         tracing::info!(snapshot = id, "snapshot dumped to be sent");
-        std::fs::File::open(&path)
+        Ok(f)
+    }
+
+    /// Whether `id` is the current snapshot's.
+    fn is_current(&self, id: &str) -> bool {
+        let current = self.meta.get(super::machine::SNAPSHOT).ok().flatten();
+        current
+            .and_then(|raw| {
+                bincode::deserialize::<openraft::SnapshotMeta<u64, super::Member>>(&raw).ok()
+            })
+            .is_some_and(|m| m.snapshot_id == id)
     }
 }
 
@@ -159,7 +179,10 @@ impl AsyncSeek for SnapshotData {
     fn start_seek(self: Pin<&mut Self>, position: io::SeekFrom) -> io::Result<()> {
         let this = self.get_mut();
         match &mut this.state {
-            State::Ready(f) => Pin::new(f).start_seek(position),
+            State::Ready(f) => {
+                this.seek = None;
+                Pin::new(f).start_seek(position)
+            }
             _ => {
                 this.seek = Some(position);
                 Ok(())
@@ -223,11 +246,22 @@ mod tests {
         let log = Arc::new(MessageLog::temporary().unwrap());
         let m = Message::new(b"", b"q", &[0x10, 0, 2], b"body", Meta::default());
         log.put(7, 1, &m, false, 0, 0).unwrap();
+        let meta = db.open_tree("raft_sm").unwrap();
+        let current = openraft::SnapshotMeta::<u64, super::super::Member> {
+            snapshot_id: "1-5-x".into(),
+            ..Default::default()
+        };
+        meta.insert(
+            super::super::machine::SNAPSHOT,
+            bincode::serialize(&current).unwrap(),
+        )
+        .unwrap();
         Source {
             trees,
             log: Some(log),
             dir: dir.to_path_buf(),
             dumping: Arc::default(),
+            meta,
         }
     }
 
@@ -256,6 +290,18 @@ mod tests {
         b.read_to_end(&mut again).await.unwrap();
         assert_eq!(again, bytes);
         assert!(sending_file(dir.path(), "1-5-x").exists());
+    }
+
+    /// A dump of a snapshot that is no longer the current one is read by
+    /// the stream that asked for it and not kept for another.
+    #[tokio::test]
+    async fn an_older_snapshots_dump_is_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut old = SnapshotData::lazy(source(dir.path()), "1-4-old".into());
+        let mut bytes = Vec::new();
+        old.read_to_end(&mut bytes).await.unwrap();
+        assert_eq!(&bytes[..8], b"WRNSNAP1");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     /// Data not dumped yet is not written to.
