@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use super::delivered::DeliveredLog;
 use super::msglog::MessageLog;
 use super::op::{Applied, Op};
+use super::shipped::Shipped;
 use super::{access, cluster_version, definitions, delayed, messages, tenancy, Result};
 
 /// The state operations change.
@@ -34,8 +35,13 @@ pub struct Applier {
     /// Message puts submitted and not applied yet, readable at once (a
     /// journal that applies on commit stages what leaves memory).
     pub(super) pending: sled::Tree,
+    /// Puts shipped and not applied yet, in memory (shipped.rs); `pending`
+    /// keeps the paged transient messages a leader never ships.
+    pub(super) shipped: Shipped,
     /// Whether anything was staged since `clear_pending`.
     staged: AtomicBool,
+    /// Whether `pending` may hold anything (else no sled read or write).
+    staged_sled: AtomicBool,
     /// Held messages released and not unheld in the applied state yet:
     /// the scheduler must not release them again meanwhile.
     pub(super) unholding: Mutex<std::collections::HashSet<Vec<u8>>>,
@@ -65,7 +71,10 @@ impl Applier {
             dirty: Arc::new(AtomicBool::new(true)),
             delayed: db.open_tree("delayed")?,
             pending: db.open_tree("pending")?,
+            shipped: Shipped::default(),
             staged: AtomicBool::new(false),
+            // What a stop left there is cleared by the next term's start.
+            staged_sled: AtomicBool::new(true),
             unholding: Mutex::default(),
             delivered,
             defs_lock: Mutex::new(()),
@@ -261,7 +270,10 @@ impl Applier {
             None => messages::purge_from(&self.msgs, id, 0)?,
         }
         if self.is_staging() {
-            messages::purge_from(&self.pending, id, 0)?;
+            self.shipped.purge_from(id, 0);
+            if self.staged_sled.load(Ordering::Acquire) {
+                messages::purge_from(&self.pending, id, 0)?;
+            }
         }
         Ok(())
     }
@@ -280,22 +292,20 @@ impl Applier {
                 message,
             } => {
                 self.staged.store(true, Ordering::Release);
-                messages::put(&self.pending, queue_id, seq, message, paged, deadline, time)?;
+                if paged {
+                    // Never shipped: it lives until acked.
+                    self.staged_sled.store(true, Ordering::Release);
+                    messages::put(&self.pending, queue_id, seq, message, paged, deadline, time)?;
+                } else {
+                    self.shipped.put(queue_id, seq, message);
+                }
             }
             // What moved is readable in its new queue at once (it may page
             // it out before the operation is applied).
             Op::MoveMessages { to, moves, .. } => {
                 self.staged.store(true, Ordering::Release);
                 for m in moves {
-                    messages::put(
-                        &self.pending,
-                        to,
-                        m.to_seq,
-                        m.message,
-                        false,
-                        m.deadline,
-                        m.time,
-                    )?;
+                    self.shipped.put(to, m.to_seq, m.message);
                 }
             }
             _ => {}
@@ -307,8 +317,10 @@ impl Applier {
     /// serving): what was not committed never happened.
     pub fn clear_pending(&self) -> Result<()> {
         self.pending.clear()?;
+        self.shipped.clear();
         self.unholding.lock().clear();
         self.staged.store(false, Ordering::Release);
+        self.staged_sled.store(false, Ordering::Release);
         Ok(())
     }
 
@@ -316,7 +328,10 @@ impl Applier {
     /// delete submitted now: what is staged later stays).
     pub fn unstage_from(&self, queue_id: u64, from: u64) -> Result<()> {
         if self.is_staging() {
-            messages::purge_from(&self.pending, queue_id, from)?;
+            self.shipped.purge_from(queue_id, from);
+            if self.staged_sled.load(Ordering::Acquire) {
+                messages::purge_from(&self.pending, queue_id, from)?;
+            }
         }
         Ok(())
     }
@@ -336,9 +351,17 @@ impl Applier {
     /// queue's paged message acked).
     pub(super) fn unstage(&self, queue_id: u64, seq: u64) -> Result<()> {
         if self.is_staging() {
-            self.pending.remove(messages::message_key(queue_id, seq))?;
+            self.shipped.remove(queue_id, seq);
+            if self.staged_sled.load(Ordering::Acquire) {
+                self.pending.remove(messages::message_key(queue_id, seq))?;
+            }
         }
         Ok(())
+    }
+
+    /// Whether sled's `pending` tree may hold staged puts.
+    pub(super) fn is_staging_in_sled(&self) -> bool {
+        self.staged_sled.load(Ordering::Acquire)
     }
 
     /// The last durable queue id given (a journal that chooses ids).

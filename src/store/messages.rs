@@ -383,9 +383,13 @@ impl Store {
         if staging {
             // Puts not applied yet (a replicated journal's leader), read
             // first: applying one writes the log (or `msgs`) before it
-            // leaves `pending`, so one being applied now is in one or both.
-            for item in self.applier.pending.range(range.clone()).take(n) {
-                out.push(decode(item?)?);
+            // leaves the staging, so one being applied now is in one or
+            // both.
+            out.extend(self.applier.shipped.range(queue_id, from, n));
+            if self.applier.is_staging_in_sled() {
+                for item in self.applier.pending.range(range.clone()).take(n) {
+                    out.push(decode(item?)?);
+                }
             }
         }
         match &self.applier.log {
@@ -408,7 +412,12 @@ impl Store {
     /// Reads one message back (bodies paged out of memory).
     pub fn get_message(&self, queue_id: u64, seq: u64) -> Result<Option<Message>> {
         let key = message_key(queue_id, seq);
-        let staged = match self.applier.is_staging() {
+        if self.applier.is_staging() {
+            if let Some(m) = self.applier.shipped.get(queue_id, seq) {
+                return Ok(Some(m));
+            }
+        }
+        let staged = match self.applier.is_staging_in_sled() && self.applier.is_staging() {
             true => self.applier.pending.get(key)?,
             false => None,
         };

@@ -24,6 +24,7 @@ pub mod msglog;
 pub mod op;
 pub mod raft;
 pub mod segments;
+mod shipped;
 mod sync;
 mod tenancy;
 mod writes;
