@@ -21,25 +21,24 @@ pub fn now_ms() -> u64 {
 /// Milliseconds on a coarse monotonic clock (CLOCK_MONOTONIC_COARSE: read
 /// without a syscall, a few milliseconds of resolution).
 pub fn coarse_now_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+    clock_ms(libc::CLOCK_MONOTONIC_COARSE)
 }
 
 /// Milliseconds since the epoch on the coarse wall clock
 /// (CLOCK_REALTIME_COARSE: read without a syscall, a few milliseconds of
 /// resolution): the time a message record was stored.
 pub fn coarse_wall_ms() -> u64 {
+    clock_ms(libc::CLOCK_REALTIME_COARSE)
+}
+
+/// Clock `id` in milliseconds.
+fn clock_ms(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    unsafe { libc::clock_gettime(id, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
