@@ -86,8 +86,7 @@ impl StateMachine {
         // An older version kept the snapshot as current.snapshot.
         let legacy = dir.join("current.snapshot");
         if legacy.exists() {
-            if let Some(raw) = meta.get(SNAPSHOT)? {
-                let snap: Meta = bincode::deserialize(&raw).map_err(corrupt)?;
+            if let Some(snap) = current_snapshot(&meta)? {
                 std::fs::rename(&legacy, snapshot_file(&dir, &snap.snapshot_id))?;
             }
         }
@@ -104,10 +103,9 @@ impl StateMachine {
             dumping: Arc::default(),
         };
         if sm.meta.get(INSTALLING)?.is_some() {
-            let raw = sm.meta.get(SNAPSHOT)?.ok_or_else(|| {
+            let snap = current_snapshot(&sm.meta)?.ok_or_else(|| {
                 crate::store::Error::Corrupt("raft_sm: installing, no snapshot".into())
             })?;
-            let snap: Meta = bincode::deserialize(&raw).map_err(corrupt)?;
             tracing::warn!(snapshot = %snap.snapshot_id, "a snapshot install was cut short: loading it again");
             let trees = sm.trees().map(Clone::clone);
             let path = sm.snapshot_path(&snap.snapshot_id);
@@ -360,10 +358,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let Some(raw) = self.meta.get(SNAPSHOT).map_err(storage_error)? else {
+        let Some(meta) = current_snapshot(&self.meta).map_err(storage_error)? else {
             return Ok(None);
         };
-        let meta: Meta = bincode::deserialize(&raw).map_err(storage_error)?;
         let data = SnapshotData::lazy(self.source(), meta.snapshot_id.clone());
         Ok(Some(Snapshot {
             meta,
@@ -401,13 +398,10 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
         let _guard = self.current.lock().await;
         // A snapshot installed meanwhile (a follower catching up) is newer:
         // it stays the current one.
-        let newer = match self.meta.get(SNAPSHOT).map_err(storage_error)? {
-            Some(raw) => bincode::deserialize::<Meta>(&raw)
-                .map_err(storage_error)?
-                .last_log_id
-                .is_some_and(|l| Some(l) >= self.last_applied),
-            None => false,
-        };
+        let newer = current_snapshot(&self.meta)
+            .map_err(storage_error)?
+            .and_then(|m| m.last_log_id)
+            .is_some_and(|l| Some(l) >= self.last_applied);
         if !newer {
             self.meta
                 .insert(SNAPSHOT, bincode::serialize(&meta).map_err(storage_error)?)
@@ -424,6 +418,16 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             snapshot: Box::new(data),
         })
     }
+}
+
+/// The current snapshot's meta, if there is one.
+pub(super) fn current_snapshot(meta: &sled::Tree) -> crate::store::Result<Option<Meta>> {
+    let Some(raw) = meta.get(SNAPSHOT)? else {
+        return Ok(None);
+    };
+    bincode::deserialize(&raw)
+        .map(Some)
+        .map_err(|e| crate::store::Error::Corrupt(format!("raft_sm: {e}")))
 }
 
 fn snapshot_file(dir: &std::path::Path, id: &str) -> PathBuf {

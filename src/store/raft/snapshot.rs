@@ -47,7 +47,9 @@ fn record(w: &mut impl Write, tag: usize, k: &[u8], v: &[u8]) -> Result<()> {
 }
 
 /// Writes `trees` (each tagged by its index) to `path`; with `log`, the
-/// messages (tag 1) come from it instead of `trees[1]`.
+/// messages (tag 1) come from it instead of `trees[1]`. Not synced: a dump
+/// is a copy made to be sent (snapshot_data.rs), removed at the next
+/// start; the member receiving it syncs what it received.
 pub(super) fn dump(trees: &[&sled::Tree], log: Option<&MessageLog>, path: &Path) -> Result<()> {
     let mut w = BufWriter::with_capacity(1 << 20, File::create(path)?);
     w.write_all(MAGIC)?;
@@ -75,8 +77,7 @@ pub(super) fn dump(trees: &[&sled::Tree], log: Option<&MessageLog>, path: &Path)
         }
     }
     w.write_all(&[END])?;
-    let f = w.into_inner().map_err(|e| Error::Io(e.into_error()))?;
-    f.sync_all()?;
+    w.into_inner().map_err(|e| Error::Io(e.into_error()))?;
     Ok(())
 }
 

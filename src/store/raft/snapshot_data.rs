@@ -72,11 +72,9 @@ impl Source {
 
     /// Whether `id` is the current snapshot's.
     fn is_current(&self, id: &str) -> bool {
-        let current = self.meta.get(super::machine::SNAPSHOT).ok().flatten();
-        current
-            .and_then(|raw| {
-                bincode::deserialize::<openraft::SnapshotMeta<u64, super::Member>>(&raw).ok()
-            })
+        super::machine::current_snapshot(&self.meta)
+            .ok()
+            .flatten()
             .is_some_and(|m| m.snapshot_id == id)
     }
 }
