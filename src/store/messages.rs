@@ -91,6 +91,19 @@ pub(super) fn encode_record(
     append_record(msg, transient, deadline, time, out);
 }
 
+/// The length of the record `append_record` writes.
+pub(super) fn record_len(msg: &Message, deadline: u64, time: u64) -> usize {
+    let optional = |v: u64| if v != 0 { 8 } else { 0 };
+    1 + optional(deadline)
+        + optional(time)
+        + 2
+        + msg.exchange().len()
+        + msg.routing_key().len()
+        + 4
+        + msg.properties().len()
+        + msg.body().len()
+}
+
 /// Appends a message record with its expiry deadline and the time it was
 /// stored (0: none) to `out`.
 pub(super) fn append_record(
@@ -281,7 +294,7 @@ impl Store {
     pub fn sweep_orphans(&self, live: &std::collections::HashSet<u64>) -> Result<usize> {
         if let Some(log) = &self.applier.log {
             let mut swept = 0;
-            for id in log.queue_ids() {
+            for id in log.queue_ids()? {
                 if !live.contains(&id) {
                     tracing::warn!(queue_id = id, "deleting the records of a deleted queue");
                     self.purge_messages(id)?;

@@ -26,6 +26,7 @@
 //! append's copy into the buffer (the message is encoded before).
 
 mod compact;
+mod held;
 mod index;
 mod open;
 mod record;
@@ -44,10 +45,11 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
+use self::held::{Held, HeldPut};
 use self::index::{Index, Loc};
 use self::record::{Rec, PUT_MESSAGE_AT};
 use self::summary::{Entry, Summary, Writer};
-use super::messages::{decode_record, Decoded, StoredMessage};
+use super::messages::{decode_record, record_len, Decoded, StoredMessage};
 use super::op::Moved;
 use super::segments::{SegmentLog, SEGMENT_BYTES};
 use super::{Error, Result};
@@ -76,10 +78,14 @@ pub struct MessageLog {
     _lock: File,
     /// A temporary log's directory, removed on drop.
     temporary: Option<PathBuf>,
+    /// Puts are held back until the next commit (`hold_puts`).
+    hold: bool,
 }
 
 struct State {
     index: Index,
+    /// Puts not written yet (`hold_puts`).
+    held: Held,
     /// The bodies written since the last commit, by their buffer: a
     /// message routed to several queues shares the first one's.
     recent: HashMap<(usize, usize), Recent>,
@@ -197,6 +203,7 @@ impl MessageLog {
             synced: end.into(),
             state: Mutex::new(State {
                 index: opened.index,
+                held: Held::default(),
                 recent: HashMap::new(),
                 recent_bytes: 0,
                 compact: None,
@@ -208,7 +215,17 @@ impl MessageLog {
             writer: Mutex::new(writer),
             _lock: lock,
             temporary: None,
+            hold: false,
         })
+    }
+
+    /// Holds puts back until the next commit (held.rs): a cluster
+    /// member's log, whose Raft log keeps what it applied until a
+    /// checkpoint commits this log. A message removed before then is
+    /// never written.
+    pub fn hold_puts(mut self) -> MessageLog {
+        self.hold = true;
+        self
     }
 
     /// A log in a new temporary directory, removed on drop (tests, and
@@ -256,63 +273,126 @@ impl MessageLog {
         deadline: u64,
         time: u64,
     ) -> Result<()> {
-        let key = (msg.backing().as_ptr() as usize, msg.backing().len());
+        let put = HeldPut {
+            queue,
+            seq,
+            msg: msg.clone(),
+            paged,
+            deadline,
+            time,
+        };
+        if self.hold {
+            check_len(record_len(msg, deadline, time))?;
+            let mut st = self.state.lock();
+            st.held.hold(put);
+            if st.held.is_full() {
+                self.release(&mut st)?;
+            }
+            return Ok(());
+        }
         SCRATCH.with(|s| {
             let mut buf = s.borrow_mut();
             // Encoded before the lock is taken (wasted for a fan-out's
             // later queues, which write a REF).
             record::put(queue, seq, msg, paged, deadline, time, &mut buf);
             check_len(buf.len() - PUT_MESSAGE_AT as usize)?;
-            let mut st = self.state.lock();
-            let st = &mut *st;
-            if let Some(r) = st.recent.get(&key) {
-                let payload = record::reference(queue, seq, deadline, paged, r.pos, r.len);
-                if self.log.next_base(payload.len()) == r.base {
-                    let (body, len) = (r.pos, r.len);
-                    let body_len = msg.body().len() as u32;
-                    let e = Entry::Ref {
-                        queue,
-                        seq,
-                        deadline,
-                        paged,
-                        body,
-                        len,
-                        body_len,
-                    };
-                    let pos = self.append(st, record::REF, &payload, &e)?;
-                    return open::insert_entry(&mut st.index, pos, &e);
-                }
-            }
-            let base = self.log.next_base(buf.len());
-            let len = (buf.len() - PUT_MESSAGE_AT as usize) as u32;
-            let body_len = msg.body().len() as u32;
-            let e = Entry::Put {
-                queue,
-                seq,
-                len,
-                paged,
-                body_len,
-                timed: deadline != 0,
-            };
-            let pos = self.append(st, record::PUT, &buf, &e)?;
-            open::insert_entry(&mut st.index, pos, &e)?;
-            if st.recent.len() >= RECENT_MAX || st.recent_bytes >= RECENT_BYTES {
-                st.recent.clear();
-                st.recent_bytes = 0;
-            }
-            let pin = msg.backing().clone();
-            st.recent_bytes += pin.len();
-            st.recent.insert(
-                key,
-                Recent {
-                    pos,
-                    len,
-                    base,
-                    _pin: pin,
-                },
-            );
-            Ok(())
+            self.put_locked(&mut self.state.lock(), &put, &buf)
         })
+    }
+
+    /// Writes the puts held back, in order.
+    fn release(&self, st: &mut State) -> Result<()> {
+        let puts = st.held.take_all();
+        self.write_held(st, puts)
+    }
+
+    /// Writes `puts`, taken from those held, in order.
+    fn write_held(&self, st: &mut State, puts: Vec<HeldPut>) -> Result<()> {
+        let mut buf = BytesMut::new();
+        for put in puts {
+            record::put(
+                put.queue,
+                put.seq,
+                &put.msg,
+                put.paged,
+                put.deadline,
+                put.time,
+                &mut buf,
+            );
+            check_len(buf.len() - PUT_MESSAGE_AT as usize)?;
+            self.put_locked(st, &put, &buf)?;
+        }
+        Ok(())
+    }
+
+    /// The state, with every held put written: what a read sees.
+    fn released(&self) -> Result<parking_lot::MutexGuard<'_, State>> {
+        let mut st = self.state.lock();
+        if !st.held.is_empty() {
+            self.release(&mut st)?;
+        }
+        Ok(st)
+    }
+
+    /// Appends `put`, encoded in `buf`: a REF to the same body written
+    /// since the last commit in the same segment, if there is one.
+    fn put_locked(&self, st: &mut State, put: &HeldPut, buf: &[u8]) -> Result<()> {
+        let HeldPut {
+            queue,
+            seq,
+            ref msg,
+            paged,
+            deadline,
+            ..
+        } = *put;
+        let key = (msg.backing().as_ptr() as usize, msg.backing().len());
+        if let Some(r) = st.recent.get(&key) {
+            let payload = record::reference(queue, seq, deadline, paged, r.pos, r.len);
+            if self.log.next_base(payload.len()) == r.base {
+                let (body, len) = (r.pos, r.len);
+                let body_len = msg.body().len() as u32;
+                let e = Entry::Ref {
+                    queue,
+                    seq,
+                    deadline,
+                    paged,
+                    body,
+                    len,
+                    body_len,
+                };
+                let pos = self.append(st, record::REF, &payload, &e)?;
+                return open::insert_entry(&mut st.index, pos, &e);
+            }
+        }
+        let base = self.log.next_base(buf.len());
+        let len = (buf.len() - PUT_MESSAGE_AT as usize) as u32;
+        let body_len = msg.body().len() as u32;
+        let e = Entry::Put {
+            queue,
+            seq,
+            len,
+            paged,
+            body_len,
+            timed: deadline != 0,
+        };
+        let pos = self.append(st, record::PUT, buf, &e)?;
+        open::insert_entry(&mut st.index, pos, &e)?;
+        if st.recent.len() >= RECENT_MAX || st.recent_bytes >= RECENT_BYTES {
+            st.recent.clear();
+            st.recent_bytes = 0;
+        }
+        let pin = msg.backing().clone();
+        st.recent_bytes += pin.len();
+        st.recent.insert(
+            key,
+            Recent {
+                pos,
+                len,
+                base,
+                _pin: pin,
+            },
+        );
+        Ok(())
     }
 
     /// Stores a message record as an older store wrote it (migration).
@@ -322,7 +402,7 @@ impl MessageLog {
         check_len(encoded.len())?;
         let e = Entry::of(record::PUT, &buf)
             .ok_or_else(|| corrupt(format!("message {seq} of queue {queue}: no message record")))?;
-        let mut st = self.state.lock();
+        let mut st = self.released()?;
         let pos = self.append(&mut st, record::PUT, &buf, &e)?;
         open::insert_entry(&mut st.index, pos, &e)
     }
@@ -330,6 +410,9 @@ impl MessageLog {
     /// Forgets message `seq` of `queue` (acked, expired, dropped).
     pub fn remove(&self, queue: u64, seq: u64) -> Result<()> {
         let mut st = self.state.lock();
+        // Never written, and so no ack either; but a put applied again
+        // (a replay) may be held while the first one is on disk.
+        st.held.take(queue, seq);
         if st.index.remove(queue, seq) {
             let e = Entry::Other(Rec::Ack { queue, seq });
             self.append(&mut st, record::ACK, &record::pair(queue, seq), &e)?;
@@ -339,7 +422,7 @@ impl MessageLog {
 
     /// Forgets every message of `queue` from `from` on.
     pub fn purge_from(&self, queue: u64, from: u64) -> Result<()> {
-        let mut st = self.state.lock();
+        let mut st = self.released()?;
         if st.index.remove_from(queue, from) > 0 {
             let e = Entry::Other(Rec::Purge { queue, from });
             self.append(&mut st, record::PURGE, &record::pair(queue, from), &e)?;
@@ -367,14 +450,14 @@ impl MessageLog {
             moves: at,
             removes: removes.to_vec(),
         });
-        let mut st = self.state.lock();
+        let mut st = self.released()?;
         let pos = self.append(&mut st, record::MOVE, &buf, &e)?;
         open::apply(&mut st.index, pos, &e)
     }
 
     /// Message `seq` of `queue`, if it is stored.
     pub fn get(&self, queue: u64, seq: u64) -> Result<Option<Message>> {
-        let Some(loc) = self.state.lock().index.get(queue, seq) else {
+        let Some(loc) = self.released()?.index.get(queue, seq) else {
             return Ok(None);
         };
         let mut last = None;
@@ -384,7 +467,7 @@ impl MessageLog {
 
     /// Up to `n` messages of `queue` from `from` on, in order.
     pub fn range(&self, queue: u64, from: u64, n: usize) -> Result<Vec<(u64, Arc<Message>)>> {
-        let locs = self.state.lock().index.range(queue, from, n);
+        let locs = self.released()?.index.range(queue, from, n);
         let mut last = None;
         let mut out = Vec::with_capacity(locs.len());
         for (seq, loc) in locs {
@@ -397,24 +480,26 @@ impl MessageLog {
 
     /// Where each stored message of `queue` from `from` on lies, in
     /// order, looked up a batch at a time.
-    fn indexed(&self, queue: u64, from: u64) -> impl Iterator<Item = (u64, Loc)> + '_ {
+    fn indexed(&self, queue: u64, from: u64) -> impl Iterator<Item = Result<(u64, Loc)>> + '_ {
         let mut from = from;
         let mut batch = std::collections::VecDeque::new();
         let mut done = false;
         std::iter::from_fn(move || {
             if batch.is_empty() && !done {
-                batch = self
-                    .state
-                    .lock()
-                    .index
-                    .range(queue, from, READ_BATCH)
-                    .into();
+                let st = match self.released() {
+                    Ok(st) => st,
+                    Err(e) => {
+                        done = true;
+                        return Some(Err(e));
+                    }
+                };
+                batch = st.index.range(queue, from, READ_BATCH).into();
                 match batch.back() {
                     Some((seq, _)) => from = seq + 1,
                     None => done = true,
                 }
             }
-            batch.pop_front()
+            batch.pop_front().map(Ok)
         })
     }
 
@@ -422,7 +507,11 @@ impl MessageLog {
     /// batch at a time (recovery).
     pub fn stored(&self, queue: u64) -> impl Iterator<Item = Result<StoredMessage>> + '_ {
         let mut last = None;
-        self.indexed(queue, 0).filter_map(move |(seq, loc)| {
+        self.indexed(queue, 0).filter_map(move |found| {
+            let (seq, loc) = match found {
+                Ok(found) => found,
+                Err(e) => return Some(Err(e)),
+            };
             self.read_current(queue, seq, loc, &mut last)
                 .map(|found| {
                     found.map(|d| StoredMessage {
@@ -446,7 +535,11 @@ impl MessageLog {
         from: u64,
     ) -> impl Iterator<Item = Result<(u64, u32, u64)>> + '_ {
         let mut last = None;
-        self.indexed(queue, from).filter_map(move |(seq, loc)| {
+        self.indexed(queue, from).filter_map(move |found| {
+            let (seq, loc) = match found {
+                Ok(found) => found,
+                Err(e) => return Some(Err(e)),
+            };
             if !loc.timed {
                 return Some(Ok((seq, loc.body_len, 0)));
             }
@@ -457,8 +550,8 @@ impl MessageLog {
     }
 
     /// The queues with stored messages.
-    pub fn queue_ids(&self) -> Vec<u64> {
-        self.state.lock().index.queue_ids()
+    pub fn queue_ids(&self) -> Result<Vec<u64>> {
+        Ok(self.released()?.index.queue_ids())
     }
 
     /// Message `seq` of `queue`, read at `loc`, or where the index says it
@@ -516,6 +609,7 @@ impl MessageLog {
     /// Writes what was appended (a copy must reach the OS before what it
     /// replaces, kept elsewhere, is removed).
     pub fn flush(&self) -> Result<()> {
+        drop(self.released()?);
         Ok(self.log.flush()?)
     }
 
@@ -523,6 +617,25 @@ impl MessageLog {
     /// makes every record appended so far durable, then removes the oldest
     /// segments that were dead before it began.
     pub fn commit(&self) -> Result<()> {
+        drop(self.released()?);
+        self.commit_written()
+    }
+
+    /// A commit that leaves the puts held since the last such commit
+    /// held (held.rs): they get another interval in which to be removed.
+    /// Everything else appended before the call is durable when it returns.
+    pub fn commit_older(&self) -> Result<()> {
+        {
+            let mut st = self.state.lock();
+            let ended = st.held.next_generation();
+            let older = st.held.take_before(ended);
+            self.write_held(&mut st, older)?;
+        }
+        self.commit_written()
+    }
+
+    /// `commit`'s part after the held puts it writes.
+    fn commit_written(&self) -> Result<()> {
         self.compact_step()?;
         let wanted = self.state.lock().index.wanted_from(self.log.active());
         let end = self.log.sync()?;
@@ -561,7 +674,7 @@ impl MessageLog {
         let first = self.log.segments().first().copied().unwrap_or(0);
         let active = self.log.active();
         let st = self.state.lock();
-        st.compact.is_some() || st.index.wanted_from(active) > first || {
+        !st.held.is_empty() || st.compact.is_some() || st.index.wanted_from(active) > first || {
             drop(st);
             self.compaction_due()
         }
@@ -570,6 +683,7 @@ impl MessageLog {
     /// Makes everything durable and writes the synced mark (a clean
     /// stop, the end of a migration).
     pub fn close(&self) -> Result<()> {
+        drop(self.released()?);
         let end = self.log.sync_marked()?;
         let mut writer = self.writer.lock();
         self.hand_summaries(&mut writer);
@@ -595,7 +709,8 @@ impl MessageLog {
 
     /// The bytes of every stored message.
     pub fn live_bytes(&self) -> u64 {
-        self.state.lock().index.live_bytes()
+        let st = self.state.lock();
+        st.index.live_bytes() + st.held.bytes() as u64
     }
 
     /// Marks the log as if a sync had failed (tests).

@@ -13,7 +13,16 @@
 //! while the log has work: acks to sync, dead segments to remove,
 //! compaction), and before the Raft log removes purged entries' files
 //! (`CheckpointSync`: a purge follows a snapshot of applied state, so the
-//! mark then covers every purged entry). One that fails stops the member:
+//! mark then covers every purged entry).
+//!
+//! The message log holds puts back until a commit (msglog/held.rs), so a
+//! message acked soon after it was applied is never written. The periodic
+//! checkpoint leaves the puts of its last interval held
+//! (`MessageLog::commit_older`) and so writes the marks noted at the
+//! checkpoint before it: every put those cover was written by this one's
+//! commit. A message then has one interval at least to be acked. The
+//! checkpoints a purge or a stop runs write everything, and the newest
+//! marks. One that fails stops the member:
 //! the state machine refuses the next entry (`failure`), as a single
 //! node's store is reopened after a failed commit; the Raft log keeps
 //! every entry the mark does not cover.
@@ -53,6 +62,9 @@ pub struct Checkpoint {
     defs: sled::Tree,
     /// The marks the last apply reached, not written yet.
     wanted: Mutex<Option<Marks>>,
+    /// The marks taken by the last periodic checkpoint, which the next
+    /// one writes (guarded by `running`).
+    previous: Mutex<Option<Marks>>,
     /// One checkpoint at a time: a mark is written only after a commit
     /// that began after it was noted.
     running: Mutex<()>,
@@ -85,6 +97,7 @@ impl Checkpoint {
             meta,
             defs,
             wanted: Mutex::new(None),
+            previous: Mutex::new(None),
             running: Mutex::new(()),
             failure: Mutex::new(None),
             sweeping: Mutex::new(()),
@@ -108,18 +121,39 @@ impl Checkpoint {
         *self.wanted.lock() = Some(marks);
     }
 
-    /// Commits the message log, then writes the marks noted before the
-    /// commit began.
+    /// Commits the message log, every held put with it, then writes the
+    /// newest marks noted before the commit began.
     pub fn run(&self) -> Result<()> {
         let _one = self.running.lock();
         let wanted = self.wanted.lock().take();
-        if let Err(e) = self.log.commit() {
+        let previous = self.previous.lock().take();
+        self.commit(|| self.log.commit())?;
+        self.write(wanted.or(previous))
+    }
+
+    /// The periodic checkpoint: commits the message log but for the puts
+    /// held since the last one, then writes the marks that one noted.
+    fn run_lagged(&self) -> Result<()> {
+        let _one = self.running.lock();
+        let wanted = self.wanted.lock().take();
+        self.commit(|| self.log.commit_older())?;
+        let due = std::mem::replace(&mut *self.previous.lock(), wanted);
+        self.write(due)
+    }
+
+    fn commit(&self, commit: impl FnOnce() -> Result<()>) -> Result<()> {
+        if let Err(e) = commit() {
             // Not written, and never will be: a failed sync poisons the
             // log, and the member stops at its next entry.
             self.failure.lock().get_or_insert_with(|| e.to_string());
             return Err(e);
         }
-        if let Some(marks) = wanted {
+        Ok(())
+    }
+
+    /// Writes `marks`, if any.
+    fn write(&self, marks: Option<Marks>) -> Result<()> {
+        if let Some(marks) = marks {
             let mut batch = sled::Batch::default();
             for (k, v) in marks {
                 batch.insert(k, v);
@@ -130,7 +164,7 @@ impl Checkpoint {
     }
 
     fn has_work(&self) -> bool {
-        let wanted = self.wanted.lock().is_some();
+        let wanted = self.wanted.lock().is_some() || self.previous.lock().is_some();
         wanted || self.log.wants_commit()
     }
 
@@ -138,7 +172,7 @@ impl Checkpoint {
     /// (see the module's doc); returns how many queues'.
     pub fn sweep(&self) -> Result<usize> {
         let _one = self.sweeping.lock();
-        let in_log = self.log.queue_ids();
+        let in_log = self.log.queue_ids()?;
         if in_log.is_empty() {
             return Ok(0);
         }
@@ -176,7 +210,7 @@ fn run_every(weak: &Weak<Checkpoint>) {
             return;
         }
         if c.has_work() {
-            if let Err(e) = c.run() {
+            if let Err(e) = c.run_lagged() {
                 tracing::error!("checkpoint of the applied state failed: {e}");
             }
         }
@@ -232,6 +266,42 @@ mod tests {
         assert_eq!(meta.get(b"applied").unwrap().as_deref(), Some(&[1u8][..]));
     }
 
+    /// A periodic checkpoint leaves the puts of its last interval held
+    /// and writes the marks the one before it noted: never a mark past
+    /// what the log holds on disk. A full one writes all, and the newest.
+    #[test]
+    fn a_periodic_checkpoint_writes_the_marks_of_the_one_before() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let meta = db.open_tree("raft_sm").unwrap();
+        let log = Arc::new(MessageLog::temporary().unwrap().hold_puts());
+        let c = Checkpoint::new(Arc::clone(&log), meta.clone(), db.open_tree("d").unwrap());
+        let m = Message::new(b"", b"q", &[0x10, 0, 2], b"body", Meta::default());
+        let applied = || meta.get(b"applied").unwrap().map(|v| v.to_vec());
+        log.put(1, 1, &m, false, 0, 0).unwrap();
+        c.note(vec![(b"applied", vec![1])]);
+        let empty = log.size_on_disk();
+        c.run_lagged().unwrap();
+        assert_eq!(applied(), None, "its put is still held");
+        assert_eq!(log.size_on_disk(), empty);
+        log.put(1, 2, &m, false, 0, 0).unwrap();
+        c.note(vec![(b"applied", vec![2])]);
+        c.run_lagged().unwrap();
+        assert_eq!(applied(), Some(vec![1]));
+        let one = log.size_on_disk();
+        assert!(one > empty, "put 1 was written");
+        // Put 2 is acked while held: neither it nor its ack is written.
+        log.remove(1, 2).unwrap();
+        c.run_lagged().unwrap();
+        assert_eq!(applied(), Some(vec![2]));
+        assert_eq!(log.size_on_disk(), one);
+        log.put(1, 3, &m, false, 0, 0).unwrap();
+        c.note(vec![(b"applied", vec![3])]);
+        c.run().unwrap();
+        assert_eq!(applied(), Some(vec![3]));
+        assert!(log.size_on_disk() > one, "put 3 was written");
+        assert!(!c.has_work());
+    }
+
     /// A failed commit of the log fails the checkpoint for good, and the
     /// mark is not written.
     #[test]
@@ -275,10 +345,14 @@ mod tests {
             move || c.sweep().unwrap()
         });
         std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(log.queue_ids().len(), 2, "nothing swept while held");
+        assert_eq!(
+            log.queue_ids().unwrap().len(),
+            2,
+            "nothing swept while held"
+        );
         drop(held);
         assert_eq!(sweeper.join().unwrap(), 1);
-        assert_eq!(log.queue_ids(), vec![live]);
+        assert_eq!(log.queue_ids().unwrap(), vec![live]);
         assert_eq!(c.sweep().unwrap(), 0);
     }
 }

@@ -115,9 +115,10 @@ impl Replica {
     pub fn open(dir: &std::path::Path, cache_bytes: u64) -> crate::store::Result<Replica> {
         use std::sync::Arc;
         let (db, syncer, marks) = crate::store::Store::open_files(dir, cache_bytes)?;
-        let messages = Arc::new(crate::store::msglog::MessageLog::open(
-            &dir.join("messages"),
-        )?);
+        // The Raft log is what the member applied until a checkpoint
+        // commits the message log: puts wait for that commit.
+        let messages =
+            Arc::new(crate::store::msglog::MessageLog::open(&dir.join("messages"))?.hold_puts());
         let applier = Arc::new(crate::store::Applier::with_log(
             &db,
             marks,

@@ -58,7 +58,7 @@ pub(super) fn dump(trees: &[&sled::Tree], log: Option<&MessageLog>, path: &Path)
     let timed = crate::store::cluster_version::read(trees[0])? >= TIMED_RECORDS;
     for (tag, tree) in trees.iter().enumerate() {
         if let Some(log) = log.filter(|_| tag == MESSAGES) {
-            let mut ids = log.queue_ids();
+            let mut ids = log.queue_ids()?;
             ids.sort_unstable();
             let mut v = bytes::BytesMut::new();
             for queue in ids {
@@ -95,7 +95,7 @@ pub(super) fn load(trees: &[&sled::Tree], log: Option<&MessageLog>, path: &Path)
         t.clear()?;
     }
     if let Some(log) = log {
-        for queue in log.queue_ids() {
+        for queue in log.queue_ids()? {
             log.purge_from(queue, 0)?;
         }
     }
@@ -249,7 +249,7 @@ mod log_tests {
     }
 
     fn contents(log: &MessageLog) -> Vec<(u64, u64, Vec<u8>, u64)> {
-        let mut ids = log.queue_ids();
+        let mut ids = log.queue_ids().unwrap();
         ids.sort_unstable();
         let mut out = Vec::new();
         for q in ids {
