@@ -62,13 +62,14 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<(u8,
     if len == 0 || len > FRAME_MAX {
         return Err(std::io::Error::other(format!("bad frame length {len}")));
     }
+    let kind = r.read_u8().await?;
+    let len = len - 1;
     // Grown as the bytes arrive: a length alone allocates nothing.
     let mut buf = Vec::with_capacity(len.min(64 << 10));
     (&mut *r).take(len as u64).read_to_end(&mut buf).await?;
     if buf.len() != len {
         return Err(std::io::ErrorKind::UnexpectedEof.into());
     }
-    let kind = buf.remove(0);
     Ok((kind, buf))
 }
 

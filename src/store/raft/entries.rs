@@ -7,7 +7,10 @@
 //! read back only by a follower far behind, and unlinked when purged.
 //!
 //! A file is a header (magic, length, CRC-32 of the body, the entry's log
-//! id) and the bincode of the entry. Writes are not synced when made: the
+//! id) and the body: a normal entry's batch as it is, after a tag octet
+//! (`WRL2`; written from the batch without a copy), any other entry's
+//! bincode after another tag, or (`WRL1`, older builds) the bincode of
+//! the entry. Writes are not synced when made: the
 //! log's sync thread takes the files written since its last round
 //! (`sync_point`) and fdatasyncs them, then the directory (`sync`), and
 //! only then does openraft count an entry. Nothing else on the disk is
@@ -17,9 +20,10 @@
 //! header or length wrong, or, among the last files, its checksum) past
 //! the last index a finished sync covered was never reported durable: at
 //! open it is removed, with every later one. That index is kept in the
-//! file `synced`, written after a sync finished (so it only ever names
-//! entries already synced; a crash may leave an older value, which only
-//! vouches for less); damage at or below it is not a torn tail but
+//! file `synced`, written after a sync finished, at most once per
+//! `MARK_EVERY` (so it only ever names entries already synced; a crash,
+//! or the wait, may leave an older value, which only vouches for less);
+//! damage at or below it is not a torn tail but
 //! damaged data, and the log does not open.
 
 use std::collections::BTreeMap;
@@ -32,7 +36,15 @@ use parking_lot::Mutex;
 
 use super::TypeConfig;
 
-const MAGIC: &[u8; 4] = b"WRL1";
+/// The body is the bincode of the entry (older builds).
+const MAGIC_V1: &[u8; 4] = b"WRL1";
+/// The body is a tag, then a normal entry's batch (`RAW`) or the bincode
+/// of any other entry (`ENCODED`).
+const MAGIC: &[u8; 4] = b"WRL2";
+const RAW: u8 = 1;
+const ENCODED: u8 = 0;
+/// How often the file `synced` is rewritten at the most.
+const MARK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// Magic, body length, CRC-32 of the body, then the entry's log id (term,
 /// leader node, index), so that opening the log reads headers only.
 const HEADER: usize = 36;
@@ -56,6 +68,8 @@ pub struct Entries {
     /// Bumped by every truncation: a sync that began before one may not
     /// vouch for the indexes it removed (they may be written again).
     truncations: std::sync::atomic::AtomicU64,
+    /// When the file `synced` was last written.
+    marked: Mutex<Option<std::time::Instant>>,
 }
 
 #[derive(Default)]
@@ -67,8 +81,8 @@ struct Inner {
     /// The newest entries.
     cache: BTreeMap<u64, Entry<TypeConfig>>,
     cached_bytes: usize,
-    /// Indexes written since the last `sync_point`.
-    unsynced: Vec<u64>,
+    /// Files written since the last `sync_point`, open.
+    unsynced: Vec<fs::File>,
 }
 
 /// What one sync of the log covers: the files written before it began,
@@ -77,7 +91,7 @@ struct Inner {
 pub struct SyncPoint {
     index: u64,
     truncations: u64,
-    files: Vec<u64>,
+    files: Vec<fs::File>,
 }
 
 use super::Batch;
@@ -100,6 +114,7 @@ impl Entries {
             dir_handle: fs::File::open(dir)?,
             inner: Mutex::new(Inner::default()),
             truncations: Default::default(),
+            marked: Mutex::new(None),
         };
         let synced = this.synced();
         let mut on_disk = BTreeMap::new();
@@ -187,14 +202,10 @@ impl Entries {
 
     /// Makes the files `point` took durable (fdatasync each, then the
     /// directory that names them). A file a truncation removed since is
-    /// skipped: the truncation synced its removal.
+    /// synced for nothing: the truncation synced its removal.
     pub fn sync(&self, point: &SyncPoint) -> std::io::Result<()> {
-        for &i in &point.files {
-            match fs::File::open(self.path(i)) {
-                Ok(f) => f.sync_data()?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
+        for f in &point.files {
+            f.sync_data()?;
         }
         if !point.files.is_empty() {
             self.dir_handle.sync_all()?;
@@ -203,17 +214,23 @@ impl Entries {
     }
 
     /// Records that a finished sync covered the log up to `point`, unless
-    /// a truncation came since. Not synced itself: a crash may leave an
-    /// older value, which vouches for less; it never names an entry no
-    /// sync covered.
+    /// a truncation came since, or the last record is younger than
+    /// `MARK_EVERY`. Not synced itself: a crash may leave an older value,
+    /// which vouches for less; it never names an entry no sync covered.
     pub fn mark_synced(&self, point: &SyncPoint) -> std::io::Result<()> {
+        let mut marked = self.marked.lock();
+        if marked.is_some_and(|at| at.elapsed() < MARK_EVERY) {
+            return Ok(());
+        }
         // The lock keeps a truncation from running in between.
         let _inner = self.inner.lock();
         let now = self.truncations.load(std::sync::atomic::Ordering::Acquire);
         if now != point.truncations {
             return Ok(());
         }
-        fs::write(self.dir.join(SYNCED), point.index.to_be_bytes())
+        fs::write(self.dir.join(SYNCED), point.index.to_be_bytes())?;
+        *marked = Some(std::time::Instant::now());
+        Ok(())
     }
 
     fn bad(index: u64, what: &str) -> std::io::Error {
@@ -230,7 +247,7 @@ impl Entries {
         let size = f.metadata()?.len();
         let mut h = [0u8; HEADER];
         f.read_exact(&mut h)?;
-        let (len, _, id) = parse_header(&h).ok_or_else(|| Self::bad(index, "no header"))?;
+        let (len, _, id, _) = parse_header(&h).ok_or_else(|| Self::bad(index, "no header"))?;
         if size != (HEADER + len) as u64 {
             return Err(Self::bad(index, "cut short"));
         }
@@ -238,46 +255,82 @@ impl Entries {
     }
 
     fn read_file(&self, index: u64) -> std::io::Result<Entry<TypeConfig>> {
-        let raw = fs::read(self.path(index))?;
-        let (len, crc, _) = raw
+        let raw = bytes::Bytes::from(fs::read(self.path(index))?);
+        let (len, crc, log_id, v1) = raw
             .get(..HEADER)
             .and_then(parse_header)
             .ok_or_else(|| Self::bad(index, "no header"))?;
-        let body = &raw[HEADER..];
+        let body = raw.slice(HEADER..);
         if body.len() != len {
             return Err(Self::bad(index, "cut short"));
         }
-        if crc32fast::hash(body) != crc {
+        if crc32fast::hash(&body) != crc {
             return Err(Self::bad(index, "checksum mismatch"));
         }
-        bincode::deserialize(body).map_err(|e| Self::bad(index, &e.to_string()))
+        let decode =
+            |b: &[u8]| bincode::deserialize(b).map_err(|e| Self::bad(index, &e.to_string()));
+        match (v1, body.first()) {
+            (true, _) => decode(&body),
+            (false, Some(&RAW)) => Ok(Entry {
+                log_id,
+                payload: openraft::EntryPayload::Normal(super::Batch(body.slice(1..))),
+            }),
+            (false, Some(&ENCODED)) => decode(&body[1..]),
+            (false, tag) => Err(Self::bad(index, &format!("unknown body tag {tag:?}"))),
+        }
+    }
+
+    /// Writes `e` to a new file of its own (replacing one of the same
+    /// index, written before a truncation); returns the file and its size.
+    fn write_file(&self, e: &Entry<TypeConfig>) -> std::io::Result<(fs::File, usize)> {
+        let mut head = Vec::with_capacity(HEADER + 1);
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&[0u8; 8]);
+        head.extend_from_slice(&e.log_id.leader_id.term.to_be_bytes());
+        head.extend_from_slice(&e.log_id.leader_id.node_id.to_be_bytes());
+        head.extend_from_slice(&e.log_id.index.to_be_bytes());
+        let encoded;
+        let rest: &[u8] = match &e.payload {
+            openraft::EntryPayload::Normal(batch) => {
+                head.push(RAW);
+                &batch.0
+            }
+            _ => {
+                head.push(ENCODED);
+                encoded = bincode::serialize(e).map_err(std::io::Error::other)?;
+                &encoded
+            }
+        };
+        let len = u32::try_from(1 + rest.len())
+            .map_err(|_| std::io::Error::other("a Raft log entry over 4 GiB"))?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&head[HEADER..]);
+        crc.update(rest);
+        head[4..8].copy_from_slice(&len.to_be_bytes());
+        head[8..12].copy_from_slice(&crc.finalize().to_be_bytes());
+        let mut f = fs::File::create(self.path(e.log_id.index))?;
+        let mut parts = [std::io::IoSlice::new(&head), std::io::IoSlice::new(rest)];
+        let mut parts = &mut parts[..];
+        while !parts.is_empty() {
+            match f.write_vectored(parts) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => std::io::IoSlice::advance_slices(&mut parts, n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((f, head.len() + rest.len()))
     }
 
     /// Writes `entries` (not synced: the log's sync covers them).
     pub fn append(&self, entries: Vec<Entry<TypeConfig>>) -> std::io::Result<()> {
-        let mut out = Vec::new();
         for e in entries {
-            out.clear();
-            out.extend_from_slice(MAGIC);
-            out.extend_from_slice(&[0u8; 8]);
-            out.extend_from_slice(&e.log_id.leader_id.term.to_be_bytes());
-            out.extend_from_slice(&e.log_id.leader_id.node_id.to_be_bytes());
-            out.extend_from_slice(&e.log_id.index.to_be_bytes());
-            bincode::serialize_into(&mut out, &e).map_err(std::io::Error::other)?;
-            let len = u32::try_from(out.len() - HEADER)
-                .map_err(|_| std::io::Error::other("a Raft log entry over 4 GiB"))?;
-            let crc = crc32fast::hash(&out[HEADER..]);
-            out[4..8].copy_from_slice(&len.to_be_bytes());
-            out[8..12].copy_from_slice(&crc.to_be_bytes());
+            let (file, size) = self.write_file(&e)?;
             let index = e.log_id.index;
-            // An entry written again (after a truncation) replaces the old
-            // file whole.
-            let mut f = fs::File::create(self.path(index))?;
-            f.write_all(&out)?;
             let mut inner = self.inner.lock();
-            inner.unsynced.push(index);
+            inner.unsynced.push(file);
             inner.on_disk.insert(index, e.log_id);
-            inner.sizes.insert(index, out.len() as u64);
+            inner.sizes.insert(index, size as u64);
             inner.cached_bytes += weight(&e);
             if let Some(old) = inner.cache.insert(index, e) {
                 inner.cached_bytes -= weight(&old);
@@ -399,11 +452,17 @@ impl Entries {
     }
 }
 
-/// A header's body length, CRC and log id.
-fn parse_header(h: &[u8]) -> Option<(usize, u32, LogId<u64>)> {
-    if h.len() < HEADER || &h[..4] != MAGIC {
+/// A header's body length, CRC and log id, and whether the body is an
+/// older build's (`MAGIC_V1`).
+fn parse_header(h: &[u8]) -> Option<(usize, u32, LogId<u64>, bool)> {
+    if h.len() < HEADER {
         return None;
     }
+    let v1 = match &h[..4] {
+        m if m == MAGIC => false,
+        m if m == MAGIC_V1 => true,
+        _ => return None,
+    };
     let u32_at = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
     let u64_at = |i: usize| {
         let mut b = [0u8; 8];
@@ -414,7 +473,7 @@ fn parse_header(h: &[u8]) -> Option<(usize, u32, LogId<u64>)> {
         openraft::CommittedLeaderId::new(u64_at(12), u64_at(20)),
         u64_at(28),
     );
-    Some((u32_at(4) as usize, u32_at(8), id))
+    Some((u32_at(4) as usize, u32_at(8), id, v1))
 }
 
 fn remove(p: &Path) -> std::io::Result<()> {
@@ -475,6 +534,33 @@ mod tests {
         let e = Entries::open(dir.path()).unwrap();
         assert_eq!(e.last().map(|l| l.index), Some(3));
         assert!(!p.exists());
+    }
+
+    /// An older build's file (the bincode of the entry) reads back, and
+    /// so does an entry that is not a batch.
+    #[test]
+    fn older_files_and_other_payloads_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = entry(1, b"written by an older build");
+        let body = bincode::serialize(&old).unwrap();
+        let mut raw = MAGIC_V1.to_vec();
+        raw.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        raw.extend_from_slice(&crc32fast::hash(&body).to_be_bytes());
+        raw.extend_from_slice(&1u64.to_be_bytes());
+        raw.extend_from_slice(&1u64.to_be_bytes());
+        raw.extend_from_slice(&1u64.to_be_bytes());
+        raw.extend_from_slice(&body);
+        fs::write(dir.path().join(format!("{:020}", 1)), raw).unwrap();
+        let e = Entries::open(dir.path()).unwrap();
+        let blank = Entry::<TypeConfig> {
+            log_id: LogId::new(CommittedLeaderId::new(2, 1), 2),
+            payload: EntryPayload::Blank,
+        };
+        e.append(vec![blank.clone(), entry(3, b"new")]).unwrap();
+        drop(e);
+        let e = Entries::open(dir.path()).unwrap();
+        let all = e.range(..).unwrap();
+        assert_eq!(all, [old, blank, entry(3, b"new")]);
     }
 
     #[test]

@@ -547,9 +547,11 @@ mod tests {
             );
         }
         busy.release();
-        // What the sync covered is recorded.
+        // What a sync covered is recorded (at most once a second: maybe
+        // only the first's), never past it.
         let synced = std::fs::read(dir.path().join("raft-log").join("synced")).unwrap();
-        assert_eq!(u64::from_be_bytes(synced.try_into().unwrap()), 3);
+        let synced = u64::from_be_bytes(synced.try_into().unwrap());
+        assert!((1..=3).contains(&synced), "{synced}");
     }
 
     #[tokio::test]
