@@ -203,6 +203,11 @@ impl Cluster {
             }
         }
         let tick = Duration::from_millis(cfg.heartbeat_ms);
+        // What a purge frees is about what the log grows by before the
+        // next one: new entries are written over its files.
+        cluster
+            .log
+            .set_pool_bytes(cfg.log_max_mb.saturating_mul(1 << 20));
         tokio::spawn(compaction::bound_log(
             Arc::clone(&cluster),
             compaction::Bounds {

@@ -26,8 +26,9 @@
 //! damage at or below it is not a torn tail but
 //! damaged data, and the log does not open.
 //!
-//! Purged entries' files are not unlinked but kept, up to `POOL_BYTES`,
-//! under names of their own (`free-N`), and a new entry is written over
+//! Purged entries' files are not unlinked but kept, up to the bytes
+//! `set_pool_bytes` says (the cluster's `log_max_mb`: what the log grows
+//! by before the next purge), under names of their own (`free-N`), and a new entry is written over
 //! one of them: the page cache still holds their pages, and writing over
 //! them costs far less than filling new ones (a third of a cluster's CPU
 //! went to the copy into new page-cache pages on this project's virtual
@@ -69,8 +70,6 @@ const CACHE_BYTES: usize = 64 << 20;
 
 /// The file naming the last index a finished sync covered.
 const SYNCED: &str = "synced";
-/// Purged entries' files kept to be written over, in bytes at the most.
-const POOL_BYTES: u64 = 512 << 20;
 /// How the pool's files are named (then a number).
 const POOL_PREFIX: &str = "free-";
 
@@ -96,6 +95,8 @@ struct Pool {
     files: Vec<(PathBuf, u64)>,
     bytes: u64,
     next: u64,
+    /// Bytes kept at the most (none until `set_pool_bytes`).
+    max: u64,
 }
 
 #[derive(Default)]
@@ -502,6 +503,12 @@ impl Entries {
         gone.into_keys().collect()
     }
 
+    /// Keeps up to `max` bytes of purged entries' files to write new
+    /// entries over.
+    pub fn set_pool_bytes(&self, max: u64) {
+        self.pool.lock().max = max;
+    }
+
     /// Removes the files of forgotten entries, oldest first: a crash
     /// midway leaves a log with no hole (what stays below the purged id
     /// nothing reads, and the next start's first purge removes). They go
@@ -515,7 +522,7 @@ impl Entries {
                 Err(e) => return Err(e),
             };
             let mut pool = self.pool.lock();
-            if pool.bytes + size > POOL_BYTES {
+            if pool.bytes + size > pool.max {
                 drop(pool);
                 remove(&path)?;
                 continue;
@@ -655,6 +662,7 @@ mod tests {
                 .count()
         };
         let e = Entries::open(dir.path()).unwrap();
+        e.set_pool_bytes(1 << 20);
         e.append((1..=4).map(|i| entry(i, &[i as u8; 100])).collect())
             .unwrap();
         let gone = e.forget(2);

@@ -143,6 +143,12 @@ impl LogStore {
             .map_err(|_| storage_error("the log's sync thread stopped"))
     }
 
+    /// Keeps up to `max` bytes of purged entries' files to write new
+    /// entries over (entries.rs).
+    pub fn set_pool_bytes(&self, max: u64) {
+        self.log.set_pool_bytes(max);
+    }
+
     /// The index of the last entry in the log (0: none).
     pub fn last_index(&self) -> u64 {
         self.log.last().map_or(0, |l| l.index)
