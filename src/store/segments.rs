@@ -388,8 +388,9 @@ impl SegmentLog {
         }
     }
 
-    /// Marks the log as if a sync had failed (tests).
-    #[cfg(test)]
+    /// Fails every later sync, as a failed sync does: what the log holds
+    /// is no longer known to be what its writers meant (a write of records
+    /// that exist nowhere else failed), so nothing may be vouched for.
     pub fn poison(&self) {
         self.failed.store(true, std::sync::atomic::Ordering::SeqCst);
     }
@@ -397,7 +398,7 @@ impl SegmentLog {
     fn check_not_failed(&self) -> io::Result<()> {
         match self.failed.load(std::sync::atomic::Ordering::SeqCst) {
             true => Err(io::Error::other(
-                "an earlier sync of the message log failed: it must be opened again",
+                "an earlier write or sync of the message log failed: it must be opened again",
             )),
             false => Ok(()),
         }

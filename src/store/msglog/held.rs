@@ -16,7 +16,10 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::message::Message;
 
-/// Bytes of messages held at the most.
+/// Bytes of messages held at the most. A member's message is a slice of
+/// its Raft entry's batch and keeps the whole batch in memory: what is
+/// pinned is bounded by the entries applied in two checkpoint intervals,
+/// not by this.
 const MAX_BYTES: usize = 16 << 20;
 /// Puts held at the most, with those taken back in generations not ended.
 const MAX_PUTS: usize = 128 * 1024;

@@ -307,6 +307,10 @@ impl MessageLog {
     }
 
     /// Writes `puts`, taken from those held, in order.
+    /// A put that cannot be written poisons the log: the puts taken out
+    /// of `held` with it exist nowhere else, and a commit that succeeded
+    /// later would let a checkpoint's mark cover them. Every later commit
+    /// fails instead, and the member stops (raft/checkpoint.rs).
     fn write_held(&self, st: &mut State, puts: Vec<HeldPut>) -> Result<()> {
         let mut buf = BytesMut::new();
         for put in puts {
@@ -319,8 +323,12 @@ impl MessageLog {
                 put.time,
                 &mut buf,
             );
-            check_len(buf.len() - PUT_MESSAGE_AT as usize)?;
-            self.put_locked(st, &put, &buf)?;
+            let written = check_len(buf.len() - PUT_MESSAGE_AT as usize)
+                .and_then(|()| self.put_locked(st, &put, &buf));
+            if let Err(e) = written {
+                self.log.poison();
+                return Err(e);
+            }
         }
         Ok(())
     }

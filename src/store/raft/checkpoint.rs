@@ -142,6 +142,12 @@ impl Checkpoint {
     }
 
     fn commit(&self, commit: impl FnOnce() -> Result<()>) -> Result<()> {
+        // One failed: whatever came since, no mark is written again.
+        if let Some(e) = self.failure() {
+            return Err(crate::store::Error::Sync(format!(
+                "an earlier checkpoint failed: {e}"
+            )));
+        }
         if let Err(e) = commit() {
             // Not written, and never will be: a failed sync poisons the
             // log, and the member stops at its next entry.

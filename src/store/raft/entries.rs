@@ -55,6 +55,8 @@ const MAGIC_V1: &[u8; 4] = b"WRL1";
 const MAGIC: &[u8; 4] = b"WRL2";
 const RAW: u8 = 1;
 const ENCODED: u8 = 0;
+/// Unsynced entries' files kept open for their sync, at the most.
+const OPEN_UNSYNCED: usize = 256;
 /// How often the file `synced` is rewritten at the most.
 const MARK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// Magic, body length, CRC-32 of the body, then the entry's log id (term,
@@ -92,7 +94,9 @@ pub struct Entries {
 /// size, their bytes, and the number the next one is named by.
 #[derive(Default)]
 struct Pool {
-    files: Vec<(PathBuf, u64)>,
+    /// Oldest first: a file is written over as late as can be, long
+    /// after any read of its purged entry that began before the purge.
+    files: std::collections::VecDeque<(PathBuf, u64)>,
     bytes: u64,
     next: u64,
     /// Bytes kept at the most (none until `set_pool_bytes`).
@@ -108,8 +112,10 @@ struct Inner {
     /// The newest entries.
     cache: BTreeMap<u64, Entry<TypeConfig>>,
     cached_bytes: usize,
-    /// Files written since the last `sync_point`, open.
-    unsynced: Vec<fs::File>,
+    /// Entries written since the last `sync_point`, with their files
+    /// still open (the first `OPEN_UNSYNCED`: a stalled sync must not use
+    /// up the process's descriptors).
+    unsynced: Vec<(u64, Option<fs::File>)>,
 }
 
 /// What one sync of the log covers: the files written before it began,
@@ -118,7 +124,7 @@ struct Inner {
 pub struct SyncPoint {
     index: u64,
     truncations: u64,
-    files: Vec<fs::File>,
+    files: Vec<(u64, Option<fs::File>)>,
 }
 
 use super::Batch;
@@ -156,7 +162,9 @@ impl Entries {
         let mut torn = None;
         let check_from = indexes.len().saturating_sub(CHECKED_AT_OPEN);
         for (n, &i) in indexes.iter().enumerate() {
-            let read = match n >= check_from {
+            // Whole past the synced mark too: a file written over one from
+            // the pool may hold a new header and an old body.
+            let read = match n >= check_from || i > synced {
                 true => this.read_file(i).map(|e| e.log_id),
                 false => this.read_header(i),
             };
@@ -236,10 +244,18 @@ impl Entries {
 
     /// Makes the files `point` took durable (fdatasync each, then the
     /// directory that names them). A file a truncation removed since is
-    /// synced for nothing: the truncation synced its removal.
+    /// synced for nothing, or not found by its name: the truncation synced
+    /// its removal.
     pub fn sync(&self, point: &SyncPoint) -> std::io::Result<()> {
-        for f in &point.files {
-            f.sync_data()?;
+        for (i, f) in &point.files {
+            match f {
+                Some(f) => f.sync_data()?,
+                None => match fs::File::open(self.path(*i)) {
+                    Ok(f) => f.sync_data()?,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                },
+            }
         }
         if !point.files.is_empty() {
             self.dir_handle.sync_all()?;
@@ -297,6 +313,13 @@ impl Entries {
         let body = raw.slice(HEADER..);
         if body.len() != len {
             return Err(Self::bad(index, "cut short"));
+        }
+        if log_id.index != index {
+            // Written over since it was listed (purged into the pool).
+            return Err(Self::bad(
+                index,
+                &format!("it holds entry {}", log_id.index),
+            ));
         }
         if crc32fast::hash(&body) != crc {
             return Err(Self::bad(index, "checksum mismatch"));
@@ -365,7 +388,7 @@ impl Entries {
     fn new_file(&self, path: &Path) -> std::io::Result<fs::File> {
         let taken = {
             let mut pool = self.pool.lock();
-            let taken = pool.files.pop();
+            let taken = pool.files.pop_front();
             if let Some((_, size)) = &taken {
                 pool.bytes -= size;
             }
@@ -390,7 +413,8 @@ impl Entries {
             let (file, size) = self.write_file(&e)?;
             let index = e.log_id.index;
             let mut inner = self.inner.lock();
-            inner.unsynced.push(file);
+            let file = (inner.unsynced.len() < OPEN_UNSYNCED).then_some(file);
+            inner.unsynced.push((index, file));
             inner.on_disk.insert(index, e.log_id);
             inner.sizes.insert(index, size as u64);
             inner.cached_bytes += weight(&e);
@@ -531,7 +555,7 @@ impl Entries {
             fs::rename(&path, &to)?;
             pool.next += 1;
             pool.bytes += size;
-            pool.files.push((to, size));
+            pool.files.push_back((to, size));
         }
         Ok(())
     }
@@ -685,6 +709,26 @@ mod tests {
         let e = Entries::open(dir.path()).unwrap();
         assert_eq!(e.last().map(|l| l.index), Some(5));
         assert!(!name(6).exists());
+    }
+
+    /// Every file past the synced mark is read whole at open, not only
+    /// the last ones: one written over (from the pool) may keep its new
+    /// header and length over an old body.
+    #[test]
+    fn a_body_past_the_synced_mark_is_checked_however_far_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Entries::open(dir.path()).unwrap();
+        let n = CHECKED_AT_OPEN as u64 + 8;
+        e.append((1..=n).map(|i| entry(i, &[i as u8; 32])).collect())
+            .unwrap();
+        drop(e);
+        let p = dir.path().join(format!("{:020}", 2));
+        let mut raw = fs::read(&p).unwrap();
+        let last = raw.len() - 1;
+        raw[last] ^= 0x55;
+        fs::write(&p, raw).unwrap();
+        let e = Entries::open(dir.path()).unwrap();
+        assert_eq!(e.last().map(|l| l.index), Some(1));
     }
 
     #[test]
