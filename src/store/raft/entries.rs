@@ -28,15 +28,17 @@
 //!
 //! Purged entries' files are not unlinked but kept, up to the bytes
 //! `set_pool_bytes` says (the cluster's `log_max_mb`: what the log grows
-//! by before the next purge), under names of their own (`free-N`), and a new entry is written over
-//! one of them: the page cache still holds their pages, and writing over
-//! them costs far less than filling new ones (a third of a cluster's CPU
-//! went to the copy into new page-cache pages on this project's virtual
-//! machines, where the host backs every page again after the guest frees
-//! it). A file taken from the pool is renamed to its entry's name, then
-//! written and cut to length: until a sync covers it, a crash may leave
-//! the old contents, or a mix, which the open treats as it treats any
-//! entry a crash cut short (its header's index, length or checksum).
+//! by before the next purge), under names of their own (`free-N`), and a
+//! new entry is written over the oldest: the page cache still holds its
+//! pages, and writing over them costs far less than filling new ones (on
+//! this project's virtual machines the host backs a page again after the
+//! guest frees it, and the copy into new page-cache pages was the largest
+//! single cost of a cluster member). A file taken from the pool is renamed
+//! to its entry's name, then written and cut to length: until a sync
+//! covers it, a crash may leave the old contents, or a new header on an
+//! old body, which the open treats as any entry a crash cut short (every
+//! file past the synced mark is read whole: header index, length and
+//! checksum).
 
 use std::collections::BTreeMap;
 use std::fs;
