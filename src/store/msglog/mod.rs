@@ -143,6 +143,28 @@ struct Recent {
     _pin: Bytes,
 }
 
+/// What `put_locked` needs of a put, borrowed.
+#[derive(Clone, Copy)]
+struct PutRef<'a> {
+    queue: u64,
+    seq: u64,
+    msg: &'a Message,
+    paged: bool,
+    deadline: u64,
+}
+
+impl<'a> PutRef<'a> {
+    fn of(p: &'a HeldPut) -> PutRef<'a> {
+        PutRef {
+            queue: p.queue,
+            seq: p.seq,
+            msg: &p.msg,
+            paged: p.paged,
+            deadline: p.deadline,
+        }
+    }
+}
+
 thread_local! {
     static SCRATCH: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }
@@ -273,18 +295,17 @@ impl MessageLog {
         deadline: u64,
         time: u64,
     ) -> Result<()> {
-        let put = HeldPut {
-            queue,
-            seq,
-            msg: msg.clone(),
-            paged,
-            deadline,
-            time,
-        };
         if self.hold {
             check_len(record_len(msg, deadline, time))?;
             let mut st = self.state.lock();
-            st.held.hold(put);
+            st.held.hold(HeldPut {
+                queue,
+                seq,
+                msg: msg.clone(),
+                paged,
+                deadline,
+                time,
+            });
             if st.held.is_full() {
                 self.release(&mut st)?;
             }
@@ -296,7 +317,14 @@ impl MessageLog {
             // later queues, which write a REF).
             record::put(queue, seq, msg, paged, deadline, time, &mut buf);
             check_len(buf.len() - PUT_MESSAGE_AT as usize)?;
-            self.put_locked(&mut self.state.lock(), &put, &buf)
+            let put = PutRef {
+                queue,
+                seq,
+                msg,
+                paged,
+                deadline,
+            };
+            self.put_locked(&mut self.state.lock(), put, &buf)
         })
     }
 
@@ -324,7 +352,7 @@ impl MessageLog {
                 &mut buf,
             );
             let written = check_len(buf.len() - PUT_MESSAGE_AT as usize)
-                .and_then(|()| self.put_locked(st, &put, &buf));
+                .and_then(|()| self.put_locked(st, PutRef::of(&put), &buf));
             if let Err(e) = written {
                 self.log.poison();
                 return Err(e);
@@ -344,15 +372,14 @@ impl MessageLog {
 
     /// Appends `put`, encoded in `buf`: a REF to the same body written
     /// since the last commit in the same segment, if there is one.
-    fn put_locked(&self, st: &mut State, put: &HeldPut, buf: &[u8]) -> Result<()> {
-        let HeldPut {
+    fn put_locked(&self, st: &mut State, put: PutRef<'_>, buf: &[u8]) -> Result<()> {
+        let PutRef {
             queue,
             seq,
-            ref msg,
+            msg,
             paged,
             deadline,
-            ..
-        } = *put;
+        } = put;
         let key = (msg.backing().as_ptr() as usize, msg.backing().len());
         if let Some(r) = st.recent.get(&key) {
             let payload = record::reference(queue, seq, deadline, paged, r.pos, r.len);
