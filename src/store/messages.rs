@@ -449,6 +449,18 @@ mod tests {
     use super::*;
     use crate::message::Meta;
 
+    /// `record_len` (a held put's length check, made without encoding)
+    /// says what `append_record` writes, whatever the optional fields.
+    #[test]
+    fn record_len_is_what_append_record_writes() {
+        for (deadline, time) in [(0, 0), (5, 0), (0, 7), (5, 7)] {
+            let m = msg(b"some body");
+            let mut out = BytesMut::new();
+            append_record(&m, false, deadline, time, &mut out);
+            assert_eq!(record_len(&m, deadline, time), out.len());
+        }
+    }
+
     fn msg(body: &'static [u8]) -> Message {
         Message::new(
             b"amq.direct",
