@@ -91,7 +91,11 @@ async fn nodes_join_and_leave_through_the_api() {
     loop {
         let (_, cluster) = leader_json(&c, "/api/cluster").await;
         if cluster["cluster_version"] == cluster["applies_up_to"] {
-            assert_eq!(cluster["cluster_version"], 3, "{cluster}");
+            assert_eq!(
+                cluster["cluster_version"],
+                warren::store::op::LEVEL,
+                "{cluster}"
+            );
             break;
         }
         assert!(

@@ -20,6 +20,7 @@ mod identity;
 mod link;
 mod network;
 mod proxy;
+mod raw_append;
 mod resources;
 mod rpc;
 mod secret;
@@ -39,7 +40,7 @@ use openraft::ServerState;
 use parking_lot::RwLock;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::ClusterConfig;
 use crate::store::raft::{LogStore, Member, Raft, StateMachine};
@@ -294,6 +295,15 @@ impl Cluster {
                             let _permit = permit;
                             let link = link::accept(s, this.tls.as_deref()).await;
                             drop(proving);
+                            if let Err(e) = &link {
+                                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                                    // Closed before the handshake's first
+                                    // answer: a reachability probe
+                                    // (status.rs), or a port scan.
+                                    debug!(%peer, "a connection to the Raft port closed: {e}");
+                                    return;
+                                }
+                            }
                             let link = link.map_err(|e| e.to_string()).and_then(|l| {
                                 this.check_identity(&l)?;
                                 Ok(l)
@@ -372,6 +382,10 @@ impl Cluster {
                 }
                 rpc::APPEND => {
                     let req = bincode::deserialize(&body).map_err(bad)?;
+                    bincode::serialize(&self.raft.append_entries(req).await)
+                }
+                rpc::APPEND_RAW => {
+                    let req = raw_append::decode(body.into()).map_err(std::io::Error::other)?;
                     bincode::serialize(&self.raft.append_entries(req).await)
                 }
                 rpc::VOTE => {

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use super::append;
 use super::catch_up::Progress;
 use super::link::{self, Link};
+use super::raw_append;
 use super::rpc;
 use crate::store::raft::{Batch, Member, TypeConfig};
 
@@ -99,6 +100,21 @@ impl Peer {
     {
         let payload =
             bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.call_parts(kind, &[payload], ttl).await
+    }
+
+    /// A request whose payload is `parts` one after the other.
+    async fn call_parts<P, Resp, E>(
+        &mut self,
+        kind: u8,
+        parts: &[P],
+        ttl: Duration,
+    ) -> Result<Resp, Failed<E>>
+    where
+        P: AsRef<[u8]>,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
         if self.stream.is_none() {
             let connect = tokio::time::timeout(
                 CONNECT_TIMEOUT,
@@ -123,7 +139,7 @@ impl Peer {
             )));
         };
         let exchange = async {
-            rpc::write_frame(&mut s, kind, &payload).await?;
+            rpc::write_frame_parts(&mut s, kind, parts).await?;
             rpc::read_frame(&mut s).await
         };
         let answer = match tokio::time::timeout(ttl, exchange).await {
@@ -166,9 +182,9 @@ impl Peer {
 }
 
 impl Peer {
-    /// Whether the peer takes staged appends (its build answers
-    /// `VERSION`); asked again after a while (it may have been upgraded).
-    async fn stages(&mut self, ttl: Duration) -> bool {
+    /// The cluster version the peer's build applies (1: it did not say);
+    /// asked again after a while (it may have been upgraded).
+    async fn peer_level(&mut self, ttl: Duration) -> u32 {
         if let Some((level, at)) = self.peer_level {
             let kept = if level >= 2 {
                 LEVEL_KEPT
@@ -176,7 +192,7 @@ impl Peer {
                 NO_LEVEL_KEPT
             };
             if at.elapsed() < kept {
-                return level >= 2;
+                return level;
             }
         }
         // Within openraft's timeout, which would drop the question.
@@ -189,7 +205,13 @@ impl Peer {
         }
         let level = level.unwrap_or(1);
         self.peer_level = Some((level, Instant::now()));
-        level >= 2
+        level
+    }
+
+    /// Whether the peer takes staged appends (its build answers
+    /// `VERSION`).
+    async fn stages(&mut self, ttl: Duration) -> bool {
+        self.peer_level(ttl).await >= 2
     }
 
     /// An append request, timed to learn the budget.
@@ -200,8 +222,21 @@ impl Peer {
         sent: usize,
         ttl: Duration,
     ) -> Result<AppendEntriesResponse<u64>, Failed<RaftError<u64>>> {
+        let payload =
+            bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.timed_parts(kind, &[payload], sent, ttl).await
+    }
+
+    /// An append request of `parts`, timed to learn the budget.
+    async fn timed_parts<P: AsRef<[u8]>>(
+        &mut self,
+        kind: u8,
+        parts: &[P],
+        sent: usize,
+        ttl: Duration,
+    ) -> Result<AppendEntriesResponse<u64>, Failed<RaftError<u64>>> {
         let start = Instant::now();
-        let r = self.call(kind, req, ttl).await;
+        let r = self.call_parts(kind, parts, ttl).await;
         match &r {
             Ok(_) => self.budget.took(sent, start.elapsed(), ttl),
             Err(RPCError::Network(_)) => self.budget.shrink(),
@@ -282,7 +317,13 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc.entries.truncate(fit);
         let last = rpc.entries.last().map(|e| e.log_id);
         let sent = rpc.entries.iter().map(Batch::weight).sum();
-        let resp = self.timed(rpc::APPEND, &rpc, sent, ttl).await?;
+        let resp = if self.peer_level(ttl).await >= rpc::RAW_APPENDS {
+            let parts = raw_append::encode(rpc)
+                .map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
+            self.timed_parts(rpc::APPEND_RAW, &parts, sent, ttl).await?
+        } else {
+            self.timed(rpc::APPEND, &rpc, sent, ttl).await?
+        };
         Ok(append::partial(resp, last, fit == n))
     }
 

@@ -33,9 +33,21 @@ pub const APPEND_STAGED: u8 = 7;
 /// A member's resources and raised alarms (a leader asks each member:
 /// resources.rs). A build before it closes the connection on the ask.
 pub const RESOURCES: u8 = 8;
+/// An append whose batches follow its head raw (raw_append.rs). Only
+/// sent to a member that answers `VERSION` with `RAW_APPENDS` or later.
+pub const APPEND_RAW: u8 = 9;
+
+/// The cluster version from which a member takes `APPEND_RAW`.
+pub const RAW_APPENDS: u32 = 4;
 
 /// The largest frame taken (an append of many entries, a snapshot chunk).
 const FRAME_MAX: usize = 512 << 20;
+/// What a frame's first read may take before the rest of its length is
+/// allocated: a length alone allocates little.
+const FIRST_READ: usize = 64 << 10;
+/// A first part up to this long is sent in one write with the frame's
+/// head (an answer, a request's head).
+const SMALL_PART: usize = 4 << 10;
 
 /// Writes one frame: `kind` (0 for an answer) and `payload`.
 pub async fn write_frame<W: AsyncWrite + Unpin>(
@@ -43,13 +55,30 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     kind: u8,
     payload: &[u8],
 ) -> std::io::Result<()> {
-    let len =
-        u32::try_from(payload.len() + 1).map_err(|_| std::io::Error::other("frame too large"))?;
-    let mut head = [0u8; 5];
-    head[..4].copy_from_slice(&len.to_be_bytes());
-    head[4] = kind;
+    write_frame_parts(w, kind, &[payload]).await
+}
+
+/// Writes one frame whose payload is `parts` one after the other, each
+/// from where it lies.
+pub async fn write_frame_parts<W: AsyncWrite + Unpin, P: AsRef<[u8]>>(
+    w: &mut W,
+    kind: u8,
+    parts: &[P],
+) -> std::io::Result<()> {
+    let total = parts.iter().map(|p| p.as_ref().len()).sum::<usize>() + 1;
+    let len = u32::try_from(total).map_err(|_| std::io::Error::other("frame too large"))?;
+    let (first, rest) = match parts.split_first() {
+        Some((first, rest)) if first.as_ref().len() <= SMALL_PART => (first.as_ref(), rest),
+        _ => (&[][..], parts),
+    };
+    let mut head = Vec::with_capacity(5 + first.len());
+    head.extend_from_slice(&len.to_be_bytes());
+    head.push(kind);
+    head.extend_from_slice(first);
     w.write_all(&head).await?;
-    w.write_all(payload).await?;
+    for p in rest {
+        w.write_all(p.as_ref()).await?;
+    }
     w.flush().await
 }
 
@@ -64,11 +93,17 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<(u8,
     }
     let kind = r.read_u8().await?;
     let len = len - 1;
-    // Grown as the bytes arrive: a length alone allocates nothing.
-    let mut buf = Vec::with_capacity(len.min(64 << 10));
-    (&mut *r).take(len as u64).read_to_end(&mut buf).await?;
-    if buf.len() != len {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    let mut buf = Vec::with_capacity(len.min(FIRST_READ));
+    let mut r = (&mut *r).take(len as u64);
+    while buf.len() < len {
+        if buf.len() == buf.capacity() {
+            // The first read came: the rest at once, not doubled (and
+            // copied) as it arrives.
+            buf.reserve_exact(len - buf.len());
+        }
+        if r.read_buf(&mut buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
     }
     Ok((kind, buf))
 }
@@ -97,4 +132,43 @@ pub enum Service {
     Amqp,
     /// The management HTTP API (from the HTTP or the HTTPS port).
     Http,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_of_parts_read_back_whole_and_in_turn() {
+        let (mut a, mut b) = tokio::io::duplex(4096);
+        let big: Vec<u8> = (0..300_000u32).map(|i| i as u8).collect();
+        let writer = tokio::spawn(async move {
+            let parts = [&b"head"[..], &big[..100_000], &big[100_000..]];
+            write_frame_parts(&mut a, APPEND_RAW, &parts).await.unwrap();
+            write_frame(&mut a, 0, b"next").await.unwrap();
+            write_frame(&mut a, VERSION, b"").await.unwrap();
+        });
+        let (kind, body) = read_frame(&mut b).await.unwrap();
+        assert_eq!(kind, APPEND_RAW);
+        assert_eq!(body.len(), 300_004);
+        assert_eq!(&body[..4], b"head");
+        assert!(body[4..].iter().enumerate().all(|(i, &x)| x == i as u8));
+        assert_eq!(read_frame(&mut b).await.unwrap(), (0, b"next".to_vec()));
+        assert_eq!(read_frame(&mut b).await.unwrap(), (VERSION, Vec::new()));
+        writer.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_frame_cut_short_is_an_error() {
+        let (mut a, mut b) = tokio::io::duplex(4096);
+        let mut head = 100_001u32.to_be_bytes().to_vec();
+        head.push(APPEND);
+        let writer = tokio::spawn(async move {
+            a.write_all(&head).await.unwrap();
+            a.write_all(&[1u8; 70_000]).await.unwrap();
+        });
+        let err = read_frame(&mut b).await.unwrap_err();
+        writer.await.unwrap();
+        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
 }

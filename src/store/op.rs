@@ -37,8 +37,10 @@ pub const VERSION: u8 = 1;
 /// versions existed (tags 1 to 26); 2 adds `ClusterVersion` itself; 3
 /// lets message records carry the time they were stored (messages.rs
 /// `HAS_TIME`: `PutMessage` and `MoveMessages` with a time, and the
-/// snapshots' messages).
-pub const LEVEL: u32 = 3;
+/// snapshots' messages); 4 adds no operation, but a member of a build
+/// at 4 takes appends whose batches travel raw (cluster/rpc.rs
+/// `APPEND_RAW`).
+pub const LEVEL: u32 = 4;
 
 /// The cluster version from which message records carry their time.
 pub const TIMED_RECORDS: u32 = 3;
