@@ -1,6 +1,6 @@
 //! x-queue-type: quorum queues on a single node (RabbitMQ 3.10's checks and
 //! wording, every message kept whatever its delivery mode, x-delivery-limit)
-//! and the types Warren does not have.
+//! and a type Warren does not have.
 
 mod common;
 mod helpers;
@@ -84,8 +84,8 @@ async fn quorum_declares_refuse_what_rabbitmq_refuses() {
         (
             "st",
             durable(),
-            table(&[("x-queue-type", s("stream"))]),
-            "PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue 'st' in vhost '/': \"unsupported queue type 'stream'\"",
+            table(&[("x-queue-type", s("lazy"))]),
+            "PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue 'st' in vhost '/': \"unsupported queue type 'lazy'\"",
         ),
     ];
     for (name, opts, args, text) in cases {

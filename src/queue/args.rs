@@ -222,12 +222,46 @@ fn check(key: &str, value: &AMQPValue, args: &FieldTable) -> Result<(), String> 
         "x-queue-leader-locator" => {
             one_of(&["client-local", "balanced"], "invalid_queue_locator_arg")
         }
+        "x-max-age" => match str_arg(value) {
+            Some(age) => max_age_ms(&age)
+                .map(drop)
+                .ok_or_else(|| "invalid_max_age".into()),
+            None => wrong_type(),
+        },
+        "x-stream-max-segment-size-bytes" => int().map(drop),
+        "x-initial-cluster-size" => match int()? {
+            0 => Err("{value_zero,0}".into()),
+            _ => Ok(()),
+        },
+        "x-stream-filter-size-bytes" => match int()? {
+            16..=255 => Ok(()),
+            n => Err(format!("{{value_out_of_range,{n}}}")),
+        },
         "x-single-active-consumer" => match value {
             AMQPValue::Boolean(_) => Ok(()),
             _ => wrong_type(),
         },
         _ => Ok(()),
     }
+}
+
+/// A stream's x-max-age ("7D", "12h", "30m", "10s", "1Y", "1M": a
+/// positive number and one unit, as RabbitMQ reads it: a year is 365
+/// days, a month 30) in ms; None if it is not one.
+pub fn max_age_ms(age: &str) -> Option<u64> {
+    let split = age.find(|c: char| !c.is_ascii_digit())?;
+    let (n, unit) = age.split_at(split);
+    let n: u64 = n.parse().ok().filter(|&n| n > 0)?;
+    let secs: u64 = match unit {
+        "Y" => 365 * 86_400,
+        "M" => 30 * 86_400,
+        "D" => 86_400,
+        "h" => 3_600,
+        "m" => 60,
+        "s" => 1,
+        _ => return None,
+    };
+    n.checked_mul(secs)?.checked_mul(1000)
 }
 
 #[cfg(test)]
@@ -363,6 +397,34 @@ mod tests {
         assert_eq!(
             why("x-single-active-consumer", AMQPValue::LongInt(1)),
             "{unacceptable_type,signedint}"
+        );
+    }
+
+    #[test]
+    fn max_age_reads_as_rabbitmq_reads_it() {
+        assert_eq!(max_age_ms("10s"), Some(10_000));
+        assert_eq!(max_age_ms("30m"), Some(1_800_000));
+        assert_eq!(max_age_ms("12h"), Some(43_200_000));
+        assert_eq!(max_age_ms("7D"), Some(604_800_000));
+        assert_eq!(max_age_ms("1M"), Some(2_592_000_000));
+        assert_eq!(max_age_ms("1Y"), Some(31_536_000_000));
+        for bad in [
+            "",
+            "0D",
+            "D",
+            "7",
+            "7d",
+            "7 D",
+            "-1h",
+            "1.5h",
+            "99999999999999999999Y",
+        ] {
+            assert_eq!(max_age_ms(bad), None, "{bad}");
+        }
+        let t = table("x-max-age", AMQPValue::LongString("7x".into()));
+        assert_eq!(
+            validate(&t, "queue 's' in vhost '/'").unwrap_err(),
+            "invalid arg 'x-max-age' for queue 's' in vhost '/': invalid_max_age"
         );
     }
 }

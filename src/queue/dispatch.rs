@@ -12,6 +12,9 @@ use super::{now_ms, ConsumeError, Consumer, Queue, Sink, State};
 impl Queue {
     /// Delivers ready messages to consumers with credit.
     pub fn dispatch(self: &Arc<Self>) {
+        if let Some(s) = &self.stream {
+            return s.dispatch(self);
+        }
         let mut st = self.state.lock();
         self.dispatch_locked(&mut st);
         self.finish(st);
@@ -144,6 +147,9 @@ impl Queue {
 
     /// The outbox at `at` drained: its consumers may take deliveries again.
     pub fn outbox_drained(self: &Arc<Self>, at: usize) {
+        if let Some(s) = &self.stream {
+            return s.outbox_drained(self, at);
+        }
         let mut st = self.state.lock();
         st.consumers.unpark_outbox(at);
         self.dispatch_locked(&mut st);
@@ -155,6 +161,9 @@ impl Queue {
     /// under the lock: a dispatcher that found the channel out of credit
     /// may be about to park the consumer, and must not miss this.
     pub fn unpark(self: &Arc<Self>, consumer: &Consumer) {
+        if let Some(s) = &self.stream {
+            return s.unpark(self, consumer);
+        }
         let mut st = self.state.lock();
         st.consumers.unpark(consumer.id);
         self.dispatch_locked(&mut st);
@@ -181,6 +190,11 @@ impl Queue {
     /// the queue is empty.
     /// `timeout_ms` is how long the delivery may stay unacked (0 = forever).
     pub fn get(self: &Arc<Self>, sink: &dyn Sink, no_ack: bool, timeout_ms: u64) -> bool {
+        // A stream has no head to take (the channel refuses basic.get on
+        // one before it gets here).
+        if self.stream.is_some() {
+            return false;
+        }
         self.touch();
         let mut st = self.state.lock();
         let pager = self.pager();
@@ -240,7 +254,23 @@ impl Queue {
     /// if an exclusive one is asked for while others exist. Delivers
     /// nothing: the caller sends consume-ok first, then calls `dispatch`.
     pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> Result<(), ConsumeError> {
+        self.add_reader(consumer, super::stream::Start::Next)
+    }
+
+    /// Adds a consumer; a stream's reads from `start` (a queue's ignores
+    /// it).
+    pub fn add_reader(
+        self: &Arc<Self>,
+        consumer: Arc<Consumer>,
+        start: super::stream::Start,
+    ) -> Result<(), ConsumeError> {
         self.touch();
+        if let Some(s) = &self.stream {
+            return match s.add_reader(consumer, start) {
+                true => Ok(()),
+                false => Err(ConsumeError::Deleted),
+            };
+        }
         let mut st = self.state.lock();
         if self.deleted.load(Ordering::Relaxed) {
             return Err(ConsumeError::Deleted);
@@ -258,6 +288,9 @@ impl Queue {
     /// Removes a consumer; returns how many remain.
     pub fn remove_consumer(self: &Arc<Self>, consumer: &Consumer) -> usize {
         self.touch();
+        if let Some(s) = &self.stream {
+            return s.remove_reader(consumer.id);
+        }
         let mut st = self.state.lock();
         if self.args.single_active_consumer {
             st.consumers.remove_active(consumer.id);

@@ -1,8 +1,8 @@
-//! Queue types (`x-queue-type`): classic, and quorum, a durable queue
-//! that keeps every message in the store whatever its delivery mode (on a
-//! cluster, every message is replicated with the node state). Quorum
-//! queues refuse what RabbitMQ 3.10's refuse, with its wording; streams do
-//! not exist in Warren yet and are refused as an unsupported type.
+//! Queue types (`x-queue-type`): classic; quorum, a durable queue that
+//! keeps every message in the store whatever its delivery mode (on a
+//! cluster, every message is replicated with the node state); and stream,
+//! an append-only log read by offset (stream/). Quorum queues and streams
+//! refuse what RabbitMQ 3.10's refuse, with its wording.
 
 use amq_protocol::types::{AMQPValue, FieldTable};
 
@@ -14,11 +14,13 @@ pub enum Kind {
     #[default]
     Classic,
     Quorum,
+    Stream,
 }
 
 /// RabbitMQ's module names for the queue types, which its errors print.
 const QUORUM_MODULE: &str = "rabbit_quorum_queue";
 const CLASSIC_MODULE: &str = "rabbit_classic_queue";
+const STREAM_MODULE: &str = "rabbit_stream_queue";
 
 /// Arguments of quorum queues and streams that classic queues refuse, as
 /// RabbitMQ 3.10's do. (x-delivery-limit is not among them: Warren's
@@ -45,12 +47,46 @@ const NOT_FOR_QUORUM: &[&str] = &[
     "x-initial-cluster-size",
 ];
 
+/// Arguments streams refuse (RabbitMQ 3.10's stream queue capabilities,
+/// and x-consumer-timeout, which a stream's reads never act on).
+const NOT_FOR_STREAM: &[&str] = &[
+    "x-expires",
+    "x-message-ttl",
+    "x-max-length",
+    "x-max-priority",
+    "x-queue-mode",
+    "x-overflow",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-quorum-initial-group-size",
+    "x-cancel-on-ha-failover",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-delivery-limit",
+    "x-dead-letter-strategy",
+    "x-single-active-consumer",
+    "x-queue-version",
+    "x-consumer-timeout",
+];
+
+/// Stream arguments Warren does not act on yet: refused, not kept and
+/// ignored.
+const STREAM_NOT_YET: &[&str] = &[
+    "x-max-length-bytes",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-stream-filter-size-bytes",
+    "x-initial-cluster-size",
+    "x-queue-leader-locator",
+];
+
 impl Kind {
     /// The type `args` declare (classic when none; an unknown one reads as
     /// classic, `check_type` refuses it at declare).
     pub fn of(args: &FieldTable) -> Kind {
         match args.inner().get("x-queue-type").and_then(text).as_deref() {
             Some("quorum") => Kind::Quorum,
+            Some("stream") => Kind::Stream,
             _ => Kind::Classic,
         }
     }
@@ -59,7 +95,7 @@ impl Kind {
 /// The x-queue-type value check, as RabbitMQ words it.
 pub(super) fn check_type(value: &AMQPValue) -> Result<(), String> {
     match text(value).as_deref() {
-        Some("classic" | "quorum") => Ok(()),
+        Some("classic" | "quorum" | "stream") => Ok(()),
         Some(other) => Err(format!("\"unsupported queue type '{other}'\"")),
         None => Err(format!(
             "{{unacceptable_type,{}}}",
@@ -84,18 +120,29 @@ pub fn check_declare(kind: Kind, spec: Declared<'_>, describe: &str) -> Result<(
             None => Ok(()),
         };
     }
+    let (module, refused) = match kind {
+        Kind::Stream => (STREAM_MODULE, NOT_FOR_STREAM),
+        _ => (QUORUM_MODULE, NOT_FOR_QUORUM),
+    };
     if spec.server_named {
         return Err(format!(
-            "Cannot declare a server-named queue for type {QUORUM_MODULE}"
+            "Cannot declare a server-named queue for type {module}"
         ));
     }
-    if let Some(arg) = NOT_FOR_QUORUM
-        .iter()
-        .find(|a| spec.arguments.contains_key(a))
-    {
+    if let Some(arg) = refused.iter().find(|a| spec.arguments.contains_key(a)) {
         return Err(format!(
-            "invalid arg '{arg}' for {describe} of queue type {QUORUM_MODULE}"
+            "invalid arg '{arg}' for {describe} of queue type {module}"
         ));
+    }
+    if kind == Kind::Stream {
+        if let Some(arg) = STREAM_NOT_YET
+            .iter()
+            .find(|a| spec.arguments.contains_key(a))
+        {
+            return Err(format!(
+                "invalid arg '{arg}' for {describe}: Warren's streams do not act on it yet"
+            ));
+        }
     }
     let property = if spec.auto_delete {
         "auto-delete"
@@ -212,13 +259,51 @@ mod tests {
         limited.insert("x-delivery-limit".into(), AMQPValue::LongInt(5));
         assert!(check_declare(Kind::Classic, declared(&limited), Q).is_ok());
         assert!(check_type(&AMQPValue::LongString("classic".into())).is_ok());
+        assert!(check_type(&AMQPValue::LongString("stream".into())).is_ok());
         assert_eq!(
-            check_type(&AMQPValue::LongString("stream".into())).unwrap_err(),
-            "\"unsupported queue type 'stream'\""
+            check_type(&AMQPValue::LongString("lazy".into())).unwrap_err(),
+            "\"unsupported queue type 'lazy'\""
         );
         assert_eq!(
             check_type(&AMQPValue::LongInt(1)).unwrap_err(),
             "{unacceptable_type,signedint}"
+        );
+    }
+
+    #[test]
+    fn streams_refuse_what_rabbitmq_refuses_in_its_order() {
+        let mut args = FieldTable::default();
+        args.insert(
+            "x-queue-type".into(),
+            AMQPValue::LongString("stream".into()),
+        );
+        assert_eq!(Kind::of(&args), Kind::Stream);
+        assert!(check_declare(Kind::Stream, declared(&args), Q).is_ok());
+        let mut d = declared(&args);
+        d.server_named = true;
+        assert_eq!(
+            check_declare(Kind::Stream, d, Q).unwrap_err(),
+            "Cannot declare a server-named queue for type rabbit_stream_queue"
+        );
+        let mut d = declared(&args);
+        d.auto_delete = true;
+        assert_eq!(
+            check_declare(Kind::Stream, d, Q).unwrap_err(),
+            "invalid property 'auto-delete' for queue 'q' in vhost '/'"
+        );
+        for refused in ["x-message-ttl", "x-max-length", "x-dead-letter-exchange"] {
+            let mut with = args.clone();
+            with.insert(refused.into(), AMQPValue::LongInt(1));
+            assert_eq!(
+                check_declare(Kind::Stream, declared(&with), Q).unwrap_err(),
+                format!("invalid arg '{refused}' for queue 'q' in vhost '/' of queue type rabbit_stream_queue")
+            );
+        }
+        let mut retained = args.clone();
+        retained.insert("x-max-age".into(), AMQPValue::LongString("7D".into()));
+        assert_eq!(
+            check_declare(Kind::Stream, declared(&retained), Q).unwrap_err(),
+            "invalid arg 'x-max-age' for queue 'q' in vhost '/': Warren's streams do not act on it yet"
         );
     }
 }

@@ -36,6 +36,7 @@ mod policy;
 mod ready;
 mod settle;
 pub mod stats;
+pub mod stream;
 #[cfg(test)]
 mod testing;
 mod transfer;
@@ -109,6 +110,9 @@ pub struct Queue {
     commit_wait: AtomicBool,
     /// A task waits for the leadership lease to hold again.
     lease_wait: AtomicBool,
+    /// A stream's log and readers (x-queue-type=stream): its messages
+    /// and consumers are there, not in `state`.
+    stream: Option<stream::Stream>,
 }
 
 struct State {
@@ -160,6 +164,7 @@ impl Queue {
         let ready = Ready::with_max_priority(args.max_priority.unwrap_or(0));
         let live = args.clone();
         let after_commit = config.store_id != 0 && store.delivers_after_commit();
+        let stream = (args.kind == kind::Kind::Stream).then(stream::Stream::default);
         let page_id = match config.store_id {
             0 => store::local_queue_id(),
             id => id,
@@ -197,6 +202,7 @@ impl Queue {
             after_commit,
             commit_wait: AtomicBool::new(false),
             lease_wait: AtomicBool::new(false),
+            stream,
         });
         if q.args.expires.is_some() {
             expiry::watch_unused(&q);
@@ -226,6 +232,9 @@ impl Queue {
 
     /// Loads the messages a durable queue had at the last stop.
     pub fn recover(self: &Arc<Self>) -> store::Result<usize> {
+        if let Some(s) = &self.stream {
+            return s.recover(self).map(|n| n as usize);
+        }
         // Every message at or below it may have been delivered before the
         // stop (exactly those after a clean stop).
         let delivered = self.mark.as_ref().map_or(0, |(start, _)| *start);
@@ -308,6 +317,12 @@ impl Queue {
     }
 
     fn push_with(self: &Arc<Self>, msg: &Arc<Message>, write_now: bool) -> store::Result<Pushed> {
+        if let Some(s) = &self.stream {
+            return Ok(Pushed {
+                stored: s.push(self, msg)?,
+                rejected: false,
+            });
+        }
         let mut st = self.state.lock();
         if self.deleted.load(Ordering::Relaxed) {
             return Ok(Pushed {
@@ -380,12 +395,23 @@ impl Queue {
 
     /// Ready messages.
     pub fn message_count(&self) -> u32 {
+        if let Some(s) = &self.stream {
+            return u32::try_from(s.extent().messages()).unwrap_or(u32::MAX);
+        }
         self.state.lock().ready.len() as u32
     }
 
     /// Active consumers.
     pub fn consumer_count(&self) -> u32 {
+        if let Some(s) = &self.stream {
+            return s.readers() as u32;
+        }
         self.state.lock().consumers.len() as u32
+    }
+
+    /// A stream's log and readers, if it is one.
+    pub fn stream(&self) -> Option<&stream::Stream> {
+        self.stream.as_ref()
     }
 
     /// Marks the queue deleted, cancels its consumers (telling clients that
@@ -406,10 +432,11 @@ impl Queue {
         st.expiry.clear();
         st.expiry_deferred.clear();
         self.timer.notify_one();
-        Deleted {
-            count,
-            consumers: st.consumers.drain(),
+        let mut consumers = st.consumers.drain();
+        if let Some(s) = &self.stream {
+            consumers.extend(s.delete());
         }
+        Deleted { count, consumers }
     }
 
     /// Whether the queue was deleted.

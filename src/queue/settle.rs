@@ -51,6 +51,9 @@ impl Queue {
     /// Settles deliveries taken back from a channel, then delivers into the
     /// credit they freed.
     pub fn settle(self: &Arc<Self>, taken: impl Iterator<Item = Unacked>, how: Settle) {
+        if let Some(s) = &self.stream {
+            return s.settle(self, taken);
+        }
         let mut st = self.state.lock();
         // A deleted queue's messages are gone: not dead-lettered (as in
         // RabbitMQ), not requeued.
@@ -109,6 +112,10 @@ impl Queue {
 
     /// Drops every ready message; returns how many.
     pub fn purge(&self) -> store::Result<u32> {
+        // A stream is not purged (as in RabbitMQ): it answers 0.
+        if self.stream.is_some() {
+            return Ok(0);
+        }
         let mut st = self.state.lock();
         let n = st.ready.len() as u32;
         let (entries, tail) = st.ready.clear();

@@ -118,6 +118,13 @@ pub struct Depth {
 impl Queue {
     /// Its depth and consumers now (cheaper than a snapshot).
     pub fn depth(&self) -> Depth {
+        if let Some(s) = &self.stream {
+            return Depth {
+                ready: s.extent().messages(),
+                unacked: 0,
+                consumers: s.readers() as u32,
+            };
+        }
         let st = self.state.lock();
         Depth {
             ready: st.ready.len() as u64,
@@ -138,11 +145,15 @@ impl Queue {
             + st.consumers.len() * std::mem::size_of::<super::Consumer>()
             + (st.expiry.capacity() + st.expiry_deferred.capacity())
                 * std::mem::size_of::<(u64, u64)>();
+        let stream = self
+            .stream
+            .as_ref()
+            .map(|s| (s.extent(), s.readers() as u32));
         Snapshot {
-            ready: st.ready.len() as u64,
+            ready: stream.map_or(st.ready.len() as u64, |(e, _)| e.messages()),
             unacked: st.unacked as u64,
-            consumers: st.consumers.len() as u32,
-            ready_bytes: st.ready.bytes() as u64,
+            consumers: stream.map_or(st.consumers.len() as u32, |(_, n)| n),
+            ready_bytes: stream.map_or(st.ready.bytes() as u64, |(e, _)| e.bytes),
             unacked_bytes: st.unacked_bytes as u64,
             ready_ram: ready_ram as u64,
             ready_ram_bytes: ready_ram_bytes as u64,
@@ -159,6 +170,9 @@ impl Queue {
 
     /// Its consumers, in subscription order.
     pub fn consumer_list(&self) -> Vec<std::sync::Arc<super::Consumer>> {
+        if let Some(s) = &self.stream {
+            return s.consumers();
+        }
         self.state.lock().consumers.list()
     }
 
@@ -168,7 +182,12 @@ impl Queue {
         let mut guard = self.state.lock();
         let st = &mut *guard;
         st.stats.sample(now_ms);
-        let (ready, unacked) = (st.ready.len() as u64, st.unacked as u64);
+        let stream = self
+            .stream
+            .as_ref()
+            .map(|s| (s.extent(), s.readers() as u32));
+        let ready = stream.map_or(st.ready.len() as u64, |(e, _)| e.messages());
+        let unacked = st.unacked as u64;
         let c = &st.stats.counters;
         st.history.record(
             now_ms,
@@ -184,7 +203,7 @@ impl Queue {
         Depth {
             ready,
             unacked,
-            consumers: st.consumers.len() as u32,
+            consumers: stream.map_or(st.consumers.len() as u32, |(_, n)| n),
         }
     }
 

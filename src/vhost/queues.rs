@@ -109,6 +109,13 @@ impl VHost {
             &self.describe("queue", &spec.name),
         )
         .map_err(Error::precondition_failed)?;
+        if Kind::of(&spec.arguments) == Kind::Stream && self.store.delivers_after_commit() {
+            return Err(Error::precondition_failed(format!(
+                "cannot declare {}: Warren's streams are not replicated yet, \
+                 so a cluster does not take them",
+                self.describe("queue", &spec.name)
+            )));
+        }
         // RabbitMQ makes exclusive queues transient whatever the flag says:
         // they die with their connection, so they are never stored.
         let stored = spec.durable && !spec.exclusive;

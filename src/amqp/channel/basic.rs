@@ -16,6 +16,7 @@ use crate::amqp::context::ConnCtx;
 use crate::amqp::error::{code, ProtocolError, Result};
 use crate::amqp::reply_to;
 use crate::message::Message;
+use crate::queue::stream::Start;
 use crate::queue::Consumer;
 use crate::queue::{ConsumeError, Queue, Settle};
 use crate::wire::props::Field;
@@ -228,6 +229,10 @@ impl Channel {
         let name = self.queue_name(m.queue.as_str())?;
         ctx.check(Access::Read, "queue", &name)?;
         let queue = ctx.vhost.queue_for(&name, ctx.id)?;
+        let start = match queue.stream() {
+            Some(_) => self.stream_start(&m, &name, ctx)?,
+            None => Start::Next,
+        };
         let priority = match m.arguments.inner().get("x-priority") {
             None => 0,
             Some(v) => crate::wire::value::int(v)
@@ -255,7 +260,7 @@ impl Channel {
             timeout_ms,
         ));
         queue
-            .add_consumer(Arc::clone(&consumer))
+            .add_reader(Arc::clone(&consumer), start)
             .map_err(|e| match e {
                 ConsumeError::ExclusiveHeld | ConsumeError::InUse => {
                     ProtocolError::access_refused(format!(
@@ -281,6 +286,34 @@ impl Channel {
         // Deliveries start after consume-ok.
         queue.dispatch();
         Ok(())
+    }
+
+    /// Where a consumer of stream `name` starts reading; refuses what a
+    /// stream's consumer may not be, as RabbitMQ does (in its order): one
+    /// without a prefetch, one with automatic acks, one on a channel with
+    /// a global prefetch.
+    fn stream_start(&self, m: &b::Consume, name: &str, ctx: &ConnCtx) -> Result<Start> {
+        let subject = format!("queue '{name}' in vhost '{}'", ctx.vhost.name);
+        if self.prefetch == 0 {
+            return Err(ProtocolError::precondition_failed(format!(
+                "consumer prefetch count is not set for '{subject}'"
+            )));
+        }
+        if m.no_ack {
+            return Err(ProtocolError::not_implemented(format!(
+                "automatic acknowledgement not supported by stream queues {subject}"
+            )));
+        }
+        if self.global_prefetch != 0 {
+            return Err(ProtocolError::not_implemented(format!(
+                "{subject} does not support global qos"
+            )));
+        }
+        Start::parse(
+            m.arguments.inner().get("x-stream-offset"),
+            crate::util::now_ms(),
+        )
+        .map_err(ProtocolError::precondition_failed)
     }
 
     /// Takes consumer `tag` off its queue (which goes if it is auto-delete
@@ -403,6 +436,12 @@ impl Channel {
         let name = self.queue_name(m.queue.as_str())?;
         ctx.check(Access::Read, "queue", &name)?;
         let queue = ctx.vhost.queue_for(&name, ctx.id)?;
+        if queue.stream().is_some() {
+            return Err(ProtocolError::not_implemented(format!(
+                "basic.get not supported by stream queues queue '{name}' in vhost '{}'",
+                ctx.vhost.name
+            )));
+        }
         let timeout_ms = queue
             .consumer_timeout()
             .unwrap_or(ctx.broker.config.consumer_timeout);

@@ -1,0 +1,395 @@
+//! Streams over AMQP 0-9-1 (x-queue-type=stream) on a single node: what a
+//! declare refuses, every x-stream-offset form, acks as credit, many
+//! readers each reading everything, reads past what memory keeps, the
+//! refusals RabbitMQ makes (basic.get, automatic acks and a global
+//! prefetch close the connection with 540; no prefetch is a 406), and a stream kept across a restart.
+
+mod common;
+mod helpers;
+
+use common::*;
+use helpers::{declare_with, expect_code, s, table};
+use lapin::{
+    options::*,
+    types::{AMQPValue, FieldTable},
+    BasicProperties, Channel,
+};
+
+fn durable() -> QueueDeclareOptions {
+    QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    }
+}
+
+fn stream(extra: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut pairs = vec![("x-queue-type", s("stream"))];
+    pairs.extend(extra.iter().cloned());
+    table(&pairs)
+}
+
+async fn declare_stream(ch: &Channel, name: &str) {
+    declare_with(ch, name, durable(), stream(&[]))
+        .await
+        .expect("stream declared");
+}
+
+/// Publishes `bodies` to `name` with confirms, all confirmed.
+async fn publish_confirmed(ch: &Channel, name: &str, bodies: impl IntoIterator<Item = String>) {
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap_or_default();
+    let mut confirms = Vec::new();
+    for b in bodies {
+        let c = ch
+            .basic_publish(
+                "".into(),
+                name.into(),
+                BasicPublishOptions::default(),
+                b.as_bytes(),
+                BasicProperties::default()
+                    .with_delivery_mode(2)
+                    .with_headers(table(&[("app", s("kept"))])),
+            )
+            .await
+            .expect("publish");
+        confirms.push(c);
+    }
+    for c in confirms {
+        assert!(c.await.expect("confirm").is_ack());
+    }
+}
+
+/// A consumer of stream `name` with prefetch `prefetch`, starting at
+/// `offset` (None: the default).
+async fn reader(
+    conn: &lapin::Connection,
+    name: &str,
+    prefetch: u16,
+    offset: Option<AMQPValue>,
+) -> (Channel, lapin::Consumer) {
+    let ch = conn.create_channel().await.unwrap();
+    ch.basic_qos(prefetch, BasicQosOptions::default())
+        .await
+        .unwrap();
+    let args = match offset {
+        Some(v) => table(&[("x-stream-offset", v)]),
+        None => FieldTable::default(),
+    };
+    let c = ch
+        .basic_consume(name.into(), "".into(), BasicConsumeOptions::default(), args)
+        .await
+        .expect("consume");
+    (ch, c)
+}
+
+fn offset_of(d: &lapin::message::Delivery) -> i64 {
+    let headers = d.properties.headers().clone().expect("headers");
+    match headers.inner().get("x-stream-offset") {
+        Some(AMQPValue::LongLongInt(n)) => *n,
+        other => panic!("x-stream-offset header: {other:?}"),
+    }
+}
+
+/// Reads `n` deliveries, acking each; their (offset, body).
+async fn read_acking(c: &mut lapin::Consumer, n: usize) -> Vec<(i64, String)> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let d = next(c)
+            .await
+            .unwrap_or_else(|| panic!("delivery {i} of {n} did not arrive"));
+        out.push((offset_of(&d), String::from_utf8_lossy(&d.data).into_owned()));
+        d.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    out
+}
+
+fn numbered(range: std::ops::Range<i64>) -> Vec<(i64, String)> {
+    range.map(|i| (i, format!("m{i}"))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_declares_refuse_what_rabbitmq_refuses() {
+    let b = start().await;
+    let c = b.connect().await;
+    let cases: Vec<(&str, QueueDeclareOptions, FieldTable, &str)> = vec![
+        (
+            "st-transient",
+            QueueDeclareOptions::default(),
+            stream(&[]),
+            "PRECONDITION_FAILED - invalid property 'non-durable' for queue 'st-transient' in vhost '/'",
+        ),
+        (
+            "st-ad",
+            QueueDeclareOptions {
+                durable: true,
+                auto_delete: true,
+                ..Default::default()
+            },
+            stream(&[]),
+            "PRECONDITION_FAILED - invalid property 'auto-delete' for queue 'st-ad' in vhost '/'",
+        ),
+        (
+            "",
+            durable(),
+            stream(&[]),
+            "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_stream_queue",
+        ),
+        (
+            "st-ttl",
+            durable(),
+            stream(&[("x-message-ttl", AMQPValue::LongInt(1000))]),
+            "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'st-ttl' in vhost '/' of queue type rabbit_stream_queue",
+        ),
+        (
+            "st-dlx",
+            durable(),
+            stream(&[("x-dead-letter-exchange", s("dlx"))]),
+            "PRECONDITION_FAILED - invalid arg 'x-dead-letter-exchange' for queue 'st-dlx' in vhost '/' of queue type rabbit_stream_queue",
+        ),
+        (
+            "st-age",
+            durable(),
+            stream(&[("x-max-age", s("7x"))]),
+            "PRECONDITION_FAILED - invalid arg 'x-max-age' for queue 'st-age' in vhost '/': invalid_max_age",
+        ),
+        (
+            "st-retained",
+            durable(),
+            stream(&[("x-max-length-bytes", AMQPValue::LongInt(1 << 20))]),
+            "PRECONDITION_FAILED - invalid arg 'x-max-length-bytes' for queue 'st-retained' in vhost '/': Warren's streams do not act on it yet",
+        ),
+    ];
+    for (name, opts, args, text) in cases {
+        let ch = c.create_channel().await.unwrap();
+        let got = expect_code(declare_with(&ch, name, opts, args).await, 406);
+        assert_eq!(got, text);
+    }
+    // A stream is declared again with the same arguments; it is listed
+    // as one.
+    let ch = c.create_channel().await.unwrap();
+    declare_stream(&ch, "st").await;
+    declare_stream(&ch, "st").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_start_at_every_offset_form() {
+    let b = start().await;
+    let conn = b.connect().await;
+    let ch = conn.create_channel().await.unwrap();
+    declare_stream(&ch, "events").await;
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    publish_confirmed(&ch, "events", (0..10).map(|i| format!("m{i}"))).await;
+
+    let (_a, mut first) = reader(&conn, "events", 100, Some(s("first"))).await;
+    assert_eq!(read_acking(&mut first, 10).await, numbered(0..10));
+    let (_b, mut at5) = reader(&conn, "events", 100, Some(AMQPValue::LongLongInt(5))).await;
+    assert_eq!(read_acking(&mut at5, 5).await, numbered(5..10));
+    let (_c, mut last) = reader(&conn, "events", 100, Some(s("last"))).await;
+    assert_eq!(read_acking(&mut last, 1).await, numbered(9..10));
+    let (_d, mut next_one) = reader(&conn, "events", 100, Some(s("next"))).await;
+    let (_e, mut default) = reader(&conn, "events", 100, None).await;
+    let (_f, mut past) = reader(&conn, "events", 100, Some(AMQPValue::LongLongInt(1000))).await;
+    let (_g, mut since) = reader(&conn, "events", 100, Some(AMQPValue::Timestamp(before))).await;
+    assert_eq!(read_acking(&mut since, 10).await, numbered(0..10));
+    let (_h, mut hour) = reader(&conn, "events", 100, Some(s("1h"))).await;
+    assert_eq!(read_acking(&mut hour, 10).await, numbered(0..10));
+    let (_i, mut future) = reader(
+        &conn,
+        "events",
+        100,
+        Some(AMQPValue::Timestamp(before + 3600)),
+    )
+    .await;
+    for c in [&mut next_one, &mut default, &mut past, &mut future] {
+        assert_no_delivery(c).await;
+    }
+    // Readers at the end wait for what comes next, and every reader gets
+    // it.
+    publish_confirmed(&ch, "events", ["m10".to_string()]).await;
+    for c in [
+        &mut first,
+        &mut at5,
+        &mut last,
+        &mut next_one,
+        &mut default,
+        &mut past,
+        &mut since,
+        &mut hour,
+        &mut future,
+    ] {
+        assert_eq!(read_acking(c, 1).await, numbered(10..11));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_are_credit_and_nothing_is_removed() {
+    let b = start().await;
+    let conn = b.connect().await;
+    let ch = conn.create_channel().await.unwrap();
+    declare_stream(&ch, "credit").await;
+    publish_confirmed(&ch, "credit", (0..6).map(|i| format!("m{i}"))).await;
+    let (_rch, mut c) = reader(&conn, "credit", 2, Some(s("first"))).await;
+    let held = [next(&mut c).await.unwrap(), next(&mut c).await.unwrap()];
+    // The prefetch is full: nothing more until an ack.
+    assert_no_delivery(&mut c).await;
+    held[0].ack(BasicAckOptions::default()).await.unwrap();
+    let third = next(&mut c).await.expect("credit came back");
+    assert_eq!(offset_of(&third), 2);
+    // A nack is credit too; nothing comes back redelivered.
+    held[1]
+        .nack(BasicNackOptions {
+            requeue: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let fourth = next(&mut c).await.expect("credit came back");
+    assert_eq!(offset_of(&fourth), 3);
+    assert!(!fourth.redelivered);
+    // Everything is still there for a new reader, and the stream counts it.
+    let (_r2, mut again) = reader(&conn, "credit", 10, Some(s("first"))).await;
+    assert_eq!(read_acking(&mut again, 6).await, numbered(0..6));
+    let q = ch
+        .queue_declare(
+            "credit".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(q.message_count(), 6);
+    // Properties and headers are kept as published, the offset added.
+    let headers = third.properties.headers().clone().unwrap();
+    assert_eq!(headers.inner().get("app"), Some(&s("kept")));
+    assert_eq!(third.properties.delivery_mode(), &Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_stream_refuses_its_consumers() {
+    let b = start().await;
+    let (_keep, ch) = b.channel().await;
+    declare_stream(&ch, "strict").await;
+    // 540 is a connection error: each refusal on a connection of its own.
+
+    let (_conn, ch) = b.channel().await;
+    let got = expect_code(
+        ch.basic_get("strict".into(), BasicGetOptions::default())
+            .await,
+        540,
+    );
+    assert_eq!(
+        got,
+        "NOT_IMPLEMENTED - basic.get not supported by stream queues queue 'strict' in vhost '/'"
+    );
+
+    let (_conn, ch) = b.channel().await;
+    let got = expect_code(
+        ch.basic_consume(
+            "strict".into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await,
+        406,
+    );
+    assert_eq!(
+        got,
+        "PRECONDITION_FAILED - consumer prefetch count is not set for 'queue 'strict' in vhost '/''"
+    );
+
+    let (_conn, ch) = b.channel().await;
+    ch.basic_qos(10, BasicQosOptions::default()).await.unwrap();
+    let got = expect_code(
+        ch.basic_consume(
+            "strict".into(),
+            "".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await,
+        540,
+    );
+    assert_eq!(
+        got,
+        "NOT_IMPLEMENTED - automatic acknowledgement not supported by stream queues queue 'strict' in vhost '/'"
+    );
+
+    let (_conn, ch) = b.channel().await;
+    ch.basic_qos(10, BasicQosOptions::default()).await.unwrap();
+    ch.basic_qos(10, BasicQosOptions { global: true })
+        .await
+        .unwrap();
+    let got = expect_code(
+        ch.basic_consume(
+            "strict".into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await,
+        540,
+    );
+    assert_eq!(
+        got,
+        "NOT_IMPLEMENTED - queue 'strict' in vhost '/' does not support global qos"
+    );
+
+    let (_conn, ch) = b.channel().await;
+    ch.basic_qos(10, BasicQosOptions::default()).await.unwrap();
+    let got = expect_code(
+        ch.basic_consume(
+            "strict".into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            table(&[("x-stream-offset", s("yesterday"))]),
+        )
+        .await,
+        406,
+    );
+    assert_eq!(
+        got,
+        "PRECONDITION_FAILED - invalid x-stream-offset 'yesterday'"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_read_past_what_memory_keeps_and_after_a_restart() {
+    let mut b = start().await;
+    let (conn, ch) = b.channel().await;
+    declare_stream(&ch, "long").await;
+    // 12 MiB: more than the 8 MiB a stream keeps in memory.
+    let big = "x".repeat(1024);
+    publish_confirmed(&ch, "long", (0..12_288).map(|i| format!("{i}:{big}"))).await;
+    let (_r, mut c) = reader(&conn, "long", 500, Some(s("first"))).await;
+    for i in 0..12_288i64 {
+        let d = next(&mut c).await.unwrap_or_else(|| panic!("offset {i}"));
+        assert_eq!(offset_of(&d), i);
+        assert!(d.data.starts_with(format!("{i}:").as_bytes()));
+        d.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    drop(conn);
+
+    b.restart().await;
+    let (conn, ch) = b.channel().await;
+    let (_r, mut c) = reader(&conn, "long", 500, Some(AMQPValue::LongLongInt(12_280))).await;
+    for i in 12_280..12_288i64 {
+        let d = next(&mut c).await.unwrap_or_else(|| panic!("offset {i}"));
+        assert_eq!(offset_of(&d), i);
+        d.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    // New messages follow on from the offsets the stream had.
+    publish_confirmed(&ch, "long", ["after".to_string()]).await;
+    let d = next(&mut c).await.expect("the new message");
+    assert_eq!((offset_of(&d), &d.data[..]), (12_288, &b"after"[..]));
+}
