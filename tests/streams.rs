@@ -156,8 +156,8 @@ async fn stream_declares_refuse_what_rabbitmq_refuses() {
         (
             "st-retained",
             durable(),
-            stream(&[("x-max-length-bytes", AMQPValue::LongInt(1 << 20))]),
-            "PRECONDITION_FAILED - invalid arg 'x-max-length-bytes' for queue 'st-retained' in vhost '/': Warren's streams do not act on it yet",
+            stream(&[("x-stream-filter-size-bytes", AMQPValue::LongInt(32))]),
+            "PRECONDITION_FAILED - invalid arg 'x-stream-filter-size-bytes' for queue 'st-retained' in vhost '/': Warren's streams do not act on it yet",
         ),
     ];
     for (name, opts, args, text) in cases {
@@ -392,4 +392,82 @@ async fn readers_read_past_what_memory_keeps_and_after_a_restart() {
     publish_confirmed(&ch, "long", ["after".to_string()]).await;
     let d = next(&mut c).await.expect("the new message");
     assert_eq!((offset_of(&d), &d.data[..]), (12_288, &b"after"[..]));
+}
+
+/// The message count a passive declare of `name` reports.
+async fn count(ch: &Channel, name: &str) -> u32 {
+    ch.queue_declare(
+        name.into(),
+        QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("passive declare")
+    .message_count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_by_size_drops_whole_segments_from_the_start() {
+    let b = start().await;
+    let (conn, ch) = b.channel().await;
+    let args = stream(&[
+        ("x-max-length-bytes", AMQPValue::LongLongInt(300_000)),
+        (
+            "x-stream-max-segment-size-bytes",
+            AMQPValue::LongLongInt(100_000),
+        ),
+    ]);
+    declare_with(&ch, "sized", durable(), args)
+        .await
+        .expect("declared");
+    let big = "x".repeat(1019);
+    publish_confirmed(&ch, "sized", (0..1000).map(|i| format!("{i:04}:{big}"))).await;
+    // A segment holds 98 messages of 1 KiB (it fills at 100,000 bytes);
+    // after a drop the stream holds at most 300,000 bytes, and a segment
+    // more until the next.
+    let kept = count(&ch, "sized").await;
+    assert!(
+        ((300_000 - 100_352) / 1024..=(300_000 + 100_352) / 1024).contains(&kept),
+        "{kept} kept"
+    );
+    let (_r, mut c) = reader(&conn, "sized", 10, Some(s("first"))).await;
+    let first = read_acking(&mut c, 1).await.remove(0);
+    assert_eq!(first.0 % 98, 0, "a segment's start: {first:?}");
+    assert_eq!(first.0 as u32, 1000 - kept);
+    assert!(first.1.starts_with(&format!("{:04}:", first.0)));
+    // A numeric offset below what is kept starts at the first kept.
+    let (_r2, mut below) = reader(&conn, "sized", 10, Some(AMQPValue::LongLongInt(3))).await;
+    assert_eq!(read_acking(&mut below, 1).await[0].0, first.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_by_age_runs_while_nobody_publishes() {
+    let b = start().await;
+    let (conn, ch) = b.channel().await;
+    let args = stream(&[
+        ("x-max-age", s("2s")),
+        (
+            "x-stream-max-segment-size-bytes",
+            AMQPValue::LongLongInt(10_000),
+        ),
+    ]);
+    declare_with(&ch, "aging", durable(), args)
+        .await
+        .expect("declared");
+    let big = "y".repeat(995);
+    publish_confirmed(&ch, "aging", (0..50).map(|i| format!("{i:04}:{big}"))).await;
+    assert_eq!(count(&ch, "aging").await, 50);
+    // Nothing is published from here on: the timer drops every segment
+    // but the last (10 messages of 1,000 bytes fill one).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while count(&ch, "aging").await > 10 {
+        assert!(std::time::Instant::now() < deadline, "nothing aged out");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let (_r, mut c) = reader(&conn, "aging", 100, Some(s("first"))).await;
+    assert_eq!(read_acking(&mut c, 10).await[0].0, 40);
+    assert_no_delivery(&mut c).await;
 }

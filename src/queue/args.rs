@@ -48,6 +48,10 @@ pub struct QueueArgs {
     pub consumer_timeout: Option<u64>,
     /// `x-queue-type`.
     pub kind: super::kind::Kind,
+    /// A stream's `x-max-age`, ms.
+    pub max_age_ms: Option<u64>,
+    /// A stream's `x-stream-max-segment-size-bytes`.
+    pub stream_segment_bytes: Option<u64>,
 }
 
 impl QueueArgs {
@@ -74,6 +78,10 @@ impl QueueArgs {
             delivery_limit: uint("x-delivery-limit"),
             consumer_timeout: uint("x-consumer-timeout"),
             kind: super::kind::Kind::of(args),
+            max_age_ms: get("x-max-age")
+                .and_then(str_arg)
+                .and_then(|a| max_age_ms(&a)),
+            stream_segment_bytes: uint("x-stream-max-segment-size-bytes"),
         }
     }
 }
@@ -90,7 +98,8 @@ impl QueueArgs {
     /// The arguments in force when `policy` (the definition the queue's
     /// policy and operator policy make together) applies, as RabbitMQ
     /// merges them: expires, message-ttl, max-length, max-length-bytes,
-    /// consumer-timeout and delivery-limit take the lower of the two;
+    /// consumer-timeout, delivery-limit, and a stream's max-age and
+    /// stream-max-segment-size-bytes take the lower of the two;
     /// dead-letter-exchange, dead-letter-routing-key and overflow take the
     /// x-argument when there is one.
     pub fn with_policy(&self, policy: &serde_json::Map<String, serde_json::Value>) -> QueueArgs {
@@ -107,6 +116,15 @@ impl QueueArgs {
         a.max_length_bytes = lower(self.max_length_bytes, "max-length-bytes");
         a.consumer_timeout = lower(self.consumer_timeout, "consumer-timeout");
         a.delivery_limit = lower(self.delivery_limit, "delivery-limit");
+        a.stream_segment_bytes = lower(self.stream_segment_bytes, "stream-max-segment-size-bytes");
+        let policy_age = policy
+            .get("max-age")
+            .and_then(|v| v.as_str())
+            .and_then(max_age_ms);
+        a.max_age_ms = match (self.max_age_ms, policy_age) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
         if self.dead_letter_exchange.is_none() {
             a.dead_letter_exchange = text("dead-letter-exchange");
         }

@@ -72,9 +72,6 @@ const NOT_FOR_STREAM: &[&str] = &[
 /// Stream arguments Warren does not act on yet: refused, not kept and
 /// ignored.
 const STREAM_NOT_YET: &[&str] = &[
-    "x-max-length-bytes",
-    "x-max-age",
-    "x-stream-max-segment-size-bytes",
     "x-stream-filter-size-bytes",
     "x-initial-cluster-size",
     "x-queue-leader-locator",
@@ -301,9 +298,13 @@ mod tests {
         }
         let mut retained = args.clone();
         retained.insert("x-max-age".into(), AMQPValue::LongString("7D".into()));
+        retained.insert("x-max-length-bytes".into(), AMQPValue::LongInt(1 << 20));
+        assert!(check_declare(Kind::Stream, declared(&retained), Q).is_ok());
+        let mut filtered = args.clone();
+        filtered.insert("x-stream-filter-size-bytes".into(), AMQPValue::LongInt(32));
         assert_eq!(
-            check_declare(Kind::Stream, declared(&retained), Q).unwrap_err(),
-            "invalid arg 'x-max-age' for queue 'q' in vhost '/': Warren's streams do not act on it yet"
+            check_declare(Kind::Stream, declared(&filtered), Q).unwrap_err(),
+            "invalid arg 'x-stream-filter-size-bytes' for queue 'q' in vhost '/': Warren's streams do not act on it yet"
         );
     }
 }

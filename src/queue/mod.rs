@@ -164,7 +164,7 @@ impl Queue {
         let ready = Ready::with_max_priority(args.max_priority.unwrap_or(0));
         let live = args.clone();
         let after_commit = config.store_id != 0 && store.delivers_after_commit();
-        let stream = (args.kind == kind::Kind::Stream).then(stream::Stream::default);
+        let stream = (args.kind == kind::Kind::Stream).then(|| stream::Stream::new(&args));
         let page_id = match config.store_id {
             0 => store::local_queue_id(),
             id => id,
@@ -206,6 +206,9 @@ impl Queue {
         });
         if q.args.expires.is_some() {
             expiry::watch_unused(&q);
+        }
+        if q.stream.is_some() {
+            stream::watch_retention(&q);
         }
         q
     }

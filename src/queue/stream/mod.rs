@@ -17,12 +17,17 @@
 //!
 //! The time of each second's first append is kept (`marks`), so a
 //! reader that starts at a time finds its offset without reading the log.
+//! Retention (retention.rs) drops whole segments from the start; readers
+//! behind move on to what is kept.
 
 pub mod offset;
+mod retention;
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use amq_protocol::types::AMQPValue;
 use parking_lot::Mutex;
@@ -31,6 +36,7 @@ use super::{Consumer, Entry, Queue, Refused, Unacked};
 use crate::message::Message;
 use crate::store;
 pub use offset::Start;
+use retention::{Limits, Segments};
 
 /// Bytes of the newest messages a stream keeps in memory for readers
 /// near its end.
@@ -60,6 +66,9 @@ struct Log {
     marks: VecDeque<(u64, u64)>,
     readers: Vec<Reader>,
     deleted: bool,
+    /// Its segments, and the retention limits last read.
+    segments: Segments,
+    limits: Limits,
 }
 
 struct Reader {
@@ -109,6 +118,26 @@ impl Log {
         }
     }
 
+    /// Applies retention at `now_ms`: the offsets it dropped.
+    fn retain(&mut self, now_ms: u64) -> Option<Range<u64>> {
+        let (first, dropped) = self.segments.retain(self.bytes, &self.limits, now_ms)?;
+        let old = self.first;
+        self.first = first;
+        self.bytes -= dropped;
+        while self.marks.len() > 1 && self.marks[1].1 <= first {
+            self.marks.pop_front();
+        }
+        while !self.tail.is_empty() && self.tail_first() < first {
+            if let Some(m) = self.tail.pop_front() {
+                self.tail_bytes -= m.body().len();
+            }
+        }
+        for r in &mut self.readers {
+            r.cursor = r.cursor.max(first);
+        }
+        Some(old..first)
+    }
+
     /// Where a reader asking for `start` begins.
     fn resolve(&self, start: Start) -> u64 {
         match start {
@@ -127,6 +156,39 @@ impl Log {
     }
 }
 
+/// The retention limits `args` (with the queue's policy) set.
+fn limits(args: &super::args::QueueArgs) -> Limits {
+    Limits {
+        max_bytes: args.max_length_bytes,
+        max_age_ms: args.max_age_ms,
+        segment_bytes: args
+            .stream_segment_bytes
+            .unwrap_or(retention::SEGMENT_BYTES),
+    }
+}
+
+/// Runs `queue`'s retention once a second while it exists (a stream no
+/// one publishes to still loses what ages out).
+pub fn watch_retention(queue: &Arc<Queue>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let weak: Weak<Queue> = Arc::downgrade(queue);
+    runtime.spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let Some(q) = weak.upgrade() else { return };
+            let Some(s) = q.stream.as_ref().filter(|_| !q.is_deleted()) else {
+                return;
+            };
+            let live = limits(&q.state.lock().live);
+            if let Err(e) = s.enforce(&q, live, crate::util::coarse_wall_ms()) {
+                tracing::error!(stream = %q.config.name, "retention failed: {e}");
+            }
+        }
+    });
+}
+
 /// The store's sequence number of offset `offset` (sequence numbers
 /// start at 1).
 fn seq_of(offset: u64) -> u64 {
@@ -134,6 +196,14 @@ fn seq_of(offset: u64) -> u64 {
 }
 
 impl Stream {
+    /// A new stream with the retention its arguments set (its policy's
+    /// is read once a second).
+    pub fn new(args: &super::args::QueueArgs) -> Stream {
+        let stream = Stream::default();
+        stream.log.lock().limits = limits(args);
+        stream
+    }
+
     /// What the stream holds.
     pub fn extent(&self) -> Extent {
         let log = self.log.lock();
@@ -161,36 +231,79 @@ impl Stream {
     /// Appends `msg` (durable at the next group commit) and delivers it
     /// to the readers waiting at the end.
     pub fn push(&self, queue: &Arc<Queue>, msg: &Message) -> store::Result<bool> {
-        let mut log = self.log.lock();
-        if log.deleted {
-            return Ok(false);
+        let dropped = {
+            let mut log = self.log.lock();
+            if log.deleted {
+                return Ok(false);
+            }
+            let offset = log.next;
+            let msg =
+                Arc::new(msg.with_header("x-stream-offset", AMQPValue::LongLongInt(offset as i64)));
+            let time = crate::util::coarse_wall_ms();
+            queue
+                .store
+                .put_message(queue.config.store_id, seq_of(offset), &msg, 0)?;
+            let bytes = msg.body().len() as u64;
+            log.next += 1;
+            log.bytes += bytes;
+            log.mark(offset, time);
+            let segment_bytes = log.limits.segment_bytes;
+            let rolled = log.segments.append(offset, bytes, time, segment_bytes);
+            log.keep_in_tail(msg);
+            self.deliver(queue, &mut log);
+            if rolled {
+                log.retain(time)
+            } else {
+                None
+            }
+        };
+        if let Some(dropped) = dropped {
+            Self::forget(queue, dropped)?;
         }
-        let offset = log.next;
-        let msg =
-            Arc::new(msg.with_header("x-stream-offset", AMQPValue::LongLongInt(offset as i64)));
-        let time = crate::util::coarse_wall_ms();
-        queue
-            .store
-            .put_message(queue.config.store_id, seq_of(offset), &msg, 0)?;
-        log.next += 1;
-        log.bytes += msg.body().len() as u64;
-        log.mark(offset, time);
-        log.keep_in_tail(msg);
-        self.deliver(queue, &mut log);
         Ok(true)
+    }
+
+    /// Applies retention with `limits` (the timer, once a second).
+    pub fn enforce(&self, queue: &Queue, limits: Limits, now_ms: u64) -> store::Result<()> {
+        let dropped = {
+            let mut log = self.log.lock();
+            if log.deleted {
+                return Ok(());
+            }
+            log.limits = limits;
+            log.retain(now_ms)
+        };
+        match dropped {
+            Some(dropped) => Self::forget(queue, dropped),
+            None => Ok(()),
+        }
+    }
+
+    /// Removes from the store the messages retention dropped.
+    fn forget(queue: &Queue, dropped: Range<u64>) -> store::Result<()> {
+        for offset in dropped {
+            queue
+                .store
+                .remove_message(queue.config.store_id, seq_of(offset))?;
+        }
+        Ok(())
     }
 
     /// Takes back what the log holds of the stream (a start).
     pub fn recover(&self, queue: &Queue) -> store::Result<u64> {
         let mut log = self.log.lock();
+        log.limits = limits(&queue.args);
+        let segment_bytes = log.limits.segment_bytes;
         let mut first = None;
         for item in queue.store.messages(queue.config.store_id) {
             let m = item?;
             let offset = m.seq.saturating_sub(1);
             first.get_or_insert(offset);
+            let bytes = m.message.body().len() as u64;
             log.next = offset + 1;
-            log.bytes += m.message.body().len() as u64;
+            log.bytes += bytes;
             log.mark(offset, m.time);
+            log.segments.append(offset, bytes, m.time, segment_bytes);
             log.keep_in_tail(m.message);
         }
         log.first = first.unwrap_or(log.next);
