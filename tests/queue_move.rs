@@ -218,6 +218,24 @@ async fn messages_move_with_a_count_and_keep_what_they_carry() {
     assert_eq!(status, 404);
     let (status, _) = action(&api, "guest", "dlq", json!({"action": "sync"})).await;
     assert_eq!(status, 204);
+    // A stream neither gives nor takes moved messages.
+    let mut stream = FieldTable::default();
+    stream.insert(
+        ShortString::from("x-queue-type"),
+        AMQPValue::LongString("stream".into()),
+    );
+    durable(&ch, "events", stream).await;
+    for (from, to) in [("dlq", "events"), ("events", "dlq")] {
+        let (status, _) = action(
+            &api,
+            "guest",
+            from,
+            json!({"action": "move", "destination": to}),
+        )
+        .await;
+        assert_eq!(status, 400, "{from} to {to}");
+    }
+    assert_eq!(helpers::message_count(&ch, "dlq").await, 9);
     // A user who may read but not write the destination.
     let admin = http();
     let put = |path: String, body: Value| {

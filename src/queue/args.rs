@@ -101,7 +101,8 @@ impl QueueArgs {
     /// consumer-timeout, delivery-limit, and a stream's max-age and
     /// stream-max-segment-size-bytes take the lower of the two;
     /// dead-letter-exchange, dead-letter-routing-key and overflow take the
-    /// x-argument when there is one.
+    /// x-argument when there is one. A stream takes only max-length-bytes,
+    /// max-age and stream-max-segment-size-bytes.
     pub fn with_policy(&self, policy: &serde_json::Map<String, serde_json::Value>) -> QueueArgs {
         let num = |k: &str| policy.get(k).and_then(serde_json::Value::as_u64);
         let text = |k: &str| policy.get(k).and_then(|v| v.as_str()).map(str::to_string);
@@ -110,12 +111,6 @@ impl QueueArgs {
             (a, b) => a.or(b),
         };
         let mut a = self.clone();
-        a.message_ttl = lower(self.message_ttl, "message-ttl");
-        a.expires = lower(self.expires, "expires").filter(|&ms| ms > 0);
-        a.max_length = lower(self.max_length, "max-length");
-        a.max_length_bytes = lower(self.max_length_bytes, "max-length-bytes");
-        a.consumer_timeout = lower(self.consumer_timeout, "consumer-timeout");
-        a.delivery_limit = lower(self.delivery_limit, "delivery-limit");
         a.stream_segment_bytes = lower(self.stream_segment_bytes, "stream-max-segment-size-bytes");
         let policy_age = policy
             .get("max-age")
@@ -125,6 +120,18 @@ impl QueueArgs {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, y) => x.or(y),
         };
+        a.max_length_bytes = lower(self.max_length_bytes, "max-length-bytes");
+        if self.kind == super::kind::Kind::Stream {
+            // A stream takes its retention from a policy and nothing else
+            // (as RabbitMQ's): expires would delete it, message-ttl,
+            // max-length, dead-lettering and consumer-timeout are queues'.
+            return a;
+        }
+        a.message_ttl = lower(self.message_ttl, "message-ttl");
+        a.expires = lower(self.expires, "expires").filter(|&ms| ms > 0);
+        a.max_length = lower(self.max_length, "max-length");
+        a.consumer_timeout = lower(self.consumer_timeout, "consumer-timeout");
+        a.delivery_limit = lower(self.delivery_limit, "delivery-limit");
         if self.dead_letter_exchange.is_none() {
             a.dead_letter_exchange = text("dead-letter-exchange");
         }
@@ -444,5 +451,37 @@ mod tests {
             validate(&t, "queue 's' in vhost '/'").unwrap_err(),
             "invalid arg 'x-max-age' for queue 's' in vhost '/': invalid_max_age"
         );
+    }
+
+    #[test]
+    fn a_stream_takes_only_retention_from_a_policy() {
+        let mut t = table("x-queue-type", AMQPValue::LongString("stream".into()));
+        t.insert("x-max-age".into(), AMQPValue::LongString("1D".into()));
+        let stream = QueueArgs::from_table(&t);
+        let policy = serde_json::json!({
+            "expires": 1000, "message-ttl": 10, "max-length": 5, "consumer-timeout": 100,
+            "dead-letter-exchange": "dlx", "overflow": "reject-publish", "delivery-limit": 1,
+            "max-length-bytes": 4096, "max-age": "1h", "stream-max-segment-size-bytes": 1024,
+        });
+        let live = stream.with_policy(policy.as_object().unwrap());
+        assert_eq!(live.max_length_bytes, Some(4096));
+        assert_eq!(live.max_age_ms, Some(3_600_000));
+        assert_eq!(live.stream_segment_bytes, Some(1024));
+        assert_eq!(
+            (
+                live.expires,
+                live.message_ttl,
+                live.max_length,
+                live.consumer_timeout
+            ),
+            (None, None, None, None)
+        );
+        assert_eq!(live.dead_letter_exchange, None);
+        assert_eq!(live.overflow, Overflow::DropHead);
+        assert_eq!(live.delivery_limit, None);
+        // A classic queue takes them all.
+        let classic = QueueArgs::default().with_policy(policy.as_object().unwrap());
+        assert_eq!(classic.expires, Some(1000));
+        assert_eq!(classic.max_length, Some(5));
     }
 }

@@ -32,7 +32,9 @@ impl Queue {
     /// with x-overflow reject-publish). Expired messages on the way are
     /// dead-lettered as a get would.
     pub fn move_to(self: &Arc<Self>, to: &Arc<Queue>, max: usize) -> store::Result<usize> {
-        if Arc::ptr_eq(self, to) {
+        // A stream is appended to by publishing and read by offset: it
+        // neither gives nor takes moved messages (the API refuses first).
+        if Arc::ptr_eq(self, to) || self.stream.is_some() || to.stream.is_some() {
             return Ok(0);
         }
         let mut moved = 0;

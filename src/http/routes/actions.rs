@@ -53,6 +53,11 @@ pub async fn queue_action(
             if Arc::ptr_eq(&q, &to) {
                 return Err(ApiError::bad_request("the destination is the queue itself"));
             }
+            if q.stream().is_some() || to.stream().is_some() {
+                return Err(ApiError::bad_request(
+                    "a stream's messages are read by offset, not moved: move to or from a queue",
+                ));
+            }
             // "All" is what is ready now: publishers keep no move going.
             let ready = q.message_count() as usize;
             let max = match b.get("count") {
