@@ -8,7 +8,7 @@ mod common;
 mod helpers;
 
 use common::*;
-use helpers::{declare_with, expect_code, s, table};
+use helpers::{declare_with, expect_code, message_count, s, table};
 use lapin::{
     options::*,
     types::{AMQPValue, FieldTable},
@@ -253,18 +253,7 @@ async fn acks_are_credit_and_nothing_is_removed() {
     // Everything is still there for a new reader, and the stream counts it.
     let (_r2, mut again) = reader(&conn, "credit", 10, Some(s("first"))).await;
     assert_eq!(read_acking(&mut again, 6).await, numbered(0..6));
-    let q = ch
-        .queue_declare(
-            "credit".into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(q.message_count(), 6);
+    assert_eq!(message_count(&ch, "credit").await, 6);
     // Properties and headers are kept as published, the offset added.
     let headers = third.properties.headers().clone().unwrap();
     assert_eq!(headers.inner().get("app"), Some(&s("kept")));
@@ -394,21 +383,6 @@ async fn readers_read_past_what_memory_keeps_and_after_a_restart() {
     assert_eq!((offset_of(&d), &d.data[..]), (12_288, &b"after"[..]));
 }
 
-/// The message count a passive declare of `name` reports.
-async fn count(ch: &Channel, name: &str) -> u32 {
-    ch.queue_declare(
-        name.into(),
-        QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .expect("passive declare")
-    .message_count()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_by_size_drops_whole_segments_from_the_start() {
     let b = start().await;
@@ -428,7 +402,7 @@ async fn retention_by_size_drops_whole_segments_from_the_start() {
     // A segment holds 98 messages of 1 KiB (it fills at 100,000 bytes);
     // after a drop the stream holds at most 300,000 bytes, and a segment
     // more until the next.
-    let kept = count(&ch, "sized").await;
+    let kept = message_count(&ch, "sized").await;
     assert!(
         ((300_000 - 100_352) / 1024..=(300_000 + 100_352) / 1024).contains(&kept),
         "{kept} kept"
@@ -459,11 +433,11 @@ async fn retention_by_age_runs_while_nobody_publishes() {
         .expect("declared");
     let big = "y".repeat(995);
     publish_confirmed(&ch, "aging", (0..50).map(|i| format!("{i:04}:{big}"))).await;
-    assert_eq!(count(&ch, "aging").await, 50);
+    assert_eq!(message_count(&ch, "aging").await, 50);
     // Nothing is published from here on: the timer drops every segment
     // but the last (10 messages of 1,000 bytes fill one).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    while count(&ch, "aging").await > 10 {
+    while message_count(&ch, "aging").await > 10 {
         assert!(std::time::Instant::now() < deadline, "nothing aged out");
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
