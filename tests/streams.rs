@@ -6,107 +6,15 @@
 
 mod common;
 mod helpers;
+mod stream_support;
 
 use common::*;
 use helpers::{declare_with, expect_code, message_count, s, table};
 use lapin::{
     options::*,
     types::{AMQPValue, FieldTable},
-    BasicProperties, Channel,
 };
-
-fn durable() -> QueueDeclareOptions {
-    QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    }
-}
-
-fn stream(extra: &[(&str, AMQPValue)]) -> FieldTable {
-    let mut pairs = vec![("x-queue-type", s("stream"))];
-    pairs.extend(extra.iter().cloned());
-    table(&pairs)
-}
-
-async fn declare_stream(ch: &Channel, name: &str) {
-    declare_with(ch, name, durable(), stream(&[]))
-        .await
-        .expect("stream declared");
-}
-
-/// Publishes `bodies` to `name` with confirms, all confirmed.
-async fn publish_confirmed(ch: &Channel, name: &str, bodies: impl IntoIterator<Item = String>) {
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap_or_default();
-    let mut confirms = Vec::new();
-    for b in bodies {
-        let c = ch
-            .basic_publish(
-                "".into(),
-                name.into(),
-                BasicPublishOptions::default(),
-                b.as_bytes(),
-                BasicProperties::default()
-                    .with_delivery_mode(2)
-                    .with_headers(table(&[("app", s("kept"))])),
-            )
-            .await
-            .expect("publish");
-        confirms.push(c);
-    }
-    for c in confirms {
-        assert!(c.await.expect("confirm").is_ack());
-    }
-}
-
-/// A consumer of stream `name` with prefetch `prefetch`, starting at
-/// `offset` (None: the default).
-async fn reader(
-    conn: &lapin::Connection,
-    name: &str,
-    prefetch: u16,
-    offset: Option<AMQPValue>,
-) -> (Channel, lapin::Consumer) {
-    let ch = conn.create_channel().await.unwrap();
-    ch.basic_qos(prefetch, BasicQosOptions::default())
-        .await
-        .unwrap();
-    let args = match offset {
-        Some(v) => table(&[("x-stream-offset", v)]),
-        None => FieldTable::default(),
-    };
-    let c = ch
-        .basic_consume(name.into(), "".into(), BasicConsumeOptions::default(), args)
-        .await
-        .expect("consume");
-    (ch, c)
-}
-
-fn offset_of(d: &lapin::message::Delivery) -> i64 {
-    let headers = d.properties.headers().clone().expect("headers");
-    match headers.inner().get("x-stream-offset") {
-        Some(AMQPValue::LongLongInt(n)) => *n,
-        other => panic!("x-stream-offset header: {other:?}"),
-    }
-}
-
-/// Reads `n` deliveries, acking each; their (offset, body).
-async fn read_acking(c: &mut lapin::Consumer, n: usize) -> Vec<(i64, String)> {
-    let mut out = Vec::new();
-    for i in 0..n {
-        let d = next(c)
-            .await
-            .unwrap_or_else(|| panic!("delivery {i} of {n} did not arrive"));
-        out.push((offset_of(&d), String::from_utf8_lossy(&d.data).into_owned()));
-        d.ack(BasicAckOptions::default()).await.unwrap();
-    }
-    out
-}
-
-fn numbered(range: std::ops::Range<i64>) -> Vec<(i64, String)> {
-    range.map(|i| (i, format!("m{i}"))).collect()
-}
+use stream_support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_declares_refuse_what_rabbitmq_refuses() {
@@ -154,10 +62,16 @@ async fn stream_declares_refuse_what_rabbitmq_refuses() {
             "PRECONDITION_FAILED - invalid arg 'x-max-age' for queue 'st-age' in vhost '/': invalid_max_age",
         ),
         (
-            "st-retained",
+            "st-placed",
             durable(),
-            stream(&[("x-stream-filter-size-bytes", AMQPValue::LongInt(32))]),
-            "PRECONDITION_FAILED - invalid arg 'x-stream-filter-size-bytes' for queue 'st-retained' in vhost '/': Warren's streams do not act on it yet",
+            stream(&[("x-initial-cluster-size", AMQPValue::LongInt(3))]),
+            "PRECONDITION_FAILED - invalid arg 'x-initial-cluster-size' for queue 'st-placed' in vhost '/': Warren's streams do not act on it yet",
+        ),
+        (
+            "st-filter-size",
+            durable(),
+            stream(&[("x-stream-filter-size-bytes", AMQPValue::LongInt(300))]),
+            "PRECONDITION_FAILED - invalid arg 'x-stream-filter-size-bytes' for queue 'st-filter-size' in vhost '/': {value_out_of_range,300}",
         ),
     ];
     for (name, opts, args, text) in cases {

@@ -254,21 +254,22 @@ impl Queue {
     /// if an exclusive one is asked for while others exist. Delivers
     /// nothing: the caller sends consume-ok first, then calls `dispatch`.
     pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> Result<(), ConsumeError> {
-        self.add_reader(consumer, super::stream::Start::Next)
+        self.add_reader(consumer, super::stream::ReadSpec::default())
     }
 
-    /// Adds a consumer; a stream's reads from `start` (a queue's ignores
-    /// it).
+    /// Adds a consumer; a stream's reads as `spec` says (a queue's
+    /// ignores it).
     pub fn add_reader(
         self: &Arc<Self>,
         consumer: Arc<Consumer>,
-        start: super::stream::Start,
+        spec: super::stream::ReadSpec,
     ) -> Result<(), ConsumeError> {
         self.touch();
         if let Some(s) = &self.stream {
-            return match s.add_reader(consumer, start) {
-                true => Ok(()),
-                false => Err(ConsumeError::Deleted),
+            return match s.add_reader(self, consumer, spec) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(ConsumeError::Deleted),
+                Err(e) => Err(ConsumeError::Store(e.to_string())),
             };
         }
         let mut st = self.state.lock();
@@ -289,7 +290,7 @@ impl Queue {
     pub fn remove_consumer(self: &Arc<Self>, consumer: &Consumer) -> usize {
         self.touch();
         if let Some(s) = &self.stream {
-            return s.remove_reader(consumer.id);
+            return s.remove_reader(self, consumer.id);
         }
         let mut st = self.state.lock();
         if self.args.single_active_consumer {

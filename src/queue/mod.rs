@@ -465,7 +465,7 @@ impl Drop for Deleted {
 }
 
 /// Why a consumer could not be added.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConsumeError {
     /// Another consumer has exclusive access.
     ExclusiveHeld,
@@ -473,10 +473,17 @@ pub enum ConsumeError {
     InUse,
     /// The queue was deleted meanwhile.
     Deleted,
+    /// What the store keeps for it could not be read (a stream's tracked
+    /// offset).
+    Store(String),
 }
 
 impl store::DeferredWrites for Queue {
     fn write_deferred(&self) -> store::Result<()> {
-        self.unwritten.write(&self.store, self.config.store_id)
+        self.unwritten.write(&self.store, self.config.store_id)?;
+        match &self.stream {
+            Some(s) => s.write_tracked(&self.store, self.config.store_id),
+            None => Ok(()),
+        }
     }
 }

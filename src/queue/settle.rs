@@ -52,7 +52,7 @@ impl Queue {
     /// credit they freed.
     pub fn settle(self: &Arc<Self>, taken: impl Iterator<Item = Unacked>, how: Settle) {
         if let Some(s) = &self.stream {
-            return s.settle(self, taken);
+            return s.settle(self, taken, how);
         }
         let mut st = self.state.lock();
         // A deleted queue's messages are gone: not dead-lettered (as in

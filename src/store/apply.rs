@@ -18,7 +18,7 @@ use super::delivered::DeliveredLog;
 use super::msglog::MessageLog;
 use super::op::{Applied, Op};
 use super::shipped::Shipped;
-use super::{access, cluster_version, definitions, delayed, messages, tenancy, Result};
+use super::{access, cluster_version, definitions, delayed, messages, tenancy, tracked, Result};
 
 /// The state operations change.
 pub struct Applier {
@@ -190,6 +190,12 @@ impl Applier {
                 }
             }
             Op::Reserve { queue_id, upto } => self.delivered.reserve(queue_id, upto)?,
+            // Not a definition: no version bump, no definitions lock.
+            Op::TrackOffset {
+                queue_id,
+                name,
+                offset,
+            } => tracked::track(&self.defs, queue_id, name, offset)?,
             _ => return self.apply_definition(op),
         }
         Ok(Applied::Done)
@@ -265,6 +271,7 @@ impl Applier {
     /// Deletes queue `id`'s messages and delivered marks.
     fn forget_queue(&self, id: u64) -> Result<()> {
         self.delivered.forget(id);
+        tracked::forget(&self.defs, id)?;
         match &self.log {
             Some(log) => log.purge_from(id, 0)?,
             None => messages::purge_from(&self.msgs, id, 0)?,

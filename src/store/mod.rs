@@ -27,6 +27,7 @@ pub mod segments;
 mod shipped;
 mod sync;
 mod tenancy;
+mod tracked;
 mod writes;
 
 use std::path::Path;

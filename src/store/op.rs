@@ -39,8 +39,11 @@ pub const VERSION: u8 = 1;
 /// `HAS_TIME`: `PutMessage` and `MoveMessages` with a time, and the
 /// snapshots' messages); 4 adds no operation, but a member of a build
 /// at 4 takes appends whose batches travel raw (cluster/rpc.rs
-/// `APPEND_RAW`).
-pub const LEVEL: u32 = 4;
+/// `APPEND_RAW`); 5 adds `TrackOffset`.
+pub const LEVEL: u32 = 5;
+
+/// The cluster version from which a stream reader's offset is tracked.
+pub const TRACKED_OFFSETS: u32 = 5;
 
 /// The cluster version from which message records carry their time.
 pub const TIMED_RECORDS: u32 = 3;
@@ -148,6 +151,13 @@ pub enum Op<'a> {
     /// Every member applies operations up to cluster version `level` (see
     /// `LEVEL`); the applied version never goes down.
     ClusterVersion { level: u32 },
+    /// Stream `queue_id`'s reader `name` resumes at `offset` (server-side
+    /// offset tracking, queue/stream/tracking.rs).
+    TrackOffset {
+        queue_id: u64,
+        name: &'a str,
+        offset: u64,
+    },
 }
 
 impl Op<'_> {
@@ -155,6 +165,7 @@ impl Op<'_> {
     pub fn level(&self) -> u32 {
         match self {
             Op::ClusterVersion { .. } => 2,
+            Op::TrackOffset { .. } => TRACKED_OFFSETS,
             Op::PutMessage { time, .. } if *time != 0 => TIMED_RECORDS,
             Op::MoveMessages { moves, .. } if moves.iter().any(|m| m.time != 0) => TIMED_RECORDS,
             _ => 1,
@@ -254,6 +265,7 @@ const PUT_GLOBAL_PARAMETER: u8 = 24;
 const DELETE_GLOBAL_PARAMETER: u8 = 25;
 const MOVE_MESSAGES: u8 = 26;
 const CLUSTER_VERSION: u8 = 27;
+const TRACK_OFFSET: u8 = 28;
 
 impl Op<'_> {
     /// Appends the versioned encoding to `out`.
@@ -394,6 +406,16 @@ impl Op<'_> {
             Op::ClusterVersion { level } => {
                 out.put_u8(CLUSTER_VERSION);
                 out.put_u32(level);
+            }
+            Op::TrackOffset {
+                queue_id,
+                name,
+                offset,
+            } => {
+                out.put_u8(TRACK_OFFSET);
+                out.put_u64(queue_id);
+                put_str(out, name);
+                out.put_u64(offset);
             }
             Op::Reserve { queue_id, upto } => {
                 out.put_u8(RESERVE);
@@ -589,6 +611,15 @@ pub fn decode<R>(raw: Bytes, f: impl FnOnce(Op<'_>) -> R) -> Result<R> {
         CLUSTER_VERSION => f(Op::ClusterVersion {
             level: r.u32().ok_or_else(|| bad("short"))?,
         }),
+        TRACK_OFFSET => {
+            let queue_id = u64_(&mut r)?;
+            let name = str_(&mut r)?;
+            f(Op::TrackOffset {
+                queue_id,
+                name: &name,
+                offset: u64_(&mut r)?,
+            })
+        }
         t => return Err(bad(&format!("unknown tag {t}"))),
     })
 }
@@ -808,6 +839,11 @@ mod tests {
             },
             Op::UsersSeeded,
             Op::ClusterVersion { level: 2 },
+            Op::TrackOffset {
+                queue_id: 3,
+                name: "reader-1",
+                offset: 1 << 40,
+            },
         ];
         for op in ops {
             let mut buf = BytesMut::new();

@@ -16,7 +16,7 @@ use crate::amqp::context::ConnCtx;
 use crate::amqp::error::{code, ProtocolError, Result};
 use crate::amqp::reply_to;
 use crate::message::Message;
-use crate::queue::stream::Start;
+use crate::queue::stream::{tracking, Filter, ReadSpec, Start};
 use crate::queue::Consumer;
 use crate::queue::{ConsumeError, Queue, Settle};
 use crate::wire::props::Field;
@@ -229,9 +229,9 @@ impl Channel {
         let name = self.queue_name(m.queue.as_str())?;
         ctx.check(Access::Read, "queue", &name)?;
         let queue = ctx.vhost.queue_for(&name, ctx.id)?;
-        let start = match queue.stream() {
-            Some(_) => self.stream_start(&m, &name, ctx)?,
-            None => Start::Next,
+        let spec = match queue.stream() {
+            Some(_) => self.stream_read(&m, &tag, &name, ctx)?,
+            None => ReadSpec::default(),
         };
         let priority = match m.arguments.inner().get("x-priority") {
             None => 0,
@@ -260,8 +260,9 @@ impl Channel {
             timeout_ms,
         ));
         queue
-            .add_reader(Arc::clone(&consumer), start)
+            .add_reader(Arc::clone(&consumer), spec)
             .map_err(|e| match e {
+                ConsumeError::Store(e) => ProtocolError::internal(format!("store: {e}")),
                 ConsumeError::ExclusiveHeld | ConsumeError::InUse => {
                     ProtocolError::access_refused(format!(
                         "queue '{name}' in vhost '{}' in exclusive use",
@@ -288,11 +289,18 @@ impl Channel {
         Ok(())
     }
 
-    /// Where a consumer of stream `name` starts reading; refuses what a
-    /// stream's consumer may not be, as RabbitMQ does (in its order): one
-    /// without a prefetch, one with automatic acks, one on a channel with
-    /// a global prefetch.
-    fn stream_start(&self, m: &b::Consume, name: &str, ctx: &ConnCtx) -> Result<Start> {
+    /// How consumer `tag` of stream `name` reads it (where it starts, its
+    /// filter, whether its offset is tracked); refuses what a stream's
+    /// consumer may not be, as RabbitMQ does (in its order): one without
+    /// a prefetch, one with automatic acks, one on a channel with a
+    /// global prefetch.
+    fn stream_read(
+        &self,
+        m: &b::Consume,
+        tag: &str,
+        name: &str,
+        ctx: &ConnCtx,
+    ) -> Result<ReadSpec> {
         let subject = format!("queue '{name}' in vhost '{}'", ctx.vhost.name);
         if self.prefetch == 0 {
             return Err(ProtocolError::precondition_failed(format!(
@@ -309,11 +317,25 @@ impl Channel {
                 "{subject} does not support global qos"
             )));
         }
-        Start::parse(
-            m.arguments.inner().get("x-stream-offset"),
-            crate::util::now_ms(),
-        )
-        .map_err(ProtocolError::precondition_failed)
+        let args = m.arguments.inner();
+        let start = Start::parse(args.get("x-stream-offset"), crate::util::now_ms())
+            .map_err(ProtocolError::precondition_failed)?;
+        let filter = Filter::parse(&m.arguments).map_err(ProtocolError::precondition_failed)?;
+        let tracked = tracking::asked(args.get(tracking::ARGUMENT))
+            .map_err(ProtocolError::precondition_failed)?;
+        // A tag the server made up is never asked for again: nothing
+        // would resume from what is tracked under it.
+        if tracked && m.consumer_tag.as_str().is_empty() {
+            return Err(ProtocolError::precondition_failed(format!(
+                "{} needs a consumer tag chosen by the client",
+                tracking::ARGUMENT
+            )));
+        }
+        Ok(ReadSpec {
+            start,
+            filter,
+            track: tracked.then(|| tag.to_string()),
+        })
     }
 
     /// Takes consumer `tag` off its queue (which goes if it is auto-delete

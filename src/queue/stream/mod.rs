@@ -18,36 +18,68 @@
 //! The time of each second's first append is kept (`marks`), so a
 //! reader that starts at a time finds its offset without reading the log.
 //! Retention (retention.rs) drops whole segments from the start; readers
-//! behind move on to what is kept.
+//! behind move on to what is kept. A reader may filter (filter.rs) and
+//! have its offset tracked by the server (tracking.rs).
 
+pub mod filter;
 pub mod offset;
 mod retention;
+pub mod tracking;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use amq_protocol::types::AMQPValue;
 use parking_lot::Mutex;
 
-use super::{Consumer, Entry, Queue, Refused, Unacked};
+use super::{Consumer, Entry, Queue, Refused, Settle, Unacked};
 use crate::message::Message;
 use crate::store;
+pub use filter::Filter;
 pub use offset::Start;
 use retention::{Limits, Segments};
+use tracking::Tracked;
 
 /// Bytes of the newest messages a stream keeps in memory for readers
 /// near its end.
 const TAIL_BYTES: usize = 8 << 20;
-/// Messages read back from the log at a time for one reader.
+/// At most this many messages are read back from the log at a time for
+/// one reader...
 const READ_BATCH: usize = 256;
+/// ...and about this many bytes of bodies (each reader behind the tail
+/// keeps what it read ahead).
+const READ_AHEAD_BYTES: u64 = 512 << 10;
+/// A filtered reader passes over at most this many messages in one
+/// delivery round, then goes on in a later one (so a filter that
+/// matches little never holds the stream's lock for long).
+const SKIP_BUDGET: usize = 4096;
 
 /// A stream's state, beside its queue's.
 #[derive(Default)]
 pub struct Stream {
     log: Mutex<Log>,
+    /// Tracked offsets to write before the next commit, by reader name
+    /// (tracking.rs); `track_registered` says whether the queue is
+    /// registered for that write.
+    tracks: Mutex<HashMap<String, u64>>,
+    track_registered: AtomicBool,
+    /// Offsets below this one were removed from the store (retention
+    /// goes on from here after a failed removal).
+    removed: Mutex<u64>,
+}
+
+/// How a consumer reads a stream.
+#[derive(Debug, Clone, Default)]
+pub struct ReadSpec {
+    /// Where it starts (if its offset is not tracked yet).
+    pub start: Start,
+    /// What it takes (None: everything).
+    pub filter: Option<Filter>,
+    /// The name its offset is tracked under, if it is.
+    pub track: Option<String>,
 }
 
 #[derive(Default)]
@@ -78,6 +110,11 @@ struct Reader {
     /// Why it does not take deliveries now (None: it does, or it is at
     /// the end and waits for an append).
     waits: Option<Refused>,
+    filter: Option<Filter>,
+    track: Option<Tracked>,
+    /// Messages read back from the log, from about its cursor on (while
+    /// it reads behind the tail).
+    ahead: VecDeque<(u64, Arc<Message>)>,
 }
 
 /// What a stream holds, for the API and declare-ok.
@@ -99,6 +136,14 @@ impl Log {
     /// The offset of the first message in `tail`.
     fn tail_first(&self) -> u64 {
         self.next - self.tail.len() as u64
+    }
+
+    /// How many messages to read ahead at a time: about
+    /// `READ_AHEAD_BYTES` of bodies at the stream's average size.
+    fn read_batch(&self) -> usize {
+        let count = (self.next - self.first).max(1);
+        let average = (self.bytes / count).max(1);
+        (READ_AHEAD_BYTES / average).clamp(1, READ_BATCH as u64) as usize
     }
 
     fn keep_in_tail(&mut self, msg: Arc<Message>) {
@@ -258,13 +303,16 @@ impl Stream {
             }
         };
         if let Some(dropped) = dropped {
-            Self::forget(queue, dropped)?;
+            self.forget(queue, dropped);
         }
         Ok(true)
     }
 
     /// Applies retention with `limits` (the timer, once a second).
     pub fn enforce(&self, queue: &Queue, limits: Limits, now_ms: u64) -> store::Result<()> {
+        if let Some(left) = self.unremoved() {
+            self.forget(queue, left);
+        }
         let dropped = {
             let mut log = self.log.lock();
             if log.deleted {
@@ -273,20 +321,38 @@ impl Stream {
             log.limits = limits;
             log.retain(now_ms)
         };
-        match dropped {
-            Some(dropped) => Self::forget(queue, dropped),
-            None => Ok(()),
+        if let Some(dropped) = dropped {
+            self.forget(queue, dropped);
+        }
+        Ok(())
+    }
+
+    /// Removes from the store the messages retention dropped, and any a
+    /// failed removal left before them. A failure is logged (the
+    /// publisher whose append rolled the segment is not to blame) and
+    /// the next round, a second later at most, goes on from it.
+    fn forget(&self, queue: &Queue, dropped: Range<u64>) {
+        let mut removed = self.removed.lock();
+        for offset in (*removed).min(dropped.start)..dropped.end {
+            if let Err(e) = queue
+                .store
+                .remove_message(queue.config.store_id, seq_of(offset))
+            {
+                tracing::error!(
+                    stream = %queue.config.name,
+                    "cannot remove offset {offset}, dropped by retention: {e}"
+                );
+                return;
+            }
+            *removed = offset + 1;
         }
     }
 
-    /// Removes from the store the messages retention dropped.
-    fn forget(queue: &Queue, dropped: Range<u64>) -> store::Result<()> {
-        for offset in dropped {
-            queue
-                .store
-                .remove_message(queue.config.store_id, seq_of(offset))?;
-        }
-        Ok(())
+    /// Offsets dropped whose removal failed, to retry (the timer).
+    fn unremoved(&self) -> Option<Range<u64>> {
+        let first = self.log.lock().first;
+        let removed = *self.removed.lock();
+        (removed < first).then_some(removed..first)
     }
 
     /// Takes back what the log holds of the stream (a start).
@@ -307,29 +373,93 @@ impl Stream {
             log.keep_in_tail(m.message);
         }
         log.first = first.unwrap_or(log.next);
+        *self.removed.lock() = log.first;
         Ok(log.next - log.first)
     }
 
-    /// Adds a reader starting at `start`.
-    pub fn add_reader(&self, consumer: Arc<Consumer>, start: Start) -> bool {
+    /// Adds a reader reading as `spec` says: from its tracked offset if
+    /// it has one, else from `spec.start`. False if the stream is gone.
+    pub fn add_reader(
+        &self,
+        queue: &Queue,
+        consumer: Arc<Consumer>,
+        spec: ReadSpec,
+    ) -> store::Result<bool> {
+        let tracked = match &spec.track {
+            Some(name) => match self.tracks.lock().get(name).copied() {
+                Some(at) => Some(at),
+                None => queue.store.tracked_offset(queue.config.store_id, name)?,
+            },
+            None => None,
+        };
         let mut log = self.log.lock();
         if log.deleted {
-            return false;
+            return Ok(false);
         }
-        let cursor = log.resolve(start);
+        let cursor = log.resolve(tracked.map_or(spec.start, Start::Offset));
         log.readers.push(Reader {
             consumer,
             cursor,
             waits: None,
+            filter: spec.filter,
+            track: spec.track.map(Tracked::new),
+            ahead: VecDeque::new(),
         });
-        true
+        Ok(true)
     }
 
-    /// Removes reader `id`; how many remain.
-    pub fn remove_reader(&self, id: u64) -> usize {
+    /// Removes reader `id` (its tracked offset is written before the next
+    /// commit); how many remain.
+    pub fn remove_reader(&self, queue: &Arc<Queue>, id: u64) -> usize {
         let mut log = self.log.lock();
-        log.readers.retain(|r| r.consumer.id != id);
+        if let Some(at) = log.readers.iter().position(|r| r.consumer.id == id) {
+            let mut r = log.readers.remove(at);
+            if let Some(t) = &mut r.track {
+                let resume = t.to_write(r.cursor).unwrap_or(t.resume_at(r.cursor));
+                self.track(queue, &t.name, resume);
+            }
+        }
         log.readers.len()
+    }
+
+    /// Reader `name` resumes at `offset`: written before the next commit.
+    fn track(&self, queue: &Arc<Queue>, name: &str, offset: u64) {
+        {
+            let mut tracks = self.tracks.lock();
+            match tracks.get_mut(name) {
+                Some(at) => *at = offset,
+                None => {
+                    tracks.insert(name.to_string(), offset);
+                }
+            }
+        }
+        if !self.track_registered.swap(true, Ordering::AcqRel) {
+            let holder: Weak<Queue> = Arc::downgrade(queue);
+            queue.store.defer(holder);
+        }
+    }
+
+    /// Writes the tracked offsets that moved (the queue's deferred write,
+    /// just before a commit). On a failure the rest stay for the next.
+    pub fn write_tracked(&self, store: &store::Store, queue_id: u64) -> store::Result<()> {
+        self.track_registered.store(false, Ordering::Release);
+        let moved = std::mem::take(&mut *self.tracks.lock());
+        if self.log.lock().deleted {
+            return Ok(());
+        }
+        let mut moved = moved.into_iter();
+        while let Some((name, offset)) = moved.next() {
+            if let Err(e) = store.track_offset(queue_id, &name, offset) {
+                let mut tracks = self.tracks.lock();
+                for (name, offset) in std::iter::once((name, offset)).chain(moved) {
+                    tracks.entry(name).or_insert(offset);
+                }
+                // The registry keeps the queue registered after an error.
+                self.track_registered.store(true, Ordering::Release);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Delivers what the readers can take.
@@ -357,12 +487,24 @@ impl Stream {
     }
 
     /// Settled deliveries: their credit is free (nothing is removed; a
-    /// requeue, a reject and a nack are credit too).
-    pub fn settle(&self, queue: &Arc<Queue>, taken: impl Iterator<Item = Unacked>) {
+    /// requeue, a reject and a nack are credit too). An ack moves a
+    /// tracked reader's offset.
+    pub fn settle(&self, queue: &Arc<Queue>, taken: impl Iterator<Item = Unacked>, how: Settle) {
         let mut log = self.log.lock();
         for u in taken {
-            if let Some(c) = &u.consumer {
-                Self::credit_back(&mut log, c);
+            let Some(c) = &u.consumer else { continue };
+            Self::credit_back(&mut log, c);
+            if how != Settle::Ack {
+                continue;
+            }
+            let Some(r) = log.readers.iter_mut().find(|r| r.consumer.id == c.id) else {
+                continue;
+            };
+            if let Some(t) = &mut r.track {
+                t.acked(u.entry.seq);
+                if let Some(at) = t.to_write(r.cursor) {
+                    self.track(queue, &t.name, at);
+                }
             }
         }
         self.deliver(queue, &mut log);
@@ -388,77 +530,112 @@ impl Stream {
 
     /// Hands each reader what it can take now.
     fn deliver(&self, queue: &Arc<Queue>, log: &mut Log) {
-        let mut read: VecDeque<(u64, Arc<Message>)> = VecDeque::new();
         for i in 0..log.readers.len() {
-            read.clear();
-            loop {
-                let (cursor, waits) = (log.readers[i].cursor, log.readers[i].waits);
-                if waits.is_some() || cursor >= log.next {
+            let mut skipped = 0;
+            while log.readers[i].waits.is_none() {
+                let Some((offset, msg)) = self.fetch(queue, log, i) else {
                     break;
-                }
-                let msg = if cursor >= log.tail_first() {
-                    Arc::clone(&log.tail[(cursor - log.tail_first()) as usize])
-                } else {
-                    match read.front() {
-                        Some((at, _)) if *at == cursor => match read.pop_front() {
-                            Some((_, m)) => m,
-                            None => break,
-                        },
-                        _ => {
-                            read = match self.read_back(queue, cursor) {
-                                Ok(batch) => batch,
-                                Err(e) => {
-                                    tracing::error!(
-                                        stream = %queue.config.name,
-                                        "cannot read offset {cursor} back: {e}"
-                                    );
-                                    break;
-                                }
-                            };
-                            match read.front() {
-                                // A message the log no longer has: on from
-                                // the next it has.
-                                Some((at, _)) if *at > cursor => {
-                                    log.readers[i].cursor = *at;
-                                    continue;
-                                }
-                                Some(_) => continue,
-                                None => {
-                                    log.readers[i].cursor = log.tail_first();
-                                    continue;
-                                }
-                            }
-                        }
-                    }
                 };
+                let r = &mut log.readers[i];
+                if r.filter.as_ref().is_some_and(|f| !f.matches(&msg)) {
+                    r.cursor = offset + 1;
+                    skipped += 1;
+                    if skipped == SKIP_BUDGET {
+                        Self::go_on_later(queue);
+                        break;
+                    }
+                    continue;
+                }
                 let entry = Entry {
                     msg,
-                    seq: cursor,
+                    seq: offset,
                     redelivered: false,
                     stored: false,
                     deadline: 0,
                     enqueued: 0,
                     returned: 0,
                 };
-                let consumer = Arc::clone(&log.readers[i].consumer);
+                let consumer = Arc::clone(&r.consumer);
+                let r = &mut log.readers[i];
                 match consumer.sink.try_deliver(&consumer, queue, entry) {
-                    Ok(()) => log.readers[i].cursor = cursor + 1,
+                    Ok(()) => {
+                        r.cursor = offset + 1;
+                        if let Some(t) = &mut r.track {
+                            t.delivered(offset);
+                        }
+                    }
                     Err((_, why)) => {
                         if why == Refused::Credit {
                             consumer.parked.store(true, Ordering::Relaxed);
                         }
-                        log.readers[i].waits = Some(why);
+                        r.waits = Some(why);
                     }
                 }
             }
         }
     }
 
-    /// Messages from offset `from` on, read back from the log.
-    fn read_back(&self, queue: &Queue, from: u64) -> store::Result<VecDeque<(u64, Arc<Message>)>> {
+    /// A delivery round for `queue` soon (a filtered reader ran out of
+    /// its budget for this one).
+    fn go_on_later(queue: &Arc<Queue>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let q = Arc::clone(queue);
+        runtime.spawn(async move {
+            tokio::task::yield_now().await;
+            q.dispatch();
+        });
+    }
+
+    /// The message reader `i` reads next (at its cursor, or the first
+    /// kept after it), from the tail or from what it read ahead; None at
+    /// the end, or if the log cannot be read.
+    fn fetch(&self, queue: &Queue, log: &mut Log, i: usize) -> Option<(u64, Arc<Message>)> {
+        loop {
+            let (next, tail_first) = (log.next, log.tail_first());
+            let batch = log.read_batch();
+            let r = &mut log.readers[i];
+            if r.cursor >= next {
+                return None;
+            }
+            if r.cursor >= tail_first {
+                r.ahead.clear();
+                let msg = &log.tail[(r.cursor - tail_first) as usize];
+                return Some((r.cursor, Arc::clone(msg)));
+            }
+            while r.ahead.front().is_some_and(|(at, _)| *at < r.cursor) {
+                r.ahead.pop_front();
+            }
+            if let Some((at, msg)) = r.ahead.front() {
+                // Past the cursor: what lay between is gone.
+                r.cursor = *at;
+                return Some((*at, Arc::clone(msg)));
+            }
+            match self.read_back(queue, r.cursor, batch) {
+                Ok(read) if read.is_empty() => r.cursor = tail_first,
+                Ok(read) => r.ahead = read,
+                Err(e) => {
+                    tracing::error!(
+                        stream = %queue.config.name,
+                        "cannot read offset {} back: {e}", r.cursor
+                    );
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Up to `n` messages from offset `from` on, read back from the log.
+    fn read_back(
+        &self,
+        queue: &Queue,
+        from: u64,
+        n: usize,
+    ) -> store::Result<VecDeque<(u64, Arc<Message>)>> {
         let batch = queue
             .store
-            .load_range(queue.config.store_id, seq_of(from), READ_BATCH)?;
+            .load_range(queue.config.store_id, seq_of(from), n)?;
         Ok(batch
             .into_iter()
             .map(|(seq, m)| (seq.saturating_sub(1), m))

@@ -9,7 +9,7 @@ use crate::queue::args::max_age_ms;
 use crate::wire::value::{int, text};
 
 /// Where a reader starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Start {
     /// The first message the stream keeps.
     First,
@@ -17,6 +17,7 @@ pub enum Start {
     /// stream's chunk is one message).
     Last,
     /// The next message published.
+    #[default]
     Next,
     /// This offset, clamped to what the stream keeps.
     Offset(u64),
