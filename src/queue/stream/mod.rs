@@ -642,3 +642,6 @@ impl Stream {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests;

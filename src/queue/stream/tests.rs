@@ -1,0 +1,100 @@
+//! A stream over a store whose removals can be made to fail.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use amq_protocol::types::{AMQPValue, FieldTable};
+use tokio::sync::watch;
+
+use crate::message::{Message, Meta};
+use crate::queue::testing::TestHost;
+use crate::queue::{Host, Queue, QueueConfig};
+use crate::store::{Applied, Journal, Op, Result, Store};
+
+/// A journal whose `RemoveMessage` fails while `failing` is set.
+struct Flaky {
+    inner: Arc<dyn Journal>,
+    failing: Arc<AtomicBool>,
+}
+
+impl Journal for Flaky {
+    fn submit(&self, op: &Op<'_>) -> Result<Applied> {
+        if matches!(op, Op::RemoveMessage { .. }) && self.failing.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("the disk said no").into());
+        }
+        self.inner.submit(op)
+    }
+    fn ticket(&self) -> u64 {
+        self.inner.ticket()
+    }
+    fn committed(&self) -> watch::Receiver<u64> {
+        self.inner.committed()
+    }
+    fn commit_now(&self) -> Result<()> {
+        self.inner.commit_now()
+    }
+    fn close(&self) -> Result<()> {
+        self.inner.close()
+    }
+    fn defs_version(&self) -> u64 {
+        self.inner.defs_version()
+    }
+}
+
+fn stream_over(store: Arc<Store>, host: &Arc<TestHost>) -> Arc<Queue> {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("stream".into()),
+    );
+    args.insert(
+        "x-stream-max-segment-size-bytes".into(),
+        AMQPValue::LongLongInt(100),
+    );
+    args.insert("x-max-length-bytes".into(), AMQPValue::LongLongInt(300));
+    let config = QueueConfig {
+        name: "s".into(),
+        vhost: "/".into(),
+        durable: true,
+        exclusive_owner: None,
+        auto_delete: false,
+        arguments: args,
+        store_id: 7,
+    };
+    let host: Arc<dyn Host> = Arc::clone(host) as Arc<dyn Host>;
+    let weak: Weak<dyn Host> = Arc::downgrade(&host);
+    Queue::new(config, store, weak)
+}
+
+fn stored(store: &Store, id: u64) -> usize {
+    store.messages(id).count()
+}
+
+#[test]
+fn a_failed_retention_removal_fails_no_publish_and_is_retried() {
+    let failing = Arc::new(AtomicBool::new(true));
+    let store = {
+        let failing = Arc::clone(&failing);
+        Store::temporary_wrapped(move |inner| Arc::new(Flaky { inner, failing })).unwrap()
+    };
+    let host = Arc::new(TestHost::default());
+    let q = stream_over(Arc::clone(&store), &host);
+    let body = [b'x'; 100];
+    // Each message fills a segment: every append past the third drops
+    // the oldest, and each of those removals fails.
+    for _ in 0..10 {
+        let m = Message::new(b"", b"s", &[0, 0], &body, Meta::default());
+        q.push(&Arc::new(m))
+            .expect("the append is not failed by retention");
+    }
+    let s = q.stream().unwrap();
+    let kept = s.extent();
+    assert!(kept.messages() < 10, "{kept:?}");
+    assert_eq!(stored(&store, 7), 10, "nothing could be removed");
+
+    // The next round (the timer's) removes what is left behind.
+    failing.store(false, Ordering::SeqCst);
+    s.enforce(&q, super::limits(&q.args), crate::util::coarse_wall_ms())
+        .unwrap();
+    assert_eq!(stored(&store, 7) as u64, kept.messages());
+}
