@@ -139,6 +139,57 @@ async fn a_warren_export_imported_into_a_fresh_warren_exports_the_same() {
     assert!(broker(&c).vhost("copy").unwrap().queue("work").is_some());
 }
 
+/// A stream and its arguments go out in an export and come back from
+/// it a stream, with what it keeps across the restart that follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_round_trips_through_definitions() {
+    use lapin::types::AMQPValue;
+    let a = start().await;
+    let (_c, ch) = a.channel().await;
+    let args = table(&[
+        ("x-queue-type", s("stream")),
+        ("x-max-age", s("7D")),
+        ("x-max-length-bytes", AMQPValue::LongLongInt(1 << 30)),
+        (
+            "x-stream-max-segment-size-bytes",
+            AMQPValue::LongLongInt(1 << 20),
+        ),
+    ]);
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    declare_with(&ch, "audit", durable, args).await.unwrap();
+    let exported = definitions::export(broker(&a), None).unwrap();
+    let q = exported["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "audit")
+        .expect("exported");
+    assert_eq!(q["arguments"]["x-queue-type"], "stream");
+    assert_eq!(q["arguments"]["x-max-age"], "7D");
+
+    let mut b = start().await;
+    definitions::import(broker(&b), &exported, None).expect("imports");
+    assert_eq!(definitions::export(broker(&b), None).unwrap(), exported);
+    b.restart().await;
+    let (_c, ch) = b.channel().await;
+    let imported = broker(&b).vhost("/").unwrap().queue("audit").unwrap();
+    assert!(imported.stream().is_some(), "a stream again");
+    // A redeclare with the exported arguments is equivalent; without
+    // them it is not.
+    let mut same = FieldTable::default();
+    for (k, v) in imported.config.arguments.inner() {
+        same.insert(k.clone(), v.clone());
+    }
+    declare_with(&ch, "audit", durable, same)
+        .await
+        .expect("equivalent");
+    let bare = table(&[("x-queue-type", s("stream"))]);
+    expect_code(declare_with(&ch, "audit", durable, bare).await, 406);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_file_is_refused_whole_naming_what_is_wrong() {
     let b = start().await;

@@ -2237,3 +2237,91 @@ async fn message_stats_count_what_clients_did() {
     assert_eq!(put(r#"{"value": 1}"#).await, 201);
     assert_eq!(put(r#"{"value": 2}"#).await, 204);
 }
+
+/// The HTTP API client's stream tests (declare with x-max-age and with
+/// x-initial-cluster-size, get, delete, idempotent delete), then what a
+/// listed stream shows: its type, size, offsets and segments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_are_declared_listed_and_deleted_through_the_api() {
+    let b = start_with_api().await;
+    let rc = api(&b);
+    let mut extra = Map::new();
+    extra.insert("x-initial-cluster-size".into(), json!(3));
+    let params = requests::StreamParams {
+        name: "api.stream",
+        expiration: "24h",
+        max_length_bytes: None,
+        max_segment_length_bytes: None,
+        arguments: Some(extra),
+    };
+    assert_not_found(rc.get_stream_info("/", "api.stream").await);
+    rc.declare_stream("/", &params)
+        .await
+        .expect("declare_stream");
+    let info = rc.get_stream_info("/", "api.stream").await.expect("get");
+    assert_eq!(info.queue_type, "stream");
+    assert!(info.durable);
+    let empty = get_json(&b, "/api/queues/%2f/api.stream").await;
+    assert_eq!(empty["arguments"]["x-max-age"], "24h");
+    assert_eq!(empty["messages"], 0);
+    assert_eq!(empty["first_offset"], Value::Null);
+    assert_eq!(empty["last_offset"], Value::Null);
+    rc.delete_stream("/", "api.stream", false)
+        .await
+        .expect("delete");
+    rc.delete_stream("/", "api.stream", true)
+        .await
+        .expect("an idempotent delete of what is gone");
+    assert!(rc.delete_stream("/", "api.stream", false).await.is_err());
+    assert_not_found(rc.get_stream_info("/", "api.stream").await);
+
+    let params = requests::StreamParams {
+        name: "sized.stream",
+        expiration: "7D",
+        max_length_bytes: Some(1 << 30),
+        max_segment_length_bytes: Some(10_000),
+        arguments: None,
+    };
+    rc.declare_stream("/", &params)
+        .await
+        .expect("declare_stream");
+    let (_c, ch) = b.channel().await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    for i in 0..25 {
+        ch.basic_publish(
+            "".into(),
+            "sized.stream".into(),
+            BasicPublishOptions::default(),
+            format!("{i:04}:{}", "s".repeat(995)).as_bytes(),
+            lapin::BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    let listed = get_json(&b, "/api/queues/%2f").await;
+    let s = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "sized.stream")
+        .expect("listed");
+    assert_eq!(s["type"], "stream");
+    assert_eq!(s["messages"], 25);
+    assert_eq!(s["messages_ready"], 25);
+    assert_eq!(s["message_bytes"], 25_000);
+    assert_eq!(s["first_offset"], 0);
+    assert_eq!(s["last_offset"], 24);
+    assert_eq!(s["committed_offset"], 24);
+    // 10 messages of 1,000 bytes fill a segment.
+    assert_eq!(s["segments"], 3);
+    let published = poll(|| async {
+        let q = get_json(&b, "/api/queues/%2f/sized.stream").await;
+        (q["message_stats"]["publish"] == 25).then_some(())
+    })
+    .await;
+    assert!(published.is_some(), "appends are counted as publishes");
+}

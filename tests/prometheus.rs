@@ -264,3 +264,45 @@ async fn per_object_metrics_have_one_series_per_queue() {
     assert!(body.contains("rabbitmq_endpoint=\"per-object\""));
     promtool_accepts(&body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_object_metrics_carry_each_streams_offsets() {
+    let b = start_with_api().await;
+    let (_c, ch) = b.channel().await;
+    let args = table(&[
+        ("x-queue-type", s("stream")),
+        (
+            "x-stream-max-segment-size-bytes",
+            lapin::types::AMQPValue::LongLongInt(10),
+        ),
+    ]);
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    declare_with(&ch, "events", durable, args).await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        ch.basic_publish(
+            "".into(),
+            "events".into(),
+            BasicPublishOptions::default(),
+            b"0123456789",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    let body = scrape(&b, "/metrics/per-object").await.1;
+    let s = series(&body);
+    let of = |family: &str| s[&format!("{family}{{vhost=\"/\",queue=\"events\"}}")];
+    assert_eq!(of("rabbitmq_queue_messages"), 3.0);
+    assert_eq!(of("warren_stream_first_offset"), 0.0);
+    assert_eq!(of("warren_stream_next_offset"), 3.0);
+    assert_eq!(of("warren_stream_segments"), 3.0);
+    promtool_accepts(&body);
+}

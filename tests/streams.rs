@@ -64,8 +64,8 @@ async fn stream_declares_refuse_what_rabbitmq_refuses() {
         (
             "st-placed",
             durable(),
-            stream(&[("x-initial-cluster-size", AMQPValue::LongInt(3))]),
-            "PRECONDITION_FAILED - invalid arg 'x-initial-cluster-size' for queue 'st-placed' in vhost '/': Warren's streams do not act on it yet",
+            stream(&[("x-initial-cluster-size", AMQPValue::LongInt(0))]),
+            "PRECONDITION_FAILED - invalid arg 'x-initial-cluster-size' for queue 'st-placed' in vhost '/': {value_zero,0}",
         ),
         (
             "st-filter-size",

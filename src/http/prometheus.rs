@@ -132,6 +132,7 @@ fn render(api: &Api, per_object: bool) -> String {
     let mut depth = Totals::default();
     let (mut queues, mut consumers) = (0usize, 0u64);
     let mut per_queue = Vec::new();
+    let mut per_stream = Vec::new();
     for vh in api.broker.vhosts() {
         for q in vh.queues() {
             queues += 1;
@@ -143,6 +144,9 @@ fn render(api: &Api, per_object: bool) -> String {
                     unacked: s.unacked,
                     consumers: s.consumers,
                 });
+                if let Some(stream) = q.stream() {
+                    per_stream.push((vh.name.clone(), q.name().to_string(), stream.extent()));
+                }
                 per_queue.push((vh.name.clone(), q.name().to_string(), s));
             } else {
                 let d = q.depth();
@@ -244,6 +248,7 @@ fn render(api: &Api, per_object: bool) -> String {
     message_sizes(&mut o, &c.sizes);
     if per_object {
         queue_series(&mut o, &per_queue);
+        stream_series(&mut o, &per_stream);
     } else {
         o.gauge(
             "rabbitmq_queue_messages",
@@ -389,6 +394,35 @@ fn queue_series(o: &mut Out, queues: &[(String, String, crate::queue::stats::Sna
         o.family(name, kind, help);
         for (vhost, queue, s) in queues {
             o.value(name, &[("vhost", vhost), ("queue", queue)], pick(s));
+        }
+    }
+}
+
+/// One series per stream for each stream family (Warren's own: RabbitMQ
+/// 3.10 has no per-stream offsets in Prometheus).
+fn stream_series(o: &mut Out, streams: &[(String, String, crate::queue::stream::Extent)]) {
+    type Pick = fn(&crate::queue::stream::Extent) -> u64;
+    let families: [(&str, &str, Pick); 3] = [
+        (
+            "warren_stream_first_offset",
+            "The offset of the first message a stream keeps",
+            |e| e.first,
+        ),
+        (
+            "warren_stream_next_offset",
+            "The offset the next message appended to a stream gets",
+            |e| e.next,
+        ),
+        (
+            "warren_stream_segments",
+            "Retention segments a stream holds",
+            |e| e.segments,
+        ),
+    ];
+    for (name, help, pick) in families {
+        o.family(name, "gauge", help);
+        for (vhost, stream, e) in streams {
+            o.value(name, &[("vhost", vhost), ("queue", stream)], pick(e));
         }
     }
 }

@@ -243,6 +243,17 @@ pub fn queue(api: &Api, vh: &VHost, q: &Arc<Queue>, detailed: bool) -> Value {
     if idle {
         map.insert("idle_since".into(), timestamp(s.idle_since).into());
     }
+    if let Some(stream) = q.stream() {
+        // RabbitMQ's stream fields (committed_offset, segments), and the
+        // offsets a reader can start from, as its stream protocol's stats
+        // give them; null while it holds nothing.
+        let e = stream.extent();
+        let first = e.last().map(|_| e.first);
+        map.insert("segments".into(), e.segments.into());
+        map.insert("first_offset".into(), first.into());
+        map.insert("last_offset".into(), e.last().into());
+        map.insert("committed_offset".into(), e.last().into());
+    }
     if detailed {
         let consumers: Vec<Value> = q
             .consumer_list()

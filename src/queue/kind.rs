@@ -69,10 +69,6 @@ const NOT_FOR_STREAM: &[&str] = &[
     "x-consumer-timeout",
 ];
 
-/// Stream arguments Warren does not act on yet: refused, not kept and
-/// ignored.
-const STREAM_NOT_YET: &[&str] = &["x-initial-cluster-size", "x-queue-leader-locator"];
-
 impl Kind {
     /// The type `args` declare (classic when none; an unknown one reads as
     /// classic, `check_type` refuses it at declare).
@@ -126,16 +122,6 @@ pub fn check_declare(kind: Kind, spec: Declared<'_>, describe: &str) -> Result<(
         return Err(format!(
             "invalid arg '{arg}' for {describe} of queue type {module}"
         ));
-    }
-    if kind == Kind::Stream {
-        if let Some(arg) = STREAM_NOT_YET
-            .iter()
-            .find(|a| spec.arguments.contains_key(a))
-        {
-            return Err(format!(
-                "invalid arg '{arg}' for {describe}: Warren's streams do not act on it yet"
-            ));
-        }
     }
     let property = if spec.auto_delete {
         "auto-delete"
@@ -300,11 +286,13 @@ mod tests {
         // has nothing to size, and is taken.
         retained.insert("x-stream-filter-size-bytes".into(), AMQPValue::LongInt(32));
         assert!(check_declare(Kind::Stream, declared(&retained), Q).is_ok());
-        let mut placed = args.clone();
-        placed.insert("x-initial-cluster-size".into(), AMQPValue::LongInt(3));
-        assert_eq!(
-            check_declare(Kind::Stream, declared(&placed), Q).unwrap_err(),
-            "invalid arg 'x-initial-cluster-size' for queue 'q' in vhost '/': Warren's streams do not act on it yet"
+        // As a quorum queue's group size: Warren replicates the node's
+        // state as one group, so every stream is on every member.
+        retained.insert("x-initial-cluster-size".into(), AMQPValue::LongInt(3));
+        retained.insert(
+            "x-queue-leader-locator".into(),
+            AMQPValue::LongString("balanced".into()),
         );
+        assert!(check_declare(Kind::Stream, declared(&retained), Q).is_ok());
     }
 }

@@ -135,7 +135,10 @@ impl Queue {
 
     /// Its state now.
     pub fn snapshot(&self) -> Snapshot {
-        let st = self.state.lock();
+        let mut st = self.state.lock();
+        if let Some(s) = &self.stream {
+            s.counters(&mut st.stats.counters);
+        }
         let (ready_ram, ready_ram_bytes) = st.ready.in_memory();
         let (paged_out, paged_out_bytes) = st.ready.paged_out();
         let memory = std::mem::size_of::<Self>()
@@ -181,6 +184,9 @@ impl Queue {
     pub fn sample_stats(&self, now_ms: u64) -> Depth {
         let mut guard = self.state.lock();
         let st = &mut *guard;
+        if let Some(s) = &self.stream {
+            s.counters(&mut st.stats.counters);
+        }
         st.stats.sample(now_ms);
         let stream = self
             .stream

@@ -28,7 +28,7 @@ pub mod tracking;
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -69,6 +69,11 @@ pub struct Stream {
     /// Offsets below this one were removed from the store (retention
     /// goes on from here after a failed removal).
     removed: Mutex<u64>,
+    /// Messages appended, delivered and acked since start (the queue's
+    /// counters show them: the queue's state is not locked per message).
+    published: AtomicU64,
+    delivered: AtomicU64,
+    acked: AtomicU64,
 }
 
 /// How a consumer reads a stream.
@@ -123,12 +128,19 @@ pub struct Extent {
     pub first: u64,
     pub next: u64,
     pub bytes: u64,
+    /// Its retention segments (retention.rs).
+    pub segments: u64,
 }
 
 impl Extent {
     /// Messages kept.
     pub fn messages(&self) -> u64 {
         self.next - self.first
+    }
+
+    /// The offset of the last message kept, if any is.
+    pub fn last(&self) -> Option<u64> {
+        (self.next > self.first).then(|| self.next - 1)
     }
 }
 
@@ -256,7 +268,15 @@ impl Stream {
             first: log.first,
             next: log.next,
             bytes: log.bytes,
+            segments: log.segments.len() as u64,
         }
+    }
+
+    /// Puts its message counters in `c` (publish, deliver and ack).
+    pub fn counters(&self, c: &mut super::stats::Counters) {
+        c.publish = self.published.load(Ordering::Relaxed);
+        c.deliver = self.delivered.load(Ordering::Relaxed);
+        c.ack = self.acked.load(Ordering::Relaxed);
     }
 
     /// Its readers' consumers, oldest first.
@@ -295,6 +315,7 @@ impl Stream {
             let segment_bytes = log.limits.segment_bytes;
             let rolled = log.segments.append(offset, bytes, time, segment_bytes);
             log.keep_in_tail(msg);
+            self.published.fetch_add(1, Ordering::Relaxed);
             self.deliver(queue, &mut log);
             if rolled {
                 log.retain(time)
@@ -497,6 +518,7 @@ impl Stream {
             if how != Settle::Ack {
                 continue;
             }
+            self.acked.fetch_add(1, Ordering::Relaxed);
             let Some(r) = log.readers.iter_mut().find(|r| r.consumer.id == c.id) else {
                 continue;
             };
@@ -560,6 +582,7 @@ impl Stream {
                 match consumer.sink.try_deliver(&consumer, queue, entry) {
                     Ok(()) => {
                         r.cursor = offset + 1;
+                        self.delivered.fetch_add(1, Ordering::Relaxed);
                         if let Some(t) = &mut r.track {
                             t.delivered(offset);
                         }

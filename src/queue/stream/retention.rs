@@ -55,6 +55,11 @@ pub struct Segments {
 }
 
 impl Segments {
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        self.segments.len()
+    }
+
     /// Counts a message appended at `offset`; true when it started a new
     /// segment after a full one.
     pub fn append(&mut self, offset: u64, bytes: u64, time_ms: u64, segment_bytes: u64) -> bool {
