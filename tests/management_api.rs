@@ -2318,6 +2318,34 @@ async fn streams_are_declared_listed_and_deleted_through_the_api() {
     assert_eq!(s["committed_offset"], 24);
     // 10 messages of 1,000 bytes fill a segment.
     assert_eq!(s["segments"], 3);
+    // A get reads from an offset and moves nothing.
+    let get = |body: &'static str| http(&b, "POST", "/api/queues/%2f/sized.stream/get", body);
+    for _ in 0..2 {
+        let (status, body) =
+            get(r#"{"count":10,"ackmode":"ack_requeue_false","encoding":"auto","offset":20}"#)
+                .await;
+        assert_eq!(status, 200, "{body}");
+        let got: Value = serde_json::from_str(&body).unwrap();
+        let got = got.as_array().unwrap();
+        assert_eq!(got.len(), 5);
+        assert_eq!(got[0]["properties"]["headers"]["x-stream-offset"], 20);
+        assert!(got[0]["payload"].as_str().unwrap().starts_with("0020:"));
+        assert_eq!(got[4]["message_count"], 0);
+    }
+    let (_, body) =
+        get(r#"{"count":5,"ackmode":"ack_requeue_true","encoding":"auto","offset":"last"}"#).await;
+    let last: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(last[0]["properties"]["headers"]["x-stream-offset"], 24);
+    let (_, body) = get(r#"{"count":1,"ackmode":"ack_requeue_true","encoding":"auto"}"#).await;
+    let first: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(first[0]["properties"]["headers"]["x-stream-offset"], 0);
+    let (status, _) =
+        get(r#"{"count":1,"ackmode":"ack_requeue_true","encoding":"auto","offset":-1}"#).await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        get_json(&b, "/api/queues/%2f/sized.stream").await["messages"],
+        25
+    );
     let published = poll(|| async {
         let q = get_json(&b, "/api/queues/%2f/sized.stream").await;
         (q["message_stats"]["publish"] == 25).then_some(())

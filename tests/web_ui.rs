@@ -343,6 +343,37 @@ async fn the_ui_manages_the_broker_in_a_real_browser() {
     })
     .await;
 
+    // A stream declared in the UI, read from an offset on its page
+    // (which moves and removes nothing: the same read twice).
+    go(&c, &base, "#/queues").await;
+    submit(
+        &c,
+        "add-queue",
+        &[
+            ("name", "ui-stream"),
+            ("type", "stream"),
+            ("durable", "true"),
+        ],
+    )
+    .await;
+    flashed(&c, "Queue ui-stream declared").await;
+    publish(&amqp, "ui-stream", 4).await;
+    go(&c, &base, "#/queues/%2F/ui-stream").await;
+    wait_text(&c, "main", |t| {
+        t.contains("Segments") && t.contains("Last offset")
+    })
+    .await;
+    for _ in 0..2 {
+        submit(&c, "read", &[("offset", "2"), ("count", "10")]).await;
+        wait_text(&c, "div.message h3", |t| t == "Offset 2").await;
+        wait_text(&c, "main", |t| {
+            t.contains("m2") && t.contains("m3") && !t.contains("m1\n")
+        })
+        .await;
+    }
+    shot(&c, "stream").await;
+    assert_eq!(depth(&conn, "ui-stream").await, Some(4));
+
     // Purge it, then delete it.
     go(&c, &base, "#/queues/%2F/from-ui").await;
     wait_text(&c, "[data-depth='Total']", |t| t == "3").await;

@@ -522,10 +522,13 @@ pub async fn get_messages(
         .get("truncate")
         .and_then(Value::as_u64)
         .map(|n| n as usize);
-    let sink = GetSink::default();
     // At most this many payload bytes per request, so one request cannot
     // hold a whole queue in memory several times over.
     const MAX_GET_BYTES: usize = 64 << 20;
+    if let Some(stream) = q.stream() {
+        return stream_get(&q, stream, &b, count, base64, truncate, MAX_GET_BYTES);
+    }
+    let sink = GetSink::default();
     let mut bytes = 0usize;
     for _ in 0..count {
         if bytes >= MAX_GET_BYTES || !q.get(&sink, settle.is_none(), 0) {
@@ -557,6 +560,48 @@ pub async fn get_messages(
     if let Some(how) = settle {
         q.settle(back.into_iter(), how);
     }
+    Ok(Json(Value::Array(out)))
+}
+
+/// A get from a stream: a look from `offset` on (a number, "first",
+/// "last", "next", or an interval such as "1h"; "first" when absent),
+/// as LavinMQ's UI offers. Nothing moves and nothing is removed, whatever
+/// the ack mode says (a stream's acks never remove either).
+fn stream_get(
+    q: &Queue,
+    stream: &crate::queue::stream::Stream,
+    b: &Map<String, Value>,
+    count: usize,
+    base64: bool,
+    truncate: Option<usize>,
+    max_bytes: usize,
+) -> ApiResult<Json<Value>> {
+    use crate::queue::stream::Start;
+    use amq_protocol::types::AMQPValue;
+    let offset = match b.get("offset") {
+        None | Some(Value::Null) => Start::First,
+        Some(Value::String(s)) => Start::parse(
+            Some(&AMQPValue::LongString(s.as_str().into())),
+            crate::util::now_ms(),
+        )
+        .map_err(ApiError::bad_request)?,
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(n) => Start::Offset(n),
+            None => return Err(ApiError::bad_request(format!("invalid offset {n}"))),
+        },
+        Some(other) => return Err(ApiError::bad_request(format!("invalid offset {other}"))),
+    };
+    let read = stream
+        .peek(q, offset, count, max_bytes)
+        .map_err(|e| ApiError::internal(format!("cannot read the stream: {e}")))?;
+    let next = stream.extent().next;
+    let out = read
+        .iter()
+        .map(|(o, m)| {
+            let remaining = u32::try_from(next.saturating_sub(o + 1)).unwrap_or(u32::MAX);
+            message::to_json(m, false, remaining, base64, truncate)
+        })
+        .collect();
     Ok(Json(Value::Array(out)))
 }
 

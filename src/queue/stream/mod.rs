@@ -429,6 +429,52 @@ impl Stream {
         Ok(true)
     }
 
+    /// Up to `count` messages from `start` on, and about `max_bytes` of
+    /// bodies at most (at least one), for a look at the stream (the
+    /// API's get): no reader, nothing moves.
+    pub fn peek(
+        &self,
+        queue: &Queue,
+        start: Start,
+        count: usize,
+        max_bytes: usize,
+    ) -> store::Result<Vec<(u64, Arc<Message>)>> {
+        let (from, end, tail_first, from_tail) = {
+            let log = self.log.lock();
+            let from = log.resolve(start);
+            let end = log.next.min(from.saturating_add(count as u64));
+            let tail_first = log.tail_first();
+            let from_tail: Vec<_> = (from.max(tail_first)..end)
+                .map(|o| (o, Arc::clone(&log.tail[(o - tail_first) as usize])))
+                .collect();
+            (from, end, tail_first, from_tail)
+        };
+        // What is older than the tail is read back, outside the lock.
+        let mut all = Vec::new();
+        let (mut at, mut bytes) = (from, 0usize);
+        while at < tail_first.min(end) && bytes < max_bytes {
+            let want = (tail_first.min(end) - at).min(READ_BATCH as u64) as usize;
+            let read = self.read_back(queue, at, want)?;
+            let Some(&(last, _)) = read.back() else { break };
+            for (o, m) in read.into_iter().take_while(|(o, _)| *o < end) {
+                bytes += m.body().len();
+                all.push((o, m));
+            }
+            at = last + 1;
+        }
+        all.extend(from_tail.into_iter().filter(|(o, _)| *o >= at));
+        let (mut kept, mut bytes) = (0, 0usize);
+        for (_, m) in &all {
+            if kept > 0 && bytes + m.body().len() > max_bytes {
+                break;
+            }
+            bytes += m.body().len();
+            kept += 1;
+        }
+        all.truncate(kept);
+        Ok(all)
+    }
+
     /// Removes reader `id` (its tracked offset is written before the next
     /// commit); how many remain.
     pub fn remove_reader(&self, queue: &Arc<Queue>, id: u64) -> usize {

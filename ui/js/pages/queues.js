@@ -49,6 +49,31 @@ function getForm(vhost, name, out) {
   }, { id: "get", keep: true });
 }
 
+/// A stream's get: a look from an offset, which moves and removes nothing.
+function streamReadForm(vhost, name, out) {
+  return form("Read messages", [
+    { name: "offset", label: "From offset", value: "first", placeholder: "first, last, next, a number, or 1h" },
+    { name: "encoding", label: "Encoding", options: [["auto", "Auto string / base64"], ["base64", "base64"]] },
+    { name: "count", label: "Messages", type: "number", value: "10" },
+  ], "Read message(s)", async (v) => {
+    const offset = /^\d+$/.test(v.offset.trim()) ? Number(v.offset.trim()) : v.offset.trim() || "first";
+    try {
+      const msgs = await api("POST", `/queues/${seg(vhost)}/${seg(name)}/get`, {
+        count: Number(v.count) || 1, ackmode: "ack_requeue_true", encoding: v.encoding, truncate: 50000, offset,
+      });
+      fill(out, msgs.length === 0 ? h("p", { class: "empty" }, "Nothing from that offset") : msgs.map((m) =>
+        h("div", { class: "message" }, h("h3", {}, `Offset ${(m.properties.headers || {})["x-stream-offset"]}`), pairs([
+          ["Exchange", m.exchange || "(AMQP default)"], ["Routing key", m.routing_key],
+          ["Properties", args(m.properties)], ["Payload", `${bytes(m.payload_bytes)}, ${m.payload_encoding}`],
+        ]), h("pre", { class: "payload" }, m.payload))));
+      return true;
+    } catch (e) {
+      flash(e.message, false);
+      return false;
+    }
+  }, { id: "read", keep: true });
+}
+
 let refreshSoon = () => {};
 
 function moveForm(vhost, name) {
@@ -89,9 +114,13 @@ async function queue(view, vhost, name) {
       location.hash = "#/queues";
     }, "Queue deleted"),
   }, "Delete queue");
+  const kind = (await get(`/queues/${seg(vhost)}/${seg(name)}`)).type;
+  const reading = kind === "stream"
+    ? [streamReadForm(vhost, name, got), got, publishForm(vhost, "", name)]
+    : [getForm(vhost, name, got), got, publishForm(vhost, "", name), moveForm(vhost, name)];
   view.append(h("h1", {}, `Queue ${name} in ${vhost}`), live,
-    h("h2", {}, "Messages"), getForm(vhost, name, got), got, publishForm(vhost, "", name), moveForm(vhost, name),
-    bind, h("div", { class: "toolbar" }, purge, del));
+    h("h2", {}, "Messages"), ...reading,
+    bind, h("div", { class: "toolbar" }, ...(kind === "stream" ? [del] : [purge, del])));
   const refresh = async () => {
     const [q, bindings] = await Promise.all([
       get(`/queues/${seg(vhost)}/${seg(name)}?${HISTORY}`),
@@ -107,6 +136,8 @@ async function queue(view, vhost, name) {
       pairs([
         ["Type", q.type], ["Features", features(q)], ["State", q.state], ["Policy", q.policy || ""],
         ["Arguments", args(q.arguments)], ["Memory", bytes(q.memory)], ["Message bytes", bytes(q.message_bytes)],
+        ...(q.type === "stream" ? [["First offset", q.first_offset ?? "-"], ["Last offset", q.last_offset ?? "-"],
+          ["Segments", num(q.segments)]] : []),
       ]),
       h("h2", {}, "Consumers"),
       table([
@@ -149,7 +180,7 @@ export async function page(view, params) {
   ], { empty: "No queues." });
   const add = form("Add a new queue", [
     { name: "vhost", label: "Virtual host", options: vhosts },
-    { name: "type", label: "Type", options: ["classic", "quorum"] },
+    { name: "type", label: "Type", options: ["classic", "quorum", "stream"] },
     { name: "name", label: "Name" },
     { name: "durable", label: "Durability", options: [["true", "Durable"], ["false", "Transient"]] },
     { name: "auto_delete", label: "Auto delete", options: [["false", "No"], ["true", "Yes"]] },
