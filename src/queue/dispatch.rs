@@ -96,7 +96,7 @@ impl Queue {
 
     /// Dispatches again once commit `ticket` is reached: the head waits
     /// for it (commit.rs). One waiting task per queue at a time.
-    fn dispatch_at_commit(self: &Arc<Self>, ticket: u64) {
+    pub(super) fn dispatch_at_commit(self: &Arc<Self>, ticket: u64) {
         if self.commit_wait.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -123,7 +123,7 @@ impl Queue {
     /// Dispatches again once the leadership lease holds (polled: it is
     /// renewed within a heartbeat, or the node stops leading and the
     /// queue goes with its broker). One waiting task per queue at a time.
-    fn dispatch_when_leased(self: &Arc<Self>) {
+    pub(super) fn dispatch_when_leased(self: &Arc<Self>) {
         if self.lease_wait.swap(true, Ordering::AcqRel) {
             return;
         }

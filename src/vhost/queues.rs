@@ -13,6 +13,7 @@ use super::error::{Error, Result};
 use super::{Destination, VHost};
 use crate::queue::kind::{self, Declared, Kind};
 use crate::queue::{Deleted, Queue, QueueConfig};
+use crate::store::op::TRACKED_OFFSETS;
 use crate::store::QueueDef;
 
 /// What `queue.declare` asks for.
@@ -110,11 +111,15 @@ impl VHost {
         )
         .map_err(Error::precondition_failed)?;
         if Kind::of(&spec.arguments) == Kind::Stream && self.store.delivers_after_commit() {
-            return Err(Error::precondition_failed(format!(
-                "cannot declare {}: Warren's streams are not replicated yet, \
-                 so a cluster does not take them",
-                self.describe("queue", &spec.name)
-            )));
+            // A stream's tracked offsets need every member to apply them.
+            let at = self.store.cluster_version()?;
+            if at < TRACKED_OFFSETS {
+                return Err(Error::precondition_failed(format!(
+                    "cannot declare {}: streams need cluster version {TRACKED_OFFSETS}; the \
+                     cluster is at {at} until every member runs a build that applies it",
+                    self.describe("queue", &spec.name)
+                )));
+            }
         }
         // RabbitMQ makes exclusive queues transient whatever the flag says:
         // they die with their connection, so they are never stored.

@@ -74,6 +74,8 @@ pub struct Stream {
     published: AtomicU64,
     delivered: AtomicU64,
     acked: AtomicU64,
+    /// Set once it is deleted (read without the log's lock).
+    gone: AtomicBool,
 }
 
 /// How a consumer reads a stream.
@@ -106,6 +108,10 @@ struct Log {
     /// Its segments, and the retention limits last read.
     segments: Segments,
     limits: Limits,
+    /// In a cluster (the queue delivers after commit): (offset, the
+    /// commit that covers its write) of the appends not known committed
+    /// yet, oldest first. Readers see only what is before the first.
+    uncommitted: VecDeque<(u64, u64)>,
 }
 
 struct Reader {
@@ -203,7 +209,9 @@ impl Log {
             Start::Next => self.next,
             Start::Offset(n) => n.clamp(self.first, self.next),
             Start::Time(ms) => {
-                let second = ms.div_ceil(1000);
+                // From the start of its second: a few messages early
+                // rather than any missed (marks are per second).
+                let second = ms / 1000;
                 let at = self.marks.partition_point(|&(s, _)| s < second);
                 self.marks
                     .get(at)
@@ -308,6 +316,10 @@ impl Stream {
             queue
                 .store
                 .put_message(queue.config.store_id, seq_of(offset), &msg, 0)?;
+            if queue.after_commit {
+                // Taken after the write: the commit that covers it.
+                log.uncommitted.push_back((offset, queue.store.ticket()));
+            }
             let bytes = msg.body().len() as u64;
             log.next += 1;
             log.bytes += bytes;
@@ -442,7 +454,8 @@ impl Stream {
         let (from, end, tail_first, from_tail) = {
             let log = self.log.lock();
             let from = log.resolve(start);
-            let end = log.next.min(from.saturating_add(count as u64));
+            let visible = log.uncommitted.front().map_or(log.next, |&(o, _)| o);
+            let end = visible.min(from.saturating_add(count as u64));
             let tail_first = log.tail_first();
             let from_tail: Vec<_> = (from.max(tail_first)..end)
                 .map(|o| (o, Arc::clone(&log.tail[(o - tail_first) as usize])))
@@ -511,7 +524,7 @@ impl Stream {
     pub fn write_tracked(&self, store: &store::Store, queue_id: u64) -> store::Result<()> {
         self.track_registered.store(false, Ordering::Release);
         let moved = std::mem::take(&mut *self.tracks.lock());
-        if self.log.lock().deleted {
+        if self.gone.load(Ordering::Acquire) {
             return Ok(());
         }
         let mut moved = moved.into_iter();
@@ -591,19 +604,53 @@ impl Stream {
     pub fn delete(&self) -> Vec<Arc<Consumer>> {
         let mut log = self.log.lock();
         log.deleted = true;
+        self.gone.store(true, Ordering::Release);
         log.tail.clear();
         log.tail_bytes = 0;
         log.readers.drain(..).map(|r| r.consumer).collect()
     }
 
-    /// Hands each reader what it can take now.
+    /// Hands each reader what it can take now: in a cluster, only what
+    /// is committed, and nothing while the leader's lease is in doubt
+    /// (store/lease.rs), as a queue's dispatch does.
     fn deliver(&self, queue: &Arc<Queue>, log: &mut Log) {
+        let end = match queue.after_commit {
+            false => log.next,
+            true => {
+                if !queue.store.may_deliver() {
+                    if !log.readers.is_empty() {
+                        queue.dispatch_when_leased();
+                    }
+                    return;
+                }
+                let committed = queue.store.committed_now();
+                while log
+                    .uncommitted
+                    .front()
+                    .is_some_and(|&(_, t)| t <= committed)
+                {
+                    log.uncommitted.pop_front();
+                }
+                match log.uncommitted.front() {
+                    Some(&(offset, ticket)) => {
+                        if log.readers.iter().any(|r| r.cursor >= offset) {
+                            queue.dispatch_at_commit(ticket);
+                        }
+                        offset
+                    }
+                    None => log.next,
+                }
+            }
+        };
         for i in 0..log.readers.len() {
             let mut skipped = 0;
-            while log.readers[i].waits.is_none() {
+            while log.readers[i].waits.is_none() && log.readers[i].cursor < end {
                 let Some((offset, msg)) = self.fetch(queue, log, i) else {
                     break;
                 };
+                if offset >= end {
+                    break;
+                }
                 let r = &mut log.readers[i];
                 if r.filter.as_ref().is_some_and(|f| !f.matches(&msg)) {
                     r.cursor = offset + 1;

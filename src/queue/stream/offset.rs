@@ -22,7 +22,7 @@ pub enum Start {
     /// This offset, clamped to what the stream keeps.
     Offset(u64),
     /// The first message stored at or after this time (ms since the
-    /// epoch; second precision).
+    /// epoch; second precision: from the first message of its second).
     Time(u64),
 }
 

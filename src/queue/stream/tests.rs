@@ -98,3 +98,75 @@ fn a_failed_retention_removal_fails_no_publish_and_is_retried() {
         .unwrap();
     assert_eq!(stored(&store, 7) as u64, kept.messages());
 }
+
+/// A journal that applies at once but commits only when told (a cluster's
+/// leader whose followers lag).
+struct Lagging {
+    inner: Arc<dyn Journal>,
+    tickets: std::sync::atomic::AtomicU64,
+    committed: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Journal for Lagging {
+    fn submit(&self, op: &Op<'_>) -> Result<Applied> {
+        self.inner.submit(op)
+    }
+    fn ticket(&self) -> u64 {
+        self.tickets.fetch_add(1, Ordering::SeqCst) + 1
+    }
+    fn committed(&self) -> watch::Receiver<u64> {
+        self.inner.committed()
+    }
+    fn committed_now(&self) -> u64 {
+        self.committed.load(Ordering::SeqCst)
+    }
+    fn applies_on_commit(&self) -> bool {
+        true
+    }
+    fn commit_now(&self) -> Result<()> {
+        self.inner.commit_now()
+    }
+    fn close(&self) -> Result<()> {
+        self.inner.close()
+    }
+    fn defs_version(&self) -> u64 {
+        self.inner.defs_version()
+    }
+}
+
+#[test]
+fn in_a_cluster_a_reader_gets_only_what_is_committed() {
+    use crate::queue::testing::{consumer, TestSink};
+    let committed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let store = {
+        let committed = Arc::clone(&committed);
+        Store::temporary_wrapped(move |inner| {
+            Arc::new(Lagging {
+                inner,
+                tickets: Default::default(),
+                committed,
+            })
+        })
+        .unwrap()
+    };
+    let host = Arc::new(TestHost::default());
+    let q = stream_over(store, &host);
+    let sink = Arc::new(TestSink::default());
+    q.add_consumer(consumer(&sink, "r", 100, 0)).unwrap();
+    for _ in 0..3 {
+        let m = Message::new(b"", b"s", &[0, 0], b"m", Meta::default());
+        q.push(&Arc::new(m)).unwrap();
+    }
+    assert!(sink.seen.lock().is_empty(), "nothing is committed yet");
+    let s = q.stream().unwrap();
+    let peeked = s.peek(&q, super::Start::First, 10, 1 << 20).unwrap();
+    assert!(peeked.is_empty(), "nor shown by the API");
+    // The commit that covers the first two appends.
+    committed.store(2, Ordering::SeqCst);
+    q.dispatch();
+    let offsets: Vec<u64> = sink.seen.lock().iter().map(|(_, o, _)| *o).collect();
+    assert_eq!(offsets, [0, 1]);
+    committed.store(3, Ordering::SeqCst);
+    q.dispatch();
+    assert_eq!(sink.seen.lock().len(), 3);
+}
