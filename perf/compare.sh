@@ -14,6 +14,14 @@
 # RabbitMQ cluster with quorum queues, and their publish-only forms (perf/cluster.sh, run after
 # the single-node scenarios with ROUNDS and DURATION; CLUSTER_CATCHUP=1 adds perf/catchup.sh).
 #   SCENARIOS="5 c5"
+# Streams (x-queue-type=stream over AMQP 0-9-1; not in the default set):
+#   st:  publish-only into a stream, 1 KiB, confirms (window 1000)
+#   stb: STREAM_N x 1 KiB (default 1000000) filled with confirms (data dir per message), read
+#        from the first offset by 1 reader, then by 10 readers at once (prefetch 1000, acks
+#        every 100), then the time a consumer takes from basic.consume at the middle offset to
+#        its first message (ATTACH, ms; connection set-up included), and the time a run takes
+#        to publish one more message and delete the stream. STREAM_READERS="1 10" are
+#        the reader counts ("" skips the reads: a 10 GB stream's attach time alone)
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,6 +32,8 @@ DURATION=${DURATION:-10}
 SCENARIOS=${SCENARIOS:-"10 1 2 3 4 5 5p 6 7 8 9"}
 DRAIN_N=${DRAIN_N:-1000000}
 BACKLOG_N=${BACKLOG_N:-5000000}
+STREAM_N=${STREAM_N:-1000000}
+STREAM_READERS=${STREAM_READERS-1 10}
 IDLE_N=${IDLE_N:-1000}
 IDLE_HOLD=${IDLE_HOLD:-10}
 SETTLE=${SETTLE:-2}
@@ -389,6 +399,45 @@ backlog_scenario() {
     record_json "s${s}d" "$b" consumed_rate "$f"
 }
 
+STREAM=(--durable-queues --queue-arg x-queue-type=stream)
+
+# stream_backlog BROKER: scenario stb (see the top of this file).
+stream_backlog() {
+    local b=$1 f t kb pe t0 t1 q=perf-stb
+    t=$((STREAM_N / 500 + 300))
+    pe=$(((STREAM_N + 4) / 5))
+    f=$WORK/sstbfill.$b.json
+    phase_begin "$b"
+    run_perf "$b" "$f" "$t" "${STREAM[@]}" --producer-only --pmessages "$STREAM_N" --persistent \
+        --confirm 1000 --size 1024 --time 0 --keep --progress-every "$pe" --queue "$q"
+    phase_end "$b" stbfill "$f"
+    record_json sstbfill "$b" confirmed_rate "$f"
+    kb=$(du -sk "$(data_dir "$b")" 2>/dev/null | cut -f1)
+    record sstbpermsg "$b" "$(awk -v k="$kb" -v n="$STREAM_N" 'BEGIN {printf "%.0f", k * 1024 / n}')"
+    for readers in $STREAM_READERS; do
+        f=$WORK/sstb$readers.$b.json
+        phase_begin "$b"
+        run_perf "$b" "$f" "$t" "${STREAM[@]}" --consumer-only --consumers "$readers" \
+            --cmessages $((STREAM_N * readers)) --qos 1000 --multi-ack 100 \
+            --consumer-arg x-stream-offset=first --time 0 --keep --queue "$q"
+        phase_end "$b" "stb$readers" "$f"
+        record_json "sstb$readers" "$b" consumed_rate "$f"
+    done
+    f=$WORK/sstbattach.$b.json
+    t0=$(date +%s%N)
+    run_perf "$b" "$f" 120 "${STREAM[@]}" --consumer-only --consumers 1 --cmessages 1 --qos 10 \
+        --consumer-arg "x-stream-offset=$((STREAM_N / 2))" --time 0 --keep --queue "$q"
+    t1=$(date +%s%N)
+    record sstbattach "$b" "$(((t1 - t0) / 1000000))"
+    # Then the stream goes (one more message, and the run deletes what it declared).
+    f=$WORK/sstbdelete.$b.json
+    t0=$(date +%s%N)
+    run_perf "$b" "$f" 300 "${STREAM[@]}" --producer-only --pmessages 1 --confirm 1 --time 0 \
+        --queue "$q"
+    t1=$(date +%s%N)
+    record sstbdelete "$b" "$(((t1 - t0) / 1000000))"
+}
+
 scenario() {
     local s=$1 b=$2 f pe t
     case $s in
@@ -429,6 +478,9 @@ scenario() {
     8) load_scenario "$b" 8 "s8=latency_p50_ms s8p99=latency_p99_ms" --producers 1 --consumers 1 \
         --rate 1000 --size 1024 --autoack ;;
     9) backlog_scenario "$b" 9 --durable-queues --persistent ;;
+    st) load_scenario "$b" st "sst=confirmed_rate" "${STREAM[@]}" --producer-only --producers 1 \
+        --size 1024 --persistent --confirm 1000 ;;
+    stb) stream_backlog "$b" ;;
     9t) backlog_scenario "$b" 9t ;;
     10)
         local pid err=$WORK/idle.$b.err base peak=0 r i
@@ -561,6 +613,15 @@ report() {
             row "s${s}disk" "    data dir when full (MiB)"
             row "s${s}permsg" "    data dir per message (bytes)"
             row "s${s}d" "$s drain it, manual ack (msg/s)" "${s}d"
+            ;;
+        st) row sst "st publish 1 KiB into a stream (confirmed/s)" st ;;
+        stb)
+            row sstbfill "stb fill $STREAM_N x 1 KiB stream (confirmed/s)" stbfill
+            row sstbpermsg "    data dir per message (bytes)"
+            row sstb1 "    read from first, 1 reader (msg/s)" stb1
+            row sstb10 "    read from first, 10 readers (deliveries/s)" stb10
+            row sstbattach "    attach at the middle offset (ms)"
+            row sstbdelete "    publish one, then delete the stream (ms)"
             ;;
         10)
             row s10 "10 $IDLE_N idle consumers: RSS/conn (KiB)" 10

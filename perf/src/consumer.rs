@@ -25,6 +25,8 @@ pub struct ConsumerConfig {
     pub multi_ack: u64,
     /// basic.qos prefetch count; 0 = none.
     pub qos: u16,
+    /// basic.consume arguments.
+    pub args: Vec<(String, amqprs::FieldValue)>,
 }
 
 /// A consumer whose basic.consume has been accepted.
@@ -64,8 +66,17 @@ impl Consumer {
             )
             .await?;
         }
+        let mut table = amqprs::FieldTable::new();
+        for (k, v) in &cfg.args {
+            let key = k
+                .as_str()
+                .try_into()
+                .map_err(|_| anyhow::anyhow!("--consumer-arg key {k:?} is too long"))?;
+            table.insert(key, v.clone());
+        }
         let args = BasicConsumeArguments::new(&cfg.queue, "")
             .manual_ack(!cfg.autoack)
+            .arguments(table)
             .finish();
         let (_tag, rx) = with_timeout(ch.basic_consume_rx(args), || {
             format!("{name}: basic.consume on {:?}", cfg.queue)

@@ -88,6 +88,10 @@ struct Args {
     /// anything else as a string, e.g. x-dead-letter-exchange= x-message-ttl=60000.
     #[arg(long = "queue-arg", value_name = "KEY=VALUE", value_parser = parse_queue_arg)]
     queue_args: Vec<(String, amqprs::FieldValue)>,
+    /// Consume with this argument (repeatable; read as --queue-arg is), e.g.
+    /// x-stream-offset=first for a stream's consumers.
+    #[arg(long = "consumer-arg", value_name = "KEY=VALUE", value_parser = parse_queue_arg)]
+    consumer_args: Vec<(String, amqprs::FieldValue)>,
     /// N queues bound to one fanout exchange (implies --exchange-type fanout --queues N).
     #[arg(long)]
     fanout: Option<usize>,
@@ -212,6 +216,7 @@ fn resolve(a: Args) -> Result<Mode> {
         autoack: a.autoack,
         multi_ack: a.multi_ack,
         qos: a.qos,
+        consumer_args: a.consumer_args.clone(),
         topology: Topology::new(
             a.exchange.as_deref(),
             kind,

@@ -29,6 +29,8 @@ pub struct RunConfig {
     pub autoack: bool,
     pub multi_ack: u64,
     pub qos: u16,
+    /// basic.consume arguments (--consumer-arg).
+    pub consumer_args: Vec<(String, amqprs::FieldValue)>,
     pub topology: Topology,
     pub rate: f64,
     pub pmessages: u64,
@@ -208,6 +210,7 @@ async fn measure(cfg: &RunConfig, shared: &Arc<Shared>, queued_at_start: u64) ->
             autoack: cfg.autoack,
             multi_ack: cfg.multi_ack,
             qos: cfg.qos,
+            args: cfg.consumer_args.clone(),
         };
         consumers.push(Consumer::connect(&cfg.uri, c, shared.clone()).await?);
     }

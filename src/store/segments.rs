@@ -74,6 +74,8 @@ pub struct SegmentLog {
     /// A sync failed: what the page cache held is unknown, so no later
     /// sync may vouch for it, nor anything be removed on its word.
     failed: std::sync::atomic::AtomicBool,
+    /// Unlinks dead segments off the commit path (segments/reaper.rs).
+    reaper: reaper::Reaper,
 }
 
 struct Inner {
@@ -162,6 +164,7 @@ impl SegmentLog {
             syncing: Mutex::new(None),
             mark_every,
             failed: false.into(),
+            reaper: reaper::Reaper::start(File::open(dir)?),
         };
         let mut inner = log.inner.lock();
         let mut end = 0;
@@ -531,14 +534,17 @@ impl SegmentLog {
             }
             gone
         };
-        // Oldest first: a crash midway leaves no hole.
-        for &b in &gone {
-            fs::remove_file(self.path(b))?;
-        }
-        if !gone.is_empty() {
-            self.dir_handle.sync_all()?;
-        }
+        // Oldest first (the reaper keeps the order): a crash midway leaves
+        // no hole.
+        let files = gone.iter().map(|&b| self.path(b)).collect();
+        self.reaper.reap(files, &self.dir_handle)?;
         Ok(gone.len())
+    }
+
+    /// Waits until the dead segments handed to the reaper are unlinked
+    /// (a clean stop: the directory may be opened again at once).
+    pub fn finish_reaping(&self) {
+        self.reaper.finish();
     }
 
     /// The segments' first positions (metrics, tests).
@@ -647,5 +653,6 @@ impl Read for ReadAt<'_> {
     }
 }
 
+mod reaper;
 #[cfg(test)]
 mod tests;

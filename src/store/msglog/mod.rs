@@ -723,6 +723,7 @@ impl MessageLog {
         let mut writer = self.writer.lock();
         self.hand_summaries(&mut writer);
         writer.finish(end);
+        self.log.finish_reaping();
         Ok(())
     }
 

@@ -292,3 +292,26 @@ fn a_lazy_mark_still_covers_every_segment_but_the_last() {
     let e = log.scan(0, |_, _| true).expect_err("the damage is found");
     assert!(e.to_string().contains("fails its checksum"), "{e}");
 }
+
+#[test]
+fn dead_segments_files_go_in_the_background_and_are_gone_once_reaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SegmentLog::open_with(dir.path(), 256).unwrap();
+    let pos = fill(&log, 0, 60);
+    log.sync().unwrap();
+    let files = || std::fs::read_dir(dir.path()).unwrap().count();
+    let before = files();
+    let removed = log.remove_below(pos[40]).unwrap();
+    assert!(removed > 0);
+    // Off the disk once the reaper is done.
+    log.finish_reaping();
+    assert_eq!(files(), before - removed);
+    // After the reaper stopped, removals happen on the caller's thread.
+    let pos = fill(&log, 60, 60);
+    log.sync().unwrap();
+    let mid = files();
+    let more = log.remove_below(pos[50]).unwrap();
+    assert!(more > 0);
+    assert_eq!(files(), mid - more);
+    assert_eq!(log.read(pos[59]).unwrap(), want(119));
+}
