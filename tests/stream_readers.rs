@@ -316,3 +316,39 @@ async fn a_kill_in_the_middle_of_a_segment_loses_no_confirmed_message() {
         .unwrap();
     assert_eq!(read_acking(&mut t, 1).await[0].0, 50);
 }
+
+/// After a restart the stream keeps one time mark per segment of what it
+/// read back; a reader that starts at a time still starts at the first
+/// message stored in that second or later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_starts_at_a_time_in_what_a_restart_read_back() {
+    let mut b = start().await;
+    let (_c, ch) = b.channel().await;
+    let args = stream(&[(
+        "x-stream-max-segment-size-bytes",
+        AMQPValue::LongLongInt(1000),
+    )]);
+    declare_with(&ch, "timed", durable(), args)
+        .await
+        .expect("declared");
+    let body = "t".repeat(95);
+    publish_confirmed(&ch, "timed", (0..25).map(|i| format!("{i:04}:{body}"))).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    publish_confirmed(&ch, "timed", (25..50).map(|i| format!("{i:04}:{body}"))).await;
+    b.restart().await;
+    let conn = b.connect().await;
+    let (_r, mut c) = reader(&conn, "timed", 10, Some(AMQPValue::Timestamp(since))).await;
+    assert_eq!(read_acking(&mut c, 1).await[0].0, 25);
+    let (_r, mut all) = reader(
+        &conn,
+        "timed",
+        100,
+        Some(AMQPValue::Timestamp(since - 3600)),
+    )
+    .await;
+    assert_eq!(read_acking(&mut all, 50).await.last().unwrap().0, 49);
+}

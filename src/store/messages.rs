@@ -337,6 +337,29 @@ impl Store {
         Some(Box::new(log.stored_meta(queue_id, from)))
     }
 
+    /// The first stored message of a queue at or after `seq`, with its
+    /// time (a stream's recovery and its seeks by time); None where there
+    /// is none.
+    pub fn message_from(&self, queue_id: u64, seq: u64) -> Result<Option<StoredMessage>> {
+        self.messages_from(queue_id, seq).next().transpose()
+    }
+
+    /// The stored messages of a queue from `seq` on, in order, with their
+    /// times.
+    pub fn messages_from(
+        &self,
+        queue_id: u64,
+        seq: u64,
+    ) -> Box<dyn Iterator<Item = Result<StoredMessage>> + Send + '_> {
+        match &self.applier.log {
+            Some(log) => Box::new(log.stored_from(queue_id, seq)),
+            None => Box::new(
+                self.messages(queue_id)
+                    .skip_while(move |m| m.as_ref().is_ok_and(|m| m.seq < seq)),
+            ),
+        }
+    }
+
     /// Every persistent message of a queue, in order (recovery). Paged
     /// transient messages are deleted on the way: they do not survive.
     pub fn messages(

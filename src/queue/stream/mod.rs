@@ -23,6 +23,7 @@
 
 pub mod filter;
 pub mod offset;
+mod recovery;
 mod retention;
 pub mod tracking;
 
@@ -108,6 +109,9 @@ struct Log {
     /// Its segments, and the retention limits last read.
     segments: Segments,
     limits: Limits,
+    /// Marks from this offset on are one per second that saw an append;
+    /// before it (what a start read back) one per segment (recovery.rs).
+    exact_from: u64,
     /// In a cluster (the queue delivers after commit): (offset, the
     /// commit that covers its write) of the appends not known committed
     /// yet, oldest first. Readers see only what is before the first.
@@ -201,6 +205,23 @@ impl Log {
         Some(old..first)
     }
 
+    /// The offsets between which the first message stored at or after
+    /// `ms` (second precision) lies, by the marks: the last mark of an
+    /// earlier second and the first of that second or later.
+    fn time_bounds(&self, ms: u64) -> (u64, u64) {
+        let second = ms / 1000;
+        let at = self.marks.partition_point(|&(s, _)| s < second);
+        let hi = self
+            .marks
+            .get(at)
+            .map_or(self.next, |&(_, o)| o.max(self.first));
+        let lo = match at {
+            0 => self.first,
+            _ => self.marks[at - 1].1.max(self.first),
+        };
+        (lo.min(hi), hi)
+    }
+
     /// Where a reader asking for `start` begins.
     fn resolve(&self, start: Start) -> u64 {
         match start {
@@ -208,15 +229,9 @@ impl Log {
             Start::Last => self.next.saturating_sub(1).max(self.first),
             Start::Next => self.next,
             Start::Offset(n) => n.clamp(self.first, self.next),
-            Start::Time(ms) => {
-                // From the start of its second: a few messages early
-                // rather than any missed (marks are per second).
-                let second = ms / 1000;
-                let at = self.marks.partition_point(|&(s, _)| s < second);
-                self.marks
-                    .get(at)
-                    .map_or(self.next, |&(_, offset)| offset.max(self.first))
-            }
+            // The first message of its second or a later one (marks are
+            // per second; before `exact_from` the stream seeks first).
+            Start::Time(ms) => self.time_bounds(ms).1,
         }
     }
 }
@@ -388,28 +403,6 @@ impl Stream {
         (removed < first).then_some(removed..first)
     }
 
-    /// Takes back what the log holds of the stream (a start).
-    pub fn recover(&self, queue: &Queue) -> store::Result<u64> {
-        let mut log = self.log.lock();
-        log.limits = limits(&queue.args);
-        let segment_bytes = log.limits.segment_bytes;
-        let mut first = None;
-        for item in queue.store.messages(queue.config.store_id) {
-            let m = item?;
-            let offset = m.seq.saturating_sub(1);
-            first.get_or_insert(offset);
-            let bytes = m.message.body().len() as u64;
-            log.next = offset + 1;
-            log.bytes += bytes;
-            log.mark(offset, m.time);
-            log.segments.append(offset, bytes, m.time, segment_bytes);
-            log.keep_in_tail(m.message);
-        }
-        log.first = first.unwrap_or(log.next);
-        *self.removed.lock() = log.first;
-        Ok(log.next - log.first)
-    }
-
     /// Adds a reader reading as `spec` says: from its tracked offset if
     /// it has one, else from `spec.start`. False if the stream is gone.
     pub fn add_reader(
@@ -425,11 +418,15 @@ impl Stream {
             },
             None => None,
         };
+        let start = match tracked {
+            Some(at) => Start::Offset(at),
+            None => self.seek(queue, spec.start)?,
+        };
         let mut log = self.log.lock();
         if log.deleted {
             return Ok(false);
         }
-        let cursor = log.resolve(tracked.map_or(spec.start, Start::Offset));
+        let cursor = log.resolve(start);
         log.readers.push(Reader {
             consumer,
             cursor,
@@ -451,6 +448,7 @@ impl Stream {
         count: usize,
         max_bytes: usize,
     ) -> store::Result<Vec<(u64, Arc<Message>)>> {
+        let start = self.seek(queue, start)?;
         let (from, end, tail_first, from_tail) = {
             let log = self.log.lock();
             let from = log.resolve(start);

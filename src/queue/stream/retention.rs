@@ -60,6 +60,27 @@ impl Segments {
         self.segments.len()
     }
 
+    /// Each segment's first and last offset, oldest first, in a stream
+    /// whose next offset is `next`.
+    pub fn spans(&self, next: u64) -> Vec<(u64, u64)> {
+        let starts: Vec<u64> = self.segments.iter().map(|s| s.first).collect();
+        let ends = starts.iter().skip(1).copied().chain(std::iter::once(next));
+        starts
+            .iter()
+            .zip(ends)
+            .filter(|&(&from, to)| to > from)
+            .map(|(&from, to)| (from, to - 1))
+            .collect()
+    }
+
+    /// The segment that starts at `first` holds a message stored at
+    /// `time_ms` (a start: its newest, read back).
+    pub fn stored_at(&mut self, first: u64, time_ms: u64) {
+        if let Some(s) = self.segments.iter_mut().find(|s| s.first == first) {
+            s.newest_ms = s.newest_ms.max(time_ms);
+        }
+    }
+
     /// Counts a message appended at `offset`; true when it started a new
     /// segment after a full one.
     pub fn append(&mut self, offset: u64, bytes: u64, time_ms: u64, segment_bytes: u64) -> bool {

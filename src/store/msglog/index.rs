@@ -213,7 +213,8 @@ mod tests {
             for seq in 1..=40u64 {
                 // Ten messages a segment, the queue's and another's mixed.
                 ix.insert(7, seq, loc((seq - 1) / 10 * 1000 + seq)).unwrap();
-                ix.insert(8, seq, loc((seq - 1) / 10 * 1000 + 500 + seq)).unwrap();
+                ix.insert(8, seq, loc((seq - 1) / 10 * 1000 + 500 + seq))
+                    .unwrap();
             }
             ix
         };

@@ -541,8 +541,17 @@ impl MessageLog {
     /// Every stored message of `queue` in order, with its deadline, read a
     /// batch at a time (recovery).
     pub fn stored(&self, queue: u64) -> impl Iterator<Item = Result<StoredMessage>> + '_ {
+        self.stored_from(queue, 0)
+    }
+
+    /// The same from `from` on.
+    pub fn stored_from(
+        &self,
+        queue: u64,
+        from: u64,
+    ) -> impl Iterator<Item = Result<StoredMessage>> + '_ {
         let mut last = None;
-        self.indexed(queue, 0).filter_map(move |found| {
+        self.indexed(queue, from).filter_map(move |found| {
             let (seq, loc) = match found {
                 Ok(found) => found,
                 Err(e) => return Some(Err(e)),
