@@ -166,6 +166,13 @@ async fn a_tracked_reader_resumes_at_its_first_unacked_offset() {
     let (rch, mut c) = reader_with(&conn, "tracked", "app-1", 10, tracked(Some("first")))
         .await
         .unwrap();
+    // A second reader tracked under the same tag would write its place
+    // over the first's.
+    let got = expect_code(
+        reader_with(&conn, "tracked", "app-1", 10, tracked(Some("first"))).await,
+        406,
+    );
+    assert!(got.contains("already reads"), "{got}");
     let mut held = Vec::new();
     for i in 0..10 {
         let d = next(&mut c).await.expect("delivery");

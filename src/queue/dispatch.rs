@@ -267,8 +267,9 @@ impl Queue {
         self.touch();
         if let Some(s) = &self.stream {
             return match s.add_reader(self, consumer, spec) {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(ConsumeError::Deleted),
+                Ok(super::stream::Attach::Added) => Ok(()),
+                Ok(super::stream::Attach::Deleted) => Err(ConsumeError::Deleted),
+                Ok(super::stream::Attach::NameTaken) => Err(ConsumeError::NameTaken),
                 Err(e) => Err(ConsumeError::Store(e.to_string())),
             };
         }

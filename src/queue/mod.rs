@@ -476,6 +476,9 @@ pub enum ConsumeError {
     /// What the store keeps for it could not be read (a stream's tracked
     /// offset).
     Store(String),
+    /// A stream reader whose offset is tracked under this consumer tag
+    /// is attached already.
+    NameTaken,
 }
 
 impl store::DeferredWrites for Queue {

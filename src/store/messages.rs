@@ -399,6 +399,37 @@ impl Store {
         Box::new(sled)
     }
 
+    /// Up to `n` messages of a queue from sequence `from` on, and about
+    /// `max_bytes` of bodies at the most (at least one): a stream's reads.
+    pub fn load_range_within(
+        &self,
+        queue_id: u64,
+        from: u64,
+        n: usize,
+        max_bytes: u64,
+    ) -> Result<Vec<(u64, Arc<Message>)>> {
+        if let Some(log) = self
+            .applier
+            .log
+            .as_ref()
+            .filter(|_| !self.applier.is_staging())
+        {
+            return log.range_within(queue_id, from, n, max_bytes);
+        }
+        let mut read = self.load_range(queue_id, from, n)?;
+        let mut bytes = 0u64;
+        let within = read
+            .iter()
+            .take_while(|(_, m)| {
+                let fits = bytes == 0 || bytes + m.body().len() as u64 <= max_bytes;
+                bytes += m.body().len() as u64;
+                fits
+            })
+            .count();
+        read.truncate(within.max(1));
+        Ok(read)
+    }
+
     /// Up to `n` messages of a queue from sequence `from` on (paging in).
     pub fn load_range(
         &self,

@@ -263,6 +263,10 @@ impl Channel {
             .add_reader(Arc::clone(&consumer), spec)
             .map_err(|e| match e {
                 ConsumeError::Store(e) => ProtocolError::internal(format!("store: {e}")),
+                ConsumeError::NameTaken => ProtocolError::precondition_failed(format!(
+                    "a consumer tagged '{tag}' whose offset is tracked already reads {}",
+                    ctx.vhost.describe("queue", &name)
+                )),
                 ConsumeError::ExclusiveHeld | ConsumeError::InUse => {
                     ProtocolError::access_refused(format!(
                         "queue '{name}' in vhost '{}' in exclusive use",

@@ -525,8 +525,8 @@ pub async fn get_messages(
     // At most this many payload bytes per request, so one request cannot
     // hold a whole queue in memory several times over.
     const MAX_GET_BYTES: usize = 64 << 20;
-    if let Some(stream) = q.stream() {
-        return stream_get(&q, stream, &b, count, base64, truncate, MAX_GET_BYTES);
+    if q.stream().is_some() {
+        return stream_get(q, &b, count, base64, truncate, MAX_GET_BYTES).await;
     }
     let sink = GetSink::default();
     let mut bytes = 0usize;
@@ -567,9 +567,8 @@ pub async fn get_messages(
 /// "last", "next", or an interval such as "1h"; "first" when absent),
 /// as LavinMQ's UI offers. Nothing moves and nothing is removed, whatever
 /// the ack mode says (a stream's acks never remove either).
-fn stream_get(
-    q: &Queue,
-    stream: &crate::queue::stream::Stream,
+async fn stream_get(
+    q: Arc<Queue>,
     b: &Map<String, Value>,
     count: usize,
     base64: bool,
@@ -591,10 +590,16 @@ fn stream_get(
         },
         Some(other) => return Err(ApiError::bad_request(format!("invalid offset {other}"))),
     };
-    let read = stream
-        .peek(q, offset, count, max_bytes)
-        .map_err(|e| ApiError::internal(format!("cannot read the stream: {e}")))?;
-    let next = stream.extent().next;
+    // The reads go to the disk: off the runtime's threads.
+    let reader = Arc::clone(&q);
+    let read = tokio::task::spawn_blocking(move || match reader.stream() {
+        Some(s) => s.peek(&reader, offset, count, max_bytes),
+        None => Ok(Vec::new()),
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the read stopped: {e}")))?
+    .map_err(|e| ApiError::internal(format!("cannot read the stream: {e}")))?;
+    let next = q.stream().map_or(0, |s| s.extent().next);
     let out = read
         .iter()
         .map(|(o, m)| {

@@ -27,7 +27,7 @@ mod recovery;
 mod retention;
 pub mod tracking;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -65,7 +65,7 @@ pub struct Stream {
     /// Tracked offsets to write before the next commit, by reader name
     /// (tracking.rs); `track_registered` says whether the queue is
     /// registered for that write.
-    tracks: Mutex<HashMap<String, u64>>,
+    tracks: Mutex<tracking::Tracks>,
     track_registered: AtomicBool,
     /// Offsets below this one were removed from the store (retention
     /// goes on from here after a failed removal).
@@ -77,6 +77,16 @@ pub struct Stream {
     acked: AtomicU64,
     /// Set once it is deleted (read without the log's lock).
     gone: AtomicBool,
+}
+
+/// What adding a reader did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attach {
+    Added,
+    /// The stream was deleted meanwhile.
+    Deleted,
+    /// A reader whose offset is tracked under the same name is attached.
+    NameTaken,
 }
 
 /// How a consumer reads a stream.
@@ -381,7 +391,9 @@ impl Stream {
     /// the next round, a second later at most, goes on from it.
     fn forget(&self, queue: &Queue, dropped: Range<u64>) {
         let mut removed = self.removed.lock();
-        for offset in (*removed).min(dropped.start)..dropped.end {
+        // From where removals got to (a failed one left some behind; a
+        // later round may have gone past this one's range).
+        for offset in *removed..dropped.end {
             if let Err(e) = queue
                 .store
                 .remove_message(queue.config.store_id, seq_of(offset))
@@ -404,15 +416,15 @@ impl Stream {
     }
 
     /// Adds a reader reading as `spec` says: from its tracked offset if
-    /// it has one, else from `spec.start`. False if the stream is gone.
+    /// it has one, else from `spec.start`.
     pub fn add_reader(
         &self,
         queue: &Queue,
         consumer: Arc<Consumer>,
         spec: ReadSpec,
-    ) -> store::Result<bool> {
+    ) -> store::Result<Attach> {
         let tracked = match &spec.track {
-            Some(name) => match self.tracks.lock().get(name).copied() {
+            Some(name) => match self.tracks.lock().get(name) {
                 Some(at) => Some(at),
                 None => queue.store.tracked_offset(queue.config.store_id, name)?,
             },
@@ -424,7 +436,18 @@ impl Stream {
         };
         let mut log = self.log.lock();
         if log.deleted {
-            return Ok(false);
+            return Ok(Attach::Deleted);
+        }
+        // Two readers under one name would each write the other's place
+        // over (one's unacked messages skipped on resume).
+        if let Some(name) = &spec.track {
+            if log
+                .readers
+                .iter()
+                .any(|r| r.track.as_ref().is_some_and(|t| &t.name == name))
+            {
+                return Ok(Attach::NameTaken);
+            }
         }
         let cursor = log.resolve(start);
         log.readers.push(Reader {
@@ -435,7 +458,7 @@ impl Stream {
             track: spec.track.map(Tracked::new),
             ahead: VecDeque::new(),
         });
-        Ok(true)
+        Ok(Attach::Added)
     }
 
     /// Up to `count` messages from `start` on, and about `max_bytes` of
@@ -450,9 +473,9 @@ impl Stream {
     ) -> store::Result<Vec<(u64, Arc<Message>)>> {
         let start = self.seek(queue, start)?;
         let (from, end, tail_first, from_tail) = {
-            let log = self.log.lock();
+            let mut log = self.log.lock();
             let from = log.resolve(start);
-            let visible = log.uncommitted.front().map_or(log.next, |&(o, _)| o);
+            let (visible, _) = Self::committed_end(queue, &mut log);
             let end = visible.min(from.saturating_add(count as u64));
             let tail_first = log.tail_first();
             let from_tail: Vec<_> = (from.max(tail_first)..end)
@@ -465,7 +488,8 @@ impl Stream {
         let (mut at, mut bytes) = (from, 0usize);
         while at < tail_first.min(end) && bytes < max_bytes {
             let want = (tail_first.min(end) - at).min(READ_BATCH as u64) as usize;
-            let read = self.read_back(queue, at, want)?;
+            let budget = (max_bytes - bytes.min(max_bytes)) as u64;
+            let read = self.read_back(queue, at, want, budget)?;
             let Some(&(last, _)) = read.back() else { break };
             for (o, m) in read.into_iter().take_while(|(o, _)| *o < end) {
                 bytes += m.body().len();
@@ -502,15 +526,7 @@ impl Stream {
 
     /// Reader `name` resumes at `offset`: written before the next commit.
     fn track(&self, queue: &Arc<Queue>, name: &str, offset: u64) {
-        {
-            let mut tracks = self.tracks.lock();
-            match tracks.get_mut(name) {
-                Some(at) => *at = offset,
-                None => {
-                    tracks.insert(name.to_string(), offset);
-                }
-            }
-        }
+        self.tracks.lock().moved(name, offset);
         if !self.track_registered.swap(true, Ordering::AcqRel) {
             let holder: Weak<Queue> = Arc::downgrade(queue);
             queue.store.defer(holder);
@@ -518,23 +534,19 @@ impl Stream {
     }
 
     /// Writes the tracked offsets that moved (the queue's deferred write,
-    /// just before a commit). On a failure the rest stay for the next.
+    /// just before a commit). A write that fails is logged, not put on the
+    /// commit (every confirm in the broker would wait on it): the reader
+    /// resumes from its place in memory, or after a restart a little
+    /// earlier, and is handed a few messages again.
     pub fn write_tracked(&self, store: &store::Store, queue_id: u64) -> store::Result<()> {
         self.track_registered.store(false, Ordering::Release);
-        let moved = std::mem::take(&mut *self.tracks.lock());
+        let moved = self.tracks.lock().take_moved();
         if self.gone.load(Ordering::Acquire) {
             return Ok(());
         }
-        let mut moved = moved.into_iter();
-        while let Some((name, offset)) = moved.next() {
+        for (name, offset) in moved {
             if let Err(e) = store.track_offset(queue_id, &name, offset) {
-                let mut tracks = self.tracks.lock();
-                for (name, offset) in std::iter::once((name, offset)).chain(moved) {
-                    tracks.entry(name).or_insert(offset);
-                }
-                // The registry keeps the queue registered after an error.
-                self.track_registered.store(true, Ordering::Release);
-                return Err(e);
+                tracing::warn!(%name, offset, "cannot record a stream reader's offset: {e}");
             }
         }
         Ok(())
@@ -572,10 +584,15 @@ impl Stream {
         for u in taken {
             let Some(c) = &u.consumer else { continue };
             Self::credit_back(&mut log, c);
-            if how != Settle::Ack {
+            // An ack, or a reject without requeue (the reader is done
+            // with it), moves a tracked reader on; a requeue does not: it
+            // is read again on resume.
+            if how == Settle::Requeue {
                 continue;
             }
-            self.acked.fetch_add(1, Ordering::Relaxed);
+            if how == Settle::Ack {
+                self.acked.fetch_add(1, Ordering::Relaxed);
+            }
             let Some(r) = log.readers.iter_mut().find(|r| r.consumer.id == c.id) else {
                 continue;
             };
@@ -612,34 +629,13 @@ impl Stream {
     /// is committed, and nothing while the leader's lease is in doubt
     /// (store/lease.rs), as a queue's dispatch does.
     fn deliver(&self, queue: &Arc<Queue>, log: &mut Log) {
-        let end = match queue.after_commit {
-            false => log.next,
-            true => {
-                if !queue.store.may_deliver() {
-                    if !log.readers.is_empty() {
-                        queue.dispatch_when_leased();
-                    }
-                    return;
-                }
-                let committed = queue.store.committed_now();
-                while log
-                    .uncommitted
-                    .front()
-                    .is_some_and(|&(_, t)| t <= committed)
-                {
-                    log.uncommitted.pop_front();
-                }
-                match log.uncommitted.front() {
-                    Some(&(offset, ticket)) => {
-                        if log.readers.iter().any(|r| r.cursor >= offset) {
-                            queue.dispatch_at_commit(ticket);
-                        }
-                        offset
-                    }
-                    None => log.next,
-                }
+        if queue.after_commit && !queue.store.may_deliver() {
+            if !log.readers.is_empty() {
+                queue.dispatch_when_leased();
             }
-        };
+            return;
+        }
+        let (end, waits_for) = Self::committed_end(queue, log);
         for i in 0..log.readers.len() {
             let mut skipped = 0;
             while log.readers[i].waits.is_none() && log.readers[i].cursor < end {
@@ -687,6 +683,37 @@ impl Stream {
                 }
             }
         }
+        // A reader that reached what is not committed yet is woken by
+        // the commit.
+        if let Some(ticket) = waits_for {
+            if log
+                .readers
+                .iter()
+                .any(|r| r.waits.is_none() && r.cursor >= end)
+            {
+                queue.dispatch_at_commit(ticket);
+            }
+        }
+    }
+
+    /// The end of what readers may see (the first offset not committed
+    /// yet, in a cluster; else the next), and the commit that moves it.
+    fn committed_end(queue: &Queue, log: &mut Log) -> (u64, Option<u64>) {
+        if !queue.after_commit {
+            return (log.next, None);
+        }
+        let committed = queue.store.committed_now();
+        while log
+            .uncommitted
+            .front()
+            .is_some_and(|&(_, t)| t <= committed)
+        {
+            log.uncommitted.pop_front();
+        }
+        match log.uncommitted.front() {
+            Some(&(offset, ticket)) => (offset, Some(ticket)),
+            None => (log.next, None),
+        }
     }
 
     /// A delivery round for `queue` soon (a filtered reader ran out of
@@ -726,7 +753,7 @@ impl Stream {
                 r.cursor = *at;
                 return Some((*at, Arc::clone(msg)));
             }
-            match self.read_back(queue, r.cursor, batch) {
+            match self.read_back(queue, r.cursor, batch, READ_AHEAD_BYTES) {
                 Ok(read) if read.is_empty() => r.cursor = tail_first,
                 Ok(read) => r.ahead = read,
                 Err(e) => {
@@ -740,16 +767,19 @@ impl Stream {
         }
     }
 
-    /// Up to `n` messages from offset `from` on, read back from the log.
+    /// Up to `n` messages from offset `from` on, and about `max_bytes` of
+    /// bodies (at least one), read back from the log.
     fn read_back(
         &self,
         queue: &Queue,
         from: u64,
         n: usize,
+        max_bytes: u64,
     ) -> store::Result<VecDeque<(u64, Arc<Message>)>> {
-        let batch = queue
-            .store
-            .load_range(queue.config.store_id, seq_of(from), n)?;
+        let batch =
+            queue
+                .store
+                .load_range_within(queue.config.store_id, seq_of(from), n, max_bytes)?;
         Ok(batch
             .into_iter()
             .map(|(seq, m)| (seq.saturating_sub(1), m))

@@ -104,7 +104,7 @@ fn a_failed_retention_removal_fails_no_publish_and_is_retried() {
 struct Lagging {
     inner: Arc<dyn Journal>,
     tickets: std::sync::atomic::AtomicU64,
-    committed: Arc<std::sync::atomic::AtomicU64>,
+    committed: watch::Sender<u64>,
 }
 
 impl Journal for Lagging {
@@ -115,10 +115,7 @@ impl Journal for Lagging {
         self.tickets.fetch_add(1, Ordering::SeqCst) + 1
     }
     fn committed(&self) -> watch::Receiver<u64> {
-        self.inner.committed()
-    }
-    fn committed_now(&self) -> u64 {
-        self.committed.load(Ordering::SeqCst)
+        self.committed.subscribe()
     }
     fn applies_on_commit(&self) -> bool {
         true
@@ -134,21 +131,30 @@ impl Journal for Lagging {
     }
 }
 
-#[test]
-fn in_a_cluster_a_reader_gets_only_what_is_committed() {
+/// Waits up to 5 s for `sink` to have seen `n` deliveries.
+async fn seen(sink: &crate::queue::testing::TestSink, n: usize) -> usize {
+    for _ in 0..500 {
+        if sink.seen.lock().len() >= n {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    sink.seen.lock().len()
+}
+
+#[tokio::test]
+async fn in_a_cluster_a_reader_gets_only_what_is_committed_and_is_woken_by_the_commit() {
     use crate::queue::testing::{consumer, TestSink};
-    let committed = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let store = {
-        let committed = Arc::clone(&committed);
-        Store::temporary_wrapped(move |inner| {
-            Arc::new(Lagging {
-                inner,
-                tickets: Default::default(),
-                committed,
-            })
+    let (committed, _) = watch::channel(0u64);
+    let commits = committed.clone();
+    let store = Store::temporary_wrapped(move |inner| {
+        Arc::new(Lagging {
+            inner,
+            tickets: Default::default(),
+            committed,
         })
-        .unwrap()
-    };
+    })
+    .unwrap();
     let host = Arc::new(TestHost::default());
     let q = stream_over(store, &host);
     let sink = Arc::new(TestSink::default());
@@ -159,14 +165,31 @@ fn in_a_cluster_a_reader_gets_only_what_is_committed() {
     }
     assert!(sink.seen.lock().is_empty(), "nothing is committed yet");
     let s = q.stream().unwrap();
-    let peeked = s.peek(&q, super::Start::First, 10, 1 << 20).unwrap();
-    assert!(peeked.is_empty(), "nor shown by the API");
-    // The commit that covers the first two appends.
-    committed.store(2, Ordering::SeqCst);
-    q.dispatch();
+    let peek = |q: &Arc<Queue>| s.peek(q, super::Start::First, 10, 1 << 20).unwrap().len();
+    assert_eq!(peek(&q), 0, "nor shown by the API");
+    // The commit that covers the first two appends: the reader is woken,
+    // takes them and stops at the third.
+    commits.send_replace(2);
+    assert_eq!(seen(&sink, 2).await, 2);
     let offsets: Vec<u64> = sink.seen.lock().iter().map(|(_, o, _)| *o).collect();
     assert_eq!(offsets, [0, 1]);
-    committed.store(3, Ordering::SeqCst);
-    q.dispatch();
-    assert_eq!(sink.seen.lock().len(), 3);
+    // Its commit wakes it again, with no other event.
+    commits.send_replace(3);
+    assert_eq!(seen(&sink, 3).await, 3);
+    // With no reader left, the API still sees what was committed since.
+    q.remove_consumer(
+        &sink
+            .unacked
+            .lock()
+            .first()
+            .unwrap()
+            .consumer
+            .clone()
+            .unwrap(),
+    );
+    let m = Message::new(b"", b"s", &[0, 0], b"m", Meta::default());
+    q.push(&Arc::new(m)).unwrap();
+    assert_eq!(peek(&q), 3);
+    commits.send_replace(4);
+    assert_eq!(peek(&q), 4);
 }

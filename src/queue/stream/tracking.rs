@@ -8,16 +8,22 @@
 //! lowest offset delivered to the reader and not acked yet, or, with
 //! none outstanding, its cursor. So the tracked offset never runs ahead
 //! of the acks (LavinMQ's issue #1171): a message delivered and not
-//! acked, or rejected, or requeued, is read again on resume. It is
+//! acked, or requeued, is read again on resume (a reject without requeue
+//! counts as done; at most 65,536 requeued ones are remembered). It is
 //! written through the journal (`Op::TrackOffset`) before the next
-//! group commit, and at once when the reader goes; a crash loses at
+//! group commit, as is a reader's place when it goes; a crash loses at
 //! most the acks of the last ~100 ms, which come back as redeliveries,
 //! never as gaps. The first attach starts where x-stream-offset says
-//! (RabbitMQ's default, next; not LavinMQ's first, its issue #1293).
+//! (RabbitMQ's default, next; not LavinMQ's first, its issue #1293). A
+//! second reader tracked under a tag already reading is refused (each
+//! would write its place over the other's).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use amq_protocol::types::AMQPValue;
+
+/// Offsets a tracked reader keeps outstanding at the most.
+const MAX_OUTSTANDING: usize = 65_536;
 
 /// The consumer argument that turns tracking on.
 pub const ARGUMENT: &str = "x-stream-automatic-offset-tracking";
@@ -42,8 +48,14 @@ impl Tracked {
         }
     }
 
-    /// Offset `offset` went out to the reader.
+    /// Offset `offset` went out to the reader. Requeued deliveries stay
+    /// outstanding (read again on resume), up to `MAX_OUTSTANDING`: past
+    /// that the oldest is let go, as if acked, so a reader that requeues
+    /// forever costs bounded memory.
     pub fn delivered(&mut self, offset: u64) {
+        if self.outstanding.len() >= MAX_OUTSTANDING {
+            self.outstanding.pop_front();
+        }
         self.outstanding.push_back(offset);
     }
 
@@ -72,6 +84,51 @@ impl Tracked {
         }
         self.written = Some(at);
         Some(at)
+    }
+}
+
+/// A stream's tracked offsets in memory: those moved since the last
+/// write, and the last written of every name (read before the store's:
+/// a write takes a commit to be seen there, and a reader that comes back
+/// meanwhile must not start from an older place, or from its first
+/// attach's).
+#[derive(Debug, Default)]
+pub struct Tracks {
+    moved: HashMap<String, u64>,
+    written: HashMap<String, u64>,
+}
+
+impl Tracks {
+    /// Reader `name` resumes at `offset` now.
+    pub fn moved(&mut self, name: &str, offset: u64) {
+        match self.moved.get_mut(name) {
+            Some(at) => *at = offset,
+            None => {
+                self.moved.insert(name.to_string(), offset);
+            }
+        }
+    }
+
+    /// Where reader `name` resumes, if it moved since the start.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.moved
+            .get(name)
+            .or_else(|| self.written.get(name))
+            .copied()
+    }
+
+    /// The offsets to write, now counted as written.
+    pub fn take_moved(&mut self) -> Vec<(String, u64)> {
+        let moved: Vec<(String, u64)> = self.moved.drain().collect();
+        for (name, offset) in &moved {
+            match self.written.get_mut(name) {
+                Some(at) => *at = *offset,
+                None => {
+                    self.written.insert(name.clone(), *offset);
+                }
+            }
+        }
+        moved
     }
 }
 
@@ -115,6 +172,20 @@ mod tests {
         t.acked(9);
         assert_eq!(t.resume_at(10), 10);
         assert_eq!(t.to_write(12), Some(12));
+    }
+
+    #[test]
+    fn a_place_being_written_is_still_known() {
+        let mut t = Tracks::default();
+        t.moved("a", 5);
+        t.moved("a", 7);
+        assert_eq!(t.take_moved(), [("a".to_string(), 7)]);
+        // Written, not visible in the store until its commit: known here.
+        assert_eq!(t.get("a"), Some(7));
+        assert!(t.take_moved().is_empty());
+        t.moved("a", 9);
+        assert_eq!(t.get("a"), Some(9));
+        assert_eq!(t.get("b"), None);
     }
 
     #[test]

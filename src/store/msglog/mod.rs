@@ -502,7 +502,29 @@ impl MessageLog {
 
     /// Up to `n` messages of `queue` from `from` on, in order.
     pub fn range(&self, queue: u64, from: u64, n: usize) -> Result<Vec<(u64, Arc<Message>)>> {
-        let locs = self.released()?.index.range(queue, from, n);
+        self.range_within(queue, from, n, u64::MAX)
+    }
+
+    /// The same, and no more than about `max_bytes` of bodies (at least
+    /// one message): the index knows each body's length before a read.
+    pub fn range_within(
+        &self,
+        queue: u64,
+        from: u64,
+        n: usize,
+        max_bytes: u64,
+    ) -> Result<Vec<(u64, Arc<Message>)>> {
+        let mut locs = self.released()?.index.range(queue, from, n);
+        let mut bytes = 0u64;
+        let within = locs
+            .iter()
+            .take_while(|(_, loc)| {
+                let fits = bytes == 0 || bytes + u64::from(loc.body_len) <= max_bytes;
+                bytes += u64::from(loc.body_len);
+                fits
+            })
+            .count();
+        locs.truncate(within.max(1));
         let mut last = None;
         let mut out = Vec::with_capacity(locs.len());
         for (seq, loc) in locs {

@@ -296,7 +296,10 @@ impl Journal for RaftJournal {
                 }
                 return Ok(Applied::Done);
             }
-            Op::PutMessage { .. } | Op::RemoveMessage { .. } | Op::Hold { .. } => {}
+            Op::PutMessage { .. }
+            | Op::RemoveMessage { .. }
+            | Op::Hold { .. }
+            | Op::TrackOffset { .. } => {}
             _ => {
                 self.defs_version.fetch_add(1, Ordering::SeqCst);
             }

@@ -65,8 +65,12 @@ impl Reaper {
         let files = match self.tx.lock().as_ref() {
             Some(tx) => match tx.send(files) {
                 Ok(()) => return Ok(()),
-                // The thread stopped after a failure: nothing more goes.
-                Err(_) => return Ok(()),
+                // The thread stopped after a failure: nothing more goes
+                // (a newer file gone before an older one would be a hole).
+                Err(e) => {
+                    tracing::warn!("{} dead log segments stay until the next start", e.0.len());
+                    return Ok(());
+                }
             },
             None => files,
         };
