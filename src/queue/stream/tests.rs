@@ -1,4 +1,5 @@
-//! A stream over a store whose removals can be made to fail.
+//! A stream over a store whose removals can be made to fail, or whose
+//! commits lag (a cluster's leader).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -11,13 +12,29 @@ use crate::queue::testing::TestHost;
 use crate::queue::{Host, Queue, QueueConfig};
 use crate::store::{Applied, Journal, Op, Result, Store};
 
-/// A journal whose `RemoveMessage` fails while `failing` is set.
-struct Flaky {
+/// A journal over the store's own: its `RemoveMessage` fails while
+/// `failing` is set; with `commits`, it applies at once but commits only
+/// when told (a cluster's leader whose followers lag).
+struct TestJournal {
     inner: Arc<dyn Journal>,
     failing: Arc<AtomicBool>,
+    commits: Option<(std::sync::atomic::AtomicU64, watch::Sender<u64>)>,
 }
 
-impl Journal for Flaky {
+impl TestJournal {
+    fn store(failing: Arc<AtomicBool>, commits: Option<watch::Sender<u64>>) -> Arc<Store> {
+        Store::temporary_wrapped(move |inner| {
+            Arc::new(TestJournal {
+                inner,
+                failing,
+                commits: commits.map(|c| (Default::default(), c)),
+            })
+        })
+        .unwrap()
+    }
+}
+
+impl Journal for TestJournal {
     fn submit(&self, op: &Op<'_>) -> Result<Applied> {
         if matches!(op, Op::RemoveMessage { .. }) && self.failing.load(Ordering::SeqCst) {
             return Err(std::io::Error::other("the disk said no").into());
@@ -25,10 +42,19 @@ impl Journal for Flaky {
         self.inner.submit(op)
     }
     fn ticket(&self) -> u64 {
-        self.inner.ticket()
+        match &self.commits {
+            Some((tickets, _)) => tickets.fetch_add(1, Ordering::SeqCst) + 1,
+            None => self.inner.ticket(),
+        }
     }
     fn committed(&self) -> watch::Receiver<u64> {
-        self.inner.committed()
+        match &self.commits {
+            Some((_, committed)) => committed.subscribe(),
+            None => self.inner.committed(),
+        }
+    }
+    fn applies_on_commit(&self) -> bool {
+        self.commits.is_some()
     }
     fn commit_now(&self) -> Result<()> {
         self.inner.commit_now()
@@ -73,10 +99,7 @@ fn stored(store: &Store, id: u64) -> usize {
 #[test]
 fn a_failed_retention_removal_fails_no_publish_and_is_retried() {
     let failing = Arc::new(AtomicBool::new(true));
-    let store = {
-        let failing = Arc::clone(&failing);
-        Store::temporary_wrapped(move |inner| Arc::new(Flaky { inner, failing })).unwrap()
-    };
+    let store = TestJournal::store(Arc::clone(&failing), None);
     let host = Arc::new(TestHost::default());
     let q = stream_over(Arc::clone(&store), &host);
     let body = [b'x'; 100];
@@ -99,38 +122,6 @@ fn a_failed_retention_removal_fails_no_publish_and_is_retried() {
     assert_eq!(stored(&store, 7) as u64, kept.messages());
 }
 
-/// A journal that applies at once but commits only when told (a cluster's
-/// leader whose followers lag).
-struct Lagging {
-    inner: Arc<dyn Journal>,
-    tickets: std::sync::atomic::AtomicU64,
-    committed: watch::Sender<u64>,
-}
-
-impl Journal for Lagging {
-    fn submit(&self, op: &Op<'_>) -> Result<Applied> {
-        self.inner.submit(op)
-    }
-    fn ticket(&self) -> u64 {
-        self.tickets.fetch_add(1, Ordering::SeqCst) + 1
-    }
-    fn committed(&self) -> watch::Receiver<u64> {
-        self.committed.subscribe()
-    }
-    fn applies_on_commit(&self) -> bool {
-        true
-    }
-    fn commit_now(&self) -> Result<()> {
-        self.inner.commit_now()
-    }
-    fn close(&self) -> Result<()> {
-        self.inner.close()
-    }
-    fn defs_version(&self) -> u64 {
-        self.inner.defs_version()
-    }
-}
-
 /// Waits up to 5 s for `sink` to have seen `n` deliveries.
 async fn seen(sink: &crate::queue::testing::TestSink, n: usize) -> usize {
     for _ in 0..500 {
@@ -145,16 +136,8 @@ async fn seen(sink: &crate::queue::testing::TestSink, n: usize) -> usize {
 #[tokio::test]
 async fn in_a_cluster_a_reader_gets_only_what_is_committed_and_is_woken_by_the_commit() {
     use crate::queue::testing::{consumer, TestSink};
-    let (committed, _) = watch::channel(0u64);
-    let commits = committed.clone();
-    let store = Store::temporary_wrapped(move |inner| {
-        Arc::new(Lagging {
-            inner,
-            tickets: Default::default(),
-            committed,
-        })
-    })
-    .unwrap();
+    let (commits, _) = watch::channel(0u64);
+    let store = TestJournal::store(Arc::default(), Some(commits.clone()));
     let host = Arc::new(TestHost::default());
     let q = stream_over(store, &host);
     let sink = Arc::new(TestSink::default());
