@@ -47,6 +47,21 @@ pub struct StoredMessage {
     pub time: u64,
 }
 
+/// How many of the leading bodies of lengths `lens` fit in `max_bytes`
+/// together; at least one, if there is one (a read that makes progress).
+pub fn within_bytes(lens: impl IntoIterator<Item = u64>, max_bytes: u64) -> usize {
+    let mut bytes = 0u64;
+    let mut fit = 0;
+    for len in lens {
+        if fit > 0 && bytes + len > max_bytes {
+            break;
+        }
+        bytes += len;
+        fit += 1;
+    }
+    fit
+}
+
 /// A message record decoded.
 pub struct Decoded {
     pub message: Message,
@@ -417,16 +432,8 @@ impl Store {
             return log.range_within(queue_id, from, n, max_bytes);
         }
         let mut read = self.load_range(queue_id, from, n)?;
-        let mut bytes = 0u64;
-        let within = read
-            .iter()
-            .take_while(|(_, m)| {
-                let fits = bytes == 0 || bytes + m.body().len() as u64 <= max_bytes;
-                bytes += m.body().len() as u64;
-                fits
-            })
-            .count();
-        read.truncate(within.max(1));
+        let fit = within_bytes(read.iter().map(|(_, m)| m.body().len() as u64), max_bytes);
+        read.truncate(fit);
         Ok(read)
     }
 
@@ -502,6 +509,14 @@ impl Store {
 mod tests {
     use super::*;
     use crate::message::Meta;
+
+    #[test]
+    fn within_bytes_keeps_what_fits_and_at_least_one() {
+        assert_eq!(within_bytes([10, 10, 10], 25), 2);
+        assert_eq!(within_bytes([10, 10, 10], 30), 3);
+        assert_eq!(within_bytes([100, 1], 10), 1);
+        assert_eq!(within_bytes([], 10), 0);
+    }
 
     /// `record_len` (a held put's length check, made without encoding)
     /// says what `append_record` writes, whatever the optional fields.

@@ -41,7 +41,7 @@ pub use delayed::DueMessage;
 pub use delivered::Mark;
 pub use journal::{Journal, LocalJournal};
 pub use local::{is_local, local_queue_id};
-pub use messages::{decode_message, encode_message, StoredMessage};
+pub use messages::{decode_message, encode_message, within_bytes, StoredMessage};
 pub use op::{Applied, Moved, Op};
 pub use sync::{DiskSync, Flusher, LogSync, Syncer};
 pub use tenancy::{GlobalParameterDef, ParameterDef, VhostDef};

@@ -498,15 +498,11 @@ impl Stream {
             at = last + 1;
         }
         all.extend(from_tail.into_iter().filter(|(o, _)| *o >= at));
-        let (mut kept, mut bytes) = (0, 0usize);
-        for (_, m) in &all {
-            if kept > 0 && bytes + m.body().len() > max_bytes {
-                break;
-            }
-            bytes += m.body().len();
-            kept += 1;
-        }
-        all.truncate(kept);
+        let fit = store::within_bytes(
+            all.iter().map(|(_, m)| m.body().len() as u64),
+            max_bytes as u64,
+        );
+        all.truncate(fit);
         Ok(all)
     }
 

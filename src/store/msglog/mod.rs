@@ -515,16 +515,11 @@ impl MessageLog {
         max_bytes: u64,
     ) -> Result<Vec<(u64, Arc<Message>)>> {
         let mut locs = self.released()?.index.range(queue, from, n);
-        let mut bytes = 0u64;
-        let within = locs
-            .iter()
-            .take_while(|(_, loc)| {
-                let fits = bytes == 0 || bytes + u64::from(loc.body_len) <= max_bytes;
-                bytes += u64::from(loc.body_len);
-                fits
-            })
-            .count();
-        locs.truncate(within.max(1));
+        let fit = super::messages::within_bytes(
+            locs.iter().map(|(_, loc)| u64::from(loc.body_len)),
+            max_bytes,
+        );
+        locs.truncate(fit);
         let mut last = None;
         let mut out = Vec::with_capacity(locs.len());
         for (seq, loc) in locs {
