@@ -7,6 +7,7 @@
 //! CONNECTION_FORCED, waits for them, and flushes the store.
 
 mod follow;
+mod follow_reads;
 mod mirror;
 mod reopen;
 

@@ -102,6 +102,9 @@ pub struct Cluster {
     /// What each member was last seen doing, for the log's purge
     /// (catch_up.rs).
     progress: Arc<catch_up::Progress>,
+    /// Messages this node delivered from its own copy of a stream while
+    /// following (server/follow_reads), for its Prometheus.
+    pub stream_reads: std::sync::atomic::AtomicU64,
 }
 
 impl Cluster {
@@ -177,6 +180,7 @@ impl Cluster {
             monitors,
             reports: Default::default(),
             progress,
+            stream_reads: Default::default(),
         });
         tokio::spawn(Arc::clone(&cluster).accept(listener));
         let first = cfg.peers.iter().map(|p| p.id).min();
@@ -696,5 +700,17 @@ impl Cluster {
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
         proxy::to_leader(&self, client, header).await
+    }
+
+    /// A link to the leader that carries one client (the header sent), and
+    /// the leader's id: for a carrier that reads what passes
+    /// (server/follow_reads). None if no leader answers in time.
+    pub async fn open_to_leader(&self, header: ProxyHeader) -> Option<(Link, u64)> {
+        proxy::open(self, header).await
+    }
+
+    /// Returns once a node other than `leader` leads.
+    pub async fn leader_moved(&self, leader: u64) {
+        proxy::leader_moved(self, leader).await
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
-use super::{rpc, Cluster};
+use super::{rpc, Cluster, Link};
 
 /// How long a client waits here for a leader to be known.
 const WAIT_FOR_LEADER: Duration = Duration::from_secs(3);
@@ -23,6 +23,19 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let peer: SocketAddr = header.client;
+    let Some((mut upstream, leader)) = open(cluster, header).await else {
+        return;
+    };
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+        _ = leader_moved(cluster, leader) => debug!(%peer, "the leader changed: closing the proxied connection"),
+    }
+}
+
+/// A link to the leader's Raft port that carries one client, the header
+/// sent; and the leader's id. None if no leader is known or reached in time.
+pub(super) async fn open(cluster: &Cluster, header: rpc::ProxyHeader) -> Option<(Link, u64)> {
+    let peer: SocketAddr = header.client;
     let deadline = tokio::time::Instant::now() + WAIT_FOR_LEADER;
     let (leader, addr) = loop {
         if let Some(a) = cluster.leader_addr() {
@@ -30,7 +43,7 @@ where
         }
         if tokio::time::Instant::now() >= deadline {
             debug!(%peer, "no leader to proxy to: closing");
-            return;
+            return None;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
@@ -39,38 +52,34 @@ where
         Ok(Ok(s)) => s,
         Err(_) => {
             debug!(%peer, leader = %addr, "the leader does not answer");
-            return;
+            return None;
         }
         Ok(Err(e)) => {
             debug!(%peer, leader = %addr, "cannot reach the leader: {e}");
-            return;
+            return None;
         }
     };
-    let header = match bincode::serialize(&header) {
-        Ok(h) => h,
-        Err(_) => return,
-    };
+    let header = bincode::serialize(&header).ok()?;
     if upstream.write_all(&[rpc::PROXY]).await.is_err()
         || rpc::write_frame(&mut upstream, 0, &header).await.is_err()
     {
-        return;
+        return None;
     }
-    // A leader that hangs closes nothing: once another node leads, this
-    // connection is closed here, and the client reconnects.
+    Some((upstream, leader))
+}
+
+/// Returns once a node other than `leader` leads (or Raft stops). A
+/// leader that hangs closes nothing: a carried connection is closed then,
+/// and its client reconnects.
+pub(super) async fn leader_moved(cluster: &Cluster, leader: u64) {
     let mut metrics = cluster.raft.metrics();
-    let moved = async {
-        loop {
-            if metrics.changed().await.is_err() {
-                return;
-            }
-            let now = metrics.borrow().current_leader;
-            if now.is_some_and(|l| l != leader) {
-                return;
-            }
+    loop {
+        if metrics.changed().await.is_err() {
+            return;
         }
-    };
-    tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
-        _ = moved => debug!(%peer, "the leader changed: closing the proxied connection"),
+        let now = metrics.borrow().current_leader;
+        if now.is_some_and(|l| l != leader) {
+            return;
+        }
     }
 }

@@ -456,6 +456,14 @@ fn render_follower(cluster: &crate::cluster::Cluster) -> String {
     raft_metrics(&mut o, &cluster.local_status());
     let m = cluster.monitors();
     resource_gauges(&mut o, &m.memory, &m.disk);
+    o.counter(
+        "warren_follower_stream_deliveries_total",
+        "Messages this follower delivered from its own copy of a stream",
+        &[],
+        cluster
+            .stream_reads
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
     o.0
 }
 

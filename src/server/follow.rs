@@ -4,7 +4,9 @@
 //! TLS here (this node's certificate, its client-certificate rules) and the
 //! header says the client spoke TLS, with the client certificate verified
 //! here for an EXTERNAL login. Prometheus is answered here, for this node:
-//! its Raft series (the leader serves the broker's).
+//! its Raft series (the leader serves the broker's). An AMQP client is
+//! carried frame by frame (follow_reads), so that its stream consumers
+//! read this node's copy.
 
 use std::sync::Arc;
 
@@ -13,6 +15,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use super::follow_reads::{self, Reads};
 use super::{bind, tls_handshake, ListenerTls};
 use crate::cluster::{Cluster, ProxyHeader, Service};
 use crate::config::Config;
@@ -33,7 +36,11 @@ pub struct Listeners {
 impl Listeners {
     /// Binds every configured listener; an error (a port still held by the
     /// broker that just stopped) binds none.
-    pub async fn bind(config: &Config, cluster: &Arc<Cluster>) -> Result<Listeners, String> {
+    pub async fn bind(
+        config: &Config,
+        cluster: &Arc<Cluster>,
+        reads: Option<Arc<Reads>>,
+    ) -> Result<Listeners, String> {
         let c = config;
         let tls = ListenerTls::load(c)?;
         let amqp = bind("AMQP", c.bind, c.port).await?;
@@ -61,7 +68,8 @@ impl Listeners {
         let mut tasks = Vec::new();
         let carry = |l: TcpListener, service: Service, t: Option<Arc<Tls>>| {
             let (cluster, stop) = (Arc::clone(cluster), stop_rx.clone());
-            tokio::spawn(carry(l, service, t, cluster, stop))
+            let reads = reads.clone().filter(|_| service == Service::Amqp);
+            tokio::spawn(carry(l, service, t, cluster, reads, stop))
         };
         if let Some(l) = amqp {
             tasks.push(carry(l, Service::Amqp, None));
@@ -123,6 +131,7 @@ async fn carry(
     service: Service,
     tls: Option<Arc<Tls>>,
     cluster: Arc<Cluster>,
+    reads: Option<Arc<Reads>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
@@ -151,6 +160,7 @@ async fn carry(
         let _ = socket.set_nodelay(true);
         let cluster = Arc::clone(&cluster);
         let tls = tls.clone();
+        let reads = reads.clone();
         tokio::spawn(async move {
             let via = cluster.id;
             let header = |tls: bool, certificate: Option<Vec<u8>>| ProxyHeader {
@@ -160,9 +170,12 @@ async fn carry(
                 tls,
                 certificate,
             };
-            match tls {
-                None => cluster.proxy(socket, header(false, None)).await,
-                Some(tls) => {
+            match (tls, reads) {
+                (None, Some(reads)) => {
+                    carry_reads(cluster, socket, header(false, None), reads).await
+                }
+                (None, None) => cluster.proxy(socket, header(false, None)).await,
+                (Some(tls), reads) => {
                     let Some(stream) = tls_handshake(&tls, socket, peer).await else {
                         return;
                     };
@@ -173,9 +186,20 @@ async fn carry(
                         .peer_certificates()
                         .and_then(|c| c.first())
                         .map(|c| c.to_vec());
-                    cluster.proxy(stream, header(true, certificate)).await
+                    let header = header(true, certificate);
+                    match reads {
+                        Some(reads) => carry_reads(cluster, stream, header, reads).await,
+                        None => cluster.proxy(stream, header).await,
+                    }
                 }
             }
         });
     }
+}
+
+async fn carry_reads<S>(cluster: Arc<Cluster>, client: S, header: ProxyHeader, reads: Arc<Reads>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    follow_reads::carry(cluster, client, header, reads).await
 }

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use super::follow::Listeners;
+use super::follow_reads::Reads;
 use super::Server;
 use crate::broker::Broker;
 use crate::cluster::{Cluster, Role};
@@ -207,7 +208,19 @@ async fn run(
                 }
             }
             Role::Follower { .. } => {
-                let listeners = match Listeners::bind(&config, &cluster).await {
+                // Stream readers of this node's clients read its own copy.
+                let reads = match replica.view() {
+                    Ok(store) => Some(Arc::new(Reads::new(
+                        store,
+                        replica.applied(),
+                        Arc::clone(&cluster),
+                    ))),
+                    Err(e) => {
+                        warn!("stream readers go to the leader: {e}");
+                        None
+                    }
+                };
+                let listeners = match Listeners::bind(&config, &cluster, reads).await {
                     Ok(l) => l,
                     Err(e) => {
                         // The broker that just stopped may hold a port a

@@ -256,6 +256,16 @@ impl Store {
         self.scan_defs(QUEUE)
     }
 
+    /// The durable queue `name` of `vhost`, if there is one.
+    pub fn queue_def(&self, vhost: &str, name: &str) -> Result<Option<QueueDef>> {
+        let Some(v) = self.defs.get(key(QUEUE, &[vhost, name]))? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&v)
+            .map(Some)
+            .map_err(|e| Error::Corrupt(format!("queue {name:?} cannot be read: {e}")))
+    }
+
     /// Every durable binding.
     pub fn bindings(&self) -> Result<Vec<BindingDef>> {
         self.scan_defs(BINDING)

@@ -89,6 +89,52 @@ pub trait Journal: Send + Sync {
     fn close_group(&self) {}
 }
 
+/// A journal that takes nothing: a follower's view of the applied state
+/// (store/raft `Replica::view`), which only the applier changes.
+pub struct ReadOnly {
+    committed: watch::Sender<u64>,
+}
+
+impl ReadOnly {
+    pub fn new() -> ReadOnly {
+        ReadOnly {
+            committed: watch::channel(0).0,
+        }
+    }
+}
+
+impl Default for ReadOnly {
+    fn default() -> ReadOnly {
+        ReadOnly::new()
+    }
+}
+
+impl Journal for ReadOnly {
+    fn submit(&self, _: &Op<'_>) -> Result<Applied> {
+        Err(Error::Version(
+            "a follower's view of the store takes no writes".into(),
+        ))
+    }
+    fn ticket(&self) -> u64 {
+        0
+    }
+    fn committed(&self) -> watch::Receiver<u64> {
+        self.committed.subscribe()
+    }
+    fn commit_now(&self) -> Result<()> {
+        Ok(())
+    }
+    fn close(&self) -> Result<()> {
+        Ok(())
+    }
+    fn defs_version(&self) -> u64 {
+        0
+    }
+    fn may_deliver(&self) -> bool {
+        false
+    }
+}
+
 /// The single-node journal: sled's log, made durable by group commit.
 pub struct LocalJournal {
     applier: Arc<Applier>,

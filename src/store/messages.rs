@@ -352,6 +352,20 @@ impl Store {
         Some(Box::new(log.stored_meta(queue_id, from)))
     }
 
+    /// The seq of the first and the last stored message of a queue (a
+    /// follower's stream reads); None if it has none.
+    pub fn message_bounds(&self, queue_id: u64) -> Result<Option<(u64, u64)>> {
+        if let Some(log) = &self.applier.log {
+            return log.bounds(queue_id);
+        }
+        let mut all = self.messages(queue_id);
+        let Some(first) = all.next().transpose()? else {
+            return Ok(None);
+        };
+        let last = all.last().transpose()?.map_or(first.seq, |m| m.seq);
+        Ok(Some((first.seq, last)))
+    }
+
     /// The first stored message of a queue at or after `seq`, with its
     /// time (a stream's recovery and its seeks by time); None where there
     /// is none.

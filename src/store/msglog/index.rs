@@ -151,6 +151,11 @@ impl Index {
         self.queues.get(&queue)?.get(seq)
     }
 
+    /// The first and the last stored message of `queue`.
+    pub fn bounds(&self, queue: u64) -> Option<(u64, u64)> {
+        self.queues.get(&queue)?.bounds()
+    }
+
     /// Up to `n` messages of `queue` from `from` on, in order.
     pub fn range(&self, queue: u64, from: u64, n: usize) -> Vec<(u64, Loc)> {
         let mut out = Vec::new();

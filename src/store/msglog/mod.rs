@@ -610,6 +610,11 @@ impl MessageLog {
         })
     }
 
+    /// The seq of the first and the last stored message of `queue`.
+    pub fn bounds(&self, queue: u64) -> Result<Option<(u64, u64)>> {
+        Ok(self.released()?.index.bounds(queue))
+    }
+
     /// The queues with stored messages.
     pub fn queue_ids(&self) -> Result<Vec<u64>> {
         Ok(self.released()?.index.queue_ids())

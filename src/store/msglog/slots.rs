@@ -291,6 +291,19 @@ impl Slots {
         slot.live().then(|| slot.loc())
     }
 
+    /// The first and the last stored message's seq.
+    pub fn bounds(&self) -> Option<(u64, u64)> {
+        let first = self.chunks.iter().find_map(|(&base, chunk)| {
+            let s = chunk.slots.iter().find(|s| s.live())?;
+            Some(base + u64::from(s.off))
+        })?;
+        let last = self.chunks.iter().rev().find_map(|(&base, chunk)| {
+            let s = chunk.slots.iter().rev().find(|s| s.live())?;
+            Some(base + u64::from(s.off))
+        })?;
+        Some((first, last))
+    }
+
     /// Up to `n` messages from `from` on, in order, into `out`.
     pub fn range(&self, from: u64, n: usize, out: &mut Vec<(u64, Loc)>) {
         let start = self
@@ -427,6 +440,8 @@ mod tests {
                 }
                 assert_eq!(slots.len(), model.len());
                 assert_eq!(slots.is_empty(), model.is_empty());
+                let ends = model.keys().next().zip(model.keys().next_back());
+                assert_eq!(slots.bounds(), ends.map(|(a, b)| (*a, *b)));
             }
         }
     }

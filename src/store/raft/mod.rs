@@ -191,6 +191,16 @@ impl Replica {
         )
     }
 
+    /// A view of the applied state that takes no writes (a follower
+    /// serving stream readers from its own copy: server/follow_reads).
+    pub fn view(&self) -> crate::store::Result<std::sync::Arc<crate::store::Store>> {
+        crate::store::Store::for_term(
+            self.db.clone(),
+            std::sync::Arc::clone(&self.applier),
+            |_| Ok(std::sync::Arc::new(crate::store::journal::ReadOnly::new())),
+        )
+    }
+
     /// Forgets what the last term staged (this node stopped leading).
     pub fn clear_staged(&self) -> crate::store::Result<()> {
         self.applier.clear_pending()
