@@ -119,3 +119,97 @@ async fn a_stream_is_replicated_serves_only_what_is_committed_and_survives_its_l
     drop(conn);
     cluster.assert_no_panics();
 }
+
+/// This node's count of stream deliveries made from its own copy, as
+/// its Prometheus says.
+async fn served_here(c: &Cluster, i: usize) -> u64 {
+    let url = format!("http://127.0.0.1:{}/metrics", c.nodes[i].prometheus);
+    let text = cluster_support::api::http()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let name = "warren_follower_stream_deliveries_total ";
+    text.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map_or(0, |v| v.trim().parse().expect("a count"))
+}
+
+/// A consumer attached to a follower reads that follower's copy: the same
+/// messages at the same offsets as the leader serves, counted in the
+/// follower's own metrics; on a channel that also consumes a classic
+/// queue (served by the leader) the tags are one sequence and every ack
+/// reaches its side; a reader at the end gets what is committed next, and
+/// is cancelled when the stream is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_serves_stream_readers_from_its_own_copy() {
+    let cluster = Cluster::start(3);
+    let (leader, _) = cluster.wait_leader(0, Duration::from_secs(30)).await;
+    let f = (leader + 1) % 3;
+    let lconn = declare_when_ready(&cluster, leader, "events").await;
+    let lch = lconn.create_channel().await.unwrap();
+    publish_confirmed(&lch, "events", (0..2000).map(|i| format!("m{i}"))).await;
+    declare_with(&lch, "work", durable(), Default::default())
+        .await
+        .unwrap();
+    publish_confirmed(&lch, "work", (0..10).map(|i| format!("w{i}"))).await;
+    assert_eq!(served_here(&cluster, f).await, 0);
+
+    let fconn = cluster
+        .connect(f, Duration::from_secs(30))
+        .await
+        .expect("connect");
+    let (_c, mut all) = reader(&fconn, "events", 100, Some(s("first"))).await;
+    assert_eq!(read_acking(&mut all, 2000).await, numbered(0..2000));
+    assert!(served_here(&cluster, f).await >= 2000);
+    assert_eq!(served_here(&cluster, leader).await, 0);
+
+    // One channel, two consumers: the stream's (here) and a classic
+    // queue's (the leader's). Every delivery is acked by its own tag.
+    let ch = fconn.create_channel().await.unwrap();
+    ch.basic_qos(20, BasicQosOptions::default()).await.unwrap();
+    let args = table(&[("x-stream-offset", AMQPValue::LongLongInt(1990))]);
+    let mut tail = ch
+        .basic_consume("events".into(), "tail".into(), Default::default(), args)
+        .await
+        .unwrap();
+    let mut work = ch
+        .basic_consume(
+            "work".into(),
+            "work".into(),
+            Default::default(),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(read_acking(&mut tail, 10).await, numbered(1990..2000));
+    let mut got = Vec::new();
+    for _ in 0..10 {
+        let d = next(&mut work).await.expect("a classic delivery");
+        got.push(String::from_utf8_lossy(&d.data).into_owned());
+        d.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    assert_eq!(got, (0..10).map(|i| format!("w{i}")).collect::<Vec<_>>());
+    // The acks reached the leader: nothing comes back once the channel
+    // closes.
+    ch.close(200, "done".into()).await.unwrap();
+    assert_eq!(cluster_support::count(&cluster, leader, "work").await, 0);
+
+    // A reader at the end is handed what is committed next.
+    publish_confirmed(&lch, "events", (2000..2005).map(|i| format!("m{i}"))).await;
+    assert_eq!(read_acking(&mut all, 5).await, numbered(2000..2005));
+
+    // Deleting the stream cancels the reader here.
+    lch.queue_delete("events".into(), Default::default())
+        .await
+        .unwrap();
+    assert!(
+        next(&mut all).await.is_none(),
+        "the reader was not cancelled"
+    );
+    drop(fconn);
+    cluster.assert_no_panics();
+}
