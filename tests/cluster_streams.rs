@@ -213,3 +213,77 @@ async fn a_follower_serves_stream_readers_from_its_own_copy() {
     drop(fconn);
     cluster.assert_no_panics();
 }
+
+/// Every offset form and a filter, read on a follower: the start is
+/// placed with what the follower applied, the same as the leader places it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_places_every_offset_form_and_filters() {
+    let cluster = Cluster::start(3);
+    let (leader, _) = cluster.wait_leader(0, Duration::from_secs(30)).await;
+    let f = (leader + 2) % 3;
+    let lconn = declare_when_ready(&cluster, leader, "events").await;
+    let lch = lconn.create_channel().await.unwrap();
+    publish_confirmed(&lch, "events", (0..100).map(|i| format!("m{i}"))).await;
+    // A second boundary between the two batches.
+    let secs = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_secs()
+    };
+    let now = secs(std::time::SystemTime::now());
+    while secs(std::time::SystemTime::now()) < now + 2 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second = secs(std::time::SystemTime::now());
+    publish_confirmed(&lch, "events", (100..200).map(|i| format!("m{i}"))).await;
+    let labelled: Vec<(String, Option<&str>)> = (0..30)
+        .map(|i| (format!("l{i}"), Some(["red", "blue", "green"][i % 3])))
+        .collect();
+    let labelled: Vec<(&str, Option<&str>)> =
+        labelled.iter().map(|(b, v)| (b.as_str(), *v)).collect();
+    publish_labelled(&lch, "events", &labelled).await;
+    let served = served_here(&cluster, f).await;
+
+    let fconn = cluster
+        .connect(f, Duration::from_secs(30))
+        .await
+        .expect("connect");
+    let first = |v: AMQPValue| Some(v);
+    let cases = [
+        (first(s("first")), 0),
+        (first(AMQPValue::LongLongInt(150)), 150),
+        (first(AMQPValue::Timestamp(second)), 100),
+        (first(s("last")), 229),
+    ];
+    for (offset, want) in cases {
+        let (_c, mut r) = reader(&fconn, "events", 10, offset.clone()).await;
+        let d = next(&mut r).await.expect("a delivery");
+        assert_eq!(offset_of(&d), want, "{offset:?}");
+    }
+    // Next (the default) waits for what comes after.
+    let (_c, mut tail) = reader(&fconn, "events", 10, None).await;
+    assert_no_delivery(&mut tail).await;
+    publish_confirmed(&lch, "events", ["after".to_string()]).await;
+    let d = next(&mut tail).await.expect("the next message");
+    assert_eq!((offset_of(&d), &d.data[..]), (230, &b"after"[..]));
+
+    let filter = table(&[
+        ("x-stream-offset", s("first")),
+        (
+            "x-stream-filter",
+            AMQPValue::FieldArray(vec![s("red"), s("green")].into()),
+        ),
+    ]);
+    let (_c, mut reds) = reader_with(&fconn, "events", "", 50, filter)
+        .await
+        .unwrap();
+    let want: Vec<String> = (0..30)
+        .filter(|i| i % 3 != 1)
+        .map(|i| format!("l{i}"))
+        .collect();
+    assert_eq!(bodies_acking(&mut reds, want.len()).await, want);
+    assert_no_delivery(&mut reds).await;
+    assert!(served_here(&cluster, f).await >= served + 7 + 20);
+    drop(fconn);
+    cluster.assert_no_panics();
+}

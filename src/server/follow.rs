@@ -172,7 +172,7 @@ async fn carry(
             };
             match (tls, reads) {
                 (None, Some(reads)) => {
-                    carry_reads(cluster, socket, header(false, None), reads).await
+                    follow_reads::carry(cluster, socket, header(false, None), reads).await
                 }
                 (None, None) => cluster.proxy(socket, header(false, None)).await,
                 (Some(tls), reads) => {
@@ -188,18 +188,11 @@ async fn carry(
                         .map(|c| c.to_vec());
                     let header = header(true, certificate);
                     match reads {
-                        Some(reads) => carry_reads(cluster, stream, header, reads).await,
+                        Some(reads) => follow_reads::carry(cluster, stream, header, reads).await,
                         None => cluster.proxy(stream, header).await,
                     }
                 }
             }
         });
     }
-}
-
-async fn carry_reads<S>(cluster: Arc<Cluster>, client: S, header: ProxyHeader, reads: Arc<Reads>)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    follow_reads::carry(cluster, client, header, reads).await
 }

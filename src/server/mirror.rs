@@ -214,6 +214,7 @@ async fn run(
                         store,
                         replica.applied(),
                         Arc::clone(&cluster),
+                        config.frame_max,
                     ))),
                     Err(e) => {
                         warn!("stream readers go to the leader: {e}");

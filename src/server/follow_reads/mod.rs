@@ -38,9 +38,6 @@ use crate::store::Store;
 
 /// Bytes for the client past which the leader's side and the readers wait.
 const HIGH_WATER: usize = 1 << 20;
-/// The largest frame read whole before tuning, or past a smaller
-/// frame_max; a larger one makes the carrier copy bytes as they come.
-const MAX_FRAME: usize = 1 << 20;
 /// The consume arguments a reader here honours as the leader does.
 const SERVED_ARGUMENTS: [&str; 4] = [
     "x-stream-offset",
@@ -55,16 +52,35 @@ pub struct Reads {
     applied: watch::Receiver<u64>,
     /// Counts what readers here deliver (`stream_reads`).
     cluster: Arc<Cluster>,
+    /// The largest frame read whole: the frame_max the leader negotiates
+    /// at the most (the members share the configuration), and which it
+    /// would refuse past. 0: no limit, as there.
+    frame_max: u32,
 }
 
 impl Reads {
     /// Reads from `store` (this node's applied state, read only), woken
     /// by `applied` (the last applied log index).
-    pub fn new(store: Arc<Store>, applied: watch::Receiver<u64>, cluster: Arc<Cluster>) -> Reads {
+    pub fn new(
+        store: Arc<Store>,
+        applied: watch::Receiver<u64>,
+        cluster: Arc<Cluster>,
+        frame_max: u32,
+    ) -> Reads {
         Reads {
             store,
             applied,
             cluster,
+            frame_max,
+        }
+    }
+
+    /// The largest frame payload read whole; a larger one is not AMQP the
+    /// leader takes, and the bytes then pass as they come.
+    fn frame_limit(&self) -> usize {
+        match self.frame_max {
+            0 => u32::MAX as usize,
+            n => n.max(crate::wire::FRAME_MIN_SIZE) as usize,
         }
     }
 
@@ -143,7 +159,7 @@ where
     let (client_r, client_w) = tokio::io::split(client);
     let (up_r, up_w) = tokio::io::split(upstream);
     let writer = write_client(Arc::clone(&shared), client_w);
-    let from_leader = from_leader(Arc::clone(&shared), up_r);
+    let from_leader = from_leader(Arc::clone(&shared), up_r, reads.frame_limit());
     let from_client = from_client(Arc::clone(&shared), reads, client_r, up_w);
     let leader_side = async { tokio::join!(writer, from_leader) };
     tokio::pin!(leader_side, from_client);
@@ -194,7 +210,7 @@ async fn write_client<W: AsyncWrite + Unpin>(shared: Arc<Shared>, mut w: W) {
 
 /// The leader's bytes, read frame by frame (tags renumbered where a
 /// channel has readers here) into what the client is sent.
-async fn from_leader<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut r: R) {
+async fn from_leader<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut r: R, max: usize) {
     let mut buf = BytesMut::with_capacity(64 << 10);
     let mut opaque = false;
     loop {
@@ -208,7 +224,6 @@ async fn from_leader<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut r: R) {
             if st.finished {
                 break;
             }
-            let max = frame_limit(st.frame_max);
             while !opaque {
                 match frames::cut(&mut buf, max) {
                     Cut::Frame(mut f) => {
@@ -244,6 +259,7 @@ where
     let mut buf = BytesMut::with_capacity(64 << 10);
     let mut header_left = 8usize;
     let mut opaque = false;
+    let max = reads.frame_limit();
     loop {
         buf.reserve(64 << 10);
         match r.read_buf(&mut buf).await {
@@ -259,7 +275,6 @@ where
         let mut started = Vec::new();
         {
             let mut st = shared.conn.lock();
-            let max = frame_limit(st.frame_max);
             while !opaque && header_left == 0 {
                 let f = match frames::cut(&mut buf, max) {
                     Cut::Frame(f) => f,
@@ -299,10 +314,6 @@ where
         }
     }
     let _ = up.shutdown().await;
-}
-
-fn frame_limit(frame_max: u32) -> usize {
-    (frame_max as usize).max(MAX_FRAME)
 }
 
 /// Starts a reader here for `asked` if this node may serve it (see the
