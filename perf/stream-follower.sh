@@ -40,7 +40,7 @@ echo "the benchmark cluster's shared secret" >"$W/secret"
 for i in 1 2 3; do
     "$BIN" --node-id $i --raft-port 791$i --peers "$peers" --cluster-secret-file "$W/secret" \
         --bind 127.0.0.1 --port 593$i --management-port off --prometheus-port off \
-        --data-dir "$W/w$i" --log-level warn >"$W/w$i.log" 2>&1 &
+        --data-dir "$W/w$i" --log-level info >"$W/w$i.log" 2>&1 &
     PIDS+=($!)
 done
 for i in 1 2 3; do wait_port 593$i; done
@@ -90,17 +90,15 @@ import sys
 name, n, s0, s1, hz, leader = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
 t = list(map(int, sys.argv[7:]))
 secs = (s1 - s0) / 1e9
-cells = []
-for i in range(3):
-    us = (t[2 * i + 1] - t[2 * i]) / hz * 1e6 / n
-    role = "leader" if str(i + 1) == leader else "follower"
-    cells.append(f"node {i + 1} ({role}) {us:.2f}")
-print(f"| {name} | {n / secs:,.0f} | " + " | ".join(cells) + " |")
+us = [(t[2 * i + 1] - t[2 * i]) / hz * 1e6 / n for i in range(3)]
+lead = int(leader) - 1
+cells = [us[lead]] + [u for i, u in enumerate(us) if i != lead]
+print(f"| {name} | {n / secs:,.0f} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
 EOF
 }
 
-echo "| readers on | deliveries/s | CPU us per delivery: node 1 | node 2 | node 3 |"
+echo "| readers on | deliveries/s | CPU us per delivery: leader | follower A | follower B |"
 echo "|---|---|---|---|---|"
 phase "the leader" "$LEADER"
-phase "a follower" "${FOLLOWERS[0]}"
+phase "follower A" "${FOLLOWERS[0]}"
 phase "both followers" "${FOLLOWERS[@]}"
