@@ -274,9 +274,7 @@ async fn a_follower_places_every_offset_form_and_filters() {
             AMQPValue::FieldArray(vec![s("red"), s("green")].into()),
         ),
     ]);
-    let (_c, mut reds) = reader_with(&fconn, "events", "", 50, filter)
-        .await
-        .unwrap();
+    let (_c, mut reds) = reader_with(&fconn, "events", "", 50, filter).await.unwrap();
     let want: Vec<String> = (0..30)
         .filter(|i| i % 3 != 1)
         .map(|i| format!("l{i}"))

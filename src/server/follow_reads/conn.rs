@@ -167,7 +167,7 @@ fn is_reply(class: u16, method: u16) -> bool {
 
 impl Conn {
     /// Reads a frame from the client on its way to the leader.
-    pub fn from_client(&mut self, frame: &[u8]) -> ToLeader {
+    pub fn client_sent(&mut self, frame: &[u8]) -> ToLeader {
         let Some((class, method)) = frames::method(frame) else {
             return ToLeader::Forward;
         };
@@ -403,7 +403,7 @@ impl Conn {
 
     /// Reads (and in a renumbered channel rewrites) a frame from the
     /// leader on its way to the client.
-    pub fn from_leader(&mut self, frame: &mut [u8]) {
+    pub fn leader_sent(&mut self, frame: &mut [u8]) {
         let Some((class, method)) = frames::method(frame) else {
             return;
         };

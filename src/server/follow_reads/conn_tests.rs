@@ -62,7 +62,7 @@ fn opened() -> Conn {
         ),
     ];
     for f in &frames {
-        assert!(matches!(c.from_client(f), ToLeader::Forward));
+        assert!(matches!(c.client_sent(f), ToLeader::Forward));
     }
     let replies = [
         method(
@@ -79,7 +79,7 @@ fn opened() -> Conn {
         ),
     ];
     for mut f in replies {
-        c.from_leader(&mut f);
+        c.leader_sent(&mut f);
     }
     assert_eq!(c.user.as_deref(), Some("guest"));
     assert_eq!(c.vhost.as_deref(), Some("/"));
@@ -116,7 +116,7 @@ fn msg() -> crate::message::Message {
 
 /// The leader's tag in what an ack became, or None if it was dropped.
 fn to_leader(c: &mut Conn, f: &[u8]) -> Option<(u64, bool)> {
-    match c.from_client(f) {
+    match c.client_sent(f) {
         ToLeader::Drop => None,
         ToLeader::Instead(b) => {
             let (_, m) = frames::method(&b)?;
@@ -131,7 +131,7 @@ fn to_leader(c: &mut Conn, f: &[u8]) -> Option<(u64, bool)> {
 #[test]
 fn a_stream_consume_is_offered_and_served_here() {
     let mut c = opened();
-    let ToLeader::Consume(asked) = c.from_client(&consume(1, "s1", false)) else {
+    let ToLeader::Consume(asked) = c.client_sent(&consume(1, "s1", false)) else {
         panic!("not offered");
     };
     assert!(c.may_serve(1, &asked.tag));
@@ -141,7 +141,7 @@ fn a_stream_consume_is_offered_and_served_here() {
     // A tag in use, or a no-ack consume, is the leader's to refuse.
     assert!(!c.may_serve(1, "s1"));
     assert!(matches!(
-        c.from_client(&consume(1, "x", true)),
+        c.client_sent(&consume(1, "x", true)),
         ToLeader::Forward
     ));
 }
@@ -152,17 +152,17 @@ fn tags_are_shared_and_acks_split() {
     let (_, handle) = c.start_local(1, "s1", true).expect("served");
     assert_eq!(c.credit(1, "s1"), Some(10));
     // A classic consumer on the same channel, through the leader.
-    c.from_client(&consume(1, "c1", false));
+    c.client_sent(&consume(1, "c1", false));
     c.forward_consume(1, "c1", false, false);
-    c.from_leader(&mut consume_ok(1, "c1"));
+    c.leader_sent(&mut consume_ok(1, "c1"));
     // Client tags 1 (here), 2 (leader's 1), 3 (here), 4 (leader's 2).
     assert!(c.deliver(1, "s1", &msg()));
     let mut d = deliver(1, "c1", 1);
-    c.from_leader(&mut d);
+    c.leader_sent(&mut d);
     assert_eq!(frames::deliver_tags(&d), Some((&b"c1"[..], 2)));
     assert!(c.deliver(1, "s1", &msg()));
     let mut d = deliver(1, "c1", 2);
-    c.from_leader(&mut d);
+    c.leader_sent(&mut d);
     assert_eq!(frames::deliver_tags(&d), Some((&b"c1"[..], 4)));
     assert_eq!(c.credit(1, "s1"), Some(8));
     // Ack 1 alone: here only.
@@ -193,7 +193,7 @@ fn tags_are_shared_and_acks_split() {
         })),
     );
     c.out.clear();
-    assert!(matches!(c.from_client(&cancel), ToLeader::Drop));
+    assert!(matches!(c.client_sent(&cancel), ToLeader::Drop));
     assert_eq!(frames::method(&c.out), Some((60, 31)));
     assert!(handle.stopped());
     assert_eq!(c.credit(1, "s1"), None);
@@ -202,7 +202,7 @@ fn tags_are_shared_and_acks_split() {
 #[test]
 fn a_channel_with_the_leaders_deliveries_or_an_answer_owed_is_not_served() {
     let mut c = opened();
-    c.from_leader(&mut deliver(1, "c1", 1));
+    c.leader_sent(&mut deliver(1, "c1", 1));
     assert!(!c.may_serve(1, "s1"));
     let mut c = opened();
     let get = method(
@@ -212,9 +212,9 @@ fn a_channel_with_the_leaders_deliveries_or_an_answer_owed_is_not_served() {
             no_ack: true,
         })),
     );
-    assert!(matches!(c.from_client(&get), ToLeader::Forward));
+    assert!(matches!(c.client_sent(&get), ToLeader::Forward));
     assert!(!matches!(
-        c.from_client(&consume(1, "s1", false)),
+        c.client_sent(&consume(1, "s1", false)),
         ToLeader::Consume(_)
     ));
 }
@@ -223,10 +223,10 @@ fn a_channel_with_the_leaders_deliveries_or_an_answer_owed_is_not_served() {
 fn no_ack_deliveries_of_the_leader_are_not_kept() {
     let mut c = opened();
     c.start_local(1, "s1", true).expect("served");
-    c.from_client(&consume(1, "auto", true));
-    c.from_leader(&mut consume_ok(1, "auto"));
+    c.client_sent(&consume(1, "auto", true));
+    c.leader_sent(&mut consume_ok(1, "auto"));
     for t in 1..=3 {
-        c.from_leader(&mut deliver(1, "auto", t));
+        c.leader_sent(&mut deliver(1, "auto", t));
     }
     assert!(c.deliver(1, "s1", &msg()));
     // Ack everything: only the reader's delivery (tag 4) is outstanding.
@@ -248,9 +248,9 @@ fn a_closed_channel_stops_its_readers() {
         })),
     );
     let mut from_leader = close.clone();
-    c.from_leader(&mut from_leader);
+    c.leader_sent(&mut from_leader);
     assert!(handle.stopped());
     assert!(!c.deliver(1, "s1", &msg()));
-    c.from_client(&close);
+    c.client_sent(&close);
     assert_eq!(c.credit(1, "s1"), None);
 }

@@ -227,7 +227,7 @@ async fn from_leader<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut r: R, max: u
             while !opaque {
                 match frames::cut(&mut buf, max) {
                     Cut::Frame(mut f) => {
-                        st.from_leader(&mut f);
+                        st.leader_sent(&mut f);
                         st.out.extend_from_slice(&f);
                     }
                     Cut::Partial => break,
@@ -285,7 +285,7 @@ where
                         break;
                     }
                 };
-                match st.from_client(&f) {
+                match st.client_sent(&f) {
                     ToLeader::Forward => to_leader.unsplit(f),
                     ToLeader::Drop => {}
                     ToLeader::Instead(b) => to_leader.extend_from_slice(&b),
