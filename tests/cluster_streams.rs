@@ -120,6 +120,10 @@ async fn a_stream_is_replicated_serves_only_what_is_committed_and_survives_its_l
     cluster.assert_no_panics();
 }
 
+/// The size of the classic queue's messages beside a stream reader: many
+/// frames each.
+const BIG: usize = 300 << 10;
+
 /// This node's count of stream deliveries made from its own copy, as
 /// its Prometheus says.
 async fn served_here(c: &Cluster, i: usize) -> u64 {
@@ -155,7 +159,12 @@ async fn a_follower_serves_stream_readers_from_its_own_copy() {
     declare_with(&lch, "work", durable(), Default::default())
         .await
         .unwrap();
-    publish_confirmed(&lch, "work", (0..10).map(|i| format!("w{i}"))).await;
+    publish_confirmed(
+        &lch,
+        "work",
+        (0..10).map(|i| format!("w{i}{}", "x".repeat(BIG - 2))),
+    )
+    .await;
     assert_eq!(served_here(&cluster, f).await, 0);
 
     let fconn = cluster
@@ -167,11 +176,13 @@ async fn a_follower_serves_stream_readers_from_its_own_copy() {
     assert!(served_here(&cluster, f).await >= 2000);
     assert_eq!(served_here(&cluster, leader).await, 0);
 
-    // One channel, two consumers: the stream's (here) and a classic
-    // queue's (the leader's). Every delivery is acked by its own tag.
+    // One channel, two consumers read at once: the stream's (here) and a
+    // classic queue's (the leader's, large messages that arrive in many
+    // frames: nothing of the stream's lands inside one). Every delivery
+    // is acked by its own tag.
     let ch = fconn.create_channel().await.unwrap();
     ch.basic_qos(20, BasicQosOptions::default()).await.unwrap();
-    let args = table(&[("x-stream-offset", AMQPValue::LongLongInt(1990))]);
+    let args = table(&[("x-stream-offset", AMQPValue::LongLongInt(0))]);
     let mut tail = ch
         .basic_consume("events".into(), "tail".into(), Default::default(), args)
         .await
@@ -185,14 +196,40 @@ async fn a_follower_serves_stream_readers_from_its_own_copy() {
         )
         .await
         .unwrap();
-    assert_eq!(read_acking(&mut tail, 10).await, numbered(1990..2000));
-    let mut got = Vec::new();
-    for _ in 0..10 {
-        let d = next(&mut work).await.expect("a classic delivery");
-        got.push(String::from_utf8_lossy(&d.data).into_owned());
-        d.ack(BasicAckOptions::default()).await.unwrap();
-    }
+    let classic = async {
+        let mut got = Vec::new();
+        for _ in 0..10 {
+            let d = next(&mut work).await.expect("a classic delivery");
+            assert_eq!(d.data.len(), BIG, "a whole message");
+            got.push(String::from_utf8_lossy(&d.data[..2]).into_owned());
+            d.ack(BasicAckOptions::default()).await.unwrap();
+        }
+        got
+    };
+    let (streamed, got) = tokio::join!(read_acking(&mut tail, 2000), classic);
+    assert_eq!(streamed, numbered(0..2000));
     assert_eq!(got, (0..10).map(|i| format!("w{i}")).collect::<Vec<_>>());
+    // A reader here is cancelled here; reusing its tag while it reads is
+    // a connection error (530), as in RabbitMQ.
+    ch.basic_cancel("tail".into(), Default::default())
+        .await
+        .unwrap();
+    let conn2 = cluster
+        .connect(f, Duration::from_secs(30))
+        .await
+        .expect("connect");
+    let (ch2, _reader) = reader_with(&conn2, "events", "again", 10, Default::default())
+        .await
+        .unwrap();
+    let reused = ch2
+        .basic_consume(
+            "events".into(),
+            "again".into(),
+            Default::default(),
+            Default::default(),
+        )
+        .await;
+    assert!(reused.is_err(), "a reused consumer tag was taken");
     // The acks reached the leader: nothing comes back once the channel
     // closes.
     ch.close(200, "done".into()).await.unwrap();

@@ -74,11 +74,11 @@ pub(super) async fn open(cluster: &Cluster, header: rpc::ProxyHeader) -> Option<
 pub(super) async fn leader_moved(cluster: &Cluster, leader: u64) {
     let mut metrics = cluster.raft.metrics();
     loop {
-        if metrics.changed().await.is_err() {
+        let now = metrics.borrow_and_update().current_leader;
+        if now.is_some_and(|l| l != leader) {
             return;
         }
-        let now = metrics.borrow().current_leader;
-        if now.is_some_and(|l| l != leader) {
+        if metrics.changed().await.is_err() {
             return;
         }
     }

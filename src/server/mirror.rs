@@ -214,7 +214,8 @@ async fn run(
                         store,
                         replica.applied(),
                         Arc::clone(&cluster),
-                        config.frame_max,
+                        replica.log.clone(),
+                        Arc::new(config.clone()),
                     ))),
                     Err(e) => {
                         warn!("stream readers go to the leader: {e}");

@@ -9,6 +9,8 @@ use crate::amqp::codec::{self, FRAME_END, FRAME_METHOD};
 
 /// Bytes before a frame's payload: type, channel, size.
 const HEAD: usize = 7;
+/// The most room reserved ahead for a frame still arriving.
+const RESERVE_AHEAD: usize = 1 << 20;
 
 /// What `cut` found.
 #[derive(Debug, PartialEq, Eq)]
@@ -33,7 +35,9 @@ pub(super) fn cut(buf: &mut BytesMut, max: usize) -> Cut {
     }
     let whole = HEAD + size + 1;
     if buf.len() < whole {
-        buf.reserve(whole - buf.len());
+        // Room for what is announced, a bounded step at a time: a header
+        // alone reserves little.
+        buf.reserve((whole - buf.len()).min(RESERVE_AHEAD));
         return Cut::Partial;
     }
     if buf[whole - 1] != FRAME_END {

@@ -10,13 +10,15 @@
 //! prefetch and no global one, and no delivery of the leader's yet; the
 //! consumer takes acks, is not exclusive, is not tracked by the server
 //! (`x-stream-automatic-offset-tracking` writes through the leader) and
-//! names no argument but the offset, the filter and a priority; the stream
-//! is one this node has applied and the user may read it here. Anything
-//! else goes to the leader, which serves or refuses it as before.
+//! names no argument but the offset, the filter and a priority; the
+//! channel is under `consumer_max_per_channel`; the stream is one this
+//! node has applied and the user may read it here. Anything else goes to
+//! the leader, which serves or refuses it as before.
 //!
 //! The client sees one connection: consume-ok and cancel-ok for a reader
 //! here are answered here, deliveries share the channel's tags with the
-//! leader's (conn.rs renumbers them), and acks are split between the two.
+//! leader's (conn/settle.rs renumbers them), and acks are split between
+//! the two.
 
 mod conn;
 mod frames;
@@ -33,8 +35,11 @@ use self::conn::{Asked, Conn, ToLeader};
 use self::frames::Cut;
 use crate::access::{Access, Permission};
 use crate::cluster::{Cluster, ProxyHeader};
+use crate::config::Config;
 use crate::queue::stream::{tracking, Filter, Start};
+use crate::store::raft::LogStore;
 use crate::store::Store;
+use crate::wire::FRAME_MIN_SIZE;
 
 /// Bytes for the client past which the leader's side and the readers wait.
 const HIGH_WATER: usize = 1 << 20;
@@ -52,10 +57,11 @@ pub struct Reads {
     applied: watch::Receiver<u64>,
     /// Counts what readers here deliver (`stream_reads`).
     cluster: Arc<Cluster>,
-    /// The largest frame read whole: the frame_max the leader negotiates
-    /// at the most (the members share the configuration), and which it
-    /// would refuse past. 0: no limit, as there.
-    frame_max: u32,
+    /// This node's log: what is committed, for a reader's start.
+    log: LogStore,
+    /// The configuration the leader shares: frame_max, max_message_size,
+    /// consumer_max_per_channel.
+    config: Arc<Config>,
 }
 
 impl Reads {
@@ -65,22 +71,28 @@ impl Reads {
         store: Arc<Store>,
         applied: watch::Receiver<u64>,
         cluster: Arc<Cluster>,
-        frame_max: u32,
+        log: LogStore,
+        config: Arc<Config>,
     ) -> Reads {
         Reads {
             store,
             applied,
             cluster,
-            frame_max,
+            log,
+            config,
         }
     }
 
-    /// The largest frame payload read whole; a larger one is not AMQP the
-    /// leader takes, and the bytes then pass as they come.
+    /// The largest frame payload read whole: the largest the leader takes
+    /// (frame_max, or with none the largest message and a frame's room,
+    /// as amqp/handshake.rs has it). A larger one is not AMQP the leader
+    /// reads: the bytes then pass as they come.
     fn frame_limit(&self) -> usize {
-        match self.frame_max {
-            0 => u32::MAX as usize,
-            n => n.max(crate::wire::FRAME_MIN_SIZE) as usize,
+        let c = &self.config;
+        let unlimited = c.max_message_size.saturating_add(FRAME_MIN_SIZE.into());
+        match c.frame_max {
+            0 => usize::try_from(unlimited).unwrap_or(usize::MAX),
+            n => n.max(FRAME_MIN_SIZE) as usize,
         }
     }
 
@@ -226,10 +238,7 @@ async fn from_leader<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut r: R, max: u
             }
             while !opaque {
                 match frames::cut(&mut buf, max) {
-                    Cut::Frame(mut f) => {
-                        st.leader_sent(&mut f);
-                        st.out.extend_from_slice(&f);
-                    }
+                    Cut::Frame(f) => st.leader_sent(f),
                     Cut::Partial => break,
                     Cut::Opaque => {
                         opaque = true;
@@ -273,53 +282,61 @@ where
             header_left -= n;
         }
         let mut started = Vec::new();
-        {
-            let mut st = shared.conn.lock();
-            while !opaque && header_left == 0 {
-                let f = match frames::cut(&mut buf, max) {
-                    Cut::Frame(f) => f,
-                    Cut::Partial => break,
-                    Cut::Opaque => {
-                        opaque = true;
-                        st.end();
-                        break;
-                    }
-                };
-                match st.client_sent(&f) {
-                    ToLeader::Forward => to_leader.unsplit(f),
-                    ToLeader::Drop => {}
-                    ToLeader::Instead(b) => to_leader.extend_from_slice(&b),
-                    ToLeader::Consume(asked) => match serve_here(&mut st, &reads, &asked) {
-                        Some(s) => started.push(s),
-                        None => {
-                            st.forward_consume(asked.channel, &asked.tag, false, asked.nowait);
-                            to_leader.unsplit(f);
-                        }
-                    },
+        let mut end = false;
+        while header_left == 0 && !opaque {
+            let f = match frames::cut(&mut buf, max) {
+                Cut::Frame(f) => f,
+                Cut::Partial => break,
+                Cut::Opaque => {
+                    opaque = true;
+                    shared.conn.lock().end();
+                    break;
                 }
-            }
-            if opaque {
-                to_leader.unsplit(buf.split());
+            };
+            let decided = shared.conn.lock().client_sent(&f);
+            match decided {
+                ToLeader::Forward => to_leader.unsplit(f),
+                ToLeader::Drop => {}
+                ToLeader::Instead(b) => to_leader.extend_from_slice(&b),
+                ToLeader::End => {
+                    end = true;
+                    break;
+                }
+                ToLeader::Consume(asked) => match serve_here(&shared, &reads, &asked) {
+                    Some(s) => started.push(s),
+                    None => {
+                        let mut st = shared.conn.lock();
+                        st.forward_consume(asked.channel, &asked.tag, false, asked.nowait);
+                        to_leader.unsplit(f);
+                    }
+                },
             }
         }
-        if !started.is_empty() {
+        if opaque {
+            to_leader.unsplit(buf.split());
+        }
+        if !shared.conn.lock().out.is_empty() {
             shared.wake_writer.notify_one();
         }
         for (handle, spec) in started {
             let (shared, reads) = (Arc::clone(&shared), Arc::clone(&reads));
             tokio::spawn(reader::serve(shared, reads, handle, spec));
         }
-        if !to_leader.is_empty() && up.write_all(&to_leader).await.is_err() {
+        if end || (!to_leader.is_empty() && up.write_all(&to_leader).await.is_err()) {
             break;
         }
+        // What is answered here waits for the client to read, as the
+        // leader's answers do.
+        shared.room().await;
     }
     let _ = up.shutdown().await;
 }
 
 /// Starts a reader here for `asked` if this node may serve it (see the
-/// module's doc); None leaves it to the leader.
+/// module's doc); None leaves it to the leader. The stream and the user's
+/// permission are looked up without the connection's lock.
 fn serve_here(
-    st: &mut Conn,
+    shared: &Shared,
     reads: &Reads,
     asked: &Asked,
 ) -> Option<(Arc<conn::Handle>, reader::Spec)> {
@@ -336,16 +353,26 @@ fn serve_here(
         "" => format!("amq.ctag-{}", crate::util::random_name()),
         t => t.to_string(),
     };
-    if !st.may_serve(asked.channel, &tag) {
+    let (ch, max) = (asked.channel, reads.config.consumer_max_per_channel);
+    let (user, vhost) = {
+        let st = shared.conn.lock();
+        if !st.may_serve(ch, &tag, max) {
+            return None;
+        }
+        (st.user.clone()?, st.vhost.clone()?)
+    };
+    let queue_id = reads.readable(&user, &vhost, &asked.queue)?;
+    let mut st = shared.conn.lock();
+    if !st.may_serve(ch, &tag, max) {
         return None;
     }
-    let (user, vhost) = (st.user.clone()?, st.vhost.clone()?);
-    let queue_id = reads.readable(&user, &vhost, &asked.queue)?;
-    let (_, handle) = st.start_local(asked.channel, &tag, asked.nowait)?;
+    let (id, handle) = st.start_local(ch, &tag, asked.nowait)?;
     debug!(queue = %asked.queue, %vhost, "serving a stream reader from this follower's copy");
     let spec = reader::Spec {
-        channel: asked.channel,
+        channel: ch,
         tag,
+        id,
+        committed: reads.log.committed(),
         vhost,
         queue: asked.queue.clone(),
         queue_id,

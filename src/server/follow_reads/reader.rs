@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tracing::warn;
 
@@ -21,10 +22,20 @@ use crate::store::{self, Store};
 const READ_N: usize = 256;
 const READ_BYTES: u64 = 512 << 10;
 
+/// How long a start waits for this node to apply what was committed when
+/// the consume came (it may lag the leader a little).
+const CATCH_UP: Duration = Duration::from_secs(2);
+/// How often a reader without credit checks that its stream is still there.
+const STILL_THERE: Duration = Duration::from_secs(1);
+
 /// What a reader serves.
 pub(super) struct Spec {
     pub channel: u16,
     pub tag: String,
+    /// Its id among the connection's readers (conn.rs `Local`).
+    pub id: u64,
+    /// What was committed when the consume came.
+    pub committed: u64,
     pub vhost: String,
     pub queue: String,
     pub queue_id: u64,
@@ -69,42 +80,65 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Serves `spec` until the reader is cancelled, its channel or connection
-/// ends, or its stream goes.
+/// ends, or its stream goes. Its consume-ok is sent once its start is
+/// placed: a message published after the client has it is after the start.
 pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, handle: Arc<Handle>, spec: Spec) {
-    let (ch, tag, id) = (spec.channel, spec.tag.as_str(), spec.queue_id);
+    let (ch, tag, id, queue) = (spec.channel, spec.tag.as_str(), spec.id, spec.queue_id);
+    let mut applied = reads.applied.clone();
+    let caught_up = applied.wait_for(|&a| a >= spec.committed);
+    let _ = tokio::time::timeout(CATCH_UP, caught_up).await;
     let store = Arc::clone(&reads.store);
     let start = spec.start;
-    let mut cursor = match blocking(move || start_offset(&store, id, start)).await {
+    let placed = blocking(move || start_offset(&store, queue, start)).await;
+    shared.conn.lock().consumed(ch, tag, id);
+    let mut cursor = match placed {
         Ok(c) => c,
         Err(e) => return fail(&shared, &spec, e),
     };
+    shared.wake_writer.notify_one();
     let mut ahead: VecDeque<(u64, Arc<Message>)> = VecDeque::new();
-    let mut applied = reads.applied.clone();
+    let mut checked = Instant::now();
     loop {
         let woken = handle.wake.notified();
-        let Some(credit) = shared.conn.lock().credit(ch, tag) else {
+        let Some(credit) = shared.conn.lock().credit(ch, tag, id) else {
             return;
         };
         if credit == 0 {
-            woken.await;
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep(STILL_THERE) => {
+                    if !reads.is_stream(&spec.vhost, &spec.queue, queue) {
+                        return gone(&shared, &spec);
+                    }
+                }
+            }
             continue;
         }
         if ahead.is_empty() {
             applied.borrow_and_update();
             let store = Arc::clone(&reads.store);
             let from = cursor + 1;
-            let read = move || store.load_range_within(id, from, READ_N, READ_BYTES);
+            // A filter passes over what it does not take: read a batch.
+            let n = match spec.filter {
+                Some(_) => READ_N,
+                None => (credit as usize).min(READ_N),
+            };
+            let read = move || store.load_range_within(queue, from, n, READ_BYTES);
             match blocking(read).await {
                 Err(e) => return fail(&shared, &spec, e),
                 Ok(batch) if batch.is_empty() => {
-                    if !reads.is_stream(&spec.vhost, &spec.queue, id) {
-                        shared.conn.lock().cancel_local(ch, tag);
-                        shared.wake_writer.notify_one();
-                        return;
+                    // At the end: is the stream still there (now and then),
+                    // else wait for what is applied next.
+                    if checked.elapsed() >= STILL_THERE {
+                        if !reads.is_stream(&spec.vhost, &spec.queue, queue) {
+                            return gone(&shared, &spec);
+                        }
+                        checked = Instant::now();
                     }
                     tokio::select! {
                         r = applied.changed() => if r.is_err() { return },
                         _ = woken => {}
+                        _ = tokio::time::sleep(STILL_THERE) => {}
                     }
                     continue;
                 }
@@ -116,7 +150,7 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, handle: Arc<Ha
             let mut st = shared.conn.lock();
             while let Some((seq, msg)) = ahead.front() {
                 let wanted = spec.filter.as_ref().is_none_or(|f| f.matches(msg));
-                if wanted && !st.deliver(ch, tag, msg) {
+                if wanted && !st.deliver(ch, tag, id, msg) {
                     break;
                 }
                 cursor = *seq;
@@ -135,10 +169,18 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, handle: Arc<Ha
     }
 }
 
+/// The stream went: the reader is cancelled.
+fn gone(shared: &Shared, spec: &Spec) {
+    shared
+        .conn
+        .lock()
+        .cancel_local(spec.channel, &spec.tag, spec.id);
+    shared.wake_writer.notify_one();
+}
+
 /// A read failed: the reader ends as if its stream went, and the log says
 /// why.
 fn fail(shared: &Shared, spec: &Spec, e: store::Error) {
     warn!(queue = %spec.queue, vhost = %spec.vhost, "a follower's stream reader stops: {e}");
-    shared.conn.lock().cancel_local(spec.channel, &spec.tag);
-    shared.wake_writer.notify_one();
+    gone(shared, spec);
 }

@@ -84,6 +84,12 @@ impl Held {
         }
     }
 
+    /// The put of message `seq` of `queue`, if it is held.
+    pub fn get(&self, queue: u64, seq: u64) -> Option<&HeldPut> {
+        let i = *self.at.get(&(queue, seq))?;
+        self.puts.get(i.checked_sub(self.gone)?)?.1.as_ref()
+    }
+
     /// Whether no put is held.
     pub fn is_empty(&self) -> bool {
         self.at.is_empty()
@@ -150,8 +156,10 @@ mod tests {
         h.hold(put(1, 2));
         h.hold(put(2, 1));
         let one = h.bytes() / 3;
+        assert_eq!(h.get(1, 2).map(|p| p.seq), Some(2));
         assert!(h.take(1, 2));
         assert!(!h.take(1, 2), "taken once");
+        assert!(h.get(1, 2).is_none());
         assert_eq!(h.bytes(), 2 * one);
         // Applied again: the later one stands, once.
         let mut again = put(1, 1);
@@ -180,6 +188,8 @@ mod tests {
         let older: Vec<u64> = h.take_before(1).into_iter().map(|p| p.seq).collect();
         assert_eq!(older, [2]);
         // What stays is still found by its key.
+        assert_eq!(h.get(1, 4).map(|p| p.seq), Some(4));
+        assert!(h.get(1, 2).is_none());
         assert!(h.take(1, 3));
         assert!(!h.is_empty());
         let rest: Vec<u64> = h.take_all().into_iter().map(|p| p.seq).collect();

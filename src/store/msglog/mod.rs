@@ -514,6 +514,9 @@ impl MessageLog {
         n: usize,
         max_bytes: u64,
     ) -> Result<Vec<(u64, Arc<Message>)>> {
+        if let Some(held) = self.held_from(queue, from, n, max_bytes) {
+            return Ok(held);
+        }
         let mut locs = self.released()?.index.range(queue, from, n);
         let fit = super::messages::within_bytes(
             locs.iter().map(|(_, loc)| u64::from(loc.body_len)),
@@ -528,6 +531,37 @@ impl MessageLog {
             }
         }
         Ok(out)
+    }
+
+    /// Messages `from`, `from + 1`, ... of `queue` while they are held
+    /// back and nothing of the queue from `from` on is in the log: a
+    /// stream's newest messages, read by a member's reader at the tail
+    /// (server/follow_reads) without writing what is held. None if the
+    /// first is not held.
+    fn held_from(
+        &self,
+        queue: u64,
+        from: u64,
+        n: usize,
+        max_bytes: u64,
+    ) -> Option<Vec<(u64, Arc<Message>)>> {
+        let st = self.state.lock();
+        if st.held.is_empty() || !st.index.range(queue, from, 1).is_empty() {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut bytes = 0u64;
+        for seq in from.. {
+            let Some(p) = st.held.get(queue, seq) else {
+                break;
+            };
+            bytes += p.msg.body().len() as u64;
+            if out.len() == n || (!out.is_empty() && bytes > max_bytes) {
+                break;
+            }
+            out.push((seq, Arc::new(p.msg.clone())));
+        }
+        (!out.is_empty()).then_some(out)
     }
 
     /// Where each stored message of `queue` from `from` on lies, in

@@ -1,12 +1,16 @@
 //! One carried AMQP connection's state, as the frames passing both ways
 //! show it: who logged in and where, each channel's prefetch, the
-//! synchronous requests the leader has not answered yet, and, once a
+//! synchronous requests the leader has not answered yet, the leader's
+//! message whose content is still arriving on each channel, and, once a
 //! channel has a stream reader served here, the delivery tags the client
-//! sees. Those are renumbered: the leader's deliveries and this node's
-//! share one sequence per channel, in the order they reach the client, and
-//! the client's acks are split between the two (an ack the leader's part
-//! of which is multiple goes up to the leader's tag of the last delivery it
-//! covers, which is exact: both sequences grow with the client's).
+//! sees (settle.rs).
+//!
+//! What this node writes on a channel never lands inside one of the
+//! leader's messages: while the leader's content is arriving on a channel,
+//! a reader there waits and a method answered here (consume-ok, cancel-ok,
+//! a cancel) is held until the message is whole.
+
+mod settle;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,11 +21,13 @@ use bytes::BytesMut;
 use tokio::sync::Notify;
 
 use super::frames::{self, ACK, NACK, REJECT};
+use crate::amqp::codec::{FRAME_BODY, FRAME_HEADER};
 
 /// A stream reader served here: its task's handle.
 #[derive(Default)]
 pub(super) struct Handle {
-    /// Credit came back, the channel's flow resumed, or it must stop.
+    /// Credit came back, the channel's flow resumed or its content
+    /// finished, or the reader must stop.
     pub wake: Notify,
     stop: AtomicBool,
 }
@@ -37,11 +43,15 @@ impl Handle {
     }
 }
 
+/// A reader here, as the connection knows it: `id` tells it from a later
+/// reader under the same tag.
 struct Local {
     id: u64,
     prefetch: u32,
     unacked: u32,
     handle: Arc<Handle>,
+    /// Its consume-ok is not sent yet (its start is being placed).
+    owed: bool,
 }
 
 /// Where a delivery the client knows by a tag came from.
@@ -55,6 +65,14 @@ enum Src {
 enum Pending {
     Consume { no_ack: bool },
     Get { no_ack: bool },
+}
+
+/// The leader's message arriving on a channel: its header is due, or
+/// this many body bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Content {
+    Header,
+    Body(u64),
 }
 
 #[derive(Default)]
@@ -76,6 +94,26 @@ struct Chan {
     paused: bool,
     /// The leader closed it: nothing more is sent on it.
     closing: bool,
+    /// The leader's message still arriving here, and what waits for it.
+    content: Option<Content>,
+    held: BytesMut,
+}
+
+impl Chan {
+    fn wake_locals(&self) {
+        self.locals
+            .values()
+            .for_each(|l| l.handle.wake.notify_one());
+    }
+
+    fn stop_all(&self) {
+        self.locals.values().for_each(|l| l.handle.stop());
+    }
+
+    /// Reader `tag`, if it is still the one numbered `id`.
+    fn local(&self, tag: &str, id: u64) -> Option<&Local> {
+        self.locals.get(tag).filter(|l| l.id == id)
+    }
 }
 
 /// A stream reader to start: what the client asked for.
@@ -97,6 +135,8 @@ pub(super) enum ToLeader {
     /// A consume of a stream this node may serve: `Conn::start_local`
     /// decides, else it is forwarded.
     Consume(Asked),
+    /// The connection ends (this node closed it).
+    End,
 }
 
 /// One carried connection.
@@ -116,6 +156,8 @@ pub(super) struct Conn {
     /// The leader's side ended: once `out` is written, so does the
     /// client's.
     pub finished: bool,
+    /// This node closed the connection: nothing more passes either way.
+    refused: bool,
     chans: HashMap<u16, Chan>,
     next_local: u64,
 }
@@ -123,7 +165,7 @@ pub(super) struct Conn {
 /// A client method that the leader answers, unless it says nowait.
 fn expects_reply(class: &AMQPClass) -> bool {
     match class {
-        AMQPClass::Channel(channel::AMQPMethod::Flow(_)) => true,
+        AMQPClass::Channel(channel::AMQPMethod::Flow(_)) | AMQPClass::Access(_) => true,
         AMQPClass::Exchange(m) => match m {
             exchange::AMQPMethod::Declare(m) => !m.nowait,
             exchange::AMQPMethod::Delete(m) => !m.nowait,
@@ -157,6 +199,7 @@ fn is_reply(class: u16, method: u16) -> bool {
     matches!(
         (class, method),
         (20, 11 | 21 | 41)
+            | (30, 11)
             | (40, 11 | 21 | 31 | 51)
             | (50, 11 | 21 | 31 | 41 | 51)
             | (60, 11 | 21 | 31 | 71 | 72 | 111)
@@ -168,6 +211,12 @@ fn is_reply(class: u16, method: u16) -> bool {
 impl Conn {
     /// Reads a frame from the client on its way to the leader.
     pub fn client_sent(&mut self, frame: &[u8]) -> ToLeader {
+        if self.refused {
+            return match frames::method(frame) {
+                Some((10, 51)) => ToLeader::End,
+                _ => ToLeader::Drop,
+            };
+        }
         let Some((class, method)) = frames::method(frame) else {
             return ToLeader::Forward;
         };
@@ -188,6 +237,7 @@ impl Conn {
             }
             AMQPClass::Channel(channel::AMQPMethod::Open(_)) => {
                 let c = self.chans.entry(ch).or_default();
+                c.stop_all();
                 *c = Chan::default();
                 c.outstanding = 1;
                 return ToLeader::Forward;
@@ -195,7 +245,7 @@ impl Conn {
             AMQPClass::Channel(channel::AMQPMethod::Close(_))
             | AMQPClass::Channel(channel::AMQPMethod::CloseOk(_)) => {
                 if let Some(c) = self.chans.remove(&ch) {
-                    stop_all(&c);
+                    c.stop_all();
                 }
                 return ToLeader::Forward;
             }
@@ -208,7 +258,7 @@ impl Conn {
         match parsed {
             AMQPClass::Channel(channel::AMQPMethod::Flow(f)) => {
                 c.paused = !f.active;
-                c.locals.values().for_each(|l| l.handle.wake.notify_one());
+                c.wake_locals();
             }
             AMQPClass::Basic(basic::AMQPMethod::Qos(q)) => {
                 if q.global {
@@ -218,24 +268,35 @@ impl Conn {
                 }
             }
             AMQPClass::Basic(basic::AMQPMethod::Consume(m)) => {
+                let tag = m.consumer_tag.as_str();
+                if c.locals.contains_key(tag) {
+                    // RabbitMQ's answer: a connection error.
+                    let text = format!("NOT_ALLOWED - attempt to reuse consumer tag '{tag}'");
+                    self.refuse(530, &text, (60, 20));
+                    return ToLeader::Drop;
+                }
                 if c.outstanding == 0 && !m.no_ack && !m.exclusive {
                     return ToLeader::Consume(Asked {
                         channel: ch,
-                        tag: m.consumer_tag.to_string(),
+                        tag: tag.to_string(),
                         queue: m.queue.to_string(),
                         nowait: m.nowait,
                         arguments: m.arguments,
                     });
                 }
-                self.forward_consume(ch, m.consumer_tag.as_str(), m.no_ack, m.nowait);
+                self.forward_consume(ch, tag, m.no_ack, m.nowait);
                 return ToLeader::Forward;
             }
             AMQPClass::Basic(basic::AMQPMethod::Cancel(m)) => {
                 let tag = m.consumer_tag.as_str();
                 if let Some(l) = c.locals.remove(tag) {
                     l.handle.stop();
+                    // A consume is answered before its cancel.
+                    if l.owed {
+                        self.answer_consume(ch, tag);
+                    }
                     if !m.nowait {
-                        frames::put_consumer_method(&mut self.out, ch, 31, tag);
+                        self.put_local(ch, |out| frames::put_consumer_method(out, ch, 31, tag));
                     }
                     return ToLeader::Drop;
                 }
@@ -244,16 +305,10 @@ impl Conn {
                 c.pending.push_back(Pending::Get { no_ack: g.no_ack })
             }
             AMQPClass::Basic(basic::AMQPMethod::Recover(_))
-            | AMQPClass::Basic(basic::AMQPMethod::RecoverAsync(_)) => {
-                // The leader delivers its unacked messages again, under
-                // new tags: the old ones mean nothing to it any more.
-                if let Some((_, map)) = &mut c.renumbered {
-                    map.retain(|_, s| matches!(s, Src::Local(_)));
-                }
-            }
+            | AMQPClass::Basic(basic::AMQPMethod::RecoverAsync(_)) => self.recover(ch),
             _ => {}
         }
-        if replied {
+        if let Some(c) = self.chans.get_mut(&ch).filter(|_| replied) {
             c.outstanding += 1;
         }
         ToLeader::Forward
@@ -292,15 +347,32 @@ impl Conn {
         }
     }
 
+    /// Closes the connection from here with `code` (the client's
+    /// close-ok ends it; nothing more passes either way meanwhile).
+    fn refuse(&mut self, code: u16, text: &str, (class, method): (u16, u16)) {
+        self.end();
+        self.refused = true;
+        let close = connection::Close {
+            reply_code: code,
+            reply_text: text.into(),
+            class_id: class,
+            method_id: method,
+        };
+        let close = AMQPClass::Connection(connection::AMQPMethod::Close(close));
+        crate::amqp::codec::put_method(&mut self.out, 0, close);
+    }
+
     /// Whether channel `ch` may have a stream reader served here now:
     /// logged in, the channel open with a prefetch and no global one, the
     /// leader owing it nothing, and none of the leader's deliveries on it
     /// yet (their tags would need to be known unsettled to be renumbered);
-    /// `tag` (the consumer tag) not in use on it.
-    pub fn may_serve(&self, ch: u16, tag: &str) -> bool {
+    /// `tag` (the consumer tag) not in use on it and the channel under
+    /// `max` consumers (0: no limit).
+    pub fn may_serve(&self, ch: u16, tag: &str, max: u64) -> bool {
         let Some(c) = self.chans.get(&ch) else {
             return false;
         };
+        let consumers = (c.locals.len() + c.leader_consumers.len()) as u64;
         self.open
             && !self.closed
             && self.user.is_some()
@@ -313,10 +385,12 @@ impl Conn {
             && (c.leader_tag == 0 || c.renumbered.is_some())
             && !c.leader_consumers.contains(tag)
             && !c.locals.contains_key(tag)
+            && (max == 0 || consumers < max)
     }
 
     /// Starts serving consumer `tag` on `ch` here (`may_serve` said so):
-    /// its handle, and its id among this connection's readers.
+    /// its id among this connection's readers, and its handle. Its
+    /// consume-ok is sent once its start is placed (`consumed`).
     pub fn start_local(&mut self, ch: u16, tag: &str, nowait: bool) -> Option<(u64, Arc<Handle>)> {
         let c = self.chans.get_mut(&ch)?;
         self.next_local += 1;
@@ -329,38 +403,67 @@ impl Conn {
                 prefetch: u32::from(c.prefetch),
                 unacked: 0,
                 handle: Arc::clone(&handle),
+                owed: !nowait,
             },
         );
         if c.renumbered.is_none() {
             c.renumbered = Some((c.leader_tag + 1, BTreeMap::new()));
         }
-        if !nowait {
-            frames::put_consumer_method(&mut self.out, ch, 21, tag);
-        }
+        // Its consume-ok is owed, as the leader's answers are.
+        c.outstanding += u32::from(!nowait);
         Some((id, handle))
     }
 
-    /// How many more deliveries reader `tag` on `ch` may send now; None
-    /// once it is gone.
-    pub fn credit(&self, ch: u16, tag: &str) -> Option<u32> {
+    /// Sends reader `id`'s consume-ok if it is owed: its start is placed.
+    pub fn consumed(&mut self, ch: u16, tag: &str, id: u64) {
+        let owed = self
+            .chans
+            .get_mut(&ch)
+            .and_then(|c| c.locals.get_mut(tag).filter(|l| l.id == id))
+            .is_some_and(|l| std::mem::take(&mut l.owed));
+        if owed {
+            self.answer_consume(ch, tag);
+        }
+    }
+
+    fn answer_consume(&mut self, ch: u16, tag: &str) {
+        if let Some(c) = self.chans.get_mut(&ch) {
+            c.outstanding = c.outstanding.saturating_sub(1);
+            if !c.closing && !self.closed {
+                self.put_local(ch, |out| frames::put_consumer_method(out, ch, 21, tag));
+            }
+        }
+    }
+
+    /// Appends what this node writes on `ch`: held while the leader's
+    /// message is arriving there.
+    fn put_local(&mut self, ch: u16, put: impl FnOnce(&mut BytesMut)) {
+        match self.chans.get_mut(&ch) {
+            Some(c) if c.content.is_some() => put(&mut c.held),
+            _ => put(&mut self.out),
+        }
+    }
+
+    /// How many more deliveries reader `id` (`tag` on `ch`) may send now;
+    /// None once it is gone.
+    pub fn credit(&self, ch: u16, tag: &str, id: u64) -> Option<u32> {
         if self.closed {
             return None;
         }
         let c = self.chans.get(&ch)?;
-        let l = c.locals.get(tag)?;
+        let l = c.local(tag, id)?;
         if c.closing || l.handle.stopped() {
             return None;
         }
-        Some(match c.paused {
+        Some(match c.paused || c.content.is_some() {
             true => 0,
             false => l.prefetch.saturating_sub(l.unacked),
         })
     }
 
-    /// Appends a delivery of reader `tag` on `ch`: false if it has no
-    /// credit left (or is gone).
-    pub fn deliver(&mut self, ch: u16, tag: &str, msg: &crate::message::Message) -> bool {
-        if self.credit(ch, tag).unwrap_or(0) == 0 {
+    /// Appends a delivery of reader `id`: false if it has no credit now.
+    pub fn deliver(&mut self, ch: u16, tag: &str, id: u64, msg: &crate::message::Message) -> bool {
+        if self.credit(ch, tag, id).unwrap_or(0) == 0 {
             return false;
         }
         let frame_max = match self.frame_max {
@@ -381,16 +484,19 @@ impl Conn {
         true
     }
 
-    /// Ends reader `tag` on `ch` because its stream went: basic.cancel if
-    /// the client takes it.
-    pub fn cancel_local(&mut self, ch: u16, tag: &str) {
+    /// Ends reader `id` because its stream went (or cannot be read):
+    /// basic.cancel if the client takes it.
+    pub fn cancel_local(&mut self, ch: u16, tag: &str, id: u64) {
         let Some(c) = self.chans.get_mut(&ch) else {
             return;
         };
+        if c.local(tag, id).is_none() {
+            return;
+        }
         if let Some(l) = c.locals.remove(tag) {
             l.handle.stop();
             if self.cancel_notify && !c.closing && !self.closed {
-                frames::put_consumer_method(&mut self.out, ch, 30, tag);
+                self.put_local(ch, |out| frames::put_consumer_method(out, ch, 30, tag));
             }
         }
     }
@@ -398,16 +504,41 @@ impl Conn {
     /// Stops every reader: the connection ends.
     pub fn end(&mut self) {
         self.closed = true;
-        self.chans.values().for_each(stop_all);
+        self.chans.values().for_each(Chan::stop_all);
     }
 
-    /// Reads (and in a renumbered channel rewrites) a frame from the
-    /// leader on its way to the client.
-    pub fn leader_sent(&mut self, frame: &mut [u8]) {
+    /// Reads a frame from the leader (rewriting its delivery tag on a
+    /// renumbered channel) and appends it for the client.
+    pub fn leader_sent(&mut self, mut frame: BytesMut) {
+        if self.refused {
+            return;
+        }
+        self.read_leader(&mut frame);
+        self.out.extend_from_slice(&frame);
+        let ch = frames::channel(&frame);
+        if let Some(c) = self.chans.get_mut(&ch) {
+            if c.content.is_none() && !c.held.is_empty() {
+                self.out.extend_from_slice(&c.held);
+                c.held.clear();
+            }
+        }
+    }
+
+    fn read_leader(&mut self, frame: &mut [u8]) {
+        let ch = frames::channel(frame);
+        let kind = frames::kind(frame);
+        if kind == FRAME_HEADER || kind == FRAME_BODY {
+            if let Some(c) = self.chans.get_mut(&ch) {
+                c.content = content_after(c.content, kind, frames::payload(frame));
+                if c.content.is_none() {
+                    c.wake_locals();
+                }
+            }
+            return;
+        }
         let Some((class, method)) = frames::method(frame) else {
             return;
         };
-        let ch = frames::channel(frame);
         if ch == 0 {
             match (class, method) {
                 (10, 41) => self.open = true,
@@ -422,14 +553,17 @@ impl Conn {
         if is_reply(class, method) {
             c.outstanding = c.outstanding.saturating_sub(1);
         }
+        if matches!((class, method), (60, 50 | 60 | 71)) {
+            c.content = Some(Content::Header);
+        }
         match (class, method) {
             (20, 40) => {
                 c.closing = true;
-                stop_all(c);
+                c.stop_all();
             }
             (20, 41) => {
                 if let Some(c) = self.chans.remove(&ch) {
-                    stop_all(&c);
+                    c.stop_all();
                 }
             }
             (60, 21) => {
@@ -452,7 +586,7 @@ impl Conn {
             (60, 71) => {
                 let no_ack = matches!(c.pending.pop_front(), Some(Pending::Get { no_ack: true }));
                 if let Some(tag) = frames::get_ok_tag(frame) {
-                    renumber(c, frame, true, tag, no_ack);
+                    settle::renumber(c, frame, true, tag, no_ack);
                 }
             }
             (60, 60) => {
@@ -462,75 +596,30 @@ impl Conn {
                         return;
                     }
                     let no_ack = c.no_ack.contains(&*String::from_utf8_lossy(consumer));
-                    renumber(c, frame, false, tag, no_ack);
+                    settle::renumber(c, frame, false, tag, no_ack);
                 }
             }
             _ => {}
         }
     }
-
-    /// An ack, nack or reject from the client: on a renumbered channel,
-    /// its part for the leader (if any) under the leader's tags, and
-    /// credit back to the readers here.
-    fn settle(&mut self, ch: u16, frame: &[u8], method: u16) -> ToLeader {
-        let Some(c) = self.chans.get_mut(&ch) else {
-            return ToLeader::Forward;
-        };
-        let (Some((tag, multiple, requeue)), Some((_, map))) =
-            (frames::settle_fields(frame, method), c.renumbered.as_mut())
-        else {
-            return ToLeader::Forward;
-        };
-        let taken: Vec<Src> = if multiple {
-            let rest = match tag {
-                0 => BTreeMap::new(),
-                t => map.split_off(&(t.saturating_add(1))),
-            };
-            std::mem::replace(map, rest).into_values().collect()
-        } else {
-            map.remove(&tag).into_iter().collect()
-        };
-        // Nothing of the client's named: the leader refuses the tag as
-        // unknown (406), as it would have. No delivery has this tag.
-        let mut leader = (taken.is_empty() && tag != 0).then_some(u64::MAX);
-        for s in taken {
-            match s {
-                Src::Leader(t) => leader = Some(leader.map_or(t, |l: u64| l.max(t))),
-                Src::Local(id) => {
-                    if let Some(l) = c.locals.values_mut().find(|l| l.id == id) {
-                        l.unacked = l.unacked.saturating_sub(1);
-                        l.handle.wake.notify_one();
-                    }
-                }
-            }
-        }
-        match leader {
-            None => ToLeader::Drop,
-            Some(t) => {
-                let mut out = BytesMut::with_capacity(24);
-                frames::put_settle(&mut out, ch, method, t, multiple && t != u64::MAX, requeue);
-                ToLeader::Instead(out)
-            }
-        }
-    }
 }
 
-/// Notes the leader's delivery `tag` and, once the channel's tags are
-/// renumbered, gives it the client's next one.
-fn renumber(c: &mut Chan, frame: &mut [u8], get_ok: bool, tag: u64, no_ack: bool) {
-    c.leader_tag = tag;
-    if let Some((next, map)) = &mut c.renumbered {
-        let t = *next;
-        *next += 1;
-        frames::set_delivery_tag(frame, get_ok, t);
-        if !no_ack {
-            map.insert(t, Src::Leader(tag));
+/// Where a channel's content stands after a header or body frame.
+fn content_after(now: Option<Content>, kind: u8, payload: &[u8]) -> Option<Content> {
+    match (now, kind) {
+        (Some(Content::Header), FRAME_HEADER) => {
+            let size = payload
+                .get(4..12)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_be_bytes);
+            (size > 0).then_some(Content::Body(size))
         }
+        (Some(Content::Body(left)), FRAME_BODY) => {
+            let left = left.saturating_sub(payload.len() as u64);
+            (left > 0).then_some(Content::Body(left))
+        }
+        (now, _) => now,
     }
-}
-
-fn stop_all(c: &Chan) {
-    c.locals.values().for_each(|l| l.handle.stop());
 }
 
 /// The consumer tag of basic.consume-ok, basic.cancel or cancel-ok (the
@@ -554,5 +643,4 @@ fn cancels(props: &amq_protocol::types::FieldTable) -> bool {
 }
 
 #[cfg(test)]
-#[path = "conn_tests.rs"]
 mod tests;
