@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 use tracing::debug;
 
 use self::conn::{Asked, Conn, ToLeader};
@@ -164,7 +164,9 @@ where
         return;
     };
     let shared = Arc::new(Shared {
-        conn: Default::default(),
+        conn: parking_lot::Mutex::new(Conn::with_consumer_max(
+            reads.config.consumer_max_per_channel,
+        )),
         wake_writer: Notify::new(),
         room: Notify::new(),
     });
@@ -242,7 +244,7 @@ async fn from_leader<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut r: R, max: u
                     Cut::Partial => break,
                     Cut::Opaque => {
                         opaque = true;
-                        st.end();
+                        st.go_raw();
                     }
                 }
             }
@@ -259,7 +261,8 @@ async fn from_leader<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut r: R, max: u
 
 /// The client's bytes: its protocol header, then frame by frame; what is
 /// for the leader is written to it, a stream consume this node serves
-/// starts a reader here.
+/// starts a reader here, and the frames after it wait for its consume-ok
+/// (so that the answers reach the client in the order it asked).
 async fn from_client<R, W>(shared: Arc<Shared>, reads: Arc<Reads>, mut r: R, mut up: W)
 where
     R: AsyncRead + Unpin,
@@ -268,8 +271,8 @@ where
     let mut buf = BytesMut::with_capacity(64 << 10);
     let mut header_left = 8usize;
     let mut opaque = false;
-    let max = reads.frame_limit();
-    loop {
+    let limit = reads.frame_limit();
+    'reading: loop {
         buf.reserve(64 << 10);
         match r.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -281,49 +284,64 @@ where
             to_leader.unsplit(buf.split_to(n));
             header_left -= n;
         }
-        let mut started = Vec::new();
-        let mut end = false;
-        while header_left == 0 && !opaque {
-            let f = match frames::cut(&mut buf, max) {
-                Cut::Frame(f) => f,
-                Cut::Partial => break,
-                Cut::Opaque => {
-                    opaque = true;
-                    shared.conn.lock().end();
-                    break;
-                }
-            };
-            let decided = shared.conn.lock().client_sent(&f);
-            match decided {
-                ToLeader::Forward => to_leader.unsplit(f),
-                ToLeader::Drop => {}
-                ToLeader::Instead(b) => to_leader.extend_from_slice(&b),
-                ToLeader::End => {
-                    end = true;
-                    break;
-                }
-                ToLeader::Consume(asked) => match serve_here(&shared, &reads, &asked) {
-                    Some(s) => started.push(s),
-                    None => {
-                        let mut st = shared.conn.lock();
-                        st.forward_consume(asked.channel, &asked.tag, false, asked.nowait);
-                        to_leader.unsplit(f);
+        loop {
+            let mut answered = None;
+            let mut end = false;
+            while header_left == 0 && !opaque {
+                // Before tune-ok, the frames the leader takes are small.
+                let max = match shared.conn.lock().frame_max {
+                    0 => FRAME_MIN_SIZE as usize,
+                    n => (n as usize).min(limit),
+                };
+                let f = match frames::cut(&mut buf, max) {
+                    Cut::Frame(f) => f,
+                    Cut::Partial => break,
+                    Cut::Opaque => {
+                        opaque = true;
+                        shared.conn.lock().go_raw();
+                        break;
                     }
-                },
+                };
+                let decided = shared.conn.lock().client_sent(&f);
+                match decided {
+                    ToLeader::Forward => to_leader.unsplit(f),
+                    ToLeader::Drop => {}
+                    ToLeader::Instead(b) => to_leader.extend_from_slice(&b),
+                    ToLeader::End => {
+                        end = true;
+                        break;
+                    }
+                    ToLeader::Consume(asked) => match serve_here(&shared, &reads, &asked) {
+                        Some((handle, spec, ok)) => {
+                            let (shared, reads) = (Arc::clone(&shared), Arc::clone(&reads));
+                            tokio::spawn(reader::serve(shared, reads, handle, spec));
+                            answered = Some(ok);
+                            break;
+                        }
+                        None => {
+                            let mut st = shared.conn.lock();
+                            st.forward_consume(asked.channel, &asked.tag, false, asked.nowait);
+                            to_leader.unsplit(f);
+                        }
+                    },
+                }
             }
-        }
-        if opaque {
-            to_leader.unsplit(buf.split());
-        }
-        if !shared.conn.lock().out.is_empty() {
-            shared.wake_writer.notify_one();
-        }
-        for (handle, spec) in started {
-            let (shared, reads) = (Arc::clone(&shared), Arc::clone(&reads));
-            tokio::spawn(reader::serve(shared, reads, handle, spec));
-        }
-        if end || (!to_leader.is_empty() && up.write_all(&to_leader).await.is_err()) {
-            break;
+            if opaque {
+                to_leader.unsplit(buf.split());
+            }
+            if !shared.conn.lock().out.is_empty() {
+                shared.wake_writer.notify_one();
+            }
+            if !to_leader.is_empty() && up.write_all(&to_leader).await.is_err() || end {
+                break 'reading;
+            }
+            to_leader.clear();
+            match answered {
+                Some(ok) => {
+                    let _ = ok.await;
+                }
+                None => break,
+            }
         }
         // What is answered here waits for the client to read, as the
         // leader's answers do.
@@ -339,7 +357,7 @@ fn serve_here(
     shared: &Shared,
     reads: &Reads,
     asked: &Asked,
-) -> Option<(Arc<conn::Handle>, reader::Spec)> {
+) -> Option<(Arc<conn::Handle>, reader::Spec, oneshot::Receiver<()>)> {
     let args = asked.arguments.inner();
     if args.keys().any(|k| !SERVED_ARGUMENTS.contains(&k.as_str())) {
         return None;
@@ -353,25 +371,27 @@ fn serve_here(
         "" => format!("amq.ctag-{}", crate::util::random_name()),
         t => t.to_string(),
     };
-    let (ch, max) = (asked.channel, reads.config.consumer_max_per_channel);
+    let ch = asked.channel;
     let (user, vhost) = {
         let st = shared.conn.lock();
-        if !st.may_serve(ch, &tag, max) {
+        if !st.may_serve(ch, &tag) {
             return None;
         }
         (st.user.clone()?, st.vhost.clone()?)
     };
     let queue_id = reads.readable(&user, &vhost, &asked.queue)?;
     let mut st = shared.conn.lock();
-    if !st.may_serve(ch, &tag, max) {
+    if !st.may_serve(ch, &tag) {
         return None;
     }
     let (id, handle) = st.start_local(ch, &tag, asked.nowait)?;
     debug!(queue = %asked.queue, %vhost, "serving a stream reader from this follower's copy");
+    let (answered, ok) = oneshot::channel();
     let spec = reader::Spec {
         channel: ch,
         tag,
         id,
+        answered: Some(answered),
         committed: reads.log.committed(),
         vhost,
         queue: asked.queue.clone(),
@@ -379,5 +399,5 @@ fn serve_here(
         start,
         filter,
     };
-    Some((handle, spec))
+    Some((handle, spec, ok))
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::oneshot;
 use tracing::warn;
 
 use super::conn::Handle;
@@ -36,6 +37,8 @@ pub(super) struct Spec {
     pub id: u64,
     /// What was committed when the consume came.
     pub committed: u64,
+    /// Told once the consume is answered (the client's next frames wait).
+    pub answered: Option<oneshot::Sender<()>>,
     pub vhost: String,
     pub queue: String,
     pub queue_id: u64,
@@ -82,7 +85,13 @@ async fn blocking<T: Send + 'static>(
 /// Serves `spec` until the reader is cancelled, its channel or connection
 /// ends, or its stream goes. Its consume-ok is sent once its start is
 /// placed: a message published after the client has it is after the start.
-pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, handle: Arc<Handle>, spec: Spec) {
+pub(super) async fn serve(
+    shared: Arc<Shared>,
+    reads: Arc<Reads>,
+    handle: Arc<Handle>,
+    mut spec: Spec,
+) {
+    let answered = spec.answered.take();
     let (ch, tag, id, queue) = (spec.channel, spec.tag.as_str(), spec.id, spec.queue_id);
     let mut applied = reads.applied.clone();
     let caught_up = applied.wait_for(|&a| a >= spec.committed);
@@ -91,6 +100,9 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, handle: Arc<Ha
     let start = spec.start;
     let placed = blocking(move || start_offset(&store, queue, start)).await;
     shared.conn.lock().consumed(ch, tag, id);
+    if let Some(answered) = answered {
+        let _ = answered.send(());
+    }
     let mut cursor = match placed {
         Ok(c) => c,
         Err(e) => return fail(&shared, &spec, e),

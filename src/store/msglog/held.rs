@@ -46,12 +46,17 @@ pub(super) struct Held {
     at: HashMap<(u64, u64), usize>,
     bytes: usize,
     generation: u64,
+    /// The highest seq held of each queue since none was held (it may
+    /// name one taken back or written since: an upper bound).
+    highest: HashMap<u64, u64>,
 }
 
 impl Held {
     /// Holds `put`; a message held already is replaced (applied again).
     pub fn hold(&mut self, put: HeldPut) {
         let key = (put.queue, put.seq);
+        let top = self.highest.entry(put.queue).or_insert(put.seq);
+        *top = (*top).max(put.seq);
         self.bytes += put.msg.backing().len();
         let i = self.gone + self.puts.len();
         self.puts.push_back((self.generation, Some(put)));
@@ -88,6 +93,11 @@ impl Held {
     pub fn get(&self, queue: u64, seq: u64) -> Option<&HeldPut> {
         let i = *self.at.get(&(queue, seq))?;
         self.puts.get(i.checked_sub(self.gone)?)?.1.as_ref()
+    }
+
+    /// Whether a put of `queue` at `seq` or after may be held.
+    pub fn may_hold_from(&self, queue: u64, seq: u64) -> bool {
+        self.highest.get(&queue).is_some_and(|&top| top >= seq)
     }
 
     /// Whether no put is held.
@@ -128,6 +138,9 @@ impl Held {
                 out.push(p);
             }
         }
+        if self.at.is_empty() {
+            self.highest.clear();
+        }
         out
     }
 }
@@ -157,6 +170,7 @@ mod tests {
         h.hold(put(2, 1));
         let one = h.bytes() / 3;
         assert_eq!(h.get(1, 2).map(|p| p.seq), Some(2));
+        assert!(h.may_hold_from(1, 2) && !h.may_hold_from(1, 3) && !h.may_hold_from(3, 0));
         assert!(h.take(1, 2));
         assert!(!h.take(1, 2), "taken once");
         assert!(h.get(1, 2).is_none());

@@ -536,8 +536,9 @@ impl MessageLog {
     /// Messages `from`, `from + 1`, ... of `queue` while they are held
     /// back and nothing of the queue from `from` on is in the log: a
     /// stream's newest messages, read by a member's reader at the tail
-    /// (server/follow_reads) without writing what is held. None if the
-    /// first is not held.
+    /// (server/follow_reads) without writing what is held; nothing if
+    /// nothing of the queue from `from` on is held or in the log. None
+    /// where it cannot tell without writing what is held.
     fn held_from(
         &self,
         queue: u64,
@@ -546,8 +547,11 @@ impl MessageLog {
         max_bytes: u64,
     ) -> Option<Vec<(u64, Arc<Message>)>> {
         let st = self.state.lock();
-        if st.held.is_empty() || !st.index.range(queue, from, 1).is_empty() {
+        if !st.index.range(queue, from, 1).is_empty() {
             return None;
+        }
+        if !st.held.may_hold_from(queue, from) {
+            return Some(Vec::new());
         }
         let mut out = Vec::new();
         let mut bytes = 0u64;

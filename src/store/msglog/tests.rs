@@ -211,6 +211,49 @@ fn a_held_put_removed_before_the_commit_writes_nothing() {
     assert_eq!(seqs, [3, 4]);
 }
 
+/// A stream's newest messages, held back on a member, are read from
+/// memory by a reader at the tail: nothing is written for it, and a read
+/// past them finds nothing without writing either.
+#[test]
+fn a_reader_at_the_tail_reads_held_puts_without_writing_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 1 << 20).hold_puts();
+    log.put(7, 1, &msg(b"one"), false, 0, 1).unwrap();
+    log.commit().unwrap();
+    let end = log.log.end();
+    for seq in 2..=5 {
+        log.put(7, seq, &msg(format!("m{seq}").as_bytes()), false, 0, seq)
+            .unwrap();
+    }
+    log.put(8, 1, &msg(b"another queue's"), false, 0, 1)
+        .unwrap();
+    let bodies = |from, n, max| -> Vec<(u64, Vec<u8>)> {
+        let read = log.range_within(7, from, n, max).unwrap();
+        read.iter().map(|(s, m)| (*s, m.body().to_vec())).collect()
+    };
+    assert_eq!(
+        bodies(3, 10, u64::MAX),
+        [
+            (3, b"m3".to_vec()),
+            (4, b"m4".to_vec()),
+            (5, b"m5".to_vec())
+        ]
+    );
+    assert_eq!(bodies(2, 2, u64::MAX).len(), 2);
+    assert_eq!(
+        bodies(2, 10, 3).len(),
+        1,
+        "at least one, then within the bytes"
+    );
+    assert!(bodies(6, 10, u64::MAX).is_empty());
+    assert_eq!(log.log.end(), end, "nothing written for the reads");
+    // A taken-back put is not read from memory; the log is read instead.
+    log.remove(7, 4).unwrap();
+    assert_eq!(bodies(4, 10, u64::MAX), [(5, b"m5".to_vec())]);
+    // A read that reaches into the log sees it and the held puts alike.
+    assert_eq!(bodies(1, 10, u64::MAX).len(), 4);
+}
+
 #[test]
 fn a_second_open_of_the_same_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();

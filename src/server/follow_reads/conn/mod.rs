@@ -7,8 +7,8 @@
 //!
 //! What this node writes on a channel never lands inside one of the
 //! leader's messages: while the leader's content is arriving on a channel,
-//! a reader there waits and a method answered here (consume-ok, cancel-ok,
-//! a cancel) is held until the message is whole.
+//! what is written here for it (a delivery, consume-ok, cancel-ok, a
+//! cancel) is held until the message is whole.
 
 mod settle;
 
@@ -26,8 +26,8 @@ use crate::amqp::codec::{FRAME_BODY, FRAME_HEADER};
 /// A stream reader served here: its task's handle.
 #[derive(Default)]
 pub(super) struct Handle {
-    /// Credit came back, the channel's flow resumed or its content
-    /// finished, or the reader must stop.
+    /// Credit came back, the channel's flow resumed, or the reader must
+    /// stop.
     pub wake: Notify,
     stop: AtomicBool,
 }
@@ -158,6 +158,12 @@ pub(super) struct Conn {
     pub finished: bool,
     /// This node closed the connection: nothing more passes either way.
     refused: bool,
+    /// A side sent what is not AMQP as this node reads it: bytes pass as
+    /// they come and nothing is answered here.
+    raw: bool,
+    /// The most readers here plus the leader's consumers on a channel
+    /// (0: no limit; the leader's consumer_max_per_channel).
+    consumer_max: u64,
     chans: HashMap<u16, Chan>,
     next_local: u64,
 }
@@ -209,11 +215,29 @@ fn is_reply(class: u16, method: u16) -> bool {
 }
 
 impl Conn {
+    /// A connection whose channels take `max` consumers (0: no limit).
+    pub fn with_consumer_max(max: u64) -> Conn {
+        Conn {
+            consumer_max: max,
+            ..Conn::default()
+        }
+    }
+
     /// Reads a frame from the client on its way to the leader.
     pub fn client_sent(&mut self, frame: &[u8]) -> ToLeader {
+        if self.raw {
+            return ToLeader::Forward;
+        }
         if self.refused {
             return match frames::method(frame) {
                 Some((10, 51)) => ToLeader::End,
+                Some((10, 50)) => {
+                    let ok = AMQPClass::Connection(connection::AMQPMethod::CloseOk(
+                        connection::CloseOk {},
+                    ));
+                    crate::amqp::codec::put_method(&mut self.out, 0, ok);
+                    ToLeader::End
+                }
                 _ => ToLeader::Drop,
             };
         }
@@ -269,10 +293,19 @@ impl Conn {
             }
             AMQPClass::Basic(basic::AMQPMethod::Consume(m)) => {
                 let tag = m.consumer_tag.as_str();
-                if c.locals.contains_key(tag) {
-                    // RabbitMQ's answer: a connection error.
-                    let text = format!("NOT_ALLOWED - attempt to reuse consumer tag '{tag}'");
-                    self.refuse(530, &text, (60, 20));
+                // The leader's (and RabbitMQ's) answers, connection errors:
+                // it does not see the readers here.
+                let max = self.consumer_max;
+                let consumers = (c.locals.len() + c.leader_consumers.len()) as u64;
+                let refusal = if c.locals.contains_key(tag) {
+                    Some(format!("attempt to reuse consumer tag '{tag}'"))
+                } else if max != 0 && !c.locals.is_empty() && consumers >= max {
+                    Some(format!("reached maximum ({max}) of consumers per channel"))
+                } else {
+                    None
+                };
+                if let Some(text) = refusal {
+                    self.refuse(530, &format!("NOT_ALLOWED - {text}"), (60, 20));
                     return ToLeader::Drop;
                 }
                 if c.outstanding == 0 && !m.no_ack && !m.exclusive {
@@ -347,6 +380,13 @@ impl Conn {
         }
     }
 
+    /// A side sent what is not AMQP as this node reads it: the readers
+    /// stop, and from here on the bytes pass as they come.
+    pub fn go_raw(&mut self) {
+        self.end();
+        self.raw = true;
+    }
+
     /// Closes the connection from here with `code` (the client's
     /// close-ok ends it; nothing more passes either way meanwhile).
     fn refuse(&mut self, code: u16, text: &str, (class, method): (u16, u16)) {
@@ -367,8 +407,9 @@ impl Conn {
     /// leader owing it nothing, and none of the leader's deliveries on it
     /// yet (their tags would need to be known unsettled to be renumbered);
     /// `tag` (the consumer tag) not in use on it and the channel under
-    /// `max` consumers (0: no limit).
-    pub fn may_serve(&self, ch: u16, tag: &str, max: u64) -> bool {
+    /// `consumer_max` consumers.
+    pub fn may_serve(&self, ch: u16, tag: &str) -> bool {
+        let max = self.consumer_max;
         let Some(c) = self.chans.get(&ch) else {
             return false;
         };
@@ -438,6 +479,9 @@ impl Conn {
     /// Appends what this node writes on `ch`: held while the leader's
     /// message is arriving there.
     fn put_local(&mut self, ch: u16, put: impl FnOnce(&mut BytesMut)) {
+        if self.raw {
+            return;
+        }
         match self.chans.get_mut(&ch) {
             Some(c) if c.content.is_some() => put(&mut c.held),
             _ => put(&mut self.out),
@@ -455,7 +499,7 @@ impl Conn {
         if c.closing || l.handle.stopped() {
             return None;
         }
-        Some(match c.paused || c.content.is_some() {
+        Some(match c.paused {
             true => 0,
             false => l.prefetch.saturating_sub(l.unacked),
         })
@@ -480,7 +524,13 @@ impl Conn {
         *next += 1;
         map.insert(t, Src::Local(l.id));
         l.unacked += 1;
-        frames::put_deliver(&mut self.out, ch, tag, t, msg, frame_max);
+        // While the leader's message arrives here, after it (its tag
+        // order kept: the held frames go out before its next method).
+        let out = match c.content {
+            Some(_) => &mut c.held,
+            None => &mut self.out,
+        };
+        frames::put_deliver(out, ch, tag, t, msg, frame_max);
         true
     }
 
@@ -530,9 +580,6 @@ impl Conn {
         if kind == FRAME_HEADER || kind == FRAME_BODY {
             if let Some(c) = self.chans.get_mut(&ch) {
                 c.content = content_after(c.content, kind, frames::payload(frame));
-                if c.content.is_none() {
-                    c.wake_locals();
-                }
             }
             return;
         }

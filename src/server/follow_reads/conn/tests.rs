@@ -211,19 +211,23 @@ fn a_stream_consume_is_offered_and_answered_once_placed() {
     let ToLeader::Consume(asked) = c.client_sent(&consume(1, "s1", false)) else {
         panic!("not offered");
     };
-    assert!(c.may_serve(1, &asked.tag, 0));
+    assert!(c.may_serve(1, &asked.tag));
     let (id, _) = c.start_local(1, &asked.tag, false).expect("served");
     assert!(c.out.is_empty());
     c.consumed(1, "s1", id);
     assert_eq!(sent(&mut c), [(1, (60, 21))]);
     // A tag in use, or a no-ack consume, is not served here; a channel
     // at its consumer limit neither.
-    assert!(!c.may_serve(1, "s1", 0));
-    assert!(!c.may_serve(1, "s2", 1));
+    assert!(!c.may_serve(1, "s1"));
     assert!(matches!(
         c.client_sent(&consume(1, "x", true)),
         ToLeader::Forward
     ));
+    c.leader_sent(consume_ok(1, "x"));
+    c.consumer_max = 2;
+    assert!(!c.may_serve(1, "s2"));
+    c.consumer_max = 3;
+    assert!(c.may_serve(1, "s2"));
 }
 
 #[test]
@@ -276,26 +280,28 @@ fn nothing_lands_inside_a_leader_message() {
     // The leader's delivery arrives in parts.
     c.leader_sent(deliver(1, "c1", 1));
     c.leader_sent(header(1, 10));
-    assert_eq!(c.credit(1, "s1", id), Some(0));
-    assert!(!c.deliver(1, "s1", id, &msg()));
-    // A cancel-ok answered here meanwhile waits for the message's end.
+    // A delivery made here, and a cancel-ok answered here, meanwhile
+    // wait for the message's end.
+    assert!(c.deliver(1, "s1", id, &msg()));
     let (id2, _) = c.start_local(1, "s2", true).expect("served");
     assert!(matches!(c.client_sent(&cancel(1, "s2")), ToLeader::Drop));
     c.leader_sent(body(1, 6));
+    assert_eq!(sent(&mut c), [(1, (60, 60)), (1, (0, 2)), (1, (0, 3))]);
     c.leader_sent(body(1, 4));
-    assert_eq!(
-        sent(&mut c),
-        [
-            (1, (60, 60)),
-            (1, (0, 2)),
-            (1, (0, 3)),
-            (1, (0, 3)),
-            (1, (60, 31))
-        ]
-    );
+    let after = [
+        (1, (0, 3)),
+        (1, (60, 60)),
+        (1, (0, 2)),
+        (1, (0, 3)),
+        (1, (60, 31)),
+    ];
+    assert_eq!(sent(&mut c), after);
     assert_eq!(c.credit(1, "s2", id2), None);
-    assert_eq!(c.credit(1, "s1", id), Some(10));
+    assert_eq!(c.credit(1, "s1", id), Some(9));
+    // The leader's delivery took tag 1, the one made here tag 2.
+    leader_delivers(&mut c, "c1", 2);
     assert!(c.deliver(1, "s1", id, &msg()));
+    assert_eq!(tags_sent(&mut c), [3, 4]);
     // An empty body has a header and no body frame.
     c.leader_sent(deliver(1, "c1", 2));
     c.leader_sent(header(1, 0));
@@ -339,6 +345,39 @@ fn reusing_a_tag_served_here_closes_the_connection_as_rabbitmq_does() {
 }
 
 #[test]
+fn past_the_consumer_limit_with_readers_here_the_connection_is_closed() {
+    let (mut c, _, _) = mixed();
+    c.consumer_max = 2;
+    assert!(matches!(
+        c.client_sent(&consume(1, "third", false)),
+        ToLeader::Drop
+    ));
+    assert_eq!(sent(&mut c), [(0, (10, 50))]);
+    // The client's own close crossing ours is answered, and ends it.
+    let close = method(
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+            reply_code: 200,
+            reply_text: ShortString::from("bye"),
+            class_id: 0,
+            method_id: 0,
+        })),
+    );
+    assert!(matches!(c.client_sent(&close), ToLeader::End));
+    assert_eq!(sent(&mut c), [(0, (10, 51))]);
+}
+
+#[test]
+fn once_raw_nothing_is_read_or_answered() {
+    let (mut c, id, handle) = mixed();
+    c.go_raw();
+    assert!(handle.stopped());
+    assert!(matches!(c.client_sent(&cancel(1, "s1")), ToLeader::Forward));
+    assert!(c.out.is_empty());
+    assert!(!c.deliver(1, "s1", id, &msg()));
+}
+
+#[test]
 fn recover_gives_the_credit_back() {
     let (mut c, id, _) = mixed();
     for _ in 0..10 {
@@ -362,7 +401,7 @@ fn recover_gives_the_credit_back() {
 fn a_channel_with_the_leaders_deliveries_or_an_answer_owed_is_not_served() {
     let mut c = opened();
     c.leader_sent(deliver(1, "c1", 1));
-    assert!(!c.may_serve(1, "s1", 0));
+    assert!(!c.may_serve(1, "s1"));
     let mut c = opened();
     let get = method(
         1,
