@@ -8,7 +8,7 @@ mod cluster_support;
 
 use std::time::{Duration, Instant};
 
-use cluster_support::api::{get_json, http};
+use cluster_support::api::get_json;
 use cluster_support::Cluster;
 use lapin::options::*;
 use lapin::types::FieldTable;
@@ -62,17 +62,7 @@ async fn a_follower_low_on_disk_blocks_publishers_on_the_leader() {
     );
     assert!(node["disk_free"].as_u64().is_some_and(|f| f > 0), "{nodes}");
     // The follower's own metrics say so.
-    let metrics = http()
-        .get(format!(
-            "http://127.0.0.1:{}/metrics",
-            c.nodes[f].prometheus
-        ))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = c.metrics(f).await;
     assert!(
         metrics.contains("\nrabbitmq_alarms_free_disk_space_watermark 1\n"),
         "{metrics}"

@@ -127,15 +127,7 @@ const BIG: usize = 300 << 10;
 /// This node's count of stream deliveries made from its own copy, as
 /// its Prometheus says.
 async fn served_here(c: &Cluster, i: usize) -> u64 {
-    let url = format!("http://127.0.0.1:{}/metrics", c.nodes[i].prometheus);
-    let text = cluster_support::api::http()
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = c.metrics(i).await;
     let name = "warren_follower_stream_deliveries_total ";
     text.lines()
         .find_map(|l| l.strip_prefix(name))

@@ -483,6 +483,19 @@ impl Cluster {
         out
     }
 
+    /// Node `i`'s Prometheus metrics (each node answers for itself).
+    pub async fn metrics(&self, i: usize) -> String {
+        let url = format!("http://127.0.0.1:{}/metrics", self.nodes[i].prometheus);
+        api::http()
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// Fails if any log says "panicked".
     pub fn assert_no_panics(&self) {
         for n in &self.nodes {

@@ -5,8 +5,8 @@
 //! then scale with the members, as RabbitMQ's replicas serve them.
 //!
 //! A `basic.consume` on a stream is served here when everything about it
-//! is plain: the leader let the client in with PLAIN or AMQPLAIN (so its
-//! user is known here) and owes the channel no answer; the channel has a
+//! is plain: the leader let the client in with PLAIN, AMQPLAIN or
+//! EXTERNAL (so its user is known here) and owes the channel no answer; the channel has a
 //! prefetch and no global one, and no delivery of the leader's yet; the
 //! consumer takes acks, is not exclusive, is not tracked by the server
 //! (`x-stream-automatic-offset-tracking` writes through the leader) and
@@ -39,6 +39,7 @@ use crate::config::Config;
 use crate::queue::stream::{tracking, Filter, Start};
 use crate::store::raft::LogStore;
 use crate::store::Store;
+use crate::tls::identity::login_name;
 use crate::wire::FRAME_MIN_SIZE;
 
 /// Bytes for the client past which the leader's side and the readers wait.
@@ -160,13 +161,17 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let peer = header.client;
+    let tls = &reads.config.tls;
+    let external = header
+        .certificate
+        .as_deref()
+        .and_then(|c| login_name(c, tls).ok());
     let Some((upstream, leader)) = cluster.open_to_leader(header).await else {
         return;
     };
+    let max = reads.config.consumer_max_per_channel;
     let shared = Arc::new(Shared {
-        conn: parking_lot::Mutex::new(Conn::with_consumer_max(
-            reads.config.consumer_max_per_channel,
-        )),
+        conn: parking_lot::Mutex::new(Conn::new(max, external)),
         wake_writer: Notify::new(),
         room: Notify::new(),
     });

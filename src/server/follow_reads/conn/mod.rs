@@ -145,8 +145,8 @@ pub(super) struct Conn {
     /// Bytes for the client.
     pub out: BytesMut,
     pub frame_max: u32,
-    /// The user the leader let in (PLAIN and AMQPLAIN), its vhost, and
-    /// whether the leader opened the connection.
+    /// The user the leader let in (PLAIN, AMQPLAIN, EXTERNAL), its
+    /// vhost, and whether the leader opened the connection.
     pub user: Option<String>,
     pub vhost: Option<String>,
     open: bool,
@@ -164,6 +164,8 @@ pub(super) struct Conn {
     /// The most readers here plus the leader's consumers on a channel
     /// (0: no limit; the leader's consumer_max_per_channel).
     consumer_max: u64,
+    /// The user an EXTERNAL login names.
+    external: Option<String>,
     chans: HashMap<u16, Chan>,
     next_local: u64,
 }
@@ -215,10 +217,13 @@ fn is_reply(class: u16, method: u16) -> bool {
 }
 
 impl Conn {
-    /// A connection whose channels take `max` consumers (0: no limit).
-    pub fn with_consumer_max(max: u64) -> Conn {
+    /// A connection whose channels take `max` consumers (0: no limit);
+    /// `external` is the user an EXTERNAL login names (the client
+    /// certificate verified here, read as the leader reads it).
+    pub fn new(max: u64, external: Option<String>) -> Conn {
         Conn {
             consumer_max: max,
+            external,
             ..Conn::default()
         }
     }
@@ -366,9 +371,12 @@ impl Conn {
     fn connection_from_client(&mut self, m: connection::AMQPMethod) {
         match m {
             connection::AMQPMethod::StartOk(ok) => {
-                let creds =
-                    crate::amqp::auth::decode(ok.mechanism.as_str(), ok.response.as_bytes());
-                self.user = creds.ok().map(|c| c.user);
+                self.user = match ok.mechanism.as_str() {
+                    "EXTERNAL" => self.external.clone(),
+                    m => crate::amqp::auth::decode(m, ok.response.as_bytes())
+                        .ok()
+                        .map(|c| c.user),
+                };
                 self.cancel_notify = cancels(&ok.client_properties);
             }
             connection::AMQPMethod::TuneOk(t) => self.frame_max = t.frame_max,

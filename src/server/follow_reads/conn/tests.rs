@@ -345,6 +345,23 @@ fn reusing_a_tag_served_here_closes_the_connection_as_rabbitmq_does() {
 }
 
 #[test]
+fn an_external_login_names_the_certificates_user() {
+    let mut c = Conn::new(0, Some("O=client,CN=alice".into()));
+    let start_ok = connection::StartOk {
+        client_properties: FieldTable::default(),
+        mechanism: ShortString::from("EXTERNAL"),
+        response: LongString::from(""),
+        locale: ShortString::from("en_US"),
+    };
+    let f = method(
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::StartOk(start_ok)),
+    );
+    assert!(matches!(c.client_sent(&f), ToLeader::Forward));
+    assert_eq!(c.user.as_deref(), Some("O=client,CN=alice"));
+}
+
+#[test]
 fn past_the_consumer_limit_with_readers_here_the_connection_is_closed() {
     let (mut c, _, _) = mixed();
     c.consumer_max = 2;
