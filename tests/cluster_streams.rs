@@ -264,6 +264,8 @@ async fn a_follower_places_every_offset_form_and_filters() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let second = secs(std::time::SystemTime::now());
+    // Stored times come from the coarse wall clock, a tick behind at most.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     publish_confirmed(&lch, "events", (100..200).map(|i| format!("m{i}"))).await;
     let labelled: Vec<(String, Option<&str>)> = (0..30)
         .map(|i| (format!("l{i}"), Some(["red", "blue", "green"][i % 3])))
