@@ -79,7 +79,8 @@ pub struct Peer {
     budget: append::Budget,
     /// The entry being staged on the peer, and how much of it it holds.
     staging: Option<(LogId<u64>, usize)>,
-    /// The cluster version the peer's build applies, and when it said.
+    /// The cluster version the peer's build applies, and when it said;
+    /// forgotten when the peer closes the connection on a request.
     peer_level: Option<(u32, Instant)>,
     progress: Arc<Progress>,
 }
@@ -144,7 +145,14 @@ impl Peer {
         };
         let answer = match tokio::time::timeout(ttl, exchange).await {
             Ok(Ok((_, body))) => body,
-            Ok(Err(e)) => return Err(RPCError::Network(NetworkError::new(&e))),
+            Ok(Err(e)) => {
+                // The peer closed the connection on a request: it may be
+                // another build now (restarted, or one that does not take
+                // the request), so what it said of its build is asked
+                // again. A request that only timed out keeps it.
+                self.peer_level = None;
+                return Err(RPCError::Network(NetworkError::new(&e)));
+            }
             Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
         };
         let result: Result<Resp, E> =
@@ -353,5 +361,96 @@ impl RaftNetwork<TypeConfig> for Peer {
         option: RPCOption,
     ) -> Result<VoteResponse<u64>, Failed<RaftError<u64>>> {
         self.call(rpc::VOTE, &rpc, option.hard_ttl()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use openraft::{CommittedLeaderId, Entry, Vote};
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    fn request() -> AppendEntriesRequest<TypeConfig> {
+        let id = |index| LogId::new(CommittedLeaderId::new(2, 1), index);
+        AppendEntriesRequest {
+            vote: Vote::new_committed(2, 1),
+            prev_log_id: Some(id(6)),
+            leader_commit: Some(id(6)),
+            entries: vec![Entry {
+                log_id: id(7),
+                payload: EntryPayload::Normal(Batch(Bytes::from_static(b"a batch"))),
+            }],
+        }
+    }
+
+    /// Serves one connection as a build of cluster version `level`: it
+    /// answers `VERSION` and `APPEND`, and closes the connection on
+    /// anything else (as every build does on a request it does not know).
+    async fn serve(s: &mut TcpStream, level: u32, kinds: &mut Vec<u8>) {
+        let mut first = [0u8];
+        if s.read_exact(&mut first).await.is_err() || first[0] != rpc::RAFT {
+            return;
+        }
+        while let Ok((kind, _)) = rpc::read_frame(s).await {
+            kinds.push(kind);
+            let answer = match kind {
+                rpc::VERSION => bincode::serialize(&Ok::<u32, RaftError<u64>>(level)),
+                rpc::APPEND if level < rpc::RAW_APPENDS => {
+                    bincode::serialize(&Ok::<AppendEntriesResponse<u64>, RaftError<u64>>(
+                        AppendEntriesResponse::Success,
+                    ))
+                }
+                _ => return,
+            };
+            let Ok(answer) = answer else { return };
+            if rpc::write_frame(s, 0, &answer).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// A peer restarted as an older build that does not take raw appends
+    /// is asked its version again, and gets appends it takes, at once (not
+    /// after `LEVEL_KEPT`).
+    #[tokio::test]
+    async fn a_peer_that_closes_on_a_request_is_asked_its_build_again() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = tokio::spawn(async move {
+            // The build that takes raw appends, then, restarted, one before.
+            let mut seen = Vec::new();
+            for level in [rpc::RAW_APPENDS, rpc::RAW_APPENDS - 1] {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut kinds = Vec::new();
+                serve(&mut s, level, &mut kinds).await;
+                seen.push(kinds);
+            }
+            seen
+        });
+        let mut client = Network::default()
+            .new_client(2, &Member { raft: addr })
+            .await;
+        let option = RPCOption::new(Duration::from_secs(4));
+        let first = client.append_entries(request(), option.clone()).await;
+        assert!(
+            matches!(first, Err(RPCError::Network(_))),
+            "the restart cut the raw append: {first:?}"
+        );
+        let second = client.append_entries(request(), option).await;
+        assert!(
+            matches!(second, Ok(AppendEntriesResponse::Success)),
+            "the older build is sent an append it takes: {second:?}"
+        );
+        drop(client);
+        let seen = peer.await.unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                vec![rpc::VERSION, rpc::APPEND_RAW],
+                vec![rpc::VERSION, rpc::APPEND]
+            ]
+        );
     }
 }
