@@ -28,7 +28,7 @@ peers="1=127.0.0.1:7931,2=127.0.0.1:7932,3=127.0.0.1:7933"
 start() { # node-id config
     RUST_LOG=info,openraft=warn "$BIN" --config "$2" --node-id "$1" --raft-port "793$1" --peers "$peers" \
         --cluster-secret-file "$W/secret" --bind 127.0.0.1 \
-        --port "593$1" --management-port off --prometheus-port "1593$1" --data-dir "$W/w$1" \
+        --port "593$1" --management-port off --prometheus-port "1593$1" --stream-port off --data-dir "$W/w$1" \
         --log-level info >>"$W/w$1.log" 2>&1 &
     NODE[$1]=$!; PIDS+=($!); disown "$!"
 }

@@ -67,7 +67,7 @@ start_warren_cluster() {
     for i in 1 2 3; do
         "$BIN" --node-id $i --raft-port 790$i --peers "$peers" --cluster-secret-file "$W/secret" \
             --bind 127.0.0.1 --port 590$i \
-            --management-port off --prometheus-port off --data-dir "$W/w$i" --log-level warn \
+            --management-port off --prometheus-port off --stream-port off --data-dir "$W/w$i" --log-level warn \
             >"$W/w$i.log" 2>&1 &
         WPIDS+=($!); PIDS+=($!)
     done
@@ -82,7 +82,7 @@ warren_leader_port() { # the node whose AMQP port is the broker's own (not proxi
 
 # Warren, 1 node.
 start_warren_single() {
-    "$BIN" --bind 127.0.0.1 --port 5910 --management-port off --prometheus-port off \
+    "$BIN" --bind 127.0.0.1 --port 5910 --management-port off --prometheus-port off --stream-port off \
         --data-dir "$W/single" --log-level warn >"$W/single.log" 2>&1 &
     SPID=$!; PIDS+=($!)
     wait_port 5910

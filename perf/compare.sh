@@ -246,7 +246,7 @@ start_warren() {
         tls=()
         wants_tls && tls=(--amqps-port "$WARREN_TLS_PORT" --tls-cert "$TLS_DIR/cert.pem"
             --tls-key "$TLS_DIR/key.pem" --management-tls-port off --prometheus-tls-port off)
-        exec "$WARREN_BIN" --bind 127.0.0.1 --port "$port" --data-dir "$WARREN_DATA" "${tls[@]}" $WARREN_ARGS
+        exec "$WARREN_BIN" --bind 127.0.0.1 --port "$port" --stream-port off --data-dir "$WARREN_DATA" "${tls[@]}" $WARREN_ARGS
     ) >"$WORK/warren.log" 2>&1 </dev/null &
     WARREN_PID=$!
     for ((i = 0; i < 60; i++)); do

@@ -67,7 +67,7 @@ durable=()
 say "starting Warren (data in $WORK/data)"
 (
     ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-    exec "$WARREN_BIN" --bind 127.0.0.1 --port "$PORT" --data-dir "$WORK/data" \
+    exec "$WARREN_BIN" --bind 127.0.0.1 --port "$PORT" --stream-port off --data-dir "$WORK/data" \
         --management-bind 127.0.0.1 --management-port "$HTTP_PORT" --prometheus-port "$METRICS_PORT"
 ) >"$WORK/warren.log" 2>&1 </dev/null &
 WARREN_PID=$!

@@ -39,7 +39,7 @@ peers="1=127.0.0.1:7911,2=127.0.0.1:7912,3=127.0.0.1:7913"
 echo "the benchmark cluster's shared secret" >"$W/secret"
 for i in 1 2 3; do
     "$BIN" --node-id $i --raft-port 791$i --peers "$peers" --cluster-secret-file "$W/secret" \
-        --bind 127.0.0.1 --port 593$i --management-port off --prometheus-port off \
+        --bind 127.0.0.1 --port 593$i --management-port off --prometheus-port off --stream-port off \
         --data-dir "$W/w$i" --log-level info >"$W/w$i.log" 2>&1 &
     PIDS+=($!)
 done

@@ -17,7 +17,7 @@ mkdir -p "$DATA"
 URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
 STREAM=(--uri "$URI" --durable-queues --queue-arg x-queue-type=stream --queue big --json --interval 0)
 start() {
-    "$BIN" --bind 127.0.0.1 --port "$PORT" --data-dir "$DATA" --management-port off \
+    "$BIN" --bind 127.0.0.1 --port "$PORT" --stream-port off --data-dir "$DATA" --management-port off \
         --prometheus-port off >>"$WORK/warren.log" 2>&1 &
     PID=$!
 }

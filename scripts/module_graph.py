@@ -27,7 +27,7 @@ LAYERS = [
     ["vhost"],
     ["broker"],
     ["definitions"],
-    ["amqp", "http"],
+    ["amqp", "http", "stream_protocol"],
     ["server", "admin"],
     ["fuzz"],
 ]

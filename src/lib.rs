@@ -25,6 +25,8 @@
 //!   delivery (a channel's side implements the queue's sink) and the outbox
 //!   that batches writes; reply codes live only here.
 //! - [`http`] is the management HTTP API (RabbitMQ's /api).
+//! - [`stream_protocol`] serves RabbitMQ's stream protocol (port 5552)
+//!   over the same streams.
 //! - [`server`] accepts connections and shuts down in order.
 
 pub mod access;
@@ -48,6 +50,7 @@ pub mod queue;
 pub mod rates;
 pub mod server;
 pub mod store;
+pub mod stream_protocol;
 pub mod tls;
 pub mod util;
 pub mod vhost;

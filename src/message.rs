@@ -9,6 +9,8 @@ use bytes::Bytes;
 use crate::wire::props::{self, Field};
 use crate::wire::{table, TableError};
 
+pub mod amqp10;
+
 /// A published message, in one buffer: the route (exchange and routing key
 /// as two short strings, as `basic.publish` carries them) at its start, the
 /// property list and the body at recorded offsets, and whatever lies

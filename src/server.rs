@@ -34,6 +34,8 @@ pub struct Server {
     pub addr: SocketAddr,
     /// Where AMQPS listens, if it is on.
     pub amqps_addr: Option<SocketAddr>,
+    /// Where RabbitMQ's stream protocol listens, if it is on.
+    pub stream_addr: Option<SocketAddr>,
     /// The TLS configuration, if a certificate is configured.
     pub tls: Option<Arc<crate::tls::Tls>>,
     /// Where the HTTPS management API listens, if it is on.
@@ -222,6 +224,7 @@ impl Server {
             Some(_) => bind("AMQPS", c.bind, c.amqps_port()).await?,
             None => None,
         };
+        let streams = bind("the stream protocol", c.bind, c.stream_port).await?;
         let http = bind("the management API", c.management_bind, c.management_port).await?;
         let metrics = bind("Prometheus", c.management_bind, c.prometheus_port).await?;
         // HTTPS: the listener's own section, else the [tls] certificate
@@ -253,6 +256,7 @@ impl Server {
         let addr_of = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
         let (amqp_addr, management_addr) = (addr_of(&amqp), addr_of(&http));
         let amqps_addr = addr_of(&amqps);
+        let stream_addr = addr_of(&streams);
         let prometheus_addr = addr_of(&metrics);
         let (management_tls_addr, prometheus_tls_addr) = (addr_of(&https), addr_of(&https_metrics));
         let (stop, stop_rx) = watch::channel(false);
@@ -273,6 +277,12 @@ impl Server {
             let (b, n, s) = (Arc::clone(&broker), Arc::clone(&node), stop_rx.clone());
             let t = Some(Arc::clone(t));
             tasks.push(tokio::spawn(accept_loop(l, t, b, n, s, alive.clone())));
+        }
+        if let (Some(l), Some(addr)) = (streams, stream_addr) {
+            info!(%addr, "stream protocol listener started");
+            listeners.push(("stream", addr));
+            let (b, s) = (Arc::clone(&broker), stop_rx.clone());
+            tasks.push(tokio::spawn(stream_accept_loop(l, b, s, alive.clone())));
         }
         // The API's connections carried here by followers (served as the
         // API's own, with the client's address).
@@ -356,6 +366,7 @@ impl Server {
         Ok(Server {
             addr: amqp_addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
             amqps_addr,
+            stream_addr,
             tls,
             management_tls_addr,
             prometheus_tls_addr,
@@ -451,6 +462,35 @@ async fn accept_loop(
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off, go on.
+                    warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            _ = stop.changed() => break,
+        }
+    }
+}
+
+/// Accepts on the stream protocol's listener.
+async fn stream_accept_loop(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    mut stop: watch::Receiver<bool>,
+    alive: mpsc::Sender<()>,
+) {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((socket, peer)) => {
+                    let _ = socket.set_nodelay(true);
+                    let Ok(local) = socket.local_addr() else { continue };
+                    let (broker, stop, alive) = (Arc::clone(&broker), stop.clone(), alive.clone());
+                    tokio::spawn(async move {
+                        crate::stream_protocol::serve(socket, peer, local, broker, stop).await;
+                        drop(alive);
+                    });
+                }
+                Err(e) => {
                     warn!("accept failed: {e}");
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }

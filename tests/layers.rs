@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["vhost"],
     &["broker"],
     &["definitions"],
-    &["amqp", "http"],
+    &["amqp", "http", "stream_protocol"],
     &["server", "admin"],
     &["fuzz"],
 ];

@@ -36,6 +36,16 @@ pub struct Config {
     pub amqps_port: Option<Port>,
     /// TLS settings for every TLS listener (RabbitMQ's ssl_options).
     pub tls: TlsConfig,
+    /// RabbitMQ's stream protocol port (0 = any free port, off = none);
+    /// it binds `bind`.
+    pub stream_port: Port,
+    /// The host the stream protocol's Metadata names for this node
+    /// (RabbitMQ's stream.advertised_host); unset: the address the client
+    /// connected to.
+    pub stream_advertised_host: Option<String>,
+    /// The port Metadata names (stream.advertised_port); unset: the
+    /// listener's.
+    pub stream_advertised_port: Option<u16>,
     /// Milliseconds a client has for the AMQP handshake, after TLS's if
     /// any (RabbitMQ's handshake_timeout).
     pub handshake_timeout: u64,
@@ -129,6 +139,9 @@ impl Default for Config {
             port: Port::On(5672),
             amqps_port: None,
             tls: TlsConfig::default(),
+            stream_port: Port::On(5552),
+            stream_advertised_host: None,
+            stream_advertised_port: None,
             management: ManagementConfig::default(),
             handshake_timeout: 10_000,
             management_bind: IpAddr::from([0, 0, 0, 0]),
@@ -200,6 +213,18 @@ pub struct Cli {
     /// Refuse TLS clients without a certificate (tls.fail_if_no_peer_cert).
     #[arg(long)]
     pub tls_fail_if_no_peer_cert: bool,
+    /// RabbitMQ's stream protocol port; 0 = any free port, off = none
+    /// [default: 5552].
+    #[arg(long, value_name = "N|off")]
+    pub stream_port: Option<Port>,
+    /// The host the stream protocol's Metadata names for this node
+    /// (behind NAT, containers or a load balancer) [default: the address
+    /// the client connected to].
+    #[arg(long, value_name = "HOST")]
+    pub stream_advertised_host: Option<String>,
+    /// The port Metadata names for this node [default: the listener's].
+    #[arg(long, value_name = "N")]
+    pub stream_advertised_port: Option<u16>,
     /// Address the management HTTP API listens on [default: 0.0.0.0].
     #[arg(long, value_name = "ADDR")]
     pub management_bind: Option<IpAddr>,
@@ -382,6 +407,15 @@ impl Cli {
         }
         if self.tls_fail_if_no_peer_cert {
             c.tls.fail_if_no_peer_cert = true;
+        }
+        if let Some(v) = self.stream_port {
+            c.stream_port = v;
+        }
+        if let Some(v) = self.stream_advertised_host {
+            c.stream_advertised_host = Some(v);
+        }
+        if let Some(v) = self.stream_advertised_port {
+            c.stream_advertised_port = Some(v);
         }
         if let Some(v) = self.management_bind {
             c.management_bind = v;

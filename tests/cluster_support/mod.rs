@@ -262,6 +262,7 @@ impl Cluster {
             .arg("--prometheus-port")
             .arg(n.prometheus.to_string())
             .args(["--log-level", "info"])
+            .args(["--stream-port", "off"])
             .arg("--management-port")
             .arg(n.http.to_string())
             .arg("--port")

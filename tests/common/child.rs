@@ -75,6 +75,8 @@ impl ChildBroker {
             .arg(api.map_or("off".to_string(), |p| p.to_string()))
             .arg("--prometheus-port")
             .arg("off")
+            .arg("--stream-port")
+            .arg("off")
             .arg("--data-dir")
             .arg(data_dir)
             .arg("--log-level")

@@ -20,6 +20,8 @@ pub struct TestBroker {
     pub api: Option<std::net::SocketAddr>,
     /// The Prometheus listener's address, when it runs.
     pub metrics: Option<std::net::SocketAddr>,
+    /// The stream protocol's address, when it runs.
+    pub streams: Option<std::net::SocketAddr>,
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
     /// Broker panics recorded before this broker started (see panics.rs).
@@ -49,6 +51,7 @@ pub fn config(dir: &Path) -> Config {
         // Off unless a test asks for them (`start_with_api`).
         management_port: Port::Off,
         prometheus_port: Port::Off,
+        stream_port: Port::Off,
         data_dir: dir.to_path_buf(),
         store_cache_mb: 16,
         // Refused handshakes are held this long (3 s by default): short, so
@@ -100,6 +103,7 @@ pub async fn start_with(config: Config) -> TestBroker {
         addr: server.addr,
         api: server.management_addr,
         metrics: server.prometheus_addr,
+        streams: server.stream_addr,
         server: Some(server),
         dir,
         _tmp: None,
@@ -142,10 +146,14 @@ impl TestBroker {
             c.management_port = Port::On(0);
             c.prometheus_port = Port::On(0);
         }
+        if self.streams.is_some() {
+            c.stream_port = Port::On(0);
+        }
         let server = Server::start(c).await.expect("broker restarts");
         self.addr = server.addr;
         self.api = server.management_addr;
         self.metrics = server.prometheus_addr;
+        self.streams = server.stream_addr;
         self.server = Some(server);
     }
 }
@@ -271,11 +279,15 @@ impl TestBroker {
                 c.management_port = Port::On(0);
                 c.prometheus_port = Port::On(0);
             }
+            if self.streams.is_some() {
+                c.stream_port = Port::On(0);
+            }
             match Server::start(c).await {
                 Ok(server) => {
                     self.addr = server.addr;
                     self.api = server.management_addr;
                     self.metrics = server.prometheus_addr;
+                    self.streams = server.stream_addr;
                     self.server = Some(server);
                     return;
                 }

@@ -77,6 +77,52 @@ pub struct Stream {
     acked: AtomicU64,
     /// Set once it is deleted (read without the log's lock).
     gone: AtomicBool,
+    /// Readers outside the queue's (the stream protocol's) waiting for
+    /// an append.
+    pub appended: Appended,
+}
+
+/// Wakes the tasks waiting for a stream's next append, costing an append
+/// nothing but a load while none waits.
+#[derive(Default)]
+pub struct Appended {
+    waiting: std::sync::atomic::AtomicUsize,
+    notify: tokio::sync::Notify,
+}
+
+impl Appended {
+    fn wake(&self) {
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            self.notify.notify_waiters();
+        }
+    }
+
+    /// Waits until an append after `check` found nothing: `check` runs
+    /// once this task is registered, so an append during it is not
+    /// missed; `Some` from it returns at once.
+    pub async fn after<T>(&self, check: impl FnOnce() -> Option<T>) -> Option<T> {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        struct Leave<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let _leave = Leave(&self.waiting);
+        if let Some(found) = check() {
+            return Some(found);
+        }
+        notified.await;
+        None
+    }
+
+    /// Wakes every waiter (the stream was deleted).
+    pub fn wake_all(&self) {
+        self.notify.notify_waiters();
+    }
 }
 
 /// What adding a reader did.
@@ -335,8 +381,13 @@ impl Stream {
                 return Ok(false);
             }
             let offset = log.next;
-            let msg =
-                Arc::new(msg.with_header("x-stream-offset", AMQPValue::LongLongInt(offset as i64)));
+            // An AMQP 1.0 message (the stream protocol's) is kept as it
+            // came: its readers there have the offset in the chunk.
+            let msg = if crate::message::amqp10::is_amqp10(msg) {
+                Arc::new(msg.clone())
+            } else {
+                Arc::new(msg.with_header("x-stream-offset", AMQPValue::LongLongInt(offset as i64)))
+            };
             let time = crate::util::coarse_wall_ms();
             queue
                 .store
@@ -354,6 +405,7 @@ impl Stream {
             log.keep_in_tail(msg);
             self.published.fetch_add(1, Ordering::Relaxed);
             self.deliver(queue, &mut log);
+            self.appended.wake();
             if rolled {
                 log.retain(time)
             } else {
@@ -506,6 +558,40 @@ impl Stream {
         Ok(all)
     }
 
+    /// The offset a reader starting at `start` reads first.
+    pub fn place(&self, queue: &Queue, start: Start) -> store::Result<u64> {
+        let start = self.seek(queue, start)?;
+        Ok(self.log.lock().resolve(start))
+    }
+
+    /// The end of what a reader may read now: in a cluster, what is
+    /// committed.
+    pub fn readable_end(&self, queue: &Queue) -> u64 {
+        let mut log = self.log.lock();
+        Self::committed_end(queue, &mut log).0
+    }
+
+    /// Whether it was deleted.
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
+    /// Records `offset` under `name` (written before the next commit,
+    /// as a reader's tracked offset is): the stream protocol's stored
+    /// offsets and publisher sequences.
+    pub fn store_tracked(&self, queue: &Arc<Queue>, name: &str, offset: u64) {
+        self.track(queue, name, offset);
+    }
+
+    /// What is recorded under `name`: the newest write, committed or
+    /// about to be.
+    pub fn tracked(&self, queue: &Queue, name: &str) -> store::Result<Option<u64>> {
+        match self.tracks.lock().get(name) {
+            Some(at) => Ok(Some(at)),
+            None => queue.store.tracked_offset(queue.config.store_id, name),
+        }
+    }
+
     /// Removes reader `id` (its tracked offset is written before the next
     /// commit); how many remain.
     pub fn remove_reader(&self, queue: &Arc<Queue>, id: u64) -> usize {
@@ -618,6 +704,7 @@ impl Stream {
         self.gone.store(true, Ordering::Release);
         log.tail.clear();
         log.tail_bytes = 0;
+        self.appended.wake_all();
         log.readers.drain(..).map(|r| r.consumer).collect()
     }
 

@@ -1,0 +1,618 @@
+//! An open connection's commands (mod.rs has the handshake). A request
+//! that does not parse, and a frame past the frame max, close the
+//! connection with the protocol's code (a frame that does not parse has
+//! no fields to answer); an unknown command with a correlation id is
+//! answered with "unknown frame"; every other refusal is the command's
+//! response code, as RabbitMQ gives it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
+use bytes::BufMut;
+use tokio::io::AsyncRead;
+use tokio::sync::watch;
+
+use super::codes::*;
+use super::out::Out;
+use super::publish::{self, Confirmer, Publisher};
+use super::subscribe::{self, Subscription};
+use super::wire::{self, Fields, Malformed, ReadError};
+use super::Session;
+use crate::access::Access;
+use crate::broker::Broker;
+use crate::queue::Queue;
+use crate::vhost::QueueSpec;
+
+/// References (of publishers and stored offsets) are at most this long,
+/// as RabbitMQ's are.
+const MAX_REFERENCE: usize = 256;
+
+struct Conn {
+    s: Session,
+    broker: Arc<Broker>,
+    out: Out,
+    publishers: HashMap<u8, Publisher>,
+    subscriptions: HashMap<u8, Subscription>,
+    confirmer: Confirmer,
+}
+
+/// How a frame left the connection.
+enum Next {
+    Go,
+    /// Close with this code and reason.
+    Close(u16, String),
+    /// The client closed it (answered).
+    End,
+}
+
+pub async fn run<R: AsyncRead + Unpin>(
+    mut rd: R,
+    out: Out,
+    s: Session,
+    broker: Arc<Broker>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let heartbeat = Duration::from_secs(s.heartbeat as u64);
+    let mut beating = None;
+    if s.heartbeat > 0 {
+        let beats = out.clone();
+        beating = Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(heartbeat);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                if !beats.write(|o| wire::frame(o, HEARTBEAT, 1, |_| {})).await {
+                    return;
+                }
+            }
+        }));
+    }
+    // The connection's other tasks end with it (each holds an `Out`: the
+    // writer ends, and the socket closes, once all are gone).
+    struct Abort(Option<tokio::task::JoinHandle<()>>);
+    impl Drop for Abort {
+        fn drop(&mut self) {
+            if let Some(t) = &self.0 {
+                t.abort();
+            }
+        }
+    }
+    let _beating = Abort(beating);
+    let frame_max = s.frame_max;
+    let mut c = Conn {
+        confirmer: Confirmer::start(Arc::clone(&broker.store), out.clone()),
+        s,
+        broker,
+        out,
+        publishers: HashMap::new(),
+        subscriptions: HashMap::new(),
+    };
+    // A client silent for two heartbeats is gone (RabbitMQ's rule).
+    let silence = if heartbeat.is_zero() {
+        Duration::from_secs(u32::MAX as u64)
+    } else {
+        heartbeat * 2
+    };
+    let mut buf = Vec::new();
+    loop {
+        let read = tokio::select! {
+            r = tokio::time::timeout(silence, wire::read_frame(&mut rd, &mut buf, frame_max)) => r,
+            _ = stop.changed() => {
+                close(&c.out, OK, "the broker is shutting down").await;
+                return;
+            }
+        };
+        let next = match read {
+            Err(_) => {
+                tracing::warn!(peer = %c.s.peer, "stream client missed its heartbeats: closing");
+                return;
+            }
+            Ok(Err(ReadError::Io(_))) => return,
+            Ok(Err(ReadError::TooLarge(n))) => Next::Close(
+                FRAME_TOO_LARGE,
+                format!("a frame of {n} bytes is over the frame max of {frame_max}"),
+            ),
+            Ok(Ok(())) => c.command(&buf).await,
+        };
+        match next {
+            Next::Go => {}
+            Next::End => return,
+            Next::Close(code, why) => {
+                tracing::warn!(peer = %c.s.peer, "closing a stream connection: {why}");
+                close(&c.out, code, &why).await;
+                return;
+            }
+        }
+    }
+}
+
+/// The server's close.
+async fn close(out: &Out, code: u16, why: &str) {
+    out.write(|o| {
+        wire::frame(o, CLOSE, 1, |o| {
+            o.put_u32(0);
+            o.put_u16(code);
+            wire::put_str(o, why);
+        })
+    })
+    .await;
+}
+
+impl Conn {
+    async fn command(&mut self, frame: &[u8]) -> Next {
+        let mut f = Fields::new(frame);
+        let (Ok(key), Ok(version)) = (f.u16(), f.u16()) else {
+            return Next::Close(UNKNOWN_FRAME, "a frame too short for its key".into());
+        };
+        match self.dispatch(key, version, &mut f).await {
+            Ok(next) => next,
+            Err(Malformed) => Next::Close(UNKNOWN_FRAME, format!("a malformed command {key}")),
+        }
+    }
+
+    async fn answer(&self, key: u16, correlation: u32, code: u16) {
+        self.out
+            .write(|o| wire::response(o, key, correlation, code, |_| {}))
+            .await;
+    }
+
+    fn allowed(&self, access: Access, stream: &str) -> bool {
+        self.broker
+            .users
+            .permission(&self.s.user, &self.s.vhost.name)
+            .is_some_and(|p| p.allows(access, stream))
+    }
+
+    /// The stream `name` (a queue of type stream), if there is one.
+    fn stream(&self, name: &str) -> Option<Arc<Queue>> {
+        self.s
+            .vhost
+            .queue(name)
+            .filter(|q| q.stream().is_some() && !q.is_deleted())
+    }
+
+    async fn dispatch(
+        &mut self,
+        key: u16,
+        version: u16,
+        f: &mut Fields<'_>,
+    ) -> Result<Next, Malformed> {
+        // Commands without a correlation id first.
+        match key {
+            HEARTBEAT => return Ok(Next::Go),
+            PUBLISH => {
+                let publisher = f.u8()?;
+                let count = f.count(12)?;
+                self.publish(publisher, count, version, f).await?;
+                return Ok(Next::Go);
+            }
+            CREDIT => {
+                let (id, credit) = (f.u8()?, f.u16()?);
+                match self.subscriptions.get(&id) {
+                    Some(s) => s.credit.add_permits(credit as usize),
+                    None => {
+                        self.out
+                            .write(|o| {
+                                wire::frame(o, CREDIT | RESPONSE, 1, |o| {
+                                    o.put_u16(SUBSCRIPTION_ID_DOES_NOT_EXIST);
+                                    o.put_u8(id);
+                                })
+                            })
+                            .await;
+                    }
+                }
+                return Ok(Next::Go);
+            }
+            STORE_OFFSET => {
+                let (reference, stream, offset) = (f.string()?, f.string()?, f.u64()?);
+                // No answer: a store that cannot be done is dropped, as
+                // RabbitMQ drops it.
+                if let Some(q) = self.stream(stream) {
+                    if valid_reference(reference) && self.allowed(Access::Read, stream) {
+                        if let Some(s) = q.stream() {
+                            s.store_tracked(&q, &offset_name(reference), offset);
+                        }
+                    }
+                }
+                return Ok(Next::Go);
+            }
+            // The client's answer to the server's close.
+            k if k == CLOSE | RESPONSE => return Ok(Next::End),
+            k if k & RESPONSE != 0 => return Ok(Next::Go),
+            _ => {}
+        }
+        let correlation = f.u32()?;
+        match key {
+            CLOSE => {
+                self.answer(key, correlation, OK).await;
+                return Ok(Next::End);
+            }
+            DECLARE_PUBLISHER => {
+                let id = f.u8()?;
+                let reference = f.string_or_null()?.filter(|r| !r.is_empty());
+                let stream = f.string()?;
+                let code = self.declare_publisher(id, reference, stream);
+                self.answer(key, correlation, code).await;
+            }
+            DELETE_PUBLISHER => {
+                let id = f.u8()?;
+                let code = match self.publishers.remove(&id) {
+                    Some(_) => OK,
+                    None => PUBLISHER_DOES_NOT_EXIST,
+                };
+                self.answer(key, correlation, code).await;
+            }
+            QUERY_PUBLISHER_SEQUENCE => {
+                let (reference, stream) = (f.string()?, f.string()?);
+                let (code, seq) = match self.stream(stream) {
+                    None => (STREAM_DOES_NOT_EXIST, 0),
+                    Some(_) if !self.allowed(Access::Read, stream) => (ACCESS_REFUSED, 0),
+                    Some(_) if !valid_reference(reference) => (PRECONDITION_FAILED, 0),
+                    Some(q) => match self.tracked(&q, &publish::sequence_name(reference)) {
+                        Ok(seq) => (OK, seq.unwrap_or(0)),
+                        Err(_) => (INTERNAL_ERROR, 0),
+                    },
+                };
+                self.out
+                    .write(|o| wire::response(o, key, correlation, code, |o| o.put_u64(seq)))
+                    .await;
+            }
+            QUERY_OFFSET => {
+                let (reference, stream) = (f.string()?, f.string()?);
+                let (code, offset) = match self.stream(stream) {
+                    None => (STREAM_DOES_NOT_EXIST, 0),
+                    Some(_) if !self.allowed(Access::Read, stream) => (ACCESS_REFUSED, 0),
+                    Some(_) if !valid_reference(reference) => (PRECONDITION_FAILED, 0),
+                    Some(q) => match self.tracked(&q, &offset_name(reference)) {
+                        Ok(Some(at)) => (OK, at),
+                        Ok(None) => (NO_OFFSET, 0),
+                        Err(_) => (INTERNAL_ERROR, 0),
+                    },
+                };
+                self.out
+                    .write(|o| wire::response(o, key, correlation, code, |o| o.put_u64(offset)))
+                    .await;
+            }
+            SUBSCRIBE => {
+                let id = f.u8()?;
+                let stream = f.string()?.to_string();
+                let kind = f.u16()?;
+                // Only an offset and a timestamp carry a value.
+                let value = if matches!(kind, 4 | 5) { f.u64()? } else { 0 };
+                let credit = f.u16()?;
+                let properties = f.pairs()?;
+                match self.subscribe(id, &stream, (kind, value), &properties) {
+                    Ok((queue, first)) => {
+                        // Answered before its first chunk can be sent.
+                        self.answer(key, correlation, OK).await;
+                        let reader = subscribe::Reader {
+                            id,
+                            stream,
+                            queue,
+                            cursor: first,
+                            frame_max: self.s.frame_max,
+                            store: Arc::clone(&self.broker.store),
+                            out: self.out.clone(),
+                        };
+                        let sub = subscribe::start(reader, credit);
+                        self.subscriptions.insert(id, sub);
+                    }
+                    Err(code) => self.answer(key, correlation, code).await,
+                }
+            }
+            UNSUBSCRIBE => {
+                let id = f.u8()?;
+                let code = match self.subscriptions.remove(&id) {
+                    Some(_) => OK,
+                    None => SUBSCRIPTION_ID_DOES_NOT_EXIST,
+                };
+                self.answer(key, correlation, code).await;
+            }
+            CREATE_STREAM => {
+                let stream = f.string()?;
+                let arguments = f.pairs()?;
+                let code = self.create(stream, &arguments).await;
+                self.answer(key, correlation, code).await;
+            }
+            DELETE_STREAM => {
+                let stream = f.string()?;
+                let code = self.delete(stream).await;
+                self.answer(key, correlation, code).await;
+            }
+            METADATA => {
+                let n = f.count(2)?;
+                let mut names = Vec::with_capacity(n);
+                for _ in 0..n {
+                    names.push(f.string()?);
+                }
+                self.metadata(correlation, &names).await;
+            }
+            EXCHANGE_COMMAND_VERSIONS => {
+                let n = f.count(6)?;
+                for _ in 0..n {
+                    f.u16()?;
+                    f.u16()?;
+                    f.u16()?;
+                }
+                self.out
+                    .write(|o| {
+                        wire::response(o, key, correlation, OK, |o| {
+                            o.put_u32(VERSIONS.len() as u32);
+                            for &(k, min, max) in VERSIONS {
+                                o.put_u16(k);
+                                o.put_u16(min);
+                                o.put_u16(max);
+                            }
+                        })
+                    })
+                    .await;
+            }
+            STREAM_STATS => {
+                let stream = f.string()?;
+                let stats = match self.stream(stream) {
+                    None => Err(STREAM_DOES_NOT_EXIST),
+                    Some(_) if !self.allowed(Access::Read, stream) => Err(ACCESS_REFUSED),
+                    Some(q) => Ok(q.stream().map(|s| (s.extent(), s.readable_end(&q)))),
+                };
+                let (code, stats) = match stats {
+                    Ok(Some((extent, end))) => {
+                        let first = if extent.next > extent.first {
+                            extent.first as i64
+                        } else {
+                            -1
+                        };
+                        let committed = end.checked_sub(1).map_or(-1, |o| o as i64);
+                        (
+                            OK,
+                            vec![("first_chunk_id", first), ("committed_chunk_id", committed)],
+                        )
+                    }
+                    Ok(None) => (STREAM_DOES_NOT_EXIST, Vec::new()),
+                    Err(code) => (code, Vec::new()),
+                };
+                self.out
+                    .write(|o| {
+                        wire::response(o, key, correlation, code, |o| {
+                            o.put_u32(stats.len() as u32);
+                            for (k, v) in &stats {
+                                wire::put_str(o, k);
+                                o.put_i64(*v);
+                            }
+                        })
+                    })
+                    .await;
+            }
+            _ => self.answer(key, correlation, UNKNOWN_FRAME).await,
+        }
+        Ok(Next::Go)
+    }
+
+    fn tracked(&self, q: &Queue, name: &str) -> crate::store::Result<Option<u64>> {
+        match q.stream() {
+            Some(s) => s.tracked(q, name),
+            None => Ok(None),
+        }
+    }
+
+    fn declare_publisher(&mut self, id: u8, reference: Option<&str>, stream: &str) -> u16 {
+        let Some(queue) = self.stream(stream) else {
+            return STREAM_DOES_NOT_EXIST;
+        };
+        if !self.allowed(Access::Write, stream) {
+            return ACCESS_REFUSED;
+        }
+        if self.publishers.contains_key(&id) {
+            return PRECONDITION_FAILED;
+        }
+        let named = match reference {
+            None => None,
+            Some(r) if !valid_reference(r) => return PRECONDITION_FAILED,
+            // One publisher per reference and stream on a connection.
+            Some(r)
+                if self
+                    .publishers
+                    .values()
+                    .any(|p| p.stream == stream && p.named.as_ref().is_some_and(|n| n.0 == r)) =>
+            {
+                return PRECONDITION_FAILED
+            }
+            Some(r) => match self.tracked(&queue, &publish::sequence_name(r)) {
+                Ok(last) => Some((r.to_string(), last.unwrap_or(0))),
+                Err(_) => return INTERNAL_ERROR,
+            },
+        };
+        self.publishers.insert(
+            id,
+            Publisher {
+                stream: stream.to_string(),
+                queue,
+                named,
+            },
+        );
+        OK
+    }
+
+    async fn publish(
+        &mut self,
+        id: u8,
+        count: usize,
+        version: u16,
+        f: &mut Fields<'_>,
+    ) -> Result<(), Malformed> {
+        // Publishers wait while a resource alarm is up, as AMQP's do.
+        while self.broker.alarms.any() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let max = self.broker.config.max_message_size;
+        let Some(p) = self.publishers.get_mut(&id) else {
+            let mut errors = Vec::with_capacity(count.min(1024));
+            for _ in 0..count {
+                let at = f.u64()?;
+                if version >= 2 {
+                    f.string_or_null()?;
+                }
+                f.bytes()?;
+                errors.push((at, PUBLISHER_DOES_NOT_EXIST));
+            }
+            publish::send_errors(&self.out, id, &errors).await;
+            return Ok(());
+        };
+        let outcome = p.publish(f, count, version, max)?;
+        if !outcome.confirm.is_empty() {
+            let ticket = self.broker.store.ticket();
+            self.confirmer.after(ticket, id, outcome.confirm).await;
+        }
+        publish::send_errors(&self.out, id, &outcome.errors).await;
+        Ok(())
+    }
+
+    /// Checks a subscription: its stream, and where it starts.
+    fn subscribe(
+        &self,
+        id: u8,
+        stream: &str,
+        (kind, value): (u16, u64),
+        properties: &[(&str, &str)],
+    ) -> Result<(Arc<Queue>, u64), u16> {
+        if self.subscriptions.contains_key(&id) {
+            return Err(SUBSCRIPTION_ID_ALREADY_EXISTS);
+        }
+        let Some(queue) = self.stream(stream) else {
+            return Err(STREAM_DOES_NOT_EXIST);
+        };
+        if !self.allowed(Access::Read, stream) {
+            return Err(ACCESS_REFUSED);
+        }
+        // What is not served yet is refused, not ignored.
+        let unserved = properties.iter().any(|(k, v)| {
+            (*k == "single-active-consumer" && *v == "true")
+                || k.starts_with("filter.")
+                || *k == "super-stream"
+        });
+        if unserved {
+            return Err(PRECONDITION_FAILED);
+        }
+        let start = subscribe::start_of(kind, value).ok_or(PRECONDITION_FAILED)?;
+        match queue.stream().map(|s| s.place(&queue, start)) {
+            Some(Ok(first)) => Ok((queue, first)),
+            _ => Err(INTERNAL_ERROR),
+        }
+    }
+
+    async fn create(&self, stream: &str, arguments: &[(&str, &str)]) -> u16 {
+        if !self.allowed(Access::Configure, stream) {
+            return ACCESS_REFUSED;
+        }
+        if self.s.vhost.queue(stream).is_some() {
+            return STREAM_ALREADY_EXISTS;
+        }
+        let mut args = FieldTable::default();
+        args.insert(
+            ShortString::from("x-queue-type"),
+            AMQPValue::LongString(LongString::from("stream")),
+        );
+        for (k, v) in arguments {
+            let value = match *k {
+                "max-length-bytes" | "stream-max-segment-size-bytes" | "initial-cluster-size" => {
+                    match v.parse::<i64>() {
+                        Ok(n) => AMQPValue::LongLongInt(n),
+                        Err(_) => return PRECONDITION_FAILED,
+                    }
+                }
+                "max-age" => AMQPValue::LongString(LongString::from(*v)),
+                // RabbitMQ 3.13 takes the older names as "balanced" (the
+                // Rust client sends "least-leaders" by default).
+                "queue-leader-locator" => AMQPValue::LongString(LongString::from(match *v {
+                    "least-leaders" | "random" => "balanced",
+                    other => other,
+                })),
+                // An argument RabbitMQ does not know is refused, not kept.
+                _ => return PRECONDITION_FAILED,
+            };
+            args.insert(ShortString::from(format!("x-{k}")), value);
+        }
+        let spec = QueueSpec {
+            name: stream.to_string(),
+            durable: true,
+            exclusive: false,
+            auto_delete: false,
+            arguments: args,
+            server_named: false,
+        };
+        match self.s.vhost.declare_queue(&spec, false, 0) {
+            Ok(_) => match self.broker.store.sync().await {
+                Ok(()) => OK,
+                Err(_) => INTERNAL_ERROR,
+            },
+            Err(e) => {
+                tracing::info!(stream, "stream protocol create refused: {}", e.text);
+                match e.kind {
+                    crate::vhost::error::Kind::AccessRefused => ACCESS_REFUSED,
+                    _ => PRECONDITION_FAILED,
+                }
+            }
+        }
+    }
+
+    async fn delete(&mut self, stream: &str) -> u16 {
+        if self.stream(stream).is_none() {
+            return STREAM_DOES_NOT_EXIST;
+        }
+        if !self.allowed(Access::Configure, stream) {
+            return ACCESS_REFUSED;
+        }
+        match self.s.vhost.delete_queue(stream, false, false, 0) {
+            Ok(_) => match self.broker.store.sync().await {
+                Ok(()) => OK,
+                Err(_) => INTERNAL_ERROR,
+            },
+            Err(_) => PRECONDITION_FAILED,
+        }
+    }
+
+    async fn metadata(&self, correlation: u32, names: &[&str]) {
+        let found: Vec<(&str, bool)> = names
+            .iter()
+            .map(|n| (*n, self.stream(n).is_some()))
+            .collect();
+        let (host, port) = &self.s.advertised;
+        self.out
+            .write(|o| {
+                wire::frame(o, METADATA | RESPONSE, 1, |o| {
+                    o.put_u32(correlation);
+                    // This node, reference 0: the leader of every stream it
+                    // serves (replicas in a cluster: not named yet).
+                    o.put_u32(1);
+                    o.put_u16(0);
+                    wire::put_str(o, host);
+                    o.put_u32(*port as u32);
+                    o.put_u32(found.len() as u32);
+                    for (name, exists) in &found {
+                        wire::put_str(o, name);
+                        if *exists {
+                            o.put_u16(OK);
+                            o.put_u16(0);
+                        } else {
+                            o.put_u16(STREAM_DOES_NOT_EXIST);
+                            o.put_u16(u16::MAX);
+                        }
+                        o.put_u32(0);
+                    }
+                })
+            })
+            .await;
+    }
+}
+
+/// Whether a publisher or offset reference is one RabbitMQ takes (at most
+/// 256 bytes); a NUL is refused too (names kept apart by it).
+fn valid_reference(r: &str) -> bool {
+    !r.is_empty() && r.len() <= MAX_REFERENCE && !r.contains('\0')
+}
+
+/// The tracked name an offset stored under `reference` is kept under.
+fn offset_name(reference: &str) -> String {
+    format!("\0offset\0{reference}")
+}

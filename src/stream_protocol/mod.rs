@@ -1,0 +1,278 @@
+//! RabbitMQ's stream protocol (its PROTOCOL.adoc; port 5552): the binary
+//! protocol RabbitMQ's stream clients speak, serving the same streams as
+//! AMQP 0-9-1's `x-queue-type=stream` queues.
+//!
+//! A connection (this file) goes through RabbitMQ's handshake: peer
+//! properties, SASL (PLAIN), tune (frame max, heartbeat), open (a vhost
+//! the user has a permission on); then conn.rs serves its commands:
+//! streams created and deleted, metadata, publishers (publish.rs:
+//! confirms once the group commit covers a batch, deduplication by
+//! publishing id for a named publisher), subscriptions (subscribe.rs:
+//! chunks by credit) and stored offsets. Frames are read whole up to the
+//! negotiated frame max (wire.rs), and what is written goes through one
+//! bounded queue (out.rs). Every bad frame gets the protocol's response
+//! code, or ends the connection where the protocol has no answer for it.
+
+mod codes;
+mod conn;
+pub mod out;
+mod publish;
+mod subscribe;
+mod wire;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BufMut;
+use tokio::io::AsyncRead;
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use crate::broker::Broker;
+use crate::vhost::VHost;
+use codes::*;
+use out::Out;
+use wire::{Fields, Malformed, ReadError};
+
+/// The largest frame read before tune (RabbitMQ's initial frame max is
+/// lower; the handshake's frames are small).
+const HANDSHAKE_FRAME_MAX: u32 = 64 << 10;
+/// The frame max proposed at tune (RabbitMQ's default).
+pub const FRAME_MAX: u32 = 1 << 20;
+/// The heartbeat proposed at tune, seconds (RabbitMQ's default).
+const HEARTBEAT_SECS: u32 = 60;
+/// The version RabbitMQ's stream clients are told (they turn on what
+/// they use by it: 3.13 speaks everything Warren serves here).
+const COMPATIBLE_VERSION: &str = "3.13.0";
+
+/// Who the connection is, once open.
+pub struct Session {
+    pub peer: SocketAddr,
+    pub user: String,
+    pub vhost: Arc<VHost>,
+    pub frame_max: u32,
+    pub heartbeat: u32,
+    /// The host and port Metadata names for this node.
+    pub advertised: (String, u16),
+}
+
+/// Serves one connection to the stream port until it ends or `stop`.
+pub async fn serve(
+    socket: tokio::net::TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    broker: Arc<Broker>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let (mut rd, wr) = socket.into_split();
+    let (out, writer) = out::start(wr);
+    let advertised = (
+        broker
+            .config
+            .stream_advertised_host
+            .clone()
+            .unwrap_or_else(|| local.ip().to_string()),
+        broker.config.stream_advertised_port.unwrap_or(local.port()),
+    );
+    let limit = Duration::from_millis(broker.config.handshake_timeout);
+    let session = tokio::select! {
+        s = tokio::time::timeout(limit, handshake(&mut rd, &out, peer, &broker, advertised)) => s,
+        _ = stop.changed() => return,
+    };
+    let session = match session {
+        Ok(Ok(s)) => s,
+        Ok(Err(why)) => {
+            warn!(%peer, "stream protocol handshake failed: {why}");
+            // Held a little (the client reads the answer first; guessing
+            // passwords slows down), as the AMQP port does.
+            tokio::time::sleep(Duration::from_millis(
+                broker.config.handshake_close_delay_ms,
+            ))
+            .await;
+            drop(out);
+            let _ = writer.await;
+            return;
+        }
+        Err(_) => {
+            warn!(%peer, "stream protocol handshake timed out");
+            return;
+        }
+    };
+    debug!(%peer, user = %session.user, vhost = %session.vhost.name, "stream connection open");
+    conn::run(rd, out, session, broker, stop).await;
+    let _ = writer.await;
+}
+
+/// The handshake: what it refused, as the log says it.
+async fn handshake<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    out: &Out,
+    peer: SocketAddr,
+    broker: &Arc<Broker>,
+    advertised: (String, u16),
+) -> Result<Session, String> {
+    let mut buf = Vec::new();
+    let mut user: Option<String> = None;
+    let mut tuned: Option<(u32, u32)> = None;
+    loop {
+        match wire::read_frame(rd, &mut buf, HANDSHAKE_FRAME_MAX).await {
+            Ok(()) => {}
+            Err(ReadError::Io(e)) => return Err(format!("connection ended: {e}")),
+            Err(ReadError::TooLarge(n)) => return Err(format!("a frame of {n} bytes")),
+        }
+        let mut f = Fields::new(&buf);
+        let head = (|| Ok::<_, Malformed>((f.u16()?, f.u16()?)))();
+        let Ok((key, _version)) = head else {
+            return Err("a frame too short for its key".into());
+        };
+        // The client answers the server's tune with the same command.
+        if key & !RESPONSE == TUNE {
+            let (Ok(frame_max), Ok(heartbeat)) = (f.u32(), f.u32()) else {
+                return Err("a malformed tune".into());
+            };
+            if user.is_none() {
+                return Err("tune before authentication".into());
+            }
+            let pick = |ours: u32, theirs: u32| match (ours, theirs) {
+                (0, t) => t,
+                (o, 0) => o,
+                (o, t) => o.min(t),
+            };
+            // Below the protocol's smallest useful frame the client could
+            // not be sent a chunk header.
+            let frame_max = pick(FRAME_MAX, frame_max).max(4096);
+            tuned = Some((frame_max, pick(HEARTBEAT_SECS, heartbeat)));
+            continue;
+        }
+        if key == HEARTBEAT {
+            continue;
+        }
+        let Ok(correlation) = f.u32() else {
+            return Err(format!("command {key} cut short"));
+        };
+        match key {
+            PEER_PROPERTIES => {
+                if f.pairs().is_err() {
+                    return Err("malformed peer properties".into());
+                }
+                let props = [
+                    ("product", "Warren"),
+                    ("version", COMPATIBLE_VERSION),
+                    ("warren_version", env!("CARGO_PKG_VERSION")),
+                    ("platform", "Rust"),
+                    ("copyright", "Copyright (c) the Warren authors"),
+                    (
+                        "information",
+                        "Licensed under the MIT or Apache-2.0 licence",
+                    ),
+                ];
+                out.write(|o| {
+                    wire::response(o, key, correlation, OK, |o| {
+                        wire::put_pairs(o, props.into_iter())
+                    })
+                })
+                .await;
+            }
+            SASL_HANDSHAKE => {
+                out.write(|o| {
+                    wire::response(o, key, correlation, OK, |o| {
+                        o.put_u32(1);
+                        wire::put_str(o, "PLAIN");
+                    })
+                })
+                .await;
+            }
+            SASL_AUTHENTICATE => {
+                let (Ok(mechanism), Ok(data)) = (f.string(), f.bytes()) else {
+                    return Err("a malformed SASL authenticate".into());
+                };
+                if mechanism != "PLAIN" {
+                    out.write(|o| {
+                        wire::response(o, key, correlation, SASL_MECHANISM_NOT_SUPPORTED, |_| {})
+                    })
+                    .await;
+                    return Err(format!("unknown mechanism {mechanism}"));
+                }
+                // authzid \0 authcid \0 password
+                let mut parts = data.splitn(3, |&b| b == 0);
+                let (Some(_), Some(name), Some(pass)) = (parts.next(), parts.next(), parts.next())
+                else {
+                    out.write(|o| wire::response(o, key, correlation, SASL_ERROR, |_| {}))
+                        .await;
+                    return Err("a malformed PLAIN response".into());
+                };
+                let name = String::from_utf8_lossy(name).into_owned();
+                let pass = String::from_utf8_lossy(pass);
+                if !broker.authenticate(&name, &pass, peer.ip()) {
+                    let loopback = broker.config.loopback_users.contains(&name)
+                        && !peer.ip().is_loopback()
+                        && broker.users.authenticate(&name, &pass).is_some();
+                    let code = if loopback {
+                        AUTHENTICATION_FAILURE_LOOPBACK
+                    } else {
+                        AUTHENTICATION_FAILURE
+                    };
+                    out.write(|o| wire::response(o, key, correlation, code, |_| {}))
+                        .await;
+                    return Err(format!("login refused for user '{name}'"));
+                }
+                user = Some(name);
+                out.write(|o| {
+                    wire::response(o, key, correlation, OK, |_| {});
+                    wire::frame(o, TUNE, 1, |o| {
+                        o.put_u32(FRAME_MAX);
+                        o.put_u32(HEARTBEAT_SECS);
+                    });
+                })
+                .await;
+            }
+            OPEN => {
+                let Ok(name) = f.string() else {
+                    return Err("a malformed open".into());
+                };
+                let (Some(who), Some((frame_max, heartbeat))) = (user.clone(), tuned) else {
+                    return Err("open before authentication and tune".into());
+                };
+                let vhost = broker.vhost(name).filter(|_| broker.may_open(&who, name));
+                let Some(vhost) = vhost else {
+                    out.write(|o| {
+                        wire::response(o, key, correlation, VIRTUAL_HOST_ACCESS_FAILURE, |_| {})
+                    })
+                    .await;
+                    return Err(format!("access to vhost '{name}' refused for user '{who}'"));
+                };
+                let port = advertised.1.to_string();
+                out.write(|o| {
+                    wire::response(o, key, correlation, OK, |o| {
+                        wire::put_pairs(
+                            o,
+                            [
+                                ("advertised_host", advertised.0.as_str()),
+                                ("advertised_port", port.as_str()),
+                            ]
+                            .into_iter(),
+                        )
+                    })
+                })
+                .await;
+                return Ok(Session {
+                    peer,
+                    user: who,
+                    vhost,
+                    frame_max,
+                    heartbeat,
+                    advertised,
+                });
+            }
+            CLOSE => {
+                out.write(|o| wire::response(o, key, correlation, OK, |_| {}))
+                    .await;
+                return Err("closed by the client".into());
+            }
+            other => {
+                return Err(format!("command {other} during the handshake"));
+            }
+        }
+    }
+}

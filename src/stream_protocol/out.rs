@@ -1,0 +1,75 @@
+//! What a connection writes: frames from any of its tasks (answers,
+//! confirms, each subscription's chunks) go through one bounded queue to
+//! one writer, which writes as many as are waiting at once. A full queue
+//! holds whoever sends, so a client that reads slowly slows its own
+//! deliveries and nothing grows without bound.
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// Frames waiting for the writer, at most.
+const QUEUED: usize = 256;
+/// Bytes gathered into one write, about.
+const WRITE_BATCH: usize = 256 << 10;
+
+/// The sending side; cloned by each task that writes.
+#[derive(Clone)]
+pub struct Out {
+    tx: mpsc::Sender<Bytes>,
+}
+
+impl Out {
+    /// Queues a frame; false once the writer is gone (the connection
+    /// ended).
+    pub async fn send(&self, frame: Bytes) -> bool {
+        self.tx.send(frame).await.is_ok()
+    }
+
+    /// Queues the frames `write` puts into a buffer.
+    pub async fn write(&self, write: impl FnOnce(&mut BytesMut)) -> bool {
+        let mut b = BytesMut::with_capacity(64);
+        write(&mut b);
+        self.send(b.freeze()).await
+    }
+
+    /// Whether the writer is gone.
+    pub fn closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+/// Starts the writer of `w`; it ends when every `Out` is dropped (after
+/// writing what was queued) or a write fails.
+pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
+    mut w: W,
+) -> (Out, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::channel::<Bytes>(QUEUED);
+    let task = tokio::spawn(async move {
+        let mut batch = BytesMut::new();
+        while let Some(first) = rx.recv().await {
+            if rx.is_empty() {
+                if w.write_all(&first).await.is_err() {
+                    return;
+                }
+            } else {
+                batch.clear();
+                batch.extend_from_slice(&first);
+                while batch.len() < WRITE_BATCH {
+                    match rx.try_recv() {
+                        Ok(f) => batch.extend_from_slice(&f),
+                        Err(_) => break,
+                    }
+                }
+                if w.write_all(&batch).await.is_err() {
+                    return;
+                }
+            }
+            if rx.is_empty() && w.flush().await.is_err() {
+                return;
+            }
+        }
+        let _ = w.shutdown().await;
+    });
+    (Out { tx }, task)
+}

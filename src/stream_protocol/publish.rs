@@ -1,0 +1,222 @@
+//! Publishers: a publish appends each message to its stream as it came
+//! (its AMQP 1.0 bytes, message/amqp10.rs) and is confirmed once the group
+//! commit that covers the batch is done (on a cluster, committed on a
+//! majority). A publisher declared with a reference is deduplicated by
+//! publishing id, as RabbitMQ does: a message whose id is not above the
+//! highest stored for that reference on that stream is confirmed and not
+//! stored again. The highest id is recorded with the stream's tracked
+//! offsets (written before the commit that covers the batch), so it holds
+//! across reconnects, restarts and failovers, and QueryPublisherSequence
+//! reads it.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::BufMut;
+use tokio::sync::mpsc;
+
+use super::codes::*;
+use super::out::Out;
+use super::wire;
+use crate::message::{amqp10, Message, Meta};
+use crate::queue::Queue;
+use crate::store::Store;
+
+/// The tracked name a publisher reference's highest id is kept under
+/// (apart from stored offsets, which clients name as they like).
+pub fn sequence_name(reference: &str) -> String {
+    format!("\0publisher\0{reference}")
+}
+
+/// A declared publisher.
+pub struct Publisher {
+    pub stream: String,
+    pub queue: Arc<Queue>,
+    /// Its reference, and the highest publishing id stored under it.
+    pub named: Option<(String, u64)>,
+}
+
+/// One batch's outcome: ids to confirm (once `ticket` is committed) and
+/// ids refused, with their codes.
+#[derive(Default)]
+pub struct Outcome {
+    pub confirm: Vec<u64>,
+    pub errors: Vec<(u64, u16)>,
+}
+
+impl Publisher {
+    /// Appends the messages of a publish (`count` of them in `f`, version
+    /// 2 with a filter value each).
+    pub fn publish(
+        &mut self,
+        f: &mut wire::Fields<'_>,
+        count: usize,
+        version: u16,
+        max_size: u64,
+    ) -> Result<Outcome, wire::Malformed> {
+        let mut out = Outcome::default();
+        let gone = self.queue.is_deleted();
+        let mut moved = false;
+        for _ in 0..count {
+            let id = f.u64()?;
+            if version >= 2 {
+                // Filter values: not taken (ExchangeCommandVersions says
+                // publish 1), refused rather than dropped.
+                f.string_or_null()?;
+                f.bytes()?;
+                out.errors.push((id, PRECONDITION_FAILED));
+                continue;
+            }
+            let body = f.bytes()?;
+            if gone {
+                out.errors.push((id, STREAM_DOES_NOT_EXIST));
+                continue;
+            }
+            if body.len() as u64 > max_size {
+                out.errors.push((id, PRECONDITION_FAILED));
+                continue;
+            }
+            if let Some((_, last)) = &self.named {
+                if id <= *last {
+                    out.confirm.push(id);
+                    continue;
+                }
+            }
+            let msg = Message::new(
+                b"",
+                self.stream.as_bytes(),
+                amqp10::STORED_PROPS,
+                body,
+                Meta::default().with_delivery_mode(2),
+            );
+            match self.queue.push(&Arc::new(msg)) {
+                Ok(p) if p.stored => {
+                    out.confirm.push(id);
+                    if let Some((_, last)) = &mut self.named {
+                        *last = id;
+                        moved = true;
+                    }
+                }
+                // Deleted meanwhile.
+                Ok(_) => out.errors.push((id, STREAM_DOES_NOT_EXIST)),
+                Err(e) => {
+                    tracing::error!(stream = %self.stream, "cannot append: {e}");
+                    out.errors.push((id, INTERNAL_ERROR));
+                }
+            }
+        }
+        if let (true, Some((reference, last)), Some(stream)) =
+            (moved, &self.named, self.queue.stream())
+        {
+            stream.store_tracked(&self.queue, &sequence_name(reference), *last);
+        }
+        Ok(out)
+    }
+}
+
+/// Writes a PublishError for `errors` of `publisher`.
+pub async fn send_errors(out: &Out, publisher: u8, errors: &[(u64, u16)]) {
+    if errors.is_empty() {
+        return;
+    }
+    out.write(|o| {
+        wire::frame(o, PUBLISH_ERROR, 1, |o| {
+            o.put_u8(publisher);
+            o.put_u32(errors.len() as u32);
+            for &(id, code) in errors {
+                o.put_u64(id);
+                o.put_u16(code);
+            }
+        })
+    })
+    .await;
+}
+
+/// Batches waiting for their commit, at most, per connection: past it
+/// the connection's reader waits (its client's publishes wait in the
+/// socket), as when the store is congested.
+const UNCONFIRMED: usize = 1024;
+
+/// Confirms batches once their commits are done, in order.
+pub struct Confirmer {
+    tx: mpsc::Sender<(u64, u8, Vec<u64>)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Confirmer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Confirmer {
+    /// Starts the task; it ends with the connection (its `Out` closed or
+    /// this dropped).
+    pub fn start(store: Arc<Store>, out: Out) -> Confirmer {
+        let (tx, mut rx) = mpsc::channel::<(u64, u8, Vec<u64>)>(UNCONFIRMED);
+        let task = tokio::spawn(async move {
+            let mut flushed = store.flushed();
+            let mut waiting: VecDeque<(u64, u8, Vec<u64>)> = VecDeque::new();
+            loop {
+                if waiting.is_empty() {
+                    match rx.recv().await {
+                        Some(b) => waiting.push_back(b),
+                        None => return,
+                    }
+                }
+                while waiting.len() < UNCONFIRMED {
+                    match rx.try_recv() {
+                        Ok(b) => waiting.push_back(b),
+                        Err(_) => break,
+                    }
+                }
+                let Some(&(ticket, _, _)) = waiting.front() else {
+                    continue;
+                };
+                if *flushed.borrow_and_update() < ticket {
+                    tokio::select! {
+                        changed = flushed.changed() => if changed.is_err() { return },
+                        b = rx.recv(), if waiting.len() < UNCONFIRMED => match b {
+                            Some(b) => waiting.push_back(b),
+                            None => return,
+                        },
+                    }
+                    continue;
+                }
+                let done = *flushed.borrow();
+                // Every batch the commit covers, one frame per publisher
+                // run.
+                let mut frames = bytes::BytesMut::new();
+                while waiting.front().is_some_and(|&(t, _, _)| t <= done) {
+                    let Some((_, publisher, mut ids)) = waiting.pop_front() else {
+                        break;
+                    };
+                    while waiting
+                        .front()
+                        .is_some_and(|&(t, p, _)| t <= done && p == publisher)
+                    {
+                        if let Some((_, _, more)) = waiting.pop_front() {
+                            ids.extend(more);
+                        }
+                    }
+                    wire::frame(&mut frames, PUBLISH_CONFIRM, 1, |o| {
+                        o.put_u8(publisher);
+                        o.put_u32(ids.len() as u32);
+                        for id in ids {
+                            o.put_u64(id);
+                        }
+                    });
+                }
+                if !out.send(frames.freeze()).await {
+                    return;
+                }
+            }
+        });
+        Confirmer { tx, task }
+    }
+
+    /// Confirms `ids` of `publisher` once `ticket` is committed.
+    pub async fn after(&self, ticket: u64, publisher: u8, ids: Vec<u64>) {
+        let _ = self.tx.send((ticket, publisher, ids)).await;
+    }
+}

@@ -1,0 +1,241 @@
+//! Subscriptions: each reads its stream from its offset on its own task
+//! and sends chunks, one per credit, as RabbitMQ's stream protocol counts
+//! them. A chunk is what was readable at once (at most `CHUNK_MESSAGES`
+//! messages and about the frame max of bytes): Warren's log has no
+//! chunks of its own, so a reader gets batches as large as it lets it
+//! have. An entry is a message's AMQP 1.0 bytes: as stored when it came
+//! over this protocol, written from its AMQP 0-9-1 form otherwise
+//! (message/amqp10.rs). The chunk's CRC is the CRC-32 of its entries, as
+//! clients that check it expect. At the end of the stream the task waits
+//! for the next append (in a cluster, its commit); a stream deleted under
+//! it ends it with a MetadataUpdate.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::sync::Semaphore;
+
+use super::codes::*;
+use super::out::Out;
+use super::wire;
+use crate::message::{amqp10, Message};
+use crate::queue::stream::Start;
+use crate::queue::Queue;
+use crate::store::Store;
+
+/// At most this many messages go in one chunk.
+const CHUNK_MESSAGES: usize = 512;
+/// The chunk header's magic and version (osiris: 5, 0).
+const MAGIC_VERSION: u8 = 0x50;
+
+/// A running subscription.
+pub struct Subscription {
+    pub credit: Arc<Semaphore>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Where a subscription starts, from its offset specification.
+pub fn start_of(kind: u16, value: u64) -> Option<Start> {
+    Some(match kind {
+        1 => Start::First,
+        2 => Start::Last,
+        3 => Start::Next,
+        4 => Start::Offset(value),
+        5 => Start::Time((value as i64).max(0) as u64),
+        _ => return None,
+    })
+}
+
+/// What a subscription reads and where it sends it.
+pub struct Reader {
+    pub id: u8,
+    pub stream: String,
+    /// The stream's queue.
+    pub queue: Arc<Queue>,
+    /// The offset it reads next.
+    pub cursor: u64,
+    /// The connection's frame max.
+    pub frame_max: u32,
+    pub store: Arc<Store>,
+    pub out: Out,
+}
+
+/// Starts `reader` with `credit` chunks to send.
+pub fn start(reader: Reader, credit: u16) -> Subscription {
+    let credit = Arc::new(Semaphore::new(credit as usize));
+    let task = tokio::spawn(read(reader, Arc::clone(&credit)));
+    Subscription { credit, task }
+}
+
+async fn read(r: Reader, credit: Arc<Semaphore>) {
+    let Reader {
+        id,
+        stream: name,
+        queue,
+        mut cursor,
+        frame_max,
+        store,
+        out,
+    } = r;
+    // Bodies in one chunk, about; the frame max bounds the whole frame.
+    let budget = (frame_max as usize).saturating_sub(1024).max(1024);
+    let mut committed = store.flushed();
+    let after_commit = store.delivers_after_commit();
+    loop {
+        let Ok(permit) = credit.acquire().await else {
+            return;
+        };
+        permit.forget();
+        let batch = loop {
+            let Some(stream) = queue.stream() else { return };
+            if stream.is_gone() {
+                gone(&out, &name).await;
+                return;
+            }
+            let q = Arc::clone(&queue);
+            let at = cursor;
+            let read = tokio::task::spawn_blocking(move || {
+                q.stream()
+                    .map(|s| s.peek(&q, Start::Offset(at), CHUNK_MESSAGES, budget))
+            })
+            .await;
+            let batch = match read {
+                Ok(Some(Ok(b))) => b,
+                Ok(Some(Err(e))) => {
+                    tracing::error!(stream = %name, "a subscription cannot read: {e}");
+                    return;
+                }
+                _ => return,
+            };
+            if !batch.is_empty() {
+                break batch;
+            }
+            // Nothing readable: wait for an append, a commit (in a
+            // cluster, what was appended becomes readable at its commit),
+            // or a second (the stream may go).
+            let readable = || (stream.readable_end(&queue) > cursor).then_some(());
+            tokio::select! {
+                _ = stream.appended.after(readable) => {}
+                _ = committed.changed(), if after_commit => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            if out.closed() {
+                return;
+            }
+        };
+        let Some(&(last, _)) = batch.last() else {
+            continue;
+        };
+        let frame = chunk(id, &batch);
+        cursor = last + 1;
+        if !out.send(frame).await {
+            return;
+        }
+    }
+}
+
+/// Tells the client its stream is no more.
+async fn gone(out: &Out, name: &str) {
+    out.write(|o| {
+        wire::frame(o, METADATA_UPDATE, 1, |o| {
+            o.put_u16(STREAM_NOT_AVAILABLE);
+            wire::put_str(o, name);
+        })
+    })
+    .await;
+}
+
+/// A Deliver frame of subscription `id` holding `batch` (consecutive
+/// offsets) as one chunk.
+pub fn chunk(id: u8, batch: &[(u64, Arc<Message>)]) -> Bytes {
+    let size: usize = batch.iter().map(|(_, m)| m.body().len() + 256).sum();
+    let mut o = BytesMut::with_capacity(size + 64);
+    let first = batch.first().map_or(0, |&(at, _)| at);
+    wire::frame(&mut o, DELIVER, 1, |o| {
+        o.put_u8(id);
+        o.put_u8(MAGIC_VERSION);
+        o.put_u8(0); // a user chunk
+        o.put_u16(batch.len() as u16);
+        o.put_u32(batch.len() as u32);
+        o.put_i64(crate::util::coarse_wall_ms() as i64);
+        o.put_u64(1); // epoch
+        o.put_u64(first);
+        let crc_at = o.len();
+        o.put_u32(0); // CRC, filled in below
+        o.put_u32(0); // data length
+        o.put_u32(0); // trailer length
+        o.put_u32(0); // bloom filter size, reserved
+        let data_at = o.len();
+        for (_, msg) in batch {
+            if amqp10::is_amqp10(msg) {
+                o.put_u32(msg.body().len() as u32);
+                o.put_slice(msg.body());
+            } else {
+                let at = o.len();
+                o.put_u32(0);
+                amqp10::encode_091(msg, &[b"x-stream-offset"], o);
+                let len = (o.len() - at - 4) as u32;
+                o[at..at + 4].copy_from_slice(&len.to_be_bytes());
+            }
+        }
+        let data = &o[data_at..];
+        let crc = crc32fast::hash(data);
+        let len = data.len() as u32;
+        o[crc_at..crc_at + 4].copy_from_slice(&crc.to_be_bytes());
+        o[crc_at + 4..crc_at + 8].copy_from_slice(&len.to_be_bytes());
+    });
+    o.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Meta;
+    use rabbitmq_stream_protocol::codec::Decoder;
+    use rabbitmq_stream_protocol::commands::deliver::DeliverCommand;
+
+    #[test]
+    fn a_chunk_reads_back_as_rabbitmqs_clients_read_it() {
+        let stored = Message::new(
+            b"",
+            b"s",
+            amqp10::STORED_PROPS,
+            &[0x00, 0x53, 0x75, 0xa0, 2, b'h', b'i'],
+            Meta::default(),
+        );
+        let plain = Message::new(b"", b"s", &[0, 0], b"there", Meta::default());
+        let batch = vec![(7, Arc::new(stored)), (8, Arc::new(plain))];
+        let frame = chunk(3, &batch);
+        let size = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
+        assert_eq!(size, frame.len() - 4);
+        assert_eq!(&frame[4..8], &[0, 8, 0, 1], "deliver, version 1");
+        let (rest, d) = DeliverCommand::decode(&frame[8..]).expect("decodes");
+        assert!(rest.is_empty());
+        assert_eq!((d.subscription_id, d.chunk_first_offset), (3, 7));
+        let bodies: Vec<_> = d
+            .messages
+            .iter()
+            .map(|m| m.data().map(<[u8]>::to_vec))
+            .collect();
+        assert_eq!(bodies, vec![Some(b"hi".to_vec()), Some(b"there".to_vec())]);
+        // The CRC covers the entries (after the 48-byte chunk header).
+        let data = &frame[9 + 48..];
+        let crc = u32::from_be_bytes(frame[9 + 32..9 + 36].try_into().unwrap());
+        assert_eq!(crc, crc32fast::hash(data));
+    }
+
+    #[test]
+    fn offset_specifications() {
+        assert_eq!(start_of(1, 0), Some(Start::First));
+        assert_eq!(start_of(4, 9), Some(Start::Offset(9)));
+        assert_eq!(start_of(5, 1_000), Some(Start::Time(1_000)));
+        assert_eq!(start_of(9, 0), None);
+    }
+}

@@ -1,0 +1,370 @@
+//! RabbitMQ's stream protocol, driven by RabbitMQ's own Rust stream
+//! client (rabbitmq-stream-client): streams created and deleted, publish
+//! with confirms, every offset specification, credit, stored offsets, a
+//! named publisher's deduplication across reconnects and a restart, a
+//! message published over AMQP 0-9-1 read over the stream protocol with
+//! its properties, and the refusals a client can see.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use futures::StreamExt;
+use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::BasicProperties;
+use rabbitmq_stream_client::error::{ConsumerCreateError, StreamCreateError};
+use rabbitmq_stream_client::types::{Message, OffsetSpecification, ResponseCode};
+use rabbitmq_stream_client::{Consumer, Environment};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use warren::config::Port;
+
+async fn start_streams() -> TestBroker {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut c = config(tmp.path());
+    c.stream_port = Port::On(0);
+    start_in(tmp, c).await
+}
+
+async fn env(b: &TestBroker) -> Environment {
+    let at = b.streams.expect("the stream port is on");
+    Environment::builder()
+        .host("127.0.0.1")
+        .port(at.port())
+        .build()
+        .await
+        .expect("connects")
+}
+
+/// The next `n` deliveries: (offset, body).
+async fn take(consumer: &mut Consumer, n: usize) -> Vec<(u64, Vec<u8>)> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let d = tokio::time::timeout(Duration::from_secs(10), consumer.next())
+            .await
+            .expect("a delivery in time")
+            .expect("the consumer is open")
+            .expect("a delivery");
+        let body = d.message().data().map(<[u8]>::to_vec).unwrap_or_default();
+        got.push((d.offset(), body));
+    }
+    got
+}
+
+async fn assert_nothing_more(consumer: &mut Consumer) {
+    let more = tokio::time::timeout(Duration::from_millis(500), consumer.next()).await;
+    assert!(more.is_err(), "no more deliveries");
+}
+
+fn body(i: u64) -> Vec<u8> {
+    format!("message {i}").into_bytes()
+}
+
+async fn publish(env: &Environment, stream: &str, range: std::ops::Range<u64>) {
+    let producer = env.producer().build(stream).await.expect("a producer");
+    for i in range {
+        let m = Message::builder()
+            .body(body(i))
+            .application_properties()
+            .insert("n", i.to_string())
+            .message_builder()
+            .build();
+        let status = producer.send_with_confirm(m).await.expect("sent");
+        assert!(status.confirmed(), "message {i} confirmed");
+    }
+    producer.close().await.expect("closed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_with_confirms_and_read_from_every_offset_specification() {
+    let b = start_streams().await;
+    let env = env(&b).await;
+    env.stream_creator()
+        .create("events")
+        .await
+        .expect("created");
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    publish(&env, "events", 0..100).await;
+
+    let mut first = env
+        .consumer()
+        .offset(OffsetSpecification::First)
+        .build("events")
+        .await
+        .expect("a consumer");
+    let got = take(&mut first, 100).await;
+    let want: Vec<_> = (0..100).map(|i| (i, body(i))).collect();
+    assert_eq!(got, want, "every message, in order, at its offset");
+
+    let mut at = env
+        .consumer()
+        .offset(OffsetSpecification::Offset(60))
+        .build("events")
+        .await
+        .unwrap();
+    assert_eq!(take(&mut at, 40).await, want[60..].to_vec());
+    assert_nothing_more(&mut at).await;
+
+    let mut last = env
+        .consumer()
+        .offset(OffsetSpecification::Last)
+        .build("events")
+        .await
+        .unwrap();
+    assert_eq!(take(&mut last, 1).await, vec![(99, body(99))]);
+
+    let mut since = env
+        .consumer()
+        .offset(OffsetSpecification::Timestamp(before - 1000))
+        .build("events")
+        .await
+        .unwrap();
+    assert_eq!(take(&mut since, 100).await, want);
+
+    let mut next = env
+        .consumer()
+        .offset(OffsetSpecification::Next)
+        .build("events")
+        .await
+        .unwrap();
+    assert_nothing_more(&mut next).await;
+    // Readers at the end get what comes next; the first has credit left
+    // for it too.
+    publish(&env, "events", 100..105).await;
+    let more: Vec<_> = (100..105).map(|i| (i, body(i))).collect();
+    assert_eq!(take(&mut next, 5).await, more);
+    assert_eq!(take(&mut first, 5).await, more);
+    assert_eq!(take(&mut last, 5).await, more);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn properties_survive_the_trip_and_amqp_091_messages_read_as_amqp_10() {
+    let b = start_streams().await;
+    let env = env(&b).await;
+    // Declared and published over AMQP 0-9-1.
+    let (_c, ch) = b.channel().await;
+    let mut args = FieldTable::default();
+    args.insert(
+        ShortString::from("x-queue-type"),
+        AMQPValue::LongString(LongString::from("stream")),
+    );
+    ch.queue_declare(
+        "mixed".into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        args,
+    )
+    .await
+    .unwrap();
+    let mut headers = FieldTable::default();
+    headers.insert(
+        ShortString::from("colour"),
+        AMQPValue::LongString(LongString::from("blue")),
+    );
+    ch.confirm_select(Default::default()).await.unwrap();
+    ch.basic_publish(
+        "".into(),
+        "mixed".into(),
+        BasicPublishOptions::default(),
+        b"from amqp",
+        BasicProperties::default()
+            .with_message_id("m-1".into())
+            .with_content_type("text/plain".into())
+            .with_headers(headers),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    // And over the stream protocol, with properties of its own.
+    let producer = env.producer().build("mixed").await.unwrap();
+    let m = Message::builder()
+        .body(b"from streams".to_vec())
+        .properties()
+        .message_id("m-2".to_string())
+        .content_type("application/json")
+        .message_builder()
+        .application_properties()
+        .insert("colour", "red")
+        .message_builder()
+        .build();
+    assert!(producer.send_with_confirm(m).await.unwrap().confirmed());
+
+    let mut consumer = env
+        .consumer()
+        .offset(OffsetSpecification::First)
+        .build("mixed")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let d = tokio::time::timeout(Duration::from_secs(10), consumer.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let m = d.message();
+        let p = m.properties().expect("properties");
+        seen.push((
+            d.offset(),
+            m.data().map(<[u8]>::to_vec),
+            format!("{:?}", p.message_id),
+            format!("{:?}", p.content_type),
+            format!("{:?}", m.application_properties()),
+        ));
+    }
+    assert_eq!(seen[0].0, 0);
+    assert_eq!(seen[0].1.as_deref(), Some(&b"from amqp"[..]));
+    assert!(seen[0].2.contains("m-1"), "{:?}", seen[0]);
+    assert!(seen[0].3.contains("text/plain"), "{:?}", seen[0]);
+    assert!(
+        seen[0].4.contains("colour") && seen[0].4.contains("blue"),
+        "{:?}",
+        seen[0]
+    );
+    assert!(!seen[0].4.contains("x-stream-offset"), "{:?}", seen[0]);
+    assert_eq!(seen[1].0, 1);
+    assert_eq!(seen[1].1.as_deref(), Some(&b"from streams"[..]));
+    assert!(seen[1].2.contains("m-2"), "{:?}", seen[1]);
+    assert!(seen[1].3.contains("application/json"), "{:?}", seen[1]);
+    assert!(seen[1].4.contains("red"), "{:?}", seen[1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_publisher_is_deduplicated_across_reconnects_and_a_restart() {
+    let mut b = start_streams().await;
+    let env1 = env(&b).await;
+    env1.stream_creator().create("orders").await.unwrap();
+    let send = |env: Environment, ids: std::ops::Range<u64>| async move {
+        let mut producer = env.producer().name("app-1").build("orders").await.unwrap();
+        for id in ids {
+            let m = Message::builder().body(body(id)).publishing_id(id).build();
+            let status = producer.send_with_confirm(m).await.unwrap();
+            assert!(status.confirmed(), "{id} confirmed (duplicates too)");
+        }
+        producer.close().await.unwrap();
+    };
+    send(env1.clone(), 1..11).await;
+    // Reconnected: 6..10 again (as after a lost confirm), then 11..15.
+    send(env(&b).await, 6..16).await;
+    drop(env1);
+    b.restart().await;
+    let env2 = env(&b).await;
+    // After a restart the sequence holds: 12..15 again are dropped.
+    send(env2.clone(), 12..18).await;
+    let mut c = env2
+        .consumer()
+        .offset(OffsetSpecification::First)
+        .build("orders")
+        .await
+        .unwrap();
+    let got = take(&mut c, 17).await;
+    let want: Vec<_> = (1..18).map(|id| (id - 1, body(id))).collect();
+    assert_eq!(got, want, "each publishing id stored once");
+    assert_nothing_more(&mut c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_offsets_and_credit() {
+    let b = start_streams().await;
+    let env = env(&b).await;
+    env.stream_creator().create("tracked").await.unwrap();
+    publish(&env, "tracked", 0..50).await;
+    let mut c = env
+        .consumer()
+        .name("reader-1")
+        .offset(OffsetSpecification::First)
+        .build("tracked")
+        .await
+        .unwrap();
+    assert!(c.query_offset().await.is_err(), "nothing stored yet");
+    assert_eq!(take(&mut c, 50).await.len(), 50);
+    c.store_offset(41).await.unwrap();
+    // Stored offsets are read back (the store has no answer of its own;
+    // the query comes after it on the connection).
+    assert_eq!(c.query_offset().await.unwrap(), 41);
+    c.handle().close().await.unwrap();
+    let again = env
+        .consumer()
+        .name("reader-1")
+        .offset(OffsetSpecification::First)
+        .build("tracked")
+        .await
+        .unwrap();
+    assert_eq!(again.query_offset().await.unwrap(), 41);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_have_the_protocols_codes() {
+    let b = start_streams().await;
+    let env = env(&b).await;
+    env.stream_creator().create("here").await.unwrap();
+    match env.stream_creator().create("here").await {
+        Err(StreamCreateError::Create { status, .. }) => {
+            assert_eq!(status, ResponseCode::StreamAlreadyExists)
+        }
+        other => panic!("a second create: {other:?}"),
+    }
+    match env.consumer().build("nowhere").await {
+        Err(ConsumerCreateError::StreamDoesNotExist { .. }) => {}
+        other => panic!("a consumer of no stream: {:?}", other.err()),
+    }
+    assert!(env.producer().build("nowhere").await.is_err());
+    // A queue that is not a stream is not one here either.
+    let (_c, ch) = b.channel().await;
+    declare(&ch, "classic").await;
+    assert!(env.consumer().build("classic").await.is_err());
+    // A wrong password.
+    let at = b.streams.unwrap();
+    let wrong = Environment::builder()
+        .host("127.0.0.1")
+        .port(at.port())
+        .password("wrong")
+        .build()
+        .await;
+    assert!(wrong.is_err(), "a wrong password is refused");
+    // An unknown vhost.
+    let vhost = Environment::builder()
+        .host("127.0.0.1")
+        .port(at.port())
+        .virtual_host("nope")
+        .build()
+        .await;
+    assert!(vhost.is_err(), "an unknown vhost is refused");
+    env.delete_stream("here").await.unwrap();
+    assert!(env.delete_stream("here").await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_oversized_frames_end_the_connection_without_harm() {
+    let b = start_streams().await;
+    let at = b.streams.unwrap();
+    let cases: Vec<Vec<u8>> = vec![
+        // A size past any frame max.
+        vec![0x7f, 0xff, 0xff, 0xff, 0, 17, 0, 1],
+        // A frame too short for its key.
+        vec![0, 0, 0, 1, 0],
+        // Peer properties whose count lies.
+        vec![0, 0, 0, 12, 0, 17, 0, 1, 0, 0, 0, 1, 0x7f, 0xff, 0xff, 0xff],
+        // A command before authentication.
+        vec![0, 0, 0, 8, 0, 13, 0, 1, 0, 0, 0, 1],
+        // Garbage.
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+    ];
+    for bytes in cases {
+        let mut s = tokio::net::TcpStream::connect(at).await.unwrap();
+        s.write_all(&bytes).await.unwrap();
+        let mut sink = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut sink)).await;
+        assert!(read.is_ok(), "the broker ends the connection: {bytes:?}");
+    }
+    // And still serves.
+    let env = env(&b).await;
+    env.stream_creator().create("after").await.unwrap();
+}
