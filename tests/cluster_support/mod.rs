@@ -242,13 +242,22 @@ impl Cluster {
         let mut cmd = match &n.netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(bin);
+                c.args(["netns", "exec", ns]).arg(&bin);
                 c
             }
-            None => Command::new(bin),
+            None => Command::new(&bin),
         };
         if let Some(c) = &self.config {
             cmd.arg("--config").arg(c);
+        }
+        // Off, so that nodes sharing an address do not share 5552 (the
+        // build a rolling upgrade starts from has no such flag).
+        if std::env::var_os("WARREN_OLD_BIN")
+            .map(PathBuf::from)
+            .as_ref()
+            != Some(&bin)
+        {
+            cmd.args(["--stream-port", "off"]);
         }
         if let Some(s) = &self.secret {
             cmd.arg("--cluster-secret-file").arg(s);
@@ -262,7 +271,6 @@ impl Cluster {
             .arg("--prometheus-port")
             .arg(n.prometheus.to_string())
             .args(["--log-level", "info"])
-            .args(["--stream-port", "off"])
             .arg("--management-port")
             .arg(n.http.to_string())
             .arg("--port")
