@@ -368,3 +368,27 @@ async fn malformed_and_oversized_frames_end_the_connection_without_harm() {
     let env = env(&b).await;
     env.stream_creator().create("after").await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_connections_count_against_the_node_connection_limit() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut c = config(tmp.path());
+    c.stream_port = Port::On(0);
+    c.connection_max = 1;
+    let b = start_in(tmp, c).await;
+    let amqp = b.connect().await;
+    let at = b.streams.unwrap();
+    let refused = Environment::builder()
+        .host("127.0.0.1")
+        .port(at.port())
+        .build()
+        .await;
+    assert!(
+        refused.is_err(),
+        "past connection_max a stream client is refused"
+    );
+    amqp.close(200, "bye".into()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let env = env(&b).await;
+    env.stream_creator().create("fits").await.unwrap();
+}

@@ -55,6 +55,8 @@ pub struct Session {
     pub heartbeat: u32,
     /// The host and port Metadata names for this node.
     pub advertised: (String, u16),
+    /// Counts it against `connection_max` while it is open.
+    pub _slot: crate::broker::ConnectionSlot,
 }
 
 /// Serves one connection to the stream port until it ends or `stop`.
@@ -242,6 +244,17 @@ async fn handshake<R: AsyncRead + Unpin>(
                     .await;
                     return Err(format!("access to vhost '{name}' refused for user '{who}'"));
                 };
+                // The node's connection limit counts every protocol's.
+                let Some(slot) = broker.admit_connection() else {
+                    out.write(|o| {
+                        wire::response(o, key, correlation, VIRTUAL_HOST_ACCESS_FAILURE, |_| {})
+                    })
+                    .await;
+                    return Err(format!(
+                        "node connection limit ({}) is reached",
+                        broker.config.connection_max
+                    ));
+                };
                 let port = advertised.1.to_string();
                 out.write(|o| {
                     wire::response(o, key, correlation, OK, |o| {
@@ -263,6 +276,7 @@ async fn handshake<R: AsyncRead + Unpin>(
                     frame_max,
                     heartbeat,
                     advertised,
+                    _slot: slot,
                 });
             }
             CLOSE => {
