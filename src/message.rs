@@ -38,6 +38,10 @@ pub struct Meta {
     pub priority: u8,
     /// Whether a headers table is present.
     pub has_headers: bool,
+    /// Published over the stream protocol: its body is an AMQP 1.0
+    /// message (amqp10.rs). Only that publish path sets it, so no AMQP
+    /// 0-9-1 property list can pass for one.
+    pub amqp10: bool,
     /// Per-message TTL in milliseconds; `NO_EXPIRATION` if none (a plain
     /// u64 rather than an Option keeps `Meta` at 16 bytes).
     expiration: u64,
@@ -51,6 +55,7 @@ impl Default for Meta {
             delivery_mode: 0,
             priority: 0,
             has_headers: false,
+            amqp10: false,
             expiration: NO_EXPIRATION,
         }
     }
@@ -61,6 +66,14 @@ impl Meta {
     pub fn with_delivery_mode(self, delivery_mode: u8) -> Meta {
         Meta {
             delivery_mode,
+            ..self
+        }
+    }
+
+    /// The same, marked as an AMQP 1.0 message (the stream protocol's).
+    pub fn as_amqp10(self) -> Meta {
+        Meta {
+            amqp10: true,
             ..self
         }
     }

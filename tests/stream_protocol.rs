@@ -250,14 +250,15 @@ async fn a_named_publisher_is_deduplicated_across_reconnects_and_a_restart() {
         }
         producer.close().await.unwrap();
     };
-    send(env1.clone(), 1..11).await;
-    // Reconnected: 6..10 again (as after a lost confirm), then 11..15.
-    send(env(&b).await, 6..16).await;
+    // A new name starts at 0, as the client starts it.
+    send(env1.clone(), 0..10).await;
+    // Reconnected: 5..9 again (as after a lost confirm), then 10..14.
+    send(env(&b).await, 5..15).await;
     drop(env1);
     b.restart().await;
     let env2 = env(&b).await;
-    // After a restart the sequence holds: 12..15 again are dropped.
-    send(env2.clone(), 12..18).await;
+    // After a restart the sequence holds: 11..14 again are dropped.
+    send(env2.clone(), 11..17).await;
     let mut c = env2
         .consumer()
         .offset(OffsetSpecification::First)
@@ -265,7 +266,7 @@ async fn a_named_publisher_is_deduplicated_across_reconnects_and_a_restart() {
         .await
         .unwrap();
     let got = take(&mut c, 17).await;
-    let want: Vec<_> = (1..18).map(|id| (id - 1, body(id))).collect();
+    let want: Vec<_> = (0..17).map(|id| (id, body(id))).collect();
     assert_eq!(got, want, "each publishing id stored once");
     assert_nothing_more(&mut c).await;
 }
@@ -391,4 +392,101 @@ async fn stream_connections_count_against_the_node_connection_limit() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let env = env(&b).await;
     env.stream_creator().create("fits").await.unwrap();
+}
+
+/// Writes one frame of `key` (version 1) and `body`.
+async fn send_frame(s: &mut tokio::net::TcpStream, key: u16, body: &[u8]) {
+    let mut f = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+    f.extend_from_slice(&key.to_be_bytes());
+    f.extend_from_slice(&1u16.to_be_bytes());
+    f.extend_from_slice(body);
+    s.write_all(&f).await.unwrap();
+}
+
+/// Reads frames until one of `key`: its fields after key and version.
+async fn read_until(s: &mut tokio::net::TcpStream, key: u16) -> Vec<u8> {
+    loop {
+        let mut size = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut size))
+            .await
+            .expect("a frame in time")
+            .expect("a frame");
+        let mut f = vec![0u8; u32::from_be_bytes(size) as usize];
+        s.read_exact(&mut f).await.unwrap();
+        if u16::from_be_bytes([f[0], f[1]]) == key {
+            return f[4..].to_vec();
+        }
+    }
+}
+
+fn string(s: &str) -> Vec<u8> {
+    let mut v = (s.len() as u16).to_be_bytes().to_vec();
+    v.extend_from_slice(s.as_bytes());
+    v
+}
+
+/// The handshake of a client that writes frames itself.
+async fn raw_open(b: &TestBroker) -> tokio::net::TcpStream {
+    let mut s = tokio::net::TcpStream::connect(b.streams.unwrap())
+        .await
+        .unwrap();
+    send_frame(&mut s, 17, &[0, 0, 0, 1, 0, 0, 0, 0]).await;
+    read_until(&mut s, 0x8011).await;
+    let mut auth = vec![0, 0, 0, 2];
+    auth.extend(string("PLAIN"));
+    auth.extend(12u32.to_be_bytes());
+    auth.extend(b"\0guest\0guest");
+    send_frame(&mut s, 19, &auth).await;
+    let ok = read_until(&mut s, 0x8013).await;
+    assert_eq!(&ok[4..6], &[0, 1], "authenticated");
+    read_until(&mut s, 20).await;
+    send_frame(&mut s, 0x8014, &[0, 16, 0, 0, 0, 0, 0, 60]).await;
+    let mut open = vec![0, 0, 0, 3];
+    open.extend(string("/"));
+    send_frame(&mut s, 21, &open).await;
+    let ok = read_until(&mut s, 0x8015).await;
+    assert_eq!(&ok[4..6], &[0, 1], "opened");
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribe_without_properties_and_a_forged_marker() {
+    let b = start_streams().await;
+    let env = env(&b).await;
+    env.stream_creator().create("raw").await.unwrap();
+    // An AMQP 0-9-1 message whose only property is the header Warren marks
+    // AMQP 1.0 messages with: still an AMQP 0-9-1 message.
+    let (_c, ch) = b.channel().await;
+    let mut headers = FieldTable::default();
+    headers.insert(ShortString::from("x-amqp-1.0"), AMQPValue::Boolean(true));
+    ch.confirm_select(Default::default()).await.unwrap();
+    ch.basic_publish(
+        "".into(),
+        "raw".into(),
+        BasicPublishOptions::default(),
+        b"not amqp 1.0",
+        BasicProperties::default().with_headers(headers),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    let mut c = env
+        .consumer()
+        .offset(OffsetSpecification::First)
+        .build("raw")
+        .await
+        .unwrap();
+    assert_eq!(take(&mut c, 1).await, vec![(0, b"not amqp 1.0".to_vec())]);
+    // The Java client leaves out an empty properties array.
+    let mut s = raw_open(&b).await;
+    let mut sub = vec![0, 0, 0, 9, 1];
+    sub.extend(string("raw"));
+    sub.extend([0, 1]); // first
+    sub.extend([0, 10]); // credit
+    send_frame(&mut s, 7, &sub).await;
+    let ok = read_until(&mut s, 0x8007).await;
+    assert_eq!(&ok[..6], &[0, 0, 0, 9, 0, 1], "subscribed");
+    let chunk = read_until(&mut s, 8).await;
+    assert_eq!(chunk[0], 1, "a chunk for subscription 1");
 }

@@ -32,8 +32,10 @@ pub const STORED_PROPS: &[u8] = &[
     b't', 1, // true
 ];
 
-/// Whether `msg` is an AMQP 1.0 message stored as it came (its body is the
-/// message's AMQP 1.0 encoding).
+/// Whether `msg`, as a stream stored it, is an AMQP 1.0 message (its body
+/// is the message's AMQP 1.0 encoding). An AMQP 0-9-1 message is stored
+/// with an `x-stream-offset` header added, so none is stored with this
+/// property list alone, whatever its publisher set.
 pub fn is_amqp10(msg: &Message) -> bool {
     msg.properties() == STORED_PROPS
 }
@@ -90,12 +92,23 @@ fn section(out: &mut BytesMut, descriptor: u8) {
     out.put_slice(&[DESCRIBED, SMALL_ULONG, descriptor]);
 }
 
+/// 0-9-1 strings are bytes: a string when they are UTF-8, else binary
+/// (as RabbitMQ writes them).
+fn put_text(out: &mut BytesMut, b: &[u8]) {
+    let code = if std::str::from_utf8(b).is_ok() {
+        STR32
+    } else {
+        VBIN32
+    };
+    put_sized(out, code, b);
+}
+
 /// A 0-9-1 header value as an AMQP 1.0 simple value; false (nothing
 /// written) for a type AMQP 1.0 has no simple value for.
 fn put_value(out: &mut BytesMut, v: table::Value<'_>) -> bool {
     let b = v.bytes;
     match (v.tag, b.len()) {
-        (b'S', _) => put_sized(out, STR32, b.get(4..).unwrap_or_default()),
+        (b'S', _) => put_text(out, b.get(4..).unwrap_or_default()),
         (b'x', _) => put_sized(out, VBIN32, b.get(4..).unwrap_or_default()),
         (b't', 1) => out.put_u8(if b[0] != 0 { TRUE } else { FALSE }),
         (b'b', 1) => out.put_slice(&[BYTE, b[0]]),
@@ -171,22 +184,36 @@ pub fn encode_091(msg: &Message, skip: &[&[u8]], out: &mut BytesMut) {
             for (k, v) in annotations {
                 if let Some(v) = v {
                     put_sized(o, SYM32, k);
-                    put_sized(o, STR32, v);
+                    put_text(o, v);
                     n += 2;
                 }
             }
             n
         });
     }
+    // Ids may be binary; an address must be a string and a symbol ASCII,
+    // or the field is left out (a client would refuse the message).
+    fn id(v: &[u8]) -> (u8, &[u8]) {
+        match std::str::from_utf8(v) {
+            Ok(_) => (STR32, v),
+            Err(_) => (VBIN32, v),
+        }
+    }
     let fields = [
-        short(Field::MessageId).map(|v| (STR32, v)),
+        short(Field::MessageId).map(id),
         short(Field::UserId).map(|v| (VBIN32, v)),
         None, // to
         None, // subject
-        short(Field::ReplyTo).map(|v| (STR32, v)),
-        short(Field::CorrelationId).map(|v| (STR32, v)),
-        short(Field::ContentType).map(|v| (SYM32, v)),
-        short(Field::ContentEncoding).map(|v| (SYM32, v)),
+        short(Field::ReplyTo)
+            .filter(|v| std::str::from_utf8(v).is_ok())
+            .map(|v| (STR32, v)),
+        short(Field::CorrelationId).map(id),
+        short(Field::ContentType)
+            .filter(|v| v.is_ascii())
+            .map(|v| (SYM32, v)),
+        short(Field::ContentEncoding)
+            .filter(|v| v.is_ascii())
+            .map(|v| (SYM32, v)),
     ];
     let timestamp = raw(Field::Timestamp).and_then(|b| <[u8; 8]>::try_from(b).ok());
     let last = if timestamp.is_some() {
@@ -212,7 +239,11 @@ pub fn encode_091(msg: &Message, skip: &[&[u8]], out: &mut BytesMut) {
         });
     }
     if let Some(headers) = raw(Field::Headers) {
-        let kept = || table::entries(headers).filter(|(k, _)| !skip.contains(k));
+        // A key must be a string.
+        let kept = || {
+            table::entries(headers)
+                .filter(|(k, _)| !skip.contains(k) && std::str::from_utf8(k).is_ok())
+        };
         if kept().next().is_some() {
             section(out, APPLICATION_PROPERTIES);
             put_compound(out, MAP32, |o| {

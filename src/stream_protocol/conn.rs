@@ -282,7 +282,8 @@ impl Conn {
                 // Only an offset and a timestamp carry a value.
                 let value = if matches!(kind, 4 | 5) { f.u64()? } else { 0 };
                 let credit = f.u16()?;
-                let properties = f.pairs()?;
+                // The Java client leaves the array out when it is empty.
+                let properties = if f.is_empty() { Vec::new() } else { f.pairs()? };
                 match self.subscribe(id, &stream, (kind, value), &properties) {
                     Ok((queue, first)) => {
                         // Answered before its first chunk can be sent.
@@ -419,7 +420,7 @@ impl Conn {
                 return PRECONDITION_FAILED
             }
             Some(r) => match self.tracked(&queue, &publish::sequence_name(r)) {
-                Ok(last) => Some((r.to_string(), last.unwrap_or(0))),
+                Ok(last) => Some((r.to_string(), last)),
                 Err(_) => return INTERNAL_ERROR,
             },
         };

@@ -141,9 +141,7 @@ async fn handshake<R: AsyncRead + Unpin>(
                 (o, 0) => o,
                 (o, t) => o.min(t),
             };
-            // Below the protocol's smallest useful frame the client could
-            // not be sent a chunk header.
-            let frame_max = pick(FRAME_MAX, frame_max).max(4096);
+            let frame_max = pick(FRAME_MAX, frame_max);
             tuned = Some((frame_max, pick(HEARTBEAT_SECS, heartbeat)));
             continue;
         }

@@ -32,8 +32,9 @@ pub fn sequence_name(reference: &str) -> String {
 pub struct Publisher {
     pub stream: String,
     pub queue: Arc<Queue>,
-    /// Its reference, and the highest publishing id stored under it.
-    pub named: Option<(String, u64)>,
+    /// Its reference, and the highest publishing id stored under it (None:
+    /// none yet, so id 0 is new too).
+    pub named: Option<(String, Option<u64>)>,
 }
 
 /// One batch's outcome: ids to confirm (once `ticket` is committed) and
@@ -76,7 +77,7 @@ impl Publisher {
                 out.errors.push((id, PRECONDITION_FAILED));
                 continue;
             }
-            if let Some((_, last)) = &self.named {
+            if let Some((_, Some(last))) = &self.named {
                 if id <= *last {
                     out.confirm.push(id);
                     continue;
@@ -87,13 +88,13 @@ impl Publisher {
                 self.stream.as_bytes(),
                 amqp10::STORED_PROPS,
                 body,
-                Meta::default().with_delivery_mode(2),
+                Meta::default().with_delivery_mode(2).as_amqp10(),
             );
             match self.queue.push(&Arc::new(msg)) {
                 Ok(p) if p.stored => {
                     out.confirm.push(id);
                     if let Some((_, last)) = &mut self.named {
-                        *last = id;
+                        *last = Some(id);
                         moved = true;
                     }
                 }
@@ -105,7 +106,7 @@ impl Publisher {
                 }
             }
         }
-        if let (true, Some((reference, last)), Some(stream)) =
+        if let (true, Some((reference, Some(last))), Some(stream)) =
             (moved, &self.named, self.queue.stream())
         {
             stream.store_tracked(&self.queue, &sequence_name(reference), *last);

@@ -100,6 +100,11 @@ impl<'a> Fields<'a> {
         Ok(out)
     }
 
+    /// Whether everything was read.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
     /// What is left unread.
     #[cfg(test)]
     pub fn rest(&self) -> &'a [u8] {

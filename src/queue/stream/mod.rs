@@ -383,7 +383,7 @@ impl Stream {
             let offset = log.next;
             // An AMQP 1.0 message (the stream protocol's) is kept as it
             // came: its readers there have the offset in the chunk.
-            let msg = if crate::message::amqp10::is_amqp10(msg) {
+            let msg = if msg.meta.amqp10 {
                 Arc::new(msg.clone())
             } else {
                 Arc::new(msg.with_header("x-stream-offset", AMQPValue::LongLongInt(offset as i64)))
