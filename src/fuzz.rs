@@ -171,6 +171,7 @@ fn harness(slot: &'static OnceLock<Harness>, name: &str) -> &'static Harness {
             port: crate::config::Port::On(0),
             management_port: crate::config::Port::Off,
             prometheus_port: crate::config::Port::Off,
+            stream_port: crate::config::Port::Off,
             data_dir: dir,
             store_cache_mb: 16,
             handshake_close_delay_ms: 0,
