@@ -41,7 +41,9 @@ impl ChildBroker {
     /// As `spawn`, running the binary `bin` (an older build).
     #[allow(dead_code)]
     pub fn spawn_bin(bin: &Path, data_dir: &Path, log: &Path, extra: &[&str]) -> ChildBroker {
-        Self::start_bin(bin.as_os_str().into(), data_dir, log, extra, None)
+        // An older build may predate --stream-port (and has no such
+        // listener to collide on), so it is not passed.
+        Self::start_bin(bin.as_os_str().into(), data_dir, log, extra, None, false)
     }
 
     fn start(data_dir: &Path, log: &Path, extra: &[&str], api: Option<u16>) -> ChildBroker {
@@ -49,7 +51,7 @@ impl ChildBroker {
         // an older one, to see a test fail there).
         let bin =
             std::env::var("WARREN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_warren").into());
-        Self::start_bin(bin.into(), data_dir, log, extra, api)
+        Self::start_bin(bin.into(), data_dir, log, extra, api, true)
     }
 
     fn start_bin(
@@ -58,6 +60,7 @@ impl ChildBroker {
         log: &Path,
         extra: &[&str],
         api: Option<u16>,
+        stream_flag: bool,
     ) -> ChildBroker {
         let port = free_port();
         let out = std::fs::OpenOptions::new()
@@ -66,7 +69,11 @@ impl ChildBroker {
             .open(log)
             .expect("log file");
         let err = out.try_clone().unwrap();
-        let child = Command::new(bin)
+        let mut cmd = Command::new(bin);
+        if stream_flag {
+            cmd.arg("--stream-port").arg("off");
+        }
+        let child = cmd
             .arg("--bind")
             .arg("127.0.0.1")
             .arg("--port")
@@ -74,8 +81,6 @@ impl ChildBroker {
             .arg("--management-port")
             .arg(api.map_or("off".to_string(), |p| p.to_string()))
             .arg("--prometheus-port")
-            .arg("off")
-            .arg("--stream-port")
             .arg("off")
             .arg("--data-dir")
             .arg(data_dir)
