@@ -36,6 +36,8 @@ pub struct Server {
     pub amqps_addr: Option<SocketAddr>,
     /// Where RabbitMQ's stream protocol listens, if it is on.
     pub stream_addr: Option<SocketAddr>,
+    /// Where the stream protocol over TLS listens, if it is on.
+    pub stream_tls_addr: Option<SocketAddr>,
     /// The TLS configuration, if a certificate is configured.
     pub tls: Option<Arc<crate::tls::Tls>>,
     /// Where the HTTPS management API listens, if it is on.
@@ -225,6 +227,10 @@ impl Server {
             None => None,
         };
         let streams = bind("the stream protocol", c.bind, c.stream_port).await?;
+        let streams_tls = match &tls {
+            Some(_) => bind("the stream protocol over TLS", c.bind, c.stream_tls_port()).await?,
+            None => None,
+        };
         let http = bind("the management API", c.management_bind, c.management_port).await?;
         let metrics = bind("Prometheus", c.management_bind, c.prometheus_port).await?;
         // HTTPS: the listener's own section, else the [tls] certificate
@@ -257,6 +263,7 @@ impl Server {
         let (amqp_addr, management_addr) = (addr_of(&amqp), addr_of(&http));
         let amqps_addr = addr_of(&amqps);
         let stream_addr = addr_of(&streams);
+        let stream_tls_addr = addr_of(&streams_tls);
         let prometheus_addr = addr_of(&metrics);
         let (management_tls_addr, prometheus_tls_addr) = (addr_of(&https), addr_of(&https_metrics));
         let (stop, stop_rx) = watch::channel(false);
@@ -282,7 +289,19 @@ impl Server {
             info!(%addr, "stream protocol listener started");
             listeners.push(("stream", addr));
             let (b, s) = (Arc::clone(&broker), stop_rx.clone());
-            tasks.push(tokio::spawn(stream_accept_loop(l, b, s, alive.clone())));
+            tasks.push(tokio::spawn(stream_accept_loop(
+                l,
+                None,
+                b,
+                s,
+                alive.clone(),
+            )));
+        }
+        if let (Some(l), Some(addr), Some(t)) = (streams_tls, stream_tls_addr, &tls) {
+            info!(%addr, "stream protocol TLS listener started");
+            listeners.push(("stream/ssl", addr));
+            let (b, s, t) = (Arc::clone(&broker), stop_rx.clone(), Some(Arc::clone(t)));
+            tasks.push(tokio::spawn(stream_accept_loop(l, t, b, s, alive.clone())));
         }
         // The API's connections carried here by followers (served as the
         // API's own, with the client's address).
@@ -367,6 +386,7 @@ impl Server {
             addr: amqp_addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
             amqps_addr,
             stream_addr,
+            stream_tls_addr,
             tls,
             management_tls_addr,
             prometheus_tls_addr,
@@ -471,22 +491,46 @@ async fn accept_loop(
     }
 }
 
-/// Accepts on the stream protocol's listener.
+/// Accepts on a stream protocol listener; with `tls`, each connection's
+/// TLS handshake runs on its own task, as on the AMQPS listener.
 async fn stream_accept_loop(
     listener: TcpListener,
+    tls: Option<Arc<crate::tls::Tls>>,
     broker: Arc<Broker>,
     mut stop: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
 ) {
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_TLS_HANDSHAKES));
     loop {
+        let permit = match &tls {
+            Some(_) => tokio::select! {
+                p = Arc::clone(&handshakes).acquire_owned() => match p {
+                    Ok(p) => Some(p),
+                    Err(_) => break,
+                },
+                _ = stop.changed() => break,
+            },
+            None => None,
+        };
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
                     let _ = socket.set_nodelay(true);
                     let Ok(local) = socket.local_addr() else { continue };
                     let (broker, stop, alive) = (Arc::clone(&broker), stop.clone(), alive.clone());
+                    let tls = tls.clone();
                     tokio::spawn(async move {
-                        crate::stream_protocol::serve(socket, peer, local, broker, stop).await;
+                        use crate::stream_protocol::{serve, serve_tls};
+                        match tls {
+                            None => serve(socket, peer, local, broker, stop).await,
+                            Some(tls) => {
+                                let Some(t) = tls_handshake(&tls, socket, peer).await else {
+                                    return;
+                                };
+                                drop(permit);
+                                serve_tls(t, peer, local, broker, stop).await;
+                            }
+                        }
                         drop(alive);
                     });
                 }

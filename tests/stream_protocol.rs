@@ -3,7 +3,8 @@
 //! with confirms, every offset specification, credit, stored offsets, a
 //! named publisher's deduplication across reconnects and a restart, a
 //! message published over AMQP 0-9-1 read over the stream protocol with
-//! its properties, and the refusals a client can see.
+//! its properties and one published here read over AMQP 0-9-1 and the
+//! management API with its properties, and the refusals a client can see.
 
 mod common;
 
@@ -234,6 +235,102 @@ async fn properties_survive_the_trip_and_amqp_091_messages_read_as_amqp_10() {
     assert!(seen[1].2.contains("m-2"), "{:?}", seen[1]);
     assert!(seen[1].3.contains("application/json"), "{:?}", seen[1]);
     assert!(seen[1].4.contains("red"), "{:?}", seen[1]);
+}
+
+/// POST `body` to the management API at `path`: (status, body).
+async fn api_post(b: &TestBroker, path: &str, body: &str) -> (u16, String) {
+    let addr = b.api.expect("the management API is on");
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    // "guest:guest" in base64.
+    let req = format!(
+        "POST {path} HTTP/1.0\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.expect("send");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.expect("read");
+    let text = String::from_utf8(raw).expect("UTF-8");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok());
+    (status.unwrap_or(0), body.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_protocol_message_reads_over_amqp_091_and_the_api_with_its_properties() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut c = config(tmp.path());
+    c.stream_port = Port::On(0);
+    c.management_port = Port::On(0);
+    let b = start_in(tmp, c).await;
+    let env = env(&b).await;
+    env.stream_creator().create("events").await.unwrap();
+    let producer = env.producer().build("events").await.unwrap();
+    for i in 0..2u32 {
+        let m = Message::builder()
+            .body(format!("event {i}").into_bytes())
+            .properties()
+            .message_id(format!("e-{i}"))
+            .correlation_id(7u64)
+            .content_type("application/json")
+            .group_id("billing")
+            .message_builder()
+            .application_properties()
+            .insert("colour", "red")
+            .insert("n", i as i32)
+            .message_builder()
+            .build();
+        assert!(producer.send_with_confirm(m).await.unwrap().confirmed());
+    }
+    // An AMQP 0-9-1 consumer of the stream.
+    let (_c, ch) = b.channel().await;
+    ch.basic_qos(10, Default::default()).await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert(
+        ShortString::from("x-stream-offset"),
+        AMQPValue::LongString(LongString::from("first")),
+    );
+    let mut consumer = ch
+        .basic_consume("events".into(), "reader".into(), Default::default(), args)
+        .await
+        .unwrap();
+    for i in 0..2u32 {
+        let d = next(&mut consumer).await.expect("a delivery");
+        assert_eq!(d.data, format!("event {i}").into_bytes());
+        let p = &d.properties;
+        assert_eq!(
+            p.message_id().as_ref().map(|s| s.as_str()),
+            Some(&*format!("e-{i}"))
+        );
+        assert_eq!(p.correlation_id().as_ref().map(|s| s.as_str()), Some("7"));
+        assert_eq!(
+            p.content_type().as_ref().map(|s| s.as_str()),
+            Some("application/json")
+        );
+        assert_eq!(p.app_id().as_ref().map(|s| s.as_str()), Some("billing"));
+        let h = p.headers().as_ref().expect("headers").inner().clone();
+        assert_eq!(h.get("colour"), Some(&AMQPValue::LongString("red".into())));
+        assert_eq!(h.get("n"), Some(&AMQPValue::LongInt(i as i32)));
+        assert_eq!(
+            h.get("x-stream-offset"),
+            Some(&AMQPValue::LongLongInt(i as i64))
+        );
+        assert_eq!(h.get("x-amqp-1.0"), None, "the stored marker is not shown");
+        d.ack(Default::default()).await.unwrap();
+    }
+    // The management API's get.
+    let (status, body) = api_post(
+        &b,
+        "/api/queues/%2f/events/get",
+        r#"{"count":1,"ackmode":"ack_requeue_true","encoding":"auto","offset":1}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let got: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(got[0]["payload"], "event 1");
+    assert_eq!(got[0]["properties"]["message_id"], "e-1");
+    assert_eq!(got[0]["properties"]["headers"]["colour"], "red");
+    assert_eq!(got[0]["properties"]["headers"]["x-stream-offset"], 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -489,4 +586,60 @@ async fn a_subscribe_without_properties_and_a_forged_marker() {
     assert_eq!(&ok[..6], &[0, 0, 0, 9, 0, 1], "subscribed");
     let chunk = read_until(&mut s, 8).await;
     assert_eq!(chunk[0], 1, "a chunk for subscription 1");
+}
+
+/// Two publishers with one reference on one stream (a reconnect racing
+/// the connection it replaces) share the stream's record of the highest
+/// id: what one stored, the other's resend does not store again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishers_sharing_a_reference_share_its_deduplication() {
+    let b = start_streams().await;
+    let (env1, env2) = (env(&b).await, env(&b).await);
+    env1.stream_creator().create("shared").await.unwrap();
+    // Both declared before either publishes.
+    let mut old = env1.producer().name("app").build("shared").await.unwrap();
+    let mut new = env2.producer().name("app").build("shared").await.unwrap();
+    for id in 0..10 {
+        let m = Message::builder().body(body(id)).publishing_id(id).build();
+        assert!(new.send_with_confirm(m).await.unwrap().confirmed());
+    }
+    // The old connection resends 5..11: 5..9 are duplicates.
+    for id in 5..12 {
+        let m = Message::builder().body(body(id)).publishing_id(id).build();
+        assert!(old.send_with_confirm(m).await.unwrap().confirmed());
+    }
+    let mut c = env1
+        .consumer()
+        .offset(OffsetSpecification::First)
+        .build("shared")
+        .await
+        .unwrap();
+    let got = take(&mut c, 12).await;
+    let want: Vec<_> = (0..12).map(|id| (id, body(id))).collect();
+    assert_eq!(got, want, "each publishing id stored once");
+    assert_nothing_more(&mut c).await;
+    old.close().await.unwrap();
+    new.close().await.unwrap();
+}
+
+/// A subscription without credit still learns that its stream was
+/// deleted (MetadataUpdate "stream not available").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_without_credit_is_told_its_stream_went() {
+    let b = start_streams().await;
+    let env = env(&b).await;
+    env.stream_creator().create("going").await.unwrap();
+    let mut s = raw_open(&b).await;
+    let mut sub = vec![0, 0, 0, 9, 1];
+    sub.extend(string("going"));
+    sub.extend([0, 1]); // first
+    sub.extend([0, 0]); // no credit
+    sub.extend([0, 0, 0, 0]); // no properties
+    send_frame(&mut s, 7, &sub).await;
+    let ok = read_until(&mut s, 0x8007).await;
+    assert_eq!(&ok[..6], &[0, 0, 0, 9, 0, 1], "subscribed");
+    env.delete_stream("going").await.unwrap();
+    let update = read_until(&mut s, 16).await;
+    assert_eq!(&update[..2], &[0, 6], "stream not available");
+    assert_eq!(&update[2..], &string("going")[..]);
 }

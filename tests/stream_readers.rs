@@ -161,6 +161,13 @@ async fn a_tracked_reader_resumes_at_its_first_unacked_offset() {
         AMQPValue::LongLongInt(1),
     )]);
     expect_code(reader_with(&conn, "tracked", "t", 10, bad).await, 406);
+    // Names starting with a NUL are the stream protocol's (a publisher's
+    // sequence is kept as "\0publisher\0<reference>").
+    let got = expect_code(
+        reader_with(&conn, "tracked", "\0publisher\0app", 10, tracked(None)).await,
+        406,
+    );
+    assert!(got.contains("NUL"), "{got}");
 
     // The first attach starts where x-stream-offset says.
     let (rch, mut c) = reader_with(&conn, "tracked", "app-1", 10, tracked(Some("first")))

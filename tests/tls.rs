@@ -4,8 +4,9 @@
 //! refused), SASL EXTERNAL by subject, common name or alternative name,
 //! amqprs as a second client, plain AMQP on the TLS port and TLS on the
 //! plain port closed cleanly and quickly, certificates reloaded without
-//! dropping established connections, and the management API and metrics
-//! over HTTPS (rabbitmq_http_client).
+//! dropping established connections, the management API and metrics
+//! over HTTPS (rabbitmq_http_client), and RabbitMQ's stream protocol over
+//! TLS (its Rust client; SASL EXTERNAL there too).
 
 mod common;
 
@@ -745,4 +746,161 @@ async fn rsa_and_ec_keys_and_a_chain_serve_amqps_alone() {
             .unwrap_or_else(|e| panic!("{chain}: {e:?}"));
         round_trip(&conn, "alone.q").await;
     }
+}
+
+/// A raw stream protocol frame: key, version 1, then `body`.
+fn stream_frame(key: u16, body: &[u8]) -> Vec<u8> {
+    let mut f = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+    f.extend_from_slice(&key.to_be_bytes());
+    f.extend_from_slice(&1u16.to_be_bytes());
+    f.extend_from_slice(body);
+    f
+}
+
+/// A stream protocol string: its length (u16), then its bytes.
+fn stream_string(s: &str) -> Vec<u8> {
+    let mut b = (s.len() as u16).to_be_bytes().to_vec();
+    b.extend_from_slice(s.as_bytes());
+    b
+}
+
+/// Reads frames until one with `key` (a response has the high bit set);
+/// its body after the key and version.
+async fn stream_read<S: tokio::io::AsyncRead + Unpin>(s: &mut S, key: u16) -> Vec<u8> {
+    loop {
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).await.expect("a frame");
+        let mut f = vec![0u8; u32::from_be_bytes(len) as usize];
+        s.read_exact(&mut f).await.expect("its body");
+        if u16::from_be_bytes([f[0], f[1]]) == key {
+            return f[4..].to_vec();
+        }
+    }
+}
+
+/// A stream protocol handshake over TLS with `client`'s certificate, up
+/// to SASL: the mechanisms offered and the answer to EXTERNAL (a response
+/// code), then (if it was OK) tune and open of "/".
+async fn stream_external(
+    addr: std::net::SocketAddr,
+    ca: &str,
+    client: &Issued,
+) -> (String, u16, Option<u16>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let chain: Vec<_> = CertificateDer::pem_slice_iter(client.cert.as_bytes())
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_slice(client.key.as_bytes()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut s = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .expect("TLS handshake");
+    let correlation = 1u32.to_be_bytes();
+    // Peer properties (none), then the SASL handshake.
+    let mut body = correlation.to_vec();
+    body.extend_from_slice(&0u32.to_be_bytes());
+    s.write_all(&stream_frame(17, &body)).await.unwrap();
+    stream_read(&mut s, 0x8000 | 17).await;
+    s.write_all(&stream_frame(18, &correlation)).await.unwrap();
+    let r = stream_read(&mut s, 0x8000 | 18).await;
+    let count = u32::from_be_bytes(r[6..10].try_into().unwrap()) as usize;
+    let (mut at, mut mechanisms) = (10, Vec::new());
+    for _ in 0..count {
+        let n = u16::from_be_bytes([r[at], r[at + 1]]) as usize;
+        mechanisms.push(String::from_utf8(r[at + 2..at + 2 + n].to_vec()).unwrap());
+        at += 2 + n;
+    }
+    let mut body = correlation.to_vec();
+    body.extend_from_slice(&stream_string("EXTERNAL"));
+    body.extend_from_slice(&0u32.to_be_bytes());
+    s.write_all(&stream_frame(19, &body)).await.unwrap();
+    let r = stream_read(&mut s, 0x8000 | 19).await;
+    let code = u16::from_be_bytes([r[4], r[5]]);
+    if code != 1 {
+        return (mechanisms.join(" "), code, None);
+    }
+    // The server's tune; answered with the same values; then open "/".
+    let tune = stream_read(&mut s, 20).await;
+    s.write_all(&stream_frame(20, &tune)).await.unwrap();
+    let mut body = correlation.to_vec();
+    body.extend_from_slice(&stream_string("/"));
+    s.write_all(&stream_frame(21, &body)).await.unwrap();
+    let r = stream_read(&mut s, 0x8000 | 21).await;
+    (
+        mechanisms.join(" "),
+        code,
+        Some(u16::from_be_bytes([r[4], r[5]])),
+    )
+}
+
+/// The stream protocol on its TLS port: RabbitMQ's Rust stream client
+/// verifies the server and publishes and consumes over it, and a client
+/// certificate logs in with SASL EXTERNAL as on AMQPS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_protocol_over_tls_with_plain_and_external() {
+    use futures::StreamExt;
+    use rabbitmq_stream_client::types::{Message, OffsetSpecification};
+    use rabbitmq_stream_client::{Environment, TlsConfiguration};
+    let (ca, certs) = ca_and_server("Warren test CA", "localhost");
+    let (b, _) = start_tls_with(certs.path(), false, |c| {
+        c.stream_tls_port = Some(Port::On(0));
+    })
+    .await;
+    let server = b.server.as_ref().unwrap();
+    assert_eq!(server.stream_addr, None, "the plain stream port is off");
+    let addr = server.stream_tls_addr.expect("the stream TLS listener");
+    let tls = TlsConfiguration::builder()
+        .add_root_certificates(certs.path().join("ca.pem"))
+        .build()
+        .unwrap();
+    let env = Environment::builder()
+        .host("localhost")
+        .port(addr.port())
+        .tls(tls)
+        .build()
+        .await
+        .expect("PLAIN over TLS");
+    env.stream_creator().create("secure").await.unwrap();
+    let producer = env.producer().build("secure").await.unwrap();
+    let m = Message::builder().body(b"over tls".to_vec()).build();
+    assert!(producer.send_with_confirm(m).await.unwrap().confirmed());
+    let mut consumer = env
+        .consumer()
+        .offset(OffsetSpecification::First)
+        .build("secure")
+        .await
+        .unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(10), consumer.next())
+        .await
+        .expect("a delivery in time")
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.message().data(), Some(&b"over tls"[..]));
+    // EXTERNAL: offered with a verified certificate; the user must exist.
+    let client = ca.issue("stream-app", false, false);
+    let (mechanisms, code, _) = stream_external(addr, &ca.pem(), &client).await;
+    assert_eq!(mechanisms, "PLAIN EXTERNAL");
+    assert_eq!(code, 0x08, "no such user: authentication failure");
+    add_certificate_user(&b, "CN=stream-app");
+    let (_, code, opened) = stream_external(addr, &ca.pem(), &client).await;
+    assert_eq!((code, opened), (1, Some(1)), "logged in and opened /");
+    // Plain bytes on the TLS port are closed at once.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(&stream_frame(17, &[0, 0, 0, 1, 0, 0, 0, 0]))
+        .await
+        .unwrap();
+    assert!(ends_soon(&mut s).await);
 }

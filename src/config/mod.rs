@@ -39,6 +39,10 @@ pub struct Config {
     /// RabbitMQ's stream protocol port (0 = any free port, off = none);
     /// it binds `bind`.
     pub stream_port: Port,
+    /// The stream protocol over TLS (0 = any free port, off = none); unset:
+    /// 5551 when `tls.certfile` is set and `stream_port` is on, else off.
+    /// It binds `bind` and uses the `[tls]` certificate and client rules.
+    pub stream_tls_port: Option<Port>,
     /// The host the stream protocol's Metadata names for this node
     /// (RabbitMQ's stream.advertised_host); unset: the address the client
     /// connected to.
@@ -140,6 +144,7 @@ impl Default for Config {
             amqps_port: None,
             tls: TlsConfig::default(),
             stream_port: Port::On(5552),
+            stream_tls_port: None,
             stream_advertised_host: None,
             stream_advertised_port: None,
             management: ManagementConfig::default(),
@@ -217,6 +222,11 @@ pub struct Cli {
     /// [default: 5552].
     #[arg(long, value_name = "N|off")]
     pub stream_port: Option<Port>,
+    /// The stream protocol over TLS; 0 = any free port, off = none
+    /// [default: 5551 when a certificate is configured and --stream-port
+    /// is on].
+    #[arg(long, value_name = "N|off")]
+    pub stream_tls_port: Option<Port>,
     /// The host the stream protocol's Metadata names for this node
     /// (behind NAT, containers or a load balancer) [default: the address
     /// the client connected to].
@@ -325,6 +335,17 @@ impl Config {
         }
     }
 
+    /// The stream protocol's TLS port: as set, else 5551 with a
+    /// certificate while the plain stream port is on.
+    pub fn stream_tls_port(&self) -> Port {
+        let plain = self.stream_port.get().is_some();
+        match (self.stream_tls_port, self.tls.enabled() && plain) {
+            (Some(p), _) => p,
+            (None, true) => Port::On(5551),
+            (None, false) => Port::Off,
+        }
+    }
+
     /// The HTTPS API's TLS settings, if it has a certificate.
     pub fn management_tls(&self) -> Option<&TlsConfig> {
         self.management_tls
@@ -410,6 +431,9 @@ impl Cli {
         }
         if let Some(v) = self.stream_port {
             c.stream_port = v;
+        }
+        if let Some(v) = self.stream_tls_port {
+            c.stream_tls_port = Some(v);
         }
         if let Some(v) = self.stream_advertised_host {
             c.stream_advertised_host = Some(v);
@@ -518,6 +542,11 @@ impl Cli {
                 "amqps_port needs tls.certfile and tls.keyfile (--tls-cert, --tls-key)".into(),
             );
         }
+        if c.stream_tls_port.and_then(Port::get).is_some() && !c.tls.enabled() {
+            return Err(
+                "stream_tls_port needs tls.certfile and tls.keyfile (--tls-cert, --tls-key)".into(),
+            );
+        }
         if c.default_pass.is_empty() {
             return Err(
                 "default_pass is blank: a blank password never logs in; give the default user a \
@@ -602,6 +631,8 @@ mod tests {
         assert_eq!(c.amqps_port(), Port::On(5671));
         assert_eq!(c.management_tls_port(), Port::On(15671));
         assert_eq!(c.prometheus_tls_port(), Port::On(15691));
+        assert_eq!(c.stream_tls_port(), Port::On(5551));
+        assert_eq!(none.stream_tls_port(), Port::Off);
         let off = Cli::parse_from([
             "warren",
             "--tls-cert",
@@ -615,6 +646,21 @@ mod tests {
         .unwrap();
         assert_eq!(off.amqps_port(), Port::Off);
         assert!(Cli::parse_from(["warren", "--amqps-port", "5671"])
+            .into_config()
+            .is_err());
+        // The stream protocol's TLS port follows its plain port unless set.
+        let tls = ["warren", "--tls-cert", "c.pem", "--tls-key", "k.pem"];
+        let streams_off = [&tls[..], &["--stream-port", "off"]].concat();
+        let c = Cli::parse_from(streams_off).into_config().unwrap();
+        assert_eq!(c.stream_tls_port(), Port::Off);
+        let only_tls = [
+            &tls[..],
+            &["--stream-port", "off", "--stream-tls-port", "7551"],
+        ]
+        .concat();
+        let c = Cli::parse_from(only_tls).into_config().unwrap();
+        assert_eq!(c.stream_tls_port(), Port::On(7551));
+        assert!(Cli::parse_from(["warren", "--stream-tls-port", "5551"])
             .into_config()
             .is_err());
     }

@@ -82,7 +82,7 @@ pub async fn run<R: AsyncRead + Unpin>(
     let _beating = Abort(beating);
     let frame_max = s.frame_max;
     let mut c = Conn {
-        confirmer: Confirmer::start(Arc::clone(&broker.store), out.clone()),
+        confirmer: Confirmer::start(Arc::clone(&broker.store), out.clone(), frame_max),
         s,
         broker,
         out,
@@ -407,7 +407,7 @@ impl Conn {
         if self.publishers.contains_key(&id) {
             return PRECONDITION_FAILED;
         }
-        let named = match reference {
+        let reference = match reference {
             None => None,
             Some(r) if !valid_reference(r) => return PRECONDITION_FAILED,
             // One publisher per reference and stream on a connection.
@@ -415,21 +415,18 @@ impl Conn {
                 if self
                     .publishers
                     .values()
-                    .any(|p| p.stream == stream && p.named.as_ref().is_some_and(|n| n.0 == r)) =>
+                    .any(|p| p.stream == stream && p.reference.as_deref() == Some(r)) =>
             {
                 return PRECONDITION_FAILED
             }
-            Some(r) => match self.tracked(&queue, &publish::sequence_name(r)) {
-                Ok(last) => Some((r.to_string(), last)),
-                Err(_) => return INTERNAL_ERROR,
-            },
+            Some(r) => Some(r.to_string()),
         };
         self.publishers.insert(
             id,
             Publisher {
                 stream: stream.to_string(),
                 queue,
-                named,
+                reference,
             },
         );
         OK

@@ -2,8 +2,9 @@
 //! protocol RabbitMQ's stream clients speak, serving the same streams as
 //! AMQP 0-9-1's `x-queue-type=stream` queues.
 //!
-//! A connection (this file) goes through RabbitMQ's handshake: peer
-//! properties, SASL (PLAIN), tune (frame max, heartbeat), open (a vhost
+//! A connection (this file; plain on 5552, TLS on 5551) goes through
+//! RabbitMQ's handshake: peer properties, SASL (PLAIN; EXTERNAL with a
+//! verified client certificate on TLS), tune (frame max, heartbeat), open (a vhost
 //! the user has a permission on); then conn.rs serves its commands:
 //! streams created and deleted, metadata, publishers (publish.rs:
 //! confirms once the group commit covers a batch, deduplication by
@@ -65,9 +66,52 @@ pub async fn serve(
     peer: SocketAddr,
     local: SocketAddr,
     broker: Arc<Broker>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let (mut rd, wr) = socket.into_split();
+    let (rd, wr) = socket.into_split();
+    run(rd, wr, peer, local, None, broker, stop).await;
+}
+
+/// Serves one connection to the stream protocol's TLS port (past the TLS
+/// handshake) until it ends or `stop`. A client certificate verified in
+/// the handshake offers SASL `EXTERNAL`, with the user name taken from
+/// it as on AMQPS.
+pub async fn serve_tls(
+    socket: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    peer: SocketAddr,
+    local: SocketAddr,
+    broker: Arc<Broker>,
+    stop: watch::Receiver<bool>,
+) {
+    let certificate = socket
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec());
+    let external = certificate.and_then(|der| {
+        crate::tls::identity::login_name(&der, &broker.config.tls)
+            .map_err(|e| warn!(%peer, "no EXTERNAL login from the client certificate: {e}"))
+            .ok()
+    });
+    let (rd, wr) = tokio::io::split(socket);
+    run(rd, wr, peer, local, external, broker, stop).await;
+}
+
+/// A connection on either listener: `external` is the user a verified
+/// client certificate names (TLS only).
+async fn run<R, W>(
+    mut rd: R,
+    wr: W,
+    peer: SocketAddr,
+    local: SocketAddr,
+    external: Option<String>,
+    broker: Arc<Broker>,
+    mut stop: watch::Receiver<bool>,
+) where
+    R: AsyncRead + Unpin + Send,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (out, writer) = out::start(wr);
     let advertised = (
         broker
@@ -79,7 +123,7 @@ pub async fn serve(
     );
     let limit = Duration::from_millis(broker.config.handshake_timeout);
     let session = tokio::select! {
-        s = tokio::time::timeout(limit, handshake(&mut rd, &out, peer, &broker, advertised)) => s,
+        s = tokio::time::timeout(limit, handshake(&mut rd, &out, peer, external, &broker, advertised)) => s,
         _ = stop.changed() => return,
     };
     let session = match session {
@@ -111,6 +155,7 @@ async fn handshake<R: AsyncRead + Unpin>(
     rd: &mut R,
     out: &Out,
     peer: SocketAddr,
+    external: Option<String>,
     broker: &Arc<Broker>,
     advertised: (String, u16),
 ) -> Result<Session, String> {
@@ -175,10 +220,16 @@ async fn handshake<R: AsyncRead + Unpin>(
                 .await;
             }
             SASL_HANDSHAKE => {
+                let mechanisms: &[&str] = match external {
+                    Some(_) => &["PLAIN", "EXTERNAL"],
+                    None => &["PLAIN"],
+                };
                 out.write(|o| {
                     wire::response(o, key, correlation, OK, |o| {
-                        o.put_u32(1);
-                        wire::put_str(o, "PLAIN");
+                        o.put_u32(mechanisms.len() as u32);
+                        for m in mechanisms {
+                            wire::put_str(o, m);
+                        }
                     })
                 })
                 .await;
@@ -187,6 +238,24 @@ async fn handshake<R: AsyncRead + Unpin>(
                 let (Ok(mechanism), Ok(data)) = (f.string(), f.bytes()) else {
                     return Err("a malformed SASL authenticate".into());
                 };
+                if let ("EXTERNAL", Some(name)) = (mechanism, &external) {
+                    // The certificate's name; the response (an authzid,
+                    // if anything) is not used, as in RabbitMQ.
+                    if !broker.authenticate_external(name, peer.ip()) {
+                        out.write(|o| {
+                            wire::response(o, key, correlation, AUTHENTICATION_FAILURE, |_| {})
+                        })
+                        .await;
+                        return Err(format!("EXTERNAL login refused for user '{name}'"));
+                    }
+                    user = Some(name.clone());
+                    out.write(|o| {
+                        wire::response(o, key, correlation, OK, |_| {});
+                        put_tune(o);
+                    })
+                    .await;
+                    continue;
+                }
                 if mechanism != "PLAIN" {
                     out.write(|o| {
                         wire::response(o, key, correlation, SASL_MECHANISM_NOT_SUPPORTED, |_| {})
@@ -220,10 +289,7 @@ async fn handshake<R: AsyncRead + Unpin>(
                 user = Some(name);
                 out.write(|o| {
                     wire::response(o, key, correlation, OK, |_| {});
-                    wire::frame(o, TUNE, 1, |o| {
-                        o.put_u32(FRAME_MAX);
-                        o.put_u32(HEARTBEAT_SECS);
-                    });
+                    put_tune(o);
                 })
                 .await;
             }
@@ -287,4 +353,12 @@ async fn handshake<R: AsyncRead + Unpin>(
             }
         }
     }
+}
+
+/// The server's tune, sent after a successful authentication.
+fn put_tune(o: &mut bytes::BytesMut) {
+    wire::frame(o, TUNE, 1, |o| {
+        o.put_u32(FRAME_MAX);
+        o.put_u32(HEARTBEAT_SECS);
+    });
 }

@@ -32,9 +32,8 @@ pub fn sequence_name(reference: &str) -> String {
 pub struct Publisher {
     pub stream: String,
     pub queue: Arc<Queue>,
-    /// Its reference, and the highest publishing id stored under it (None:
-    /// none yet, so id 0 is new too).
-    pub named: Option<(String, Option<u64>)>,
+    /// Its reference, if it has one (then it is deduplicated).
+    pub reference: Option<String>,
 }
 
 /// One batch's outcome: ids to confirm (once `ticket` is committed) and
@@ -57,6 +56,26 @@ impl Publisher {
     ) -> Result<Outcome, wire::Malformed> {
         let mut out = Outcome::default();
         let gone = self.queue.is_deleted();
+        // A named publisher's ids are checked against the highest stored
+        // under its reference on the stream (not a copy of its own: a
+        // publisher of the same name elsewhere may have moved it), under
+        // the stream's dedup guard for the whole batch.
+        let stream = self.queue.stream();
+        let sequence = self.reference.as_deref().map(sequence_name);
+        let _guard = match (&sequence, &stream) {
+            (Some(_), Some(s)) => Some(s.dedup_guard()),
+            _ => None,
+        };
+        let (mut last, mut unreadable) = (None, false);
+        if let (Some(name), Some(s)) = (&sequence, &stream) {
+            match s.tracked(&self.queue, name) {
+                Ok(l) => last = l,
+                Err(e) => {
+                    tracing::error!(stream = %self.stream, "cannot read a publisher's sequence: {e}");
+                    unreadable = true;
+                }
+            }
+        }
         let mut moved = false;
         for _ in 0..count {
             let id = f.u64()?;
@@ -73,15 +92,17 @@ impl Publisher {
                 out.errors.push((id, STREAM_DOES_NOT_EXIST));
                 continue;
             }
+            if unreadable {
+                out.errors.push((id, INTERNAL_ERROR));
+                continue;
+            }
             if body.len() as u64 > max_size {
                 out.errors.push((id, PRECONDITION_FAILED));
                 continue;
             }
-            if let Some((_, Some(last))) = &self.named {
-                if id <= *last {
-                    out.confirm.push(id);
-                    continue;
-                }
+            if sequence.is_some() && last.is_some_and(|l| id <= l) {
+                out.confirm.push(id);
+                continue;
             }
             let msg = Message::new(
                 b"",
@@ -93,8 +114,8 @@ impl Publisher {
             match self.queue.push(&Arc::new(msg)) {
                 Ok(p) if p.stored => {
                     out.confirm.push(id);
-                    if let Some((_, last)) = &mut self.named {
-                        *last = Some(id);
+                    if sequence.is_some() {
+                        last = Some(id);
                         moved = true;
                     }
                 }
@@ -106,10 +127,8 @@ impl Publisher {
                 }
             }
         }
-        if let (true, Some((reference, Some(last))), Some(stream)) =
-            (moved, &self.named, self.queue.stream())
-        {
-            stream.store_tracked(&self.queue, &sequence_name(reference), *last);
+        if let (true, Some(name), Some(stream), Some(last)) = (moved, &sequence, &stream, last) {
+            stream.store_tracked(&self.queue, name, last);
         }
         Ok(out)
     }
@@ -152,10 +171,16 @@ impl Drop for Confirmer {
 
 impl Confirmer {
     /// Starts the task; it ends with the connection (its `Out` closed or
-    /// this dropped).
-    pub fn start(store: Arc<Store>, out: Out) -> Confirmer {
+    /// this dropped). Its frames stay within `frame_max`. A journal that
+    /// failed a commit never confirms again: the client is told so with
+    /// a close (it reconnects, in a cluster to the new leader) rather
+    /// than left waiting.
+    pub fn start(store: Arc<Store>, out: Out, frame_max: u32) -> Confirmer {
         let (tx, mut rx) = mpsc::channel::<(u64, u8, Vec<u64>)>(UNCONFIRMED);
+        // Ids in one confirm frame, at most (a frame's header is 13 bytes).
+        let per_frame = ((frame_max as usize).saturating_sub(64) / 8).max(1);
         let task = tokio::spawn(async move {
+            let mut check = tokio::time::interval(std::time::Duration::from_millis(100));
             let mut flushed = store.flushed();
             let mut waiting: VecDeque<(u64, u8, Vec<u64>)> = VecDeque::new();
             loop {
@@ -181,6 +206,18 @@ impl Confirmer {
                             Some(b) => waiting.push_back(b),
                             None => return,
                         },
+                        _ = check.tick() => if !store.journal_open() {
+                            tracing::error!("the store failed a commit: closing a stream connection");
+                            out.write(|o| {
+                                wire::frame(o, CLOSE, 1, |o| {
+                                    o.put_u32(0);
+                                    o.put_u16(INTERNAL_ERROR);
+                                    wire::put_str(o, "the store failed a commit");
+                                })
+                            })
+                            .await;
+                            return;
+                        },
                     }
                     continue;
                 }
@@ -200,13 +237,15 @@ impl Confirmer {
                             ids.extend(more);
                         }
                     }
-                    wire::frame(&mut frames, PUBLISH_CONFIRM, 1, |o| {
-                        o.put_u8(publisher);
-                        o.put_u32(ids.len() as u32);
-                        for id in ids {
-                            o.put_u64(id);
-                        }
-                    });
+                    for ids in ids.chunks(per_frame) {
+                        wire::frame(&mut frames, PUBLISH_CONFIRM, 1, |o| {
+                            o.put_u8(publisher);
+                            o.put_u32(ids.len() as u32);
+                            for &id in ids {
+                                o.put_u64(id);
+                            }
+                        });
+                    }
                 }
                 if !out.send(frames.freeze()).await {
                     return;

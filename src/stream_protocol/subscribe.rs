@@ -89,7 +89,22 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
     let mut committed = store.flushed();
     let after_commit = store.delivers_after_commit();
     loop {
-        let Ok(permit) = credit.acquire().await else {
+        // Without credit it still notices its stream go (each second).
+        let permit = loop {
+            tokio::select! {
+                p = credit.acquire() => break p,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                    if queue.stream().is_none_or(|s| s.is_gone()) {
+                        gone(&out, &name).await;
+                        return;
+                    }
+                    if out.closed() {
+                        return;
+                    }
+                }
+            }
+        };
+        let Ok(permit) = permit else {
             return;
         };
         permit.forget();
@@ -109,7 +124,10 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
             let batch = match read {
                 Ok(Some(Ok(b))) => b,
                 Ok(Some(Err(e))) => {
+                    // The client is told the stream is not available (it
+                    // may subscribe again), rather than left waiting.
                     tracing::error!(stream = %name, "a subscription cannot read: {e}");
+                    gone(&out, &name).await;
                     return;
                 }
                 _ => return,

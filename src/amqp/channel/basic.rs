@@ -335,6 +335,14 @@ impl Channel {
                 tracking::ARGUMENT
             )));
         }
+        // Names starting with a NUL are the stream protocol's (its stored
+        // offsets and publisher sequences): not for a consumer tag.
+        if tracked && m.consumer_tag.as_str().starts_with('\0') {
+            return Err(ProtocolError::precondition_failed(format!(
+                "{} needs a consumer tag that does not start with a NUL",
+                tracking::ARGUMENT
+            )));
+        }
         Ok(ReadSpec {
             start,
             filter,

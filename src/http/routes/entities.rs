@@ -604,7 +604,8 @@ async fn stream_get(
         .iter()
         .map(|(o, m)| {
             let remaining = u32::try_from(next.saturating_sub(o + 1)).unwrap_or(u32::MAX);
-            message::to_json(m, false, remaining, base64, truncate)
+            let m = crate::message::amqp10::readable(Arc::clone(m), *o);
+            message::to_json(&m, false, remaining, base64, truncate)
         })
         .collect();
     Ok(Json(Value::Array(out)))

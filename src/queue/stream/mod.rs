@@ -37,7 +37,7 @@ use amq_protocol::types::AMQPValue;
 use parking_lot::Mutex;
 
 use super::{Consumer, Entry, Queue, Refused, Settle, Unacked};
-use crate::message::Message;
+use crate::message::{amqp10, Message};
 use crate::store;
 pub use filter::Filter;
 pub use offset::Start;
@@ -80,6 +80,9 @@ pub struct Stream {
     /// Readers outside the queue's (the stream protocol's) waiting for
     /// an append.
     pub appended: Appended,
+    /// Held while a named stream protocol publisher checks its ids
+    /// against the highest stored and appends (`dedup_guard`).
+    dedup: Mutex<()>,
 }
 
 /// Wakes the tasks waiting for a stream's next append, costing an append
@@ -329,6 +332,12 @@ pub fn watch_retention(queue: &Arc<Queue>) {
 /// start at 1).
 fn seq_of(offset: u64) -> u64 {
     offset + 1
+}
+
+/// The offset of the store's sequence number `seq` (readers that read
+/// the store directly: a follower's).
+pub fn offset_of(seq: u64) -> u64 {
+    seq.saturating_sub(1)
 }
 
 impl Stream {
@@ -583,6 +592,16 @@ impl Stream {
         self.track(queue, name, offset);
     }
 
+    /// Held by a named publisher (the stream protocol's) for one batch:
+    /// reading the highest publishing id stored under its reference,
+    /// appending what is above it and recording the new highest happen
+    /// under it, so two publishers with one reference (a reconnect racing
+    /// the old connection) never both store an id, and the recorded id
+    /// only grows.
+    pub fn dedup_guard(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.dedup.lock()
+    }
+
     /// What is recorded under `name`: the newest write, committed or
     /// about to be.
     pub fn tracked(&self, queue: &Queue, name: &str) -> store::Result<Option<u64>> {
@@ -728,6 +747,9 @@ impl Stream {
                 if offset >= end {
                     break;
                 }
+                // Readers here speak AMQP 0-9-1: a stream protocol
+                // publisher's message is read as that.
+                let msg = amqp10::readable(msg, offset);
                 let r = &mut log.readers[i];
                 if r.filter.as_ref().is_some_and(|f| !f.matches(&msg)) {
                     r.cursor = offset + 1;

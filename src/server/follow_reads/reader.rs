@@ -15,8 +15,8 @@ use tracing::warn;
 
 use super::conn::Handle;
 use super::{Reads, Shared};
-use crate::message::Message;
-use crate::queue::stream::{Filter, Start};
+use crate::message::{amqp10, Message};
+use crate::queue::stream::{offset_of, Filter, Start};
 use crate::store::{self, Store};
 
 /// Messages read back at once, and their body bytes at the most.
@@ -154,7 +154,14 @@ pub(super) async fn serve(
                     }
                     continue;
                 }
-                Ok(batch) => ahead = batch.into(),
+                // Readers here speak AMQP 0-9-1: a stream protocol
+                // publisher's message is read as that.
+                Ok(batch) => {
+                    ahead = batch
+                        .into_iter()
+                        .map(|(seq, m)| (seq, amqp10::readable(m, offset_of(seq))))
+                        .collect()
+                }
             }
         }
         let mut sent = 0;

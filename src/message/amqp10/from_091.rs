@@ -1,44 +1,15 @@
-//! Messages in AMQP 1.0's format, as RabbitMQ's stream protocol carries
-//! them (each entry of a chunk is an AMQP 1.0 message: its sections
-//! encoded one after the other).
-//!
-//! A message published over the stream protocol is stored as it came:
-//! its AMQP 1.0 bytes are the stored message's body, and its property
-//! list is `STORED_PROPS` (only a headers table with the one entry
-//! `x-amqp-1.0`), which says so; a stream reader over the stream protocol
-//! is handed those bytes unchanged. A message published over AMQP 0-9-1
-//! is written as AMQP 1.0 when a reader over the stream protocol takes it
-//! (`encode_091`), with RabbitMQ's mapping: delivery mode and priority in
-//! the header, the properties AMQP 1.0 has in its properties, type,
-//! app-id and expiration as `x-basic-*` message annotations, the headers
-//! as application properties (values AMQP 1.0 has no simple type for, such
-//! as nested tables, are left out), and the body as one data section.
+//! An AMQP 0-9-1 message written as AMQP 1.0, for the stream protocol's
+//! readers, with RabbitMQ's mapping: delivery mode and priority in the
+//! header, the properties AMQP 1.0 has in its properties, type, app-id and
+//! expiration as `x-basic-*` message annotations, the headers as
+//! application properties (values AMQP 1.0 has no simple type for, such as
+//! nested tables, are left out), and the body as one data section.
 
 use bytes::{BufMut, BytesMut};
 
-use super::Message;
+use crate::message::Message;
 use crate::wire::props::{self, Field};
 use crate::wire::table;
-
-/// The header the stored property list of an AMQP 1.0 message holds.
-pub const MARKER: &[u8] = b"x-amqp-1.0";
-
-/// The property list an AMQP 1.0 message is stored with: the headers flag
-/// (bit 13), then a table of one entry, `x-amqp-1.0` = true.
-pub const STORED_PROPS: &[u8] = &[
-    0x20, 0x00, // flags: headers
-    0, 0, 0, 13, // the table's length
-    10, b'x', b'-', b'a', b'm', b'q', b'p', b'-', b'1', b'.', b'0', // the key
-    b't', 1, // true
-];
-
-/// Whether `msg`, as a stream stored it, is an AMQP 1.0 message (its body
-/// is the message's AMQP 1.0 encoding). An AMQP 0-9-1 message is stored
-/// with an `x-stream-offset` header added, so none is stored with this
-/// property list alone, whatever its publisher set.
-pub fn is_amqp10(msg: &Message) -> bool {
-    msg.properties() == STORED_PROPS
-}
 
 // AMQP 1.0 type codes.
 const DESCRIBED: u8 = 0x00;
@@ -273,15 +244,6 @@ mod tests {
     use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
     use rabbitmq_stream_protocol::codec::Decoder;
     use rabbitmq_stream_protocol::message::Message as Amqp10;
-
-    #[test]
-    fn the_marker_is_a_property_list_with_one_header() {
-        let layout = props::layout(STORED_PROPS).expect("a valid list");
-        assert_eq!(layout.flags, Field::Headers.flag());
-        let headers = props::headers(STORED_PROPS).unwrap();
-        let v = table::get(headers, MARKER).unwrap();
-        assert_eq!((v.tag, v.bytes), (b't', &[1u8][..]));
-    }
 
     #[test]
     fn a_091_message_reads_back_as_amqp_10() {
