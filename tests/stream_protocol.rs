@@ -643,3 +643,179 @@ async fn a_subscription_without_credit_is_told_its_stream_went() {
     assert_eq!(&update[..2], &[0, 6], "stream not available");
     assert_eq!(&update[2..], &string("going")[..]);
 }
+
+/// The super stream routing key of a test message: its body's second
+/// character ("k1..." goes by key "1").
+fn key_of(m: &Message) -> String {
+    let body = m.data().unwrap_or_default();
+    String::from_utf8_lossy(body.get(1..2).unwrap_or_default()).into_owned()
+}
+
+/// Super streams: made with CreateSuperStream (a direct exchange and its
+/// partition streams, bound in order), routed by key (Route) and by hash
+/// (Partitions) by the Rust client's super stream producer, by the
+/// exchange itself over AMQP 0-9-1, read whole by its super stream
+/// consumer, and deleted with all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn super_streams_route_by_key_and_hash_and_go_whole() {
+    use rabbitmq_stream_client::types::{
+        HashRoutingMurmurStrategy, RoutingKeyRoutingStrategy, RoutingStrategy,
+    };
+    let b = start_streams().await;
+    let env = env(&b).await;
+    env.stream_creator()
+        .create_super_stream("invoices", 3, None)
+        .await
+        .unwrap();
+    match env
+        .stream_creator()
+        .create_super_stream("invoices", 3, None)
+        .await
+    {
+        Err(StreamCreateError::Create { status, .. }) => {
+            assert_eq!(status, ResponseCode::StreamAlreadyExists)
+        }
+        other => panic!("a second create: {other:?}"),
+    }
+    // Over AMQP 0-9-1 the exchange routes by the binding keys "0".."2".
+    let (_c, ch) = b.channel().await;
+    ch.confirm_select(Default::default()).await.unwrap();
+    ch.basic_publish(
+        "invoices".into(),
+        "2".into(),
+        BasicPublishOptions::default(),
+        b"k2 over amqp",
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    // By routing key (Route).
+    use rabbitmq_stream_client::error::ProducerPublishError;
+    use rabbitmq_stream_client::ConfirmationStatus;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let confirmed = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = |c: &std::sync::Arc<AtomicUsize>| {
+        let c = std::sync::Arc::clone(c);
+        move |r: Result<ConfirmationStatus, ProducerPublishError>| {
+            let c = std::sync::Arc::clone(&c);
+            async move {
+                if r.is_ok_and(|s| s.confirmed()) {
+                    c.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    };
+    let mut by_key = env
+        .super_stream_producer(RoutingStrategy::RoutingKeyStrategy(
+            RoutingKeyRoutingStrategy {
+                routing_extractor: &key_of,
+            },
+        ))
+        .build("invoices")
+        .await
+        .unwrap();
+    for body in ["k0 a", "k1 b", "k0 c"] {
+        let m = Message::builder().body(body.as_bytes().to_vec()).build();
+        by_key.send(m, count(&confirmed)).await.unwrap();
+    }
+    // A key no binding has reaches nothing: the client refuses the send.
+    let m = Message::builder().body(b"k9 none".to_vec()).build();
+    assert!(by_key.send(m, count(&confirmed)).await.is_err());
+    // By hash over the partitions (Partitions).
+    let mut by_hash = env
+        .super_stream_producer(RoutingStrategy::HashRoutingStrategy(
+            HashRoutingMurmurStrategy {
+                routing_extractor: &key_of,
+            },
+        ))
+        .build("invoices")
+        .await
+        .unwrap();
+    for i in 0..6 {
+        let m = Message::builder()
+            .body(format!("h{i} hashed").into_bytes())
+            .build();
+        by_hash.send(m, count(&confirmed)).await.unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while confirmed.load(Ordering::SeqCst) < 9 {
+        assert!(std::time::Instant::now() < deadline, "9 confirms");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Read whole with the super stream consumer: each keyed message in
+    // its partition, the hashed ones somewhere.
+    let mut consumer = env
+        .super_stream_consumer()
+        .offset(OffsetSpecification::First)
+        .build("invoices")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 10 {
+        let d = tokio::time::timeout(Duration::from_secs(10), consumer.next())
+            .await
+            .expect("a delivery in time")
+            .expect("open")
+            .expect("a delivery");
+        let body = d.message().data().unwrap_or_default().to_vec();
+        seen.push((d.stream().clone(), String::from_utf8(body).unwrap()));
+    }
+    assert!(seen.contains(&("invoices-2".into(), "k2 over amqp".into())));
+    assert!(seen.contains(&("invoices-1".into(), "k1 b".into())));
+    assert!(seen.contains(&("invoices-0".into(), "k0 a".into())));
+    assert!(seen.contains(&("invoices-0".into(), "k0 c".into())));
+    assert_eq!(seen.iter().filter(|(_, b)| b.starts_with('h')).count(), 6);
+    consumer.handle().close().await.unwrap();
+    by_key.close().await.unwrap();
+    by_hash.close().await.unwrap();
+    // Deleted: the exchange and its partitions.
+    env.delete_super_stream("invoices").await.unwrap();
+    assert!(env.delete_super_stream("invoices").await.is_err());
+    let (_c2, ch2) = b.channel().await;
+    let gone = ch2
+        .queue_declare(
+            "invoices-0".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+    assert!(gone.is_err(), "the partitions went with it");
+}
+
+/// A client that stops reading is let go once a write has waited
+/// `send_timeout` (its connection closed), rather than held open with
+/// its subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_let_go() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut c = config(tmp.path());
+    c.stream_port = Port::On(0);
+    c.send_timeout_ms = 500;
+    let b = start_in(tmp, c).await;
+    let env = env(&b).await;
+    env.stream_creator().create("big").await.unwrap();
+    // 16 MiB: more than the sockets' buffers hold.
+    let producer = env.producer().build("big").await.unwrap();
+    for _ in 0..64 {
+        let m = Message::builder().body(vec![7u8; 256 << 10]).build();
+        assert!(producer.send_with_confirm(m).await.unwrap().confirmed());
+    }
+    let mut s = raw_open(&b).await;
+    let mut sub = vec![0, 0, 0, 9, 1];
+    sub.extend(string("big"));
+    sub.extend([0, 1]); // first
+    sub.extend([0, 100]); // credit
+    sub.extend([0, 0, 0, 0]); // no properties
+    send_frame(&mut s, 7, &sub).await;
+    read_until(&mut s, 0x8007).await;
+    // Not reading for a while: the broker's writes wait, then give up.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut sink = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut sink)).await;
+    assert!(ended.is_ok(), "the broker closed the connection");
+}

@@ -27,8 +27,12 @@ pub const TUNE: u16 = 20;
 pub const OPEN: u16 = 21;
 pub const CLOSE: u16 = 22;
 pub const HEARTBEAT: u16 = 23;
+pub const ROUTE: u16 = 24;
+pub const PARTITIONS: u16 = 25;
 pub const EXCHANGE_COMMAND_VERSIONS: u16 = 27;
 pub const STREAM_STATS: u16 = 28;
+pub const CREATE_SUPER_STREAM: u16 = 29;
+pub const DELETE_SUPER_STREAM: u16 = 30;
 
 pub const OK: u16 = 0x01;
 pub const STREAM_DOES_NOT_EXIST: u16 = 0x02;
@@ -78,4 +82,8 @@ pub const VERSIONS: &[(u16, u16, u16)] = &[
     (HEARTBEAT, 1, 1),
     (EXCHANGE_COMMAND_VERSIONS, 1, 1),
     (STREAM_STATS, 1, 1),
+    (ROUTE, 1, 1),
+    (PARTITIONS, 1, 1),
+    (CREATE_SUPER_STREAM, 1, 1),
+    (DELETE_SUPER_STREAM, 1, 1),
 ];

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
 use bytes::BufMut;
 use tokio::io::AsyncRead;
 use tokio::sync::watch;
@@ -18,12 +17,12 @@ use super::codes::*;
 use super::out::Out;
 use super::publish::{self, Confirmer, Publisher};
 use super::subscribe::{self, Subscription};
+use super::super_streams;
 use super::wire::{self, Fields, Malformed, ReadError};
 use super::Session;
 use crate::access::Access;
 use crate::broker::Broker;
 use crate::queue::Queue;
-use crate::vhost::QueueSpec;
 
 /// References (of publishers and stored offsets) are at most this long,
 /// as RabbitMQ's are.
@@ -36,6 +35,16 @@ struct Conn {
     publishers: HashMap<u8, Publisher>,
     subscriptions: HashMap<u8, Subscription>,
     confirmer: Confirmer,
+}
+
+/// An array of strings.
+fn strings<'a>(f: &mut Fields<'a>) -> Result<Vec<&'a str>, Malformed> {
+    let n = f.count(2)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(f.string()?);
+    }
+    Ok(out)
 }
 
 /// How a frame left the connection.
@@ -103,6 +112,8 @@ pub async fn run<R: AsyncRead + Unpin>(
                 close(&c.out, OK, "the broker is shutting down").await;
                 return;
             }
+            // The writer gave up on the client (or failed): so does this.
+            _ = c.out.gone() => return,
         };
         let next = match read {
             Err(_) => {
@@ -322,6 +333,38 @@ impl Conn {
                 let code = self.delete(stream).await;
                 self.answer(key, correlation, code).await;
             }
+            CREATE_SUPER_STREAM => {
+                let name = f.string()?;
+                let partitions = strings(f)?;
+                let keys = strings(f)?;
+                let arguments = f.pairs()?;
+                let code =
+                    super_streams::create(&self.ctx(), name, &partitions, &keys, &arguments).await;
+                self.answer(key, correlation, code).await;
+            }
+            DELETE_SUPER_STREAM => {
+                let name = f.string()?;
+                let code = super_streams::delete(&self.ctx(), name).await;
+                self.answer(key, correlation, code).await;
+            }
+            ROUTE | PARTITIONS => {
+                let (code, streams) = if key == ROUTE {
+                    let (routing_key, name) = (f.string()?, f.string()?);
+                    super_streams::route(&self.ctx(), routing_key, name)
+                } else {
+                    super_streams::partitions(&self.ctx(), f.string()?)
+                };
+                self.out
+                    .write(|o| {
+                        wire::response(o, key, correlation, code, |o| {
+                            o.put_u32(streams.len() as u32);
+                            for s in &streams {
+                                wire::put_str(o, s);
+                            }
+                        })
+                    })
+                    .await;
+            }
             METADATA => {
                 let n = f.count(2)?;
                 let mut names = Vec::with_capacity(n);
@@ -388,6 +431,14 @@ impl Conn {
             _ => self.answer(key, correlation, UNKNOWN_FRAME).await,
         }
         Ok(Next::Go)
+    }
+
+    fn ctx(&self) -> super_streams::Ctx<'_> {
+        super_streams::Ctx {
+            broker: &self.broker,
+            vhost: &self.s.vhost,
+            user: &self.s.user,
+        }
     }
 
     fn tracked(&self, q: &Queue, name: &str) -> crate::store::Result<Option<u64>> {
@@ -485,9 +536,7 @@ impl Conn {
         }
         // What is not served yet is refused, not ignored.
         let unserved = properties.iter().any(|(k, v)| {
-            (*k == "single-active-consumer" && *v == "true")
-                || k.starts_with("filter.")
-                || *k == "super-stream"
+            (*k == "single-active-consumer" && *v == "true") || k.starts_with("filter.")
         });
         if unserved {
             return Err(PRECONDITION_FAILED);
@@ -506,38 +555,9 @@ impl Conn {
         if self.s.vhost.queue(stream).is_some() {
             return STREAM_ALREADY_EXISTS;
         }
-        let mut args = FieldTable::default();
-        args.insert(
-            ShortString::from("x-queue-type"),
-            AMQPValue::LongString(LongString::from("stream")),
-        );
-        for (k, v) in arguments {
-            let value = match *k {
-                "max-length-bytes" | "stream-max-segment-size-bytes" | "initial-cluster-size" => {
-                    match v.parse::<i64>() {
-                        Ok(n) => AMQPValue::LongLongInt(n),
-                        Err(_) => return PRECONDITION_FAILED,
-                    }
-                }
-                "max-age" => AMQPValue::LongString(LongString::from(*v)),
-                // RabbitMQ 3.13 takes the older names as "balanced" (the
-                // Rust client sends "least-leaders" by default).
-                "queue-leader-locator" => AMQPValue::LongString(LongString::from(match *v {
-                    "least-leaders" | "random" => "balanced",
-                    other => other,
-                })),
-                // An argument RabbitMQ does not know is refused, not kept.
-                _ => return PRECONDITION_FAILED,
-            };
-            args.insert(ShortString::from(format!("x-{k}")), value);
-        }
-        let spec = QueueSpec {
-            name: stream.to_string(),
-            durable: true,
-            exclusive: false,
-            auto_delete: false,
-            arguments: args,
-            server_named: false,
+        let spec = match super_streams::stream_spec(stream, arguments) {
+            Ok(spec) => spec,
+            Err(code) => return code,
         };
         match self.s.vhost.declare_queue(&spec, false, 0) {
             Ok(_) => match self.broker.store.sync().await {

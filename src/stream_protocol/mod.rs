@@ -19,6 +19,7 @@ mod conn;
 pub mod out;
 mod publish;
 mod subscribe;
+mod super_streams;
 mod wire;
 
 use std::net::SocketAddr;
@@ -112,7 +113,7 @@ async fn run<R, W>(
     R: AsyncRead + Unpin + Send,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (out, writer) = out::start(wr);
+    let (out, writer) = out::start(wr, broker.config.send_timeout());
     let advertised = (
         broker
             .config

@@ -2,7 +2,11 @@
 //! confirms, each subscription's chunks) go through one bounded queue to
 //! one writer, which writes as many as are waiting at once. A full queue
 //! holds whoever sends, so a client that reads slowly slows its own
-//! deliveries and nothing grows without bound.
+//! deliveries and nothing grows without bound; a client that reads
+//! nothing for `send_timeout` is let go (the writer ends, and with it the
+//! connection), as on the AMQP port.
+
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -37,19 +41,26 @@ impl Out {
     pub fn closed(&self) -> bool {
         self.tx.is_closed()
     }
+
+    /// Resolves once the writer is gone.
+    pub async fn gone(&self) {
+        self.tx.closed().await
+    }
 }
 
 /// Starts the writer of `w`; it ends when every `Out` is dropped (after
-/// writing what was queued) or a write fails.
+/// writing what was queued), a write fails, or a write takes longer than
+/// `send_timeout`.
 pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
     mut w: W,
+    send_timeout: Duration,
 ) -> (Out, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<Bytes>(QUEUED);
     let task = tokio::spawn(async move {
         let mut batch = BytesMut::new();
         while let Some(first) = rx.recv().await {
             if rx.is_empty() {
-                if w.write_all(&first).await.is_err() {
+                if !within(send_timeout, w.write_all(&first)).await {
                     return;
                 }
             } else {
@@ -61,15 +72,30 @@ pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
                         Err(_) => break,
                     }
                 }
-                if w.write_all(&batch).await.is_err() {
+                if !within(send_timeout, w.write_all(&batch)).await {
                     return;
                 }
             }
-            if rx.is_empty() && w.flush().await.is_err() {
+            if rx.is_empty() && !within(send_timeout, w.flush()).await {
                 return;
             }
         }
         let _ = w.shutdown().await;
     });
     (Out { tx }, task)
+}
+
+/// Whether `io` succeeded within `limit` (a client that stopped reading
+/// is logged once, as it goes).
+async fn within(
+    limit: Duration,
+    io: impl std::future::Future<Output = std::io::Result<()>>,
+) -> bool {
+    match tokio::time::timeout(limit, io).await {
+        Ok(r) => r.is_ok(),
+        Err(_) => {
+            tracing::warn!("a stream client read nothing for {limit:?}: closing its connection");
+            false
+        }
+    }
 }
