@@ -2,7 +2,7 @@
 //! confirms, each subscription's chunks) go through one bounded queue to
 //! one writer, which writes as many as are waiting at once. A full queue
 //! holds whoever sends, so a client that reads slowly slows its own
-//! deliveries and nothing grows without bound; a client that reads
+//! deliveries and nothing grows without bound; a client that takes
 //! nothing for `send_timeout` is let go (the writer ends, and with it the
 //! connection), as on the AMQP port.
 
@@ -60,7 +60,7 @@ pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
         let mut batch = BytesMut::new();
         while let Some(first) = rx.recv().await {
             if rx.is_empty() {
-                if !within(send_timeout, w.write_all(&first)).await {
+                if !write_all(&mut w, &first, send_timeout).await {
                     return;
                 }
             } else {
@@ -72,7 +72,7 @@ pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
                         Err(_) => break,
                     }
                 }
-                if !within(send_timeout, w.write_all(&batch)).await {
+                if !write_all(&mut w, &batch, send_timeout).await {
                     return;
                 }
             }
@@ -83,6 +83,25 @@ pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
         let _ = w.shutdown().await;
     });
     (Out { tx }, task)
+}
+
+/// Writes all of `buf`; false if a write fails, or takes no bytes for
+/// `limit` (a client reading slowly still makes progress; one that
+/// stopped does not).
+async fn write_all<W: AsyncWrite + Unpin>(w: &mut W, mut buf: &[u8], limit: Duration) -> bool {
+    while !buf.is_empty() {
+        match tokio::time::timeout(limit, w.write(buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return false,
+            Ok(Ok(n)) => buf = &buf[n.min(buf.len())..],
+            Err(_) => {
+                tracing::warn!(
+                    "a stream client read nothing for {limit:?}: closing its connection"
+                );
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// Whether `io` succeeded within `limit` (a client that stopped reading

@@ -157,13 +157,24 @@ pub async fn create(
         tracing::info!(name, "super stream create refused: {}", e.text);
         return code_of(&e);
     }
+    // What this call made, and only that, goes if a step fails. (A
+    // stream declared elsewhere between the check above and its
+    // declaration here is found taken just before, and kept.)
     let mut made: Vec<&str> = Vec::new();
     let mut failed = None;
     for (i, (spec, key)) in specs.iter().zip(keys).enumerate() {
+        if ctx.vhost.queue(&spec.name).is_some() {
+            failed = Some((
+                spec.name.clone(),
+                STREAM_ALREADY_EXISTS,
+                "taken".to_string(),
+            ));
+            break;
+        }
         let queue = match ctx.vhost.declare_queue(spec, false, 0) {
             Ok(q) => q,
             Err(e) => {
-                failed = Some((spec.name.clone(), e));
+                failed = Some((spec.name.clone(), code_of(&e), e.text));
                 break;
             }
         };
@@ -171,18 +182,18 @@ pub async fn create(
         let mut order = FieldTable::default();
         order.insert(ShortString::from(ORDER), AMQPValue::LongLongInt(i as i64));
         if let Err(e) = ctx.vhost.bind(name, Destination::Queue(queue), key, &order) {
-            failed = Some((spec.name.clone(), e));
+            failed = Some((spec.name.clone(), code_of(&e), e.text));
             break;
         }
     }
-    if let Some((what, e)) = failed {
-        tracing::info!(name, partition = %what, "super stream create refused: {}", e.text);
+    if let Some((what, code, why)) = failed {
+        tracing::info!(name, partition = %what, "super stream create refused: {why}");
         for p in made {
             let _ = ctx.vhost.delete_queue(p, false, false, 0);
         }
         let _ = ctx.vhost.delete_exchange(name, false);
         let _ = ctx.synced().await;
-        return code_of(&e);
+        return code;
     }
     ctx.synced().await
 }

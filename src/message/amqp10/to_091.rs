@@ -56,10 +56,11 @@ fn section_code(descriptor: V<'_>) -> Option<u64> {
 
 /// An AMQP 1.0 value as a 0-9-1 header value; None for what 0-9-1 has
 /// no type for (decimals, values nested too deep).
-fn to_field(v: V<'_>, depth: usize) -> Option<AMQPValue> {
-    if depth > MAX_DEPTH {
+fn to_field(v: V<'_>, depth: usize, budget: &mut usize) -> Option<AMQPValue> {
+    if depth > MAX_DEPTH || *budget == 0 {
         return None;
     }
+    *budget -= 1;
     Some(match v {
         V::Null => AMQPValue::Void,
         V::Bool(b) => AMQPValue::Boolean(b),
@@ -85,7 +86,10 @@ fn to_field(v: V<'_>, depth: usize) -> Option<AMQPValue> {
         V::List(seq) | V::Array(seq) => {
             let mut out = FieldArray::default();
             for item in seq.items(depth + 1) {
-                if let Some(v) = item.ok().and_then(|v| to_field(v, depth + 1)) {
+                if *budget == 0 {
+                    break;
+                }
+                if let Some(v) = item.ok().and_then(|v| to_field(v, depth + 1, budget)) {
                     out.push(v);
                 }
             }
@@ -94,7 +98,10 @@ fn to_field(v: V<'_>, depth: usize) -> Option<AMQPValue> {
         V::Map(seq) => {
             let mut out = FieldTable::default();
             for (k, v) in seq.pairs(depth + 1).map_while(Result::ok) {
-                if let (Some(k), Some(v)) = (key(k), to_field(v, depth + 1)) {
+                if *budget == 0 {
+                    break;
+                }
+                if let (Some(k), Some(v)) = (key(k), to_field(v, depth + 1, budget)) {
                     out.insert(k, v);
                 }
             }
@@ -102,7 +109,7 @@ fn to_field(v: V<'_>, depth: usize) -> Option<AMQPValue> {
         }
         V::Described(inner) => {
             let mut c = Cursor { b: inner };
-            return to_field(c.value(depth + 1).ok()?, depth + 1);
+            return to_field(c.value(depth + 1).ok()?, depth + 1, budget);
         }
     })
 }
@@ -235,14 +242,22 @@ fn number(v: Option<V<'_>>) -> Option<u64> {
     }
 }
 
+/// Header values converted from one message, at most (a publisher's
+/// bytes cannot make a conversion build more than this).
+const MAX_VALUES: usize = 16 << 10;
+
 /// The 0-9-1 properties and body of AMQP 1.0 `bytes` (the module's doc
-/// has the mapping), with `extra` headers added.
+/// has the mapping), with `extra` headers set over whatever the message
+/// carries under their names.
 fn convert(bytes: &[u8], extra: &[(&str, AMQPValue)]) -> (AMQPProperties, Vec<u8>) {
     let mut headers = FieldTable::default();
-    for (k, v) in extra {
-        headers.insert(ShortString::from(*k), v.clone());
-    }
+    let set_extra = |headers: &mut FieldTable| {
+        for (k, v) in extra {
+            headers.insert(ShortString::from(*k), v.clone());
+        }
+    };
     let Ok(s) = sections(bytes) else {
+        set_extra(&mut headers);
         let props = AMQPProperties::default()
             .with_type(ShortString::from(RAW_TYPE))
             .with_headers(headers);
@@ -273,7 +288,7 @@ fn convert(bytes: &[u8], extra: &[(&str, AMQPValue)]) -> (AMQPProperties, Vec<u8
         Some(ttl) => Some(ttl.to_string()),
         None => text(annotation(ann, b"x-basic-expiration"))
             .map(String::from)
-            .filter(|e| !e.is_empty() && e.bytes().all(|c| c.is_ascii_digit())),
+            .filter(|e| e.bytes().all(|c| c.is_ascii_digit()) && e.parse::<u64>().is_ok()),
     };
     if let Some(e) = expiration {
         props = props.with_expiration(ShortString::from(e));
@@ -322,24 +337,32 @@ fn convert(bytes: &[u8], extra: &[(&str, AMQPValue)]) -> (AMQPProperties, Vec<u8
         props = props.with_type(v);
     }
     // Headers: x- annotations, then application properties.
+    let mut budget = MAX_VALUES;
     if let Some(ann) = ann {
         for (k, v) in ann.pairs(1).map_while(Result::ok) {
+            if budget == 0 {
+                break;
+            }
             let V::Sym(name) = k else { continue };
             if !name.starts_with(b"x-") || name.starts_with(b"x-basic-") {
                 continue;
             }
-            if let (Some(k), Some(v)) = (short(name), to_field(v, 1)) {
+            if let (Some(k), Some(v)) = (short(name), to_field(v, 1, &mut budget)) {
                 headers.insert(k, v);
             }
         }
     }
     if let Some(app) = s.application {
         for (k, v) in app.pairs(1).map_while(Result::ok) {
-            if let (Some(k), Some(v)) = (key(k), to_field(v, 1)) {
+            if budget == 0 {
+                break;
+            }
+            if let (Some(k), Some(v)) = (key(k), to_field(v, 1, &mut budget)) {
                 headers.insert(k, v);
             }
         }
     }
+    set_extra(&mut headers);
     if !headers.inner().is_empty() {
         props = props.with_headers(headers);
     }
@@ -538,5 +561,63 @@ mod tests {
         }
         deep.push(0x40);
         to_091(&stored(&deep), 0);
+        // A section descriptor that is an array whose described
+        // constructor's descriptor is such an array, 100,000 deep.
+        let n = 100_000usize;
+        let mut chain = vec![0x00];
+        for i in 0..n {
+            let total = 11 * (n - i) + 1;
+            chain.push(0xf0);
+            chain.extend_from_slice(&((total - 5) as u32).to_be_bytes());
+            chain.extend_from_slice(&0u32.to_be_bytes());
+            chain.push(0x00);
+        }
+        chain.extend(std::iter::repeat_n(0x40, n + 1));
+        assert_eq!(to_091(&stored(&chain), 0).body(), &chain[..]);
+    }
+
+    /// An application properties map whose entries are `entries`.
+    fn with_properties(entries: &[(&str, &[u8])], count: u32) -> Vec<u8> {
+        let mut items = Vec::new();
+        for (k, v) in entries {
+            items.push(0xa1);
+            items.push(k.len() as u8);
+            items.extend_from_slice(k.as_bytes());
+            items.extend_from_slice(v);
+        }
+        let mut b = vec![0x00, 0x53, 0x74, 0xd1];
+        b.extend_from_slice(&((items.len() + 4) as u32).to_be_bytes());
+        b.extend_from_slice(&count.to_be_bytes());
+        b.extend_from_slice(&items);
+        b.extend_from_slice(&[0x00, 0x53, 0x75, 0xa0, 1, b'x']);
+        b
+    }
+
+    #[test]
+    fn what_a_publisher_sets_cannot_pass_for_the_offset_or_grow_without_end() {
+        // An application property named x-stream-offset: the broker's wins.
+        let forged = with_properties(&[("x-stream-offset", &[0xa1, 1, b'9'])], 2);
+        let p = to_091(&stored(&forged), 4).decoded_properties();
+        assert_eq!(
+            header(&p, "x-stream-offset"),
+            Some(&AMQPValue::LongLongInt(4))
+        );
+        // An array of 100,000 nulls in 100,000 octets of padding: refused,
+        // the property left out.
+        let mut nulls = vec![0xf0];
+        nulls.extend_from_slice(&(100_005u32).to_be_bytes());
+        nulls.extend_from_slice(&(100_000u32).to_be_bytes());
+        nulls.push(0x40);
+        nulls.extend(std::iter::repeat_n(0u8, 100_000));
+        let b = with_properties(&[("nulls", &nulls), ("kept", &[0x41])], 4);
+        let p = to_091(&stored(&b), 0).decoded_properties();
+        assert_eq!(header(&p, "nulls"), None);
+        // 50,000 properties: at most 16 Ki of them are converted.
+        let names: Vec<String> = (0..50_000).map(|i| format!("k{i}")).collect();
+        let entries: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &[0x40][..])).collect();
+        let b = with_properties(&entries, 100_000);
+        let p = to_091(&stored(&b), 0).decoded_properties();
+        let kept = p.headers().as_ref().map_or(0, |h| h.inner().len());
+        assert!((1..=(16 << 10) + 1).contains(&kept), "{kept}");
     }
 }

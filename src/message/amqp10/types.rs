@@ -10,6 +10,9 @@
 
 /// How deep values may nest.
 pub const MAX_DEPTH: usize = 16;
+/// Items an array of items without width (nulls, booleans, zeros) may
+/// hold.
+const MAX_WIDTHLESS: u32 = 256;
 
 /// The bytes were not an AMQP 1.0 message.
 #[derive(Debug)]
@@ -94,8 +97,9 @@ impl<'a> Cursor<'a> {
         self.take(n)
     }
 
-    /// A compound's size and count, then its items.
-    fn seq(&mut self, wide: bool, array: bool) -> R<Seq<'a>> {
+    /// A compound's size and count, then its items (`depth`: how deep
+    /// it sits, for an array's described constructor).
+    fn seq(&mut self, wide: bool, array: bool, depth: usize) -> R<Seq<'a>> {
         let mut body = Cursor {
             b: self.sized(wide)?,
         };
@@ -103,17 +107,25 @@ impl<'a> Cursor<'a> {
         let code = if array {
             let mut code = body.u8()?;
             if code == 0x00 {
-                // A described constructor: its descriptor, then the code.
-                body.value(0)?;
+                // A described constructor: its descriptor (which may be
+                // an array with a described constructor, and so on:
+                // counted as nesting), then the code.
+                if depth >= MAX_DEPTH {
+                    return Err(Bad);
+                }
+                body.value(depth + 1)?;
                 code = body.u8()?;
             }
             Some(code)
         } else {
             None
         };
-        // Every item takes an octet at least (items of no width are
-        // refused with the rest), so a count is bounded by the bytes.
-        if count as usize > body.b.len() {
+        // A count is bounded by the bytes: every item of a list or map
+        // takes an octet at least, and so does an array's unless its
+        // items have no width (null, true, false, zero, an empty list),
+        // of which an array may hold only a few.
+        let width_less = matches!(code, Some(0x40..=0x45));
+        if count as usize > body.b.len() || (width_less && count > MAX_WIDTHLESS) {
             return Err(Bad);
         }
         Ok(Seq {
@@ -189,9 +201,9 @@ impl<'a> Cursor<'a> {
                 count: 0,
                 code: None,
             }),
-            0xc0 | 0xd0 => V::List(self.seq(code == 0xd0, false)?),
-            0xc1 | 0xd1 => V::Map(self.seq(code == 0xd1, false)?),
-            0xe0 | 0xf0 => V::Array(self.seq(code == 0xf0, true)?),
+            0xc0 | 0xd0 => V::List(self.seq(code == 0xd0, false, depth)?),
+            0xc1 | 0xd1 => V::Map(self.seq(code == 0xd1, false, depth)?),
+            0xe0 | 0xf0 => V::Array(self.seq(code == 0xf0, true, depth)?),
             _ => return Err(Bad),
         })
     }
