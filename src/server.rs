@@ -285,23 +285,21 @@ impl Server {
             let t = Some(Arc::clone(t));
             tasks.push(tokio::spawn(accept_loop(l, t, b, n, s, alive.clone())));
         }
+        // Single active consumer groups span both stream listeners.
+        let groups = Arc::new(crate::stream_protocol::Groups::default());
         if let (Some(l), Some(addr)) = (streams, stream_addr) {
             info!(%addr, "stream protocol listener started");
             listeners.push(("stream", addr));
-            let (b, s) = (Arc::clone(&broker), stop_rx.clone());
-            tasks.push(tokio::spawn(stream_accept_loop(
-                l,
-                None,
-                b,
-                s,
-                alive.clone(),
-            )));
+            let (b, g, s) = (Arc::clone(&broker), Arc::clone(&groups), stop_rx.clone());
+            let accepting = stream_accept_loop(l, None, b, g, s, alive.clone());
+            tasks.push(tokio::spawn(accepting));
         }
         if let (Some(l), Some(addr), Some(t)) = (streams_tls, stream_tls_addr, &tls) {
             info!(%addr, "stream protocol TLS listener started");
             listeners.push(("stream/ssl", addr));
-            let (b, s, t) = (Arc::clone(&broker), stop_rx.clone(), Some(Arc::clone(t)));
-            tasks.push(tokio::spawn(stream_accept_loop(l, t, b, s, alive.clone())));
+            let (b, g, s) = (Arc::clone(&broker), Arc::clone(&groups), stop_rx.clone());
+            let accepting = stream_accept_loop(l, Some(Arc::clone(t)), b, g, s, alive.clone());
+            tasks.push(tokio::spawn(accepting));
         }
         // The API's connections carried here by followers (served as the
         // API's own, with the client's address).
@@ -497,6 +495,7 @@ async fn stream_accept_loop(
     listener: TcpListener,
     tls: Option<Arc<crate::tls::Tls>>,
     broker: Arc<Broker>,
+    groups: Arc<crate::stream_protocol::Groups>,
     mut stop: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
 ) {
@@ -518,17 +517,17 @@ async fn stream_accept_loop(
                     let _ = socket.set_nodelay(true);
                     let Ok(local) = socket.local_addr() else { continue };
                     let (broker, stop, alive) = (Arc::clone(&broker), stop.clone(), alive.clone());
-                    let tls = tls.clone();
+                    let (tls, groups) = (tls.clone(), Arc::clone(&groups));
                     tokio::spawn(async move {
                         use crate::stream_protocol::{serve, serve_tls};
                         match tls {
-                            None => serve(socket, peer, local, broker, stop).await,
+                            None => serve(socket, peer, local, broker, groups, stop).await,
                             Some(tls) => {
                                 let Some(t) = tls_handshake(&tls, socket, peer).await else {
                                     return;
                                 };
                                 drop(permit);
-                                serve_tls(t, peer, local, broker, stop).await;
+                                serve_tls(t, peer, local, broker, groups, stop).await;
                             }
                         }
                         drop(alive);

@@ -29,6 +29,7 @@ pub const CLOSE: u16 = 22;
 pub const HEARTBEAT: u16 = 23;
 pub const ROUTE: u16 = 24;
 pub const PARTITIONS: u16 = 25;
+pub const CONSUMER_UPDATE: u16 = 26;
 pub const EXCHANGE_COMMAND_VERSIONS: u16 = 27;
 pub const STREAM_STATS: u16 = 28;
 pub const CREATE_SUPER_STREAM: u16 = 29;
@@ -84,6 +85,7 @@ pub const VERSIONS: &[(u16, u16, u16)] = &[
     (STREAM_STATS, 1, 1),
     (ROUTE, 1, 1),
     (PARTITIONS, 1, 1),
+    (CONSUMER_UPDATE, 1, 1),
     (CREATE_SUPER_STREAM, 1, 1),
     (DELETE_SUPER_STREAM, 1, 1),
 ];

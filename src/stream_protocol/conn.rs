@@ -14,9 +14,10 @@ use tokio::io::AsyncRead;
 use tokio::sync::watch;
 
 use super::codes::*;
+use super::groups::{Groups, Inbox, Key, Update};
 use super::out::Out;
 use super::publish::{self, Confirmer, Publisher};
-use super::subscribe::{self, Subscription};
+use super::subscribe::{self, Sac, Subscription};
 use super::super_streams;
 use super::wire::{self, Fields, Malformed, ReadError};
 use super::Session;
@@ -35,6 +36,11 @@ struct Conn {
     publishers: HashMap<u8, Publisher>,
     subscriptions: HashMap<u8, Subscription>,
     confirmer: Confirmer,
+    /// Single active consumer groups, and how they reach this connection.
+    groups: Arc<Groups>,
+    inbox: Arc<Inbox>,
+    /// The last correlation id of a request this server sent.
+    correlation: u32,
 }
 
 /// An array of strings.
@@ -45,6 +51,15 @@ fn strings<'a>(f: &mut Fields<'a>) -> Result<Vec<&'a str>, Malformed> {
         out.push(f.string()?);
     }
     Ok(out)
+}
+
+/// What a subscription does once checked.
+enum Plan {
+    /// Reads its stream from this offset.
+    Read(Arc<Queue>, u64),
+    /// Joins this single active consumer group (the stream's partition
+    /// index in its super stream) and waits to be made active.
+    Group(Arc<Queue>, Key, Option<usize>),
 }
 
 /// How a frame left the connection.
@@ -61,6 +76,7 @@ pub async fn run<R: AsyncRead + Unpin>(
     out: Out,
     s: Session,
     broker: Arc<Broker>,
+    groups: Arc<Groups>,
     mut stop: watch::Receiver<bool>,
 ) {
     let heartbeat = Duration::from_secs(s.heartbeat as u64);
@@ -90,7 +106,11 @@ pub async fn run<R: AsyncRead + Unpin>(
     }
     let _beating = Abort(beating);
     let frame_max = s.frame_max;
+    let inbox = Arc::new(Inbox::default());
     let mut c = Conn {
+        groups,
+        inbox: Arc::clone(&inbox),
+        correlation: 0,
         confirmer: Confirmer::start(Arc::clone(&broker.store), out.clone(), frame_max),
         s,
         broker,
@@ -106,14 +126,30 @@ pub async fn run<R: AsyncRead + Unpin>(
     };
     let mut buf = Vec::new();
     loop {
-        let read = tokio::select! {
-            r = tokio::time::timeout(silence, wire::read_frame(&mut rd, &mut buf, frame_max)) => r,
-            _ = stop.changed() => {
-                close(&c.out, OK, "the broker is shutting down").await;
-                return;
+        // The frame is read by one future however many updates come in
+        // meanwhile (a read dropped half way would lose its bytes).
+        let read = {
+            let frame = wire::read_frame(&mut rd, &mut buf, frame_max);
+            tokio::pin!(frame);
+            let silent = tokio::time::sleep(silence);
+            tokio::pin!(silent);
+            loop {
+                tokio::select! {
+                    r = &mut frame => break Ok(r),
+                    _ = &mut silent => break Err(()),
+                    updates = inbox.take() => {
+                        for u in updates {
+                            c.update(u).await;
+                        }
+                    }
+                    _ = stop.changed() => {
+                        close(&c.out, OK, "the broker is shutting down").await;
+                        return;
+                    }
+                    // The writer gave up on the client (or failed): so does this.
+                    _ = c.out.gone() => return,
+                }
             }
-            // The writer gave up on the client (or failed): so does this.
-            _ = c.out.gone() => return,
         };
         let next = match read {
             Err(_) => {
@@ -201,18 +237,24 @@ impl Conn {
             }
             CREDIT => {
                 let (id, credit) = (f.u8()?, f.u16()?);
-                match self.subscriptions.get(&id) {
-                    Some(s) => s.credit.add_permits(credit as usize),
-                    None => {
-                        self.out
-                            .write(|o| {
-                                wire::frame(o, CREDIT | RESPONSE, 1, |o| {
-                                    o.put_u16(SUBSCRIPTION_ID_DOES_NOT_EXIST);
-                                    o.put_u8(id);
-                                })
-                            })
-                            .await;
+                let refused = match self.subscriptions.get(&id) {
+                    Some(s) => {
+                        s.credit.add_permits(credit as usize);
+                        // Kept for when it is active, and the client told
+                        // (RabbitMQ's answer to an inactive consumer).
+                        (!s.is_reading()).then_some(PRECONDITION_FAILED)
                     }
+                    None => Some(SUBSCRIPTION_ID_DOES_NOT_EXIST),
+                };
+                if let Some(code) = refused {
+                    self.out
+                        .write(|o| {
+                            wire::frame(o, CREDIT | RESPONSE, 1, |o| {
+                                o.put_u16(code);
+                                o.put_u8(id);
+                            })
+                        })
+                        .await;
                 }
                 return Ok(Next::Go);
             }
@@ -231,6 +273,15 @@ impl Conn {
             }
             // The client's answer to the server's close.
             k if k == CLOSE | RESPONSE => return Ok(Next::End),
+            // A single active consumer's answer to ConsumerUpdate.
+            k if k == CONSUMER_UPDATE | RESPONSE => {
+                let correlation = f.u32()?;
+                f.u16()?; // its response code
+                let kind = if f.is_empty() { 0 } else { f.u16()? };
+                let value = if matches!(kind, 4 | 5) { f.u64()? } else { 0 };
+                self.answered(correlation, (kind, value)).await;
+                return Ok(Next::Go);
+            }
             k if k & RESPONSE != 0 => return Ok(Next::Go),
             _ => {}
         }
@@ -296,19 +347,24 @@ impl Conn {
                 // The Java client leaves the array out when it is empty.
                 let properties = if f.is_empty() { Vec::new() } else { f.pairs()? };
                 match self.subscribe(id, &stream, (kind, value), &properties) {
-                    Ok((queue, first)) => {
+                    Ok(Plan::Read(queue, first)) => {
                         // Answered before its first chunk can be sent.
                         self.answer(key, correlation, OK).await;
-                        let reader = subscribe::Reader {
-                            id,
-                            stream,
-                            queue,
-                            cursor: first,
-                            frame_max: self.s.frame_max,
-                            store: Arc::clone(&self.broker.store),
-                            out: self.out.clone(),
+                        let reader = self.reader(id, stream, queue, first);
+                        self.subscriptions
+                            .insert(id, Subscription::reading(reader, credit));
+                    }
+                    Ok(Plan::Group(queue, group, partition)) => {
+                        // Answered before it is told it is active.
+                        self.answer(key, correlation, OK).await;
+                        let membership = self.groups.join(group, partition, id, &self.inbox);
+                        let sac = Sac {
+                            membership,
+                            spec: (kind, value),
+                            asked: None,
                         };
-                        let sub = subscribe::start(reader, credit);
+                        let out = self.out.clone();
+                        let sub = Subscription::waiting(stream, queue, out, credit, sac);
                         self.subscriptions.insert(id, sub);
                     }
                     Err(code) => self.answer(key, correlation, code).await,
@@ -517,14 +573,15 @@ impl Conn {
         Ok(())
     }
 
-    /// Checks a subscription: its stream, and where it starts.
+    /// Checks a subscription: its stream, where it starts, and whether it
+    /// joins a single active consumer group.
     fn subscribe(
         &self,
         id: u8,
         stream: &str,
         (kind, value): (u16, u64),
         properties: &[(&str, &str)],
-    ) -> Result<(Arc<Queue>, u64), u16> {
+    ) -> Result<Plan, u16> {
         if self.subscriptions.contains_key(&id) {
             return Err(SUBSCRIPTION_ID_ALREADY_EXISTS);
         }
@@ -535,16 +592,113 @@ impl Conn {
             return Err(ACCESS_REFUSED);
         }
         // What is not served yet is refused, not ignored.
-        let unserved = properties.iter().any(|(k, v)| {
-            (*k == "single-active-consumer" && *v == "true") || k.starts_with("filter.")
-        });
-        if unserved {
+        if properties.iter().any(|(k, _)| k.starts_with("filter.")) {
             return Err(PRECONDITION_FAILED);
         }
         let start = subscribe::start_of(kind, value).ok_or(PRECONDITION_FAILED)?;
+        let property = |name: &str| properties.iter().find(|(k, _)| *k == name).map(|p| p.1);
+        if property("single-active-consumer") == Some("true") {
+            // A group is named (RabbitMQ refuses one without a name).
+            let name = property("name")
+                .filter(|n| !n.is_empty())
+                .ok_or(PRECONDITION_FAILED)?;
+            let partition = property("super-stream")
+                .and_then(|s| super_streams::partition_index(&self.s.vhost, s, stream));
+            let group = Key {
+                vhost: self.s.vhost.name.clone(),
+                stream: stream.to_string(),
+                name: name.to_string(),
+            };
+            return Ok(Plan::Group(queue, group, partition));
+        }
         match queue.stream().map(|s| s.place(&queue, start)) {
-            Some(Ok(first)) => Ok((queue, first)),
+            Some(Ok(first)) => Ok(Plan::Read(queue, first)),
             _ => Err(INTERNAL_ERROR),
+        }
+    }
+
+    fn reader(&self, id: u8, stream: String, queue: Arc<Queue>, cursor: u64) -> subscribe::Reader {
+        subscribe::Reader {
+            id,
+            stream,
+            queue,
+            cursor,
+            frame_max: self.s.frame_max,
+            store: Arc::clone(&self.broker.store),
+            out: self.out.clone(),
+        }
+    }
+
+    /// A single active consumer's group says it is active or not: the
+    /// client is told; one no longer active stops reading at once.
+    async fn update(&mut self, u: Update) {
+        let Some(sub) = self.subscriptions.get_mut(&u.sub) else {
+            return;
+        };
+        let Some(sac) = sub.sac.as_mut().filter(|s| s.membership.id == u.member) else {
+            return;
+        };
+        self.correlation = self.correlation.wrapping_add(1);
+        let correlation = self.correlation;
+        // Only the latest question counts.
+        sac.asked = Some((correlation, u.active, u.epoch));
+        if !u.active {
+            sub.stop();
+        }
+        self.out
+            .write(|o| {
+                wire::frame(o, CONSUMER_UPDATE, 1, |o| {
+                    o.put_u32(correlation);
+                    o.put_u8(u.sub);
+                    o.put_u8(u8::from(u.active));
+                })
+            })
+            .await;
+    }
+
+    /// The client answered ConsumerUpdate `correlation`: an active one
+    /// starts reading where it says (kind 0: where it subscribed to); one
+    /// told to step down has, and its group moves on.
+    async fn answered(&mut self, correlation: u32, (kind, value): (u16, u64)) {
+        let asked = |s: &Subscription| {
+            s.sac
+                .as_ref()
+                .and_then(|s| s.asked)
+                .is_some_and(|(c, _, _)| c == correlation)
+        };
+        let Some(id) = self
+            .subscriptions
+            .iter()
+            .find(|(_, s)| asked(s))
+            .map(|(id, _)| *id)
+        else {
+            return;
+        };
+        let Some(sub) = self.subscriptions.get_mut(&id) else {
+            return;
+        };
+        let Some(sac) = sub.sac.as_mut() else { return };
+        let Some((_, active, epoch)) = sac.asked.take() else {
+            return;
+        };
+        if !active {
+            self.groups
+                .stepped_down(&sac.membership.key, sac.membership.id, epoch);
+            return;
+        }
+        let own = sac.spec;
+        let start = subscribe::start_of(kind, value)
+            .or_else(|| subscribe::start_of(own.0, own.1))
+            .unwrap_or(crate::queue::stream::Start::Next);
+        let (stream, queue) = (sub.stream.clone(), Arc::clone(&sub.queue));
+        match queue.stream().map(|s| s.place(&queue, start)) {
+            Some(Ok(first)) => {
+                let reader = self.reader(id, stream, queue, first);
+                if let Some(sub) = self.subscriptions.get_mut(&id) {
+                    sub.start(reader);
+                }
+            }
+            _ => subscribe::gone(&self.out, &stream).await,
         }
     }
 

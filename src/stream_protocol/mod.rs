@@ -9,13 +9,15 @@
 //! streams created and deleted, metadata, publishers (publish.rs:
 //! confirms once the group commit covers a batch, deduplication by
 //! publishing id for a named publisher), subscriptions (subscribe.rs:
-//! chunks by credit) and stored offsets. Frames are read whole up to the
+//! chunks by credit; groups.rs: single active consumers) and stored
+//! offsets. Frames are read whole up to the
 //! negotiated frame max (wire.rs), and what is written goes through one
 //! bounded queue (out.rs). Every bad frame gets the protocol's response
 //! code, or ends the connection where the protocol has no answer for it.
 
 mod codes;
 mod conn;
+mod groups;
 pub mod out;
 mod publish;
 mod subscribe;
@@ -34,6 +36,7 @@ use tracing::{debug, warn};
 use crate::broker::Broker;
 use crate::vhost::VHost;
 use codes::*;
+pub use groups::Groups;
 use out::Out;
 use wire::{Fields, Malformed, ReadError};
 
@@ -67,10 +70,11 @@ pub async fn serve(
     peer: SocketAddr,
     local: SocketAddr,
     broker: Arc<Broker>,
+    groups: Arc<Groups>,
     stop: watch::Receiver<bool>,
 ) {
     let (rd, wr) = socket.into_split();
-    run(rd, wr, peer, local, None, broker, stop).await;
+    run(rd, wr, peer, local, None, (broker, groups), stop).await;
 }
 
 /// Serves one connection to the stream protocol's TLS port (past the TLS
@@ -82,6 +86,7 @@ pub async fn serve_tls(
     peer: SocketAddr,
     local: SocketAddr,
     broker: Arc<Broker>,
+    groups: Arc<Groups>,
     stop: watch::Receiver<bool>,
 ) {
     let certificate = socket
@@ -96,7 +101,7 @@ pub async fn serve_tls(
             .ok()
     });
     let (rd, wr) = tokio::io::split(socket);
-    run(rd, wr, peer, local, external, broker, stop).await;
+    run(rd, wr, peer, local, external, (broker, groups), stop).await;
 }
 
 /// A connection on either listener: `external` is the user a verified
@@ -107,7 +112,7 @@ async fn run<R, W>(
     peer: SocketAddr,
     local: SocketAddr,
     external: Option<String>,
-    broker: Arc<Broker>,
+    (broker, groups): (Arc<Broker>, Arc<Groups>),
     mut stop: watch::Receiver<bool>,
 ) where
     R: AsyncRead + Unpin + Send,
@@ -147,7 +152,7 @@ async fn run<R, W>(
         }
     };
     debug!(%peer, user = %session.user, vhost = %session.vhost.name, "stream connection open");
-    conn::run(rd, out, session, broker, stop).await;
+    conn::run(rd, out, session, broker, groups, stop).await;
     let _ = writer.await;
 }
 

@@ -8,7 +8,9 @@
 //! (message/amqp10.rs). The chunk's CRC is the CRC-32 of its entries, as
 //! clients that check it expect. At the end of the stream the task waits
 //! for the next append (in a cluster, its commit); a stream deleted under
-//! it ends it with a MetadataUpdate.
+//! it ends it with a MetadataUpdate. A single active consumer reads only
+//! while its group has it active (groups.rs); until then its task only
+//! watches for the stream to go, and its credit adds up.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +19,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::Semaphore;
 
 use super::codes::*;
+use super::groups::Membership;
 use super::out::Out;
 use super::wire;
 use crate::message::{amqp10, Message};
@@ -29,15 +32,105 @@ const CHUNK_MESSAGES: usize = 512;
 /// The chunk header's magic and version (osiris: 5, 0).
 const MAGIC_VERSION: u8 = 0x50;
 
-/// A running subscription.
+/// A subscription: its credit, and the task that reads for it (a single
+/// active consumer that is not active has one that only watches for
+/// its stream to go).
 pub struct Subscription {
     pub credit: Arc<Semaphore>,
     task: tokio::task::JoinHandle<()>,
+    reading: bool,
+    /// Its stream's name and queue.
+    pub stream: String,
+    pub queue: Arc<Queue>,
+    out: Out,
+    /// Its place in a single active consumer group, if it is in one.
+    pub sac: Option<Sac>,
+}
+
+/// A single active consumer's state on its connection.
+pub struct Sac {
+    pub membership: Membership,
+    /// The offset specification it subscribed with (kind, value).
+    pub spec: (u16, u64),
+    /// The ConsumerUpdate the client has not answered yet: its
+    /// correlation id, whether it said active, the step-down's epoch.
+    pub asked: Option<(u32, bool, u64)>,
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+impl Subscription {
+    /// A subscription that reads with `reader` from the start.
+    pub fn reading(reader: Reader, credit: u16) -> Self {
+        let credit = Arc::new(Semaphore::new(credit as usize));
+        let (stream, queue, out) = (
+            reader.stream.clone(),
+            Arc::clone(&reader.queue),
+            reader.out.clone(),
+        );
+        let task = tokio::spawn(read(reader, Arc::clone(&credit)));
+        Subscription {
+            credit,
+            task,
+            reading: true,
+            stream,
+            queue,
+            out,
+            sac: None,
+        }
+    }
+
+    /// A single active consumer that waits to be made active, with
+    /// `credit` kept for then.
+    pub fn waiting(stream: String, queue: Arc<Queue>, out: Out, credit: u16, sac: Sac) -> Self {
+        Subscription {
+            credit: Arc::new(Semaphore::new(credit as usize)),
+            task: tokio::spawn(watch(Arc::clone(&queue), stream.clone(), out.clone())),
+            reading: false,
+            stream,
+            queue,
+            out,
+            sac: Some(sac),
+        }
+    }
+
+    /// Whether it reads (else credit only adds up).
+    pub fn is_reading(&self) -> bool {
+        self.reading
+    }
+
+    /// Starts reading with `reader` (made active).
+    pub fn start(&mut self, reader: Reader) {
+        self.task.abort();
+        self.task = tokio::spawn(read(reader, Arc::clone(&self.credit)));
+        self.reading = true;
+    }
+
+    /// Stops reading at once (no longer active): what was sent is sent,
+    /// nothing more is; it goes on watching for its stream to go.
+    pub fn stop(&mut self) {
+        self.task.abort();
+        let (queue, stream) = (Arc::clone(&self.queue), self.stream.clone());
+        self.task = tokio::spawn(watch(queue, stream, self.out.clone()));
+        self.reading = false;
+    }
+}
+
+/// Tells the client when the stream goes, reading nothing.
+async fn watch(queue: Arc<Queue>, name: String, out: Out) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if queue.stream().is_none_or(|s| s.is_gone()) {
+            gone(&out, &name).await;
+            return;
+        }
+        if out.closed() {
+            return;
+        }
     }
 }
 
@@ -65,13 +158,6 @@ pub struct Reader {
     pub frame_max: u32,
     pub store: Arc<Store>,
     pub out: Out,
-}
-
-/// Starts `reader` with `credit` chunks to send.
-pub fn start(reader: Reader, credit: u16) -> Subscription {
-    let credit = Arc::new(Semaphore::new(credit as usize));
-    let task = tokio::spawn(read(reader, Arc::clone(&credit)));
-    Subscription { credit, task }
 }
 
 async fn read(r: Reader, credit: Arc<Semaphore>) {
@@ -160,7 +246,7 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
 }
 
 /// Tells the client its stream is no more.
-async fn gone(out: &Out, name: &str) {
+pub async fn gone(out: &Out, name: &str) {
     out.write(|o| {
         wire::frame(o, METADATA_UPDATE, 1, |o| {
             o.put_u16(STREAM_NOT_AVAILABLE);

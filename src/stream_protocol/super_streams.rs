@@ -308,3 +308,9 @@ pub fn partitions(ctx: &Ctx<'_>, name: &str) -> (u16, Vec<String>) {
     }
     (OK, streams)
 }
+
+/// The index of `stream` among the partitions of super stream `name`
+/// (a single active consumer's place in it), if it is one of them.
+pub fn partition_index(vhost: &VHost, name: &str, stream: &str) -> Option<usize> {
+    bound_streams(vhost, name)?.iter().position(|s| s == stream)
+}

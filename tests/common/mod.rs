@@ -233,6 +233,7 @@ pub fn reply_code(e: &lapin::Error) -> Option<u16> {
 
 /// A raw AMQP client for protocol-level tests.
 pub mod raw;
+pub mod streams;
 
 /// Asserts that `conn` still serves requests: a new channel declares a
 /// fresh queue, publishes to it and gets the message back.

@@ -1,0 +1,130 @@
+//! Stream protocol test support: a broker with the stream port on, an
+//! environment of RabbitMQ's Rust stream client, and a raw client that
+//! writes frames itself.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use rabbitmq_stream_client::types::Message;
+use rabbitmq_stream_client::{Consumer, Environment};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use warren::config::Port;
+
+use super::*;
+
+pub async fn start_streams() -> TestBroker {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut c = config(tmp.path());
+    c.stream_port = Port::On(0);
+    start_in(tmp, c).await
+}
+
+pub async fn env(b: &TestBroker) -> Environment {
+    let at = b.streams.expect("the stream port is on");
+    Environment::builder()
+        .host("127.0.0.1")
+        .port(at.port())
+        .build()
+        .await
+        .expect("connects")
+}
+
+/// The next `n` deliveries: (offset, body).
+pub async fn take(consumer: &mut Consumer, n: usize) -> Vec<(u64, Vec<u8>)> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let d = tokio::time::timeout(Duration::from_secs(10), consumer.next())
+            .await
+            .expect("a delivery in time")
+            .expect("the consumer is open")
+            .expect("a delivery");
+        let body = d.message().data().map(<[u8]>::to_vec).unwrap_or_default();
+        got.push((d.offset(), body));
+    }
+    got
+}
+
+pub async fn assert_nothing_more(consumer: &mut Consumer) {
+    let more = tokio::time::timeout(Duration::from_millis(500), consumer.next()).await;
+    assert!(more.is_err(), "no more deliveries");
+}
+
+pub fn body(i: u64) -> Vec<u8> {
+    format!("message {i}").into_bytes()
+}
+
+pub async fn publish_to(env: &Environment, stream: &str, range: std::ops::Range<u64>) {
+    let producer = env.producer().build(stream).await.expect("a producer");
+    for i in range {
+        let m = Message::builder()
+            .body(body(i))
+            .application_properties()
+            .insert("n", i.to_string())
+            .message_builder()
+            .build();
+        let status = producer.send_with_confirm(m).await.expect("sent");
+        assert!(status.confirmed(), "message {i} confirmed");
+    }
+    producer.close().await.expect("closed");
+}
+
+pub async fn send_frame(s: &mut tokio::net::TcpStream, key: u16, body: &[u8]) {
+    let mut f = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+    f.extend_from_slice(&key.to_be_bytes());
+    f.extend_from_slice(&1u16.to_be_bytes());
+    f.extend_from_slice(body);
+    s.write_all(&f).await.unwrap();
+}
+
+/// Reads frames until one of `key`: its fields after key and version.
+pub async fn read_until(s: &mut tokio::net::TcpStream, key: u16) -> Vec<u8> {
+    loop {
+        let mut size = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut size))
+            .await
+            .expect("a frame in time")
+            .expect("a frame");
+        let mut f = vec![0u8; u32::from_be_bytes(size) as usize];
+        s.read_exact(&mut f).await.unwrap();
+        if u16::from_be_bytes([f[0], f[1]]) == key {
+            return f[4..].to_vec();
+        }
+    }
+}
+
+pub fn string(s: &str) -> Vec<u8> {
+    let mut v = (s.len() as u16).to_be_bytes().to_vec();
+    v.extend_from_slice(s.as_bytes());
+    v
+}
+
+/// The handshake of a client that writes frames itself.
+pub async fn raw_open(b: &TestBroker) -> tokio::net::TcpStream {
+    let mut s = tokio::net::TcpStream::connect(b.streams.unwrap())
+        .await
+        .unwrap();
+    send_frame(&mut s, 17, &[0, 0, 0, 1, 0, 0, 0, 0]).await;
+    read_until(&mut s, 0x8011).await;
+    let mut auth = vec![0, 0, 0, 2];
+    auth.extend(string("PLAIN"));
+    auth.extend(12u32.to_be_bytes());
+    auth.extend(b"\0guest\0guest");
+    send_frame(&mut s, 19, &auth).await;
+    let ok = read_until(&mut s, 0x8013).await;
+    assert_eq!(&ok[4..6], &[0, 1], "authenticated");
+    read_until(&mut s, 20).await;
+    send_frame(&mut s, 0x8014, &[0, 16, 0, 0, 0, 0, 0, 60]).await;
+    let mut open = vec![0, 0, 0, 3];
+    open.extend(string("/"));
+    send_frame(&mut s, 21, &open).await;
+    let ok = read_until(&mut s, 0x8015).await;
+    assert_eq!(&ok[4..6], &[0, 1], "opened");
+    s
+}
+
+/// The super stream routing key of a test message: its body's second
+/// character ("k1..." goes by key "1").
+pub fn key_of(m: &Message) -> String {
+    let body = m.data().unwrap_or_default();
+    String::from_utf8_lossy(body.get(1..2).unwrap_or_default()).into_owned()
+}
