@@ -92,9 +92,11 @@ fn sent(partitions: &[u8], rounds: &[u8]) -> Vec<(String, String)> {
 
 /// A super stream's partitions spread over a group's consumers: alone,
 /// one reads all three; a second takes partition 1 (its index modulo two)
-/// once the first has stepped down from it; when the first goes, the
-/// second has them all. Each is told by ConsumerUpdate and answers with
-/// where to start (here, the first offset).
+/// once the first has stepped down from it; when the second goes, the
+/// first has partition 1 again and reads it (its credit kept across the
+/// step-down); when the first goes too, a third has them all. Each is
+/// told by ConsumerUpdate and answers with where to start (here, the
+/// first offset).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_super_streams_partitions_spread_over_the_group() {
     let b = start_streams().await;
@@ -140,9 +142,15 @@ async fn a_super_streams_partitions_spread_over_the_group() {
     assert_eq!(take_all(&mut two, 1).await, sent(&[1], &[1]));
     nothing_more(&mut one).await;
     nothing_more(&mut two).await;
+    two.handle().close().await.unwrap();
+    assert_eq!(take_all(&mut one, 2).await, sent(&[1], &[0, 1]), "back");
+    round(2).await;
+    assert_eq!(take_all(&mut one, 3).await, sent(&[0, 1, 2], &[2]));
+    let mut three = consumer().build("orders").await.unwrap();
     one.handle().close().await.unwrap();
-    assert_eq!(take_all(&mut two, 4).await, sent(&[0, 2], &[0, 1]));
-    nothing_more(&mut two).await;
+    let all = sent(&[0, 1, 2], &[0, 1, 2]);
+    assert_eq!(take_all(&mut three, 9).await, all);
+    nothing_more(&mut three).await;
 }
 
 /// A subscription's properties: (key, value) pairs as the protocol
@@ -210,4 +218,42 @@ async fn consumer_update_on_the_wire() {
     send_frame(&mut s, 12, &[0, 0, 0, 4, 1]).await;
     let update = read_until(&mut s, 26).await;
     assert_eq!(&update[4..], &[2, 1], "subscription 2 is active");
+}
+
+/// A stream deleted under a group: each member is told and dropped, as
+/// RabbitMQ drops them, so a consumer of a stream made again with the
+/// name (with the same subscription id) is made active at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_streams_members_leave_their_group() {
+    let b = start_streams().await;
+    let env = env(&b).await;
+    env.stream_creator().create("wire").await.unwrap();
+    let mut s = raw_open(&b).await;
+    let sac = [("single-active-consumer", "true"), ("name", "")];
+    send_frame(&mut s, 7, &subscribe(1, 1, &sac)).await;
+    let ok = read_until(&mut s, 0x8007).await;
+    assert_eq!(&ok[..6], &[0, 0, 0, 1, 0, 1], "an empty name is a name");
+    let update = read_until(&mut s, 26).await;
+    assert_eq!(&update[4..], &[1, 1]);
+    send_frame(&mut s, 7, &subscribe(2, 2, &sac)).await;
+    read_until(&mut s, 0x8007).await;
+    env.delete_stream("wire").await.unwrap();
+    // One MetadataUpdate per member (each is dropped as it is sent).
+    for _ in 0..2 {
+        let went = read_until(&mut s, 16).await;
+        assert_eq!(&went[..2], &[0, 6], "stream not available");
+    }
+    env.stream_creator().create("wire").await.unwrap();
+    send_frame(&mut s, 7, &subscribe(3, 1, &sac)).await;
+    let ok = read_until(&mut s, 0x8007).await;
+    assert_eq!(&ok[..6], &[0, 0, 0, 3, 0, 1], "the id is free again");
+    // The new member is made active (the second may have been, for the
+    // moment between the two going).
+    loop {
+        let update = read_until(&mut s, 26).await;
+        if update[4] == 1 {
+            assert_eq!(update[5], 1, "active");
+            break;
+        }
+    }
 }

@@ -55,11 +55,12 @@ pub const PUBLISHER_DOES_NOT_EXIST: u16 = 0x12;
 pub const NO_OFFSET: u16 = 0x13;
 
 /// The versions of each command this server speaks (min, max), for
-/// ExchangeCommandVersions: version 1 of each (publish 2 carries filter
-/// values, deliver 2 the committed offset: not spoken yet).
+/// ExchangeCommandVersions: version 1 of each, and publish 2 (a filter
+/// value per message; clients turn filtering on by it). Deliver 2 (the
+/// committed offset) is not spoken yet.
 pub const VERSIONS: &[(u16, u16, u16)] = &[
     (DECLARE_PUBLISHER, 1, 1),
-    (PUBLISH, 1, 1),
+    (PUBLISH, 1, 2),
     (PUBLISH_CONFIRM, 1, 1),
     (PUBLISH_ERROR, 1, 1),
     (QUERY_PUBLISHER_SEQUENCE, 1, 1),

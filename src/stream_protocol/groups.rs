@@ -9,13 +9,15 @@
 //! size, so the consumers of a super stream spread its partitions
 //! between them; when a join or a leave moves it, the active one is told
 //! to step down first, and the next becomes active only once it has
-//! answered (it may store its offset first) or `STEP_DOWN_WAIT` has
-//! passed (RabbitMQ waits for ever on a client that never answers).
+//! answered (it may store its offset first) or left: a connection that
+//! leaves a ConsumerUpdate unanswered for `ANSWER_WAIT` is closed
+//! (conn/sac.rs), which is how a member that never answers leaves, as in
+//! RabbitMQ (its `request_timeout`).
 //!
 //! The groups are the broker's (every connection on both stream
 //! listeners shares them); a member is told what it is through its
 //! connection's channel, and the connection tells the client with
-//! ConsumerUpdate (conn.rs).
+//! ConsumerUpdate (conn/sac.rs).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,9 +27,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-/// How long a member told to step down has to answer before the next
-/// one is made active anyway.
-pub const STEP_DOWN_WAIT: Duration = Duration::from_secs(30);
+/// How long a client has to answer a ConsumerUpdate before its
+/// connection is closed (RabbitMQ's default `request_timeout`).
+pub const ANSWER_WAIT: Duration = Duration::from_secs(60);
 
 /// A group: the consumers named `name` on `stream` in `vhost`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -48,27 +50,50 @@ pub struct Update {
     pub epoch: u64,
 }
 
-/// A connection's updates not yet acted on: the latest per subscription
-/// (so at most 256, however fast groups change).
+/// What a connection's own tasks and groups tell it, not yet acted on:
+/// the latest group update per subscription (so at most 256, however
+/// fast groups change; a member told to step down is not made active
+/// again before it answers, so the latest is the one that counts), and
+/// the subscriptions that ended by themselves (their stream went; by id
+/// and serial, each at most once).
 #[derive(Default)]
 pub struct Inbox {
-    updates: Mutex<HashMap<u8, Update>>,
+    news: Mutex<News>,
     arrived: Notify,
+}
+
+#[derive(Default)]
+pub struct News {
+    pub updates: HashMap<u8, Update>,
+    pub ended: Vec<(u8, u64)>,
 }
 
 impl Inbox {
     fn put(&self, u: Update) {
-        self.updates.lock().insert(u.sub, u);
+        self.news.lock().updates.insert(u.sub, u);
         self.arrived.notify_one();
     }
 
-    /// The updates that came in, once there are some (cancel safe).
-    pub async fn take(&self) -> Vec<Update> {
+    /// Subscription `id` (its `serial`) ended by itself.
+    pub fn ended(&self, id: u8, serial: u64) {
+        self.news.lock().ended.push((id, serial));
+        self.arrived.notify_one();
+    }
+
+    /// The subscriptions that ended, taken now (a frame is acted on
+    /// after them: a client told its stream went may subscribe again at
+    /// once, with the same id).
+    pub fn take_ended(&self) -> Vec<(u8, u64)> {
+        std::mem::take(&mut self.news.lock().ended)
+    }
+
+    /// What came in, once something has (cancel safe).
+    pub async fn take(&self) -> News {
         loop {
             {
-                let mut updates = self.updates.lock();
-                if !updates.is_empty() {
-                    return updates.drain().map(|(_, u)| u).collect();
+                let mut news = self.news.lock();
+                if !news.updates.is_empty() || !news.ended.is_empty() {
+                    return std::mem::take(&mut *news);
                 }
             }
             self.arrived.notified().await;
@@ -143,7 +168,7 @@ impl Groups {
                 stepping_down: None,
             });
             group.members.push(Member { id, sub, tell });
-            self.settle(&key, group);
+            self.settle(group);
         }
         Membership {
             groups: Arc::clone(self),
@@ -152,7 +177,7 @@ impl Groups {
         }
     }
 
-    fn leave(self: &Arc<Self>, key: &Key, id: u64) {
+    fn leave(&self, key: &Key, id: u64) {
         let mut groups = self.groups.lock();
         let Some(group) = groups.get_mut(key) else {
             return;
@@ -166,11 +191,11 @@ impl Groups {
             group.active = None;
             group.stepping_down = None;
         }
-        self.settle(key, group);
+        self.settle(group);
     }
 
-    /// Member `id` has stepped down (answered, or did not in time).
-    pub fn stepped_down(self: &Arc<Self>, key: &Key, id: u64, epoch: u64) {
+    /// Member `id` has stepped down (answered).
+    pub fn stepped_down(&self, key: &Key, id: u64, epoch: u64) {
         let mut groups = self.groups.lock();
         let Some(group) = groups.get_mut(key) else {
             return;
@@ -178,7 +203,7 @@ impl Groups {
         if group.active == Some(id) && group.stepping_down == Some(epoch) {
             group.active = None;
             group.stepping_down = None;
-            self.settle(key, group);
+            self.settle(group);
         }
     }
 
@@ -194,7 +219,7 @@ impl Groups {
     /// Moves the group toward the member that should be active: tells the
     /// active one to step down if another should be, or makes the one that
     /// should be active if none is.
-    fn settle(self: &Arc<Self>, key: &Key, group: &mut Group) {
+    fn settle(&self, group: &mut Group) {
         if group.stepping_down.is_some() || group.members.is_empty() {
             return;
         }
@@ -218,18 +243,13 @@ impl Groups {
                         epoch,
                     });
                     if sent {
-                        let (groups, key) = (Arc::clone(self), key.clone());
-                        tokio::spawn(async move {
-                            tokio::time::sleep(STEP_DOWN_WAIT).await;
-                            groups.stepped_down(&key, a, epoch);
-                        });
                         return;
                     }
                 }
                 // Its connection is gone: nothing to wait for.
                 group.stepping_down = None;
                 group.active = None;
-                self.settle(key, group);
+                self.settle(group);
             }
             None => {
                 group.active = Some(wanted);
@@ -263,9 +283,9 @@ mod tests {
 
     /// The update waiting in `inbox`, if one is.
     fn next(inbox: &Arc<Inbox>) -> Option<Update> {
-        let mut all = inbox.take().now_or_never()?;
-        assert_eq!(all.len(), 1, "one update at a time here");
-        all.pop()
+        let news = inbox.take().now_or_never()?;
+        assert_eq!(news.updates.len(), 1, "one update at a time here");
+        news.updates.into_values().next()
     }
 
     fn inbox() -> (Arc<Inbox>, Arc<Inbox>) {

@@ -5,7 +5,7 @@
 //! A connection (this file; plain on 5552, TLS on 5551) goes through
 //! RabbitMQ's handshake: peer properties, SASL (PLAIN; EXTERNAL with a
 //! verified client certificate on TLS), tune (frame max, heartbeat), open (a vhost
-//! the user has a permission on); then conn.rs serves its commands:
+//! the user has a permission on); then conn/ serves its commands:
 //! streams created and deleted, metadata, publishers (publish.rs:
 //! confirms once the group commit covers a batch, deduplication by
 //! publishing id for a named publisher), subscriptions (subscribe.rs:

@@ -34,6 +34,9 @@ pub struct Publisher {
     pub queue: Arc<Queue>,
     /// Its reference, if it has one (then it is deduplicated).
     pub reference: Option<String>,
+    /// The property list of a message with a filter label, written here
+    /// (reused: nothing allocated per message).
+    pub props: Vec<u8>,
 }
 
 /// One batch's outcome: ids to confirm (once `ticket` is committed) and
@@ -46,7 +49,8 @@ pub struct Outcome {
 
 impl Publisher {
     /// Appends the messages of a publish (`count` of them in `f`, version
-    /// 2 with a filter value each).
+    /// 2 with a filter value each: stored as the message's label for
+    /// filtered readers, queue/stream/filter.rs).
     pub fn publish(
         &mut self,
         f: &mut wire::Fields<'_>,
@@ -79,14 +83,12 @@ impl Publisher {
         let mut moved = false;
         for _ in 0..count {
             let id = f.u64()?;
-            if version >= 2 {
-                // Filter values: not taken (ExchangeCommandVersions says
-                // publish 1), refused rather than dropped.
-                f.string_or_null()?;
-                f.bytes()?;
-                out.errors.push((id, PRECONDITION_FAILED));
-                continue;
-            }
+            // Version 2 labels each message with a filter value (or null).
+            let label = if version >= 2 {
+                f.string_or_null()?
+            } else {
+                None
+            };
             let body = f.bytes()?;
             if gone {
                 out.errors.push((id, STREAM_DOES_NOT_EXIST));
@@ -104,13 +106,17 @@ impl Publisher {
                 out.confirm.push(id);
                 continue;
             }
-            let msg = Message::new(
-                b"",
-                self.stream.as_bytes(),
-                amqp10::STORED_PROPS,
-                body,
-                Meta::default().with_delivery_mode(2).as_amqp10(),
-            );
+            let props = match label {
+                Some(label) => {
+                    amqp10::stored_props_with(label.as_bytes(), &mut self.props);
+                    &self.props[..]
+                }
+                None => amqp10::STORED_PROPS,
+            };
+            // Its property list is a headers table (as a restart reads it).
+            let mut meta = Meta::default().with_delivery_mode(2).as_amqp10();
+            meta.has_headers = true;
+            let msg = Message::new(b"", self.stream.as_bytes(), props, body, meta);
             match self.queue.push(&Arc::new(msg)) {
                 Ok(p) if p.stored => {
                     out.confirm.push(id);

@@ -8,22 +8,26 @@
 //! (message/amqp10.rs). The chunk's CRC is the CRC-32 of its entries, as
 //! clients that check it expect. At the end of the stream the task waits
 //! for the next append (in a cluster, its commit); a stream deleted under
-//! it ends it with a MetadataUpdate. A single active consumer reads only
+//! it ends it with a MetadataUpdate. A subscription with `filter.N`
+//! properties gets only the messages labelled with one of those values
+//! (and unlabelled ones with `match-unfiltered`), exactly: each run of
+//! consecutive offsets it takes is a chunk, where RabbitMQ sends whole
+//! chunks its Bloom filter lets through for the client to filter again. A single active consumer reads only
 //! while its group has it active (groups.rs); until then its task only
 //! watches for the stream to go, and its credit adds up.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::Semaphore;
 
 use super::codes::*;
-use super::groups::Membership;
+use super::groups::{Inbox, Membership};
 use super::out::Out;
 use super::wire;
 use crate::message::{amqp10, Message};
-use crate::queue::stream::Start;
+use crate::queue::stream::{Filter, Start};
 use crate::queue::Queue;
 use crate::store::Store;
 
@@ -39,12 +43,30 @@ pub struct Subscription {
     pub credit: Arc<Semaphore>,
     task: tokio::task::JoinHandle<()>,
     reading: bool,
-    /// Its stream's name and queue.
-    pub stream: String,
-    pub queue: Arc<Queue>,
-    out: Out,
+    /// What it reads and where it tells.
+    pub target: Target,
     /// Its place in a single active consumer group, if it is in one.
     pub sac: Option<Sac>,
+}
+
+/// A subscription's stream, and how it reaches its client and connection.
+#[derive(Clone)]
+pub struct Target {
+    pub stream: String,
+    pub queue: Arc<Queue>,
+    pub out: Out,
+    pub ending: Ending,
+}
+
+/// How a subscription's task tells its connection that it ended by
+/// itself (its stream went), so the connection drops it (and its place in
+/// a group) as RabbitMQ does.
+#[derive(Clone)]
+pub struct Ending {
+    pub inbox: Arc<Inbox>,
+    pub id: u8,
+    /// Tells this subscription from an earlier one with its id.
+    pub serial: u64,
 }
 
 /// A single active consumer's state on its connection.
@@ -52,9 +74,20 @@ pub struct Sac {
     pub membership: Membership,
     /// The offset specification it subscribed with (kind, value).
     pub spec: (u16, u64),
+    /// The messages it takes, if not all.
+    pub filter: Option<Filter>,
     /// The ConsumerUpdate the client has not answered yet: its
-    /// correlation id, whether it said active, the step-down's epoch.
-    pub asked: Option<(u32, bool, u64)>,
+    /// correlation id, whether it said active, the step-down's epoch,
+    /// and when it was sent.
+    pub asked: Option<Asked>,
+}
+
+#[derive(Clone, Copy)]
+pub struct Asked {
+    pub correlation: u32,
+    pub active: bool,
+    pub epoch: u64,
+    pub at: Instant,
 }
 
 impl Drop for Subscription {
@@ -67,33 +100,25 @@ impl Subscription {
     /// A subscription that reads with `reader` from the start.
     pub fn reading(reader: Reader, credit: u16) -> Self {
         let credit = Arc::new(Semaphore::new(credit as usize));
-        let (stream, queue, out) = (
-            reader.stream.clone(),
-            Arc::clone(&reader.queue),
-            reader.out.clone(),
-        );
+        let target = reader.target.clone();
         let task = tokio::spawn(read(reader, Arc::clone(&credit)));
         Subscription {
             credit,
             task,
             reading: true,
-            stream,
-            queue,
-            out,
+            target,
             sac: None,
         }
     }
 
     /// A single active consumer that waits to be made active, with
     /// `credit` kept for then.
-    pub fn waiting(stream: String, queue: Arc<Queue>, out: Out, credit: u16, sac: Sac) -> Self {
+    pub fn waiting(target: Target, credit: u16, sac: Sac) -> Self {
         Subscription {
             credit: Arc::new(Semaphore::new(credit as usize)),
-            task: tokio::spawn(watch(Arc::clone(&queue), stream.clone(), out.clone())),
+            task: tokio::spawn(watch(target.clone())),
             reading: false,
-            stream,
-            queue,
-            out,
+            target,
             sac: Some(sac),
         }
     }
@@ -110,28 +135,36 @@ impl Subscription {
         self.reading = true;
     }
 
-    /// Stops reading at once (no longer active): what was sent is sent,
-    /// nothing more is; it goes on watching for its stream to go.
-    pub fn stop(&mut self) {
+    /// Stops reading (no longer active): once this returns its reader has
+    /// ended, so nothing more is sent (a credit it held and did not use
+    /// is given back); it goes on watching for its stream to go.
+    pub async fn stop(&mut self) {
         self.task.abort();
-        let (queue, stream) = (Arc::clone(&self.queue), self.stream.clone());
-        self.task = tokio::spawn(watch(queue, stream, self.out.clone()));
+        let _ = (&mut self.task).await;
+        self.task = tokio::spawn(watch(self.target.clone()));
         self.reading = false;
     }
 }
 
 /// Tells the client when the stream goes, reading nothing.
-async fn watch(queue: Arc<Queue>, name: String, out: Out) {
+async fn watch(t: Target) {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        if queue.stream().is_none_or(|s| s.is_gone()) {
-            gone(&out, &name).await;
+        if t.queue.stream().is_none_or(|s| s.is_gone()) {
+            went(&t).await;
             return;
         }
-        if out.closed() {
+        if t.out.closed() {
             return;
         }
     }
+}
+
+/// The subscription's stream is no more: the client is told, and the
+/// connection drops the subscription.
+async fn went(t: &Target) {
+    t.ending.inbox.ended(t.ending.id, t.ending.serial);
+    gone(&t.out, &t.stream).await;
 }
 
 /// Where a subscription starts, from its offset specification.
@@ -149,31 +182,38 @@ pub fn start_of(kind: u16, value: u64) -> Option<Start> {
 /// What a subscription reads and where it sends it.
 pub struct Reader {
     pub id: u8,
-    pub stream: String,
-    /// The stream's queue.
-    pub queue: Arc<Queue>,
+    pub target: Target,
     /// The offset it reads next.
     pub cursor: u64,
     /// The connection's frame max.
     pub frame_max: u32,
     pub store: Arc<Store>,
-    pub out: Out,
+    /// The messages it takes, if not all (`filter.N` properties).
+    pub filter: Option<Filter>,
 }
 
 async fn read(r: Reader, credit: Arc<Semaphore>) {
     let Reader {
         id,
-        stream: name,
-        queue,
+        target,
         mut cursor,
         frame_max,
         store,
-        out,
+        filter,
     } = r;
+    let Target {
+        stream: name,
+        queue,
+        out,
+        ..
+    } = &target;
     // Bodies in one chunk, about; the frame max bounds the whole frame.
     let budget = (frame_max as usize).saturating_sub(1024).max(1024);
     let mut committed = store.flushed();
     let after_commit = store.delivers_after_commit();
+    // Read and not sent yet: filtered, runs of consecutive offsets, each
+    // sent as a chunk of its own (a chunk's offsets have no gaps).
+    let mut pending: Vec<(u64, Arc<Message>)> = Vec::new();
     loop {
         // Without credit it still notices its stream go (each second).
         let permit = loop {
@@ -181,7 +221,7 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
                 p = credit.acquire() => break p,
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {
                     if queue.stream().is_none_or(|s| s.is_gone()) {
-                        gone(&out, &name).await;
+                        went(&target).await;
                         return;
                     }
                     if out.closed() {
@@ -190,17 +230,18 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
                 }
             }
         };
+        // Held until its chunk is sent: a reader stopped before that gives
+        // it back.
         let Ok(permit) = permit else {
             return;
         };
-        permit.forget();
-        let batch = loop {
+        while pending.is_empty() {
             let Some(stream) = queue.stream() else { return };
             if stream.is_gone() {
-                gone(&out, &name).await;
+                went(&target).await;
                 return;
             }
-            let q = Arc::clone(&queue);
+            let q = Arc::clone(queue);
             let at = cursor;
             let read = tokio::task::spawn_blocking(move || {
                 q.stream()
@@ -213,18 +254,24 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
                     // The client is told the stream is not available (it
                     // may subscribe again), rather than left waiting.
                     tracing::error!(stream = %name, "a subscription cannot read: {e}");
-                    gone(&out, &name).await;
+                    went(&target).await;
                     return;
                 }
                 _ => return,
             };
-            if !batch.is_empty() {
-                break batch;
+            if let Some(&(last, _)) = batch.last() {
+                cursor = last + 1;
+                pending = batch;
+                if let Some(f) = &filter {
+                    pending.retain(|(_, m)| f.matches(m));
+                }
+                // All filtered out: read on.
+                continue;
             }
             // Nothing readable: wait for an append, a commit (in a
             // cluster, what was appended becomes readable at its commit),
             // or a second (the stream may go).
-            let readable = || (stream.readable_end(&queue) > cursor).then_some(());
+            let readable = || (stream.readable_end(queue) > cursor).then_some(());
             tokio::select! {
                 _ = stream.appended.after(readable) => {}
                 _ = committed.changed(), if after_commit => {}
@@ -233,15 +280,17 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
             if out.closed() {
                 return;
             }
-        };
-        let Some(&(last, _)) = batch.last() else {
-            continue;
-        };
-        let frame = chunk(id, &batch);
-        cursor = last + 1;
+        }
+        let run = pending
+            .windows(2)
+            .position(|w| w[1].0 != w[0].0 + 1)
+            .map_or(pending.len(), |i| i + 1);
+        let frame = chunk(id, &pending[..run]);
+        pending.drain(..run);
         if !out.send(frame).await {
             return;
         }
+        permit.forget();
     }
 }
 

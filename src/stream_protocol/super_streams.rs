@@ -309,8 +309,30 @@ pub fn partitions(ctx: &Ctx<'_>, name: &str) -> (u16, Vec<String>) {
     (OK, streams)
 }
 
-/// The index of `stream` among the partitions of super stream `name`
-/// (a single active consumer's place in it), if it is one of them.
+/// The partition index of `stream` in super stream `name` (what a single
+/// active consumer group of a partition is placed by), as RabbitMQ takes
+/// it: its binding's `x-stream-partition-order`, else a number the
+/// stream's name ends with after a `-`; None if it is not bound there or
+/// has neither (the group is then a plain stream's).
 pub fn partition_index(vhost: &VHost, name: &str, stream: &str) -> Option<usize> {
-    bound_streams(vhost, name)?.iter().position(|s| s == stream)
+    let x = vhost.exchange(name)?;
+    let orders: Vec<Option<i64>> = x
+        .bindings
+        .read()
+        .list()
+        .into_iter()
+        .filter_map(|(_, args, dest)| match dest {
+            Destination::Queue(q) if q.stream().is_some() && q.config.name == stream => {
+                Some(order_of(&args))
+            }
+            _ => None,
+        })
+        .collect();
+    // The binding that sorts first, as Partitions sorts them.
+    let first = *orders.iter().min_by_key(|o| (o.is_none(), **o))?;
+    let index = match first {
+        Some(order) => order,
+        None => stream.rsplit_once('-')?.1.parse().ok()?,
+    };
+    usize::try_from(index).ok()
 }

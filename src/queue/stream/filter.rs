@@ -66,6 +66,13 @@ impl Filter {
         Ok(Some(Filter { values, unfiltered }))
     }
 
+    /// The filter of a stream protocol subscription: the values of its
+    /// `filter.N` properties, and its `match-unfiltered` (None: no values,
+    /// it takes every message).
+    pub fn of_values(values: Vec<Vec<u8>>, unfiltered: bool) -> Option<Filter> {
+        (!values.is_empty()).then_some(Filter { values, unfiltered })
+    }
+
     /// Whether `msg` is one this reader takes.
     pub fn matches(&self, msg: &Message) -> bool {
         let value = msg

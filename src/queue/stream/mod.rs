@@ -747,10 +747,10 @@ impl Stream {
                 if offset >= end {
                     break;
                 }
-                // Readers here speak AMQP 0-9-1: a stream protocol
-                // publisher's message is read as that.
-                let msg = amqp10::readable(msg, offset);
                 let r = &mut log.readers[i];
+                // The filter reads the stored label (a stream protocol
+                // publisher's is in the stored property list, not in the
+                // AMQP 0-9-1 form below).
                 if r.filter.as_ref().is_some_and(|f| !f.matches(&msg)) {
                     r.cursor = offset + 1;
                     skipped += 1;
@@ -760,6 +760,9 @@ impl Stream {
                     }
                     continue;
                 }
+                // Readers here speak AMQP 0-9-1: a stream protocol
+                // publisher's message is read as that.
+                let msg = amqp10::readable(msg, offset);
                 let entry = Entry {
                     msg,
                     seq: offset,

@@ -108,7 +108,8 @@ pub(super) async fn serve(
         Err(e) => return fail(&shared, &spec, e),
     };
     shared.wake_writer.notify_one();
-    let mut ahead: VecDeque<(u64, Arc<Message>)> = VecDeque::new();
+    // Read and not handed over yet: None for what the filter skips.
+    let mut ahead: VecDeque<(u64, Option<Arc<Message>>)> = VecDeque::new();
     let mut checked = Instant::now();
     loop {
         let woken = handle.wake.notified();
@@ -154,12 +155,17 @@ pub(super) async fn serve(
                     }
                     continue;
                 }
-                // Readers here speak AMQP 0-9-1: a stream protocol
-                // publisher's message is read as that.
+                // The filter reads the stored label; readers here speak
+                // AMQP 0-9-1: a stream protocol publisher's message is read
+                // as that.
                 Ok(batch) => {
+                    let wanted = |m: &Message| spec.filter.as_ref().is_none_or(|f| f.matches(m));
                     ahead = batch
                         .into_iter()
-                        .map(|(seq, m)| (seq, amqp10::readable(m, offset_of(seq))))
+                        .map(|(seq, m)| {
+                            let m = wanted(&m).then(|| amqp10::readable(m, offset_of(seq)));
+                            (seq, m)
+                        })
                         .collect()
                 }
             }
@@ -168,12 +174,13 @@ pub(super) async fn serve(
         {
             let mut st = shared.conn.lock();
             while let Some((seq, msg)) = ahead.front() {
-                let wanted = spec.filter.as_ref().is_none_or(|f| f.matches(msg));
-                if wanted && !st.deliver(ch, tag, id, msg) {
-                    break;
+                if let Some(msg) = msg {
+                    if !st.deliver(ch, tag, id, msg) {
+                        break;
+                    }
+                    sent += 1;
                 }
                 cursor = *seq;
-                sent += wanted as u64;
                 ahead.pop_front();
             }
         }

@@ -13,16 +13,19 @@ use bytes::BufMut;
 use tokio::io::AsyncRead;
 use tokio::sync::watch;
 
+mod sac;
+
 use super::codes::*;
-use super::groups::{Groups, Inbox, Key, Update};
+use super::groups::{Groups, Inbox, Key};
 use super::out::Out;
 use super::publish::{self, Confirmer, Publisher};
-use super::subscribe::{self, Sac, Subscription};
+use super::subscribe::{self, Ending, Sac, Subscription, Target};
 use super::super_streams;
 use super::wire::{self, Fields, Malformed, ReadError};
 use super::Session;
 use crate::access::Access;
 use crate::broker::Broker;
+use crate::queue::stream::Filter;
 use crate::queue::Queue;
 
 /// References (of publishers and stored offsets) are at most this long,
@@ -41,6 +44,8 @@ struct Conn {
     inbox: Arc<Inbox>,
     /// The last correlation id of a request this server sent.
     correlation: u32,
+    /// The last subscription's serial.
+    serial: u64,
 }
 
 /// An array of strings.
@@ -54,12 +59,19 @@ fn strings<'a>(f: &mut Fields<'a>) -> Result<Vec<&'a str>, Malformed> {
 }
 
 /// What a subscription does once checked.
-enum Plan {
+struct Plan {
+    queue: Arc<Queue>,
+    /// The messages it takes, if not all.
+    filter: Option<Filter>,
+    how: How,
+}
+
+enum How {
     /// Reads its stream from this offset.
-    Read(Arc<Queue>, u64),
+    Read(u64),
     /// Joins this single active consumer group (the stream's partition
     /// index in its super stream) and waits to be made active.
-    Group(Arc<Queue>, Key, Option<usize>),
+    Group(Key, Option<usize>),
 }
 
 /// How a frame left the connection.
@@ -111,6 +123,7 @@ pub async fn run<R: AsyncRead + Unpin>(
         groups,
         inbox: Arc::clone(&inbox),
         correlation: 0,
+        serial: 0,
         confirmer: Confirmer::start(Arc::clone(&broker.store), out.clone(), frame_max),
         s,
         broker,
@@ -125,6 +138,9 @@ pub async fn run<R: AsyncRead + Unpin>(
         heartbeat * 2
     };
     let mut buf = Vec::new();
+    // How often unanswered consumer updates are looked for.
+    let mut answers = tokio::time::interval(Duration::from_secs(5));
+    answers.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         // The frame is read by one future however many updates come in
         // meanwhile (a read dropped half way would lose its bytes).
@@ -137,11 +153,18 @@ pub async fn run<R: AsyncRead + Unpin>(
                 tokio::select! {
                     r = &mut frame => break Ok(r),
                     _ = &mut silent => break Err(()),
-                    updates = inbox.take() => {
-                        for u in updates {
+                    news = inbox.take() => {
+                        for (id, serial) in news.ended {
+                            c.ended(id, serial);
+                        }
+                        for u in news.updates.into_values() {
                             c.update(u).await;
                         }
                     }
+                    _ = answers.tick() => if c.overdue() {
+                        tracing::warn!(peer = %c.s.peer, "stream client did not answer a consumer update: closing");
+                        return;
+                    },
                     _ = stop.changed() => {
                         close(&c.out, OK, "the broker is shutting down").await;
                         return;
@@ -161,7 +184,12 @@ pub async fn run<R: AsyncRead + Unpin>(
                 FRAME_TOO_LARGE,
                 format!("a frame of {n} bytes is over the frame max of {frame_max}"),
             ),
-            Ok(Ok(())) => c.command(&buf).await,
+            Ok(Ok(())) => {
+                for (id, serial) in inbox.take_ended() {
+                    c.ended(id, serial);
+                }
+                c.command(&buf).await
+            }
         };
         match next {
             Next::Go => {}
@@ -346,25 +374,36 @@ impl Conn {
                 let credit = f.u16()?;
                 // The Java client leaves the array out when it is empty.
                 let properties = if f.is_empty() { Vec::new() } else { f.pairs()? };
-                match self.subscribe(id, &stream, (kind, value), &properties) {
-                    Ok(Plan::Read(queue, first)) => {
+                let plan = self.subscribe(id, &stream, (kind, value), &properties);
+                match plan {
+                    Ok(Plan {
+                        queue,
+                        filter,
+                        how: How::Read(first),
+                    }) => {
                         // Answered before its first chunk can be sent.
                         self.answer(key, correlation, OK).await;
-                        let reader = self.reader(id, stream, queue, first);
+                        let target = self.target(id, stream, queue);
+                        let reader = self.reader(id, target, first, filter);
                         self.subscriptions
                             .insert(id, Subscription::reading(reader, credit));
                     }
-                    Ok(Plan::Group(queue, group, partition)) => {
+                    Ok(Plan {
+                        queue,
+                        filter,
+                        how: How::Group(group, partition),
+                    }) => {
                         // Answered before it is told it is active.
                         self.answer(key, correlation, OK).await;
                         let membership = self.groups.join(group, partition, id, &self.inbox);
                         let sac = Sac {
                             membership,
                             spec: (kind, value),
+                            filter,
                             asked: None,
                         };
-                        let out = self.out.clone();
-                        let sub = Subscription::waiting(stream, queue, out, credit, sac);
+                        let target = self.target(id, stream, queue);
+                        let sub = Subscription::waiting(target, credit, sac);
                         self.subscriptions.insert(id, sub);
                     }
                     Err(code) => self.answer(key, correlation, code).await,
@@ -534,6 +573,7 @@ impl Conn {
                 stream: stream.to_string(),
                 queue,
                 reference,
+                props: Vec::new(),
             },
         );
         OK
@@ -591,17 +631,17 @@ impl Conn {
         if !self.allowed(Access::Read, stream) {
             return Err(ACCESS_REFUSED);
         }
-        // What is not served yet is refused, not ignored.
-        if properties.iter().any(|(k, _)| k.starts_with("filter.")) {
-            return Err(PRECONDITION_FAILED);
-        }
         let start = subscribe::start_of(kind, value).ok_or(PRECONDITION_FAILED)?;
         let property = |name: &str| properties.iter().find(|(k, _)| *k == name).map(|p| p.1);
+        let values = properties
+            .iter()
+            .filter(|(k, _)| k.starts_with("filter."))
+            .map(|(_, v)| v.as_bytes().to_vec())
+            .collect();
+        let filter = Filter::of_values(values, property("match-unfiltered") == Some("true"));
         if property("single-active-consumer") == Some("true") {
             // A group is named (RabbitMQ refuses one without a name).
-            let name = property("name")
-                .filter(|n| !n.is_empty())
-                .ok_or(PRECONDITION_FAILED)?;
+            let name = property("name").ok_or(PRECONDITION_FAILED)?;
             let partition = property("super-stream")
                 .and_then(|s| super_streams::partition_index(&self.s.vhost, s, stream));
             let group = Key {
@@ -609,96 +649,48 @@ impl Conn {
                 stream: stream.to_string(),
                 name: name.to_string(),
             };
-            return Ok(Plan::Group(queue, group, partition));
+            let how = How::Group(group, partition);
+            return Ok(Plan { queue, filter, how });
         }
         match queue.stream().map(|s| s.place(&queue, start)) {
-            Some(Ok(first)) => Ok(Plan::Read(queue, first)),
+            Some(Ok(first)) => Ok(Plan {
+                queue,
+                filter,
+                how: How::Read(first),
+            }),
             _ => Err(INTERNAL_ERROR),
         }
     }
 
-    fn reader(&self, id: u8, stream: String, queue: Arc<Queue>, cursor: u64) -> subscribe::Reader {
-        subscribe::Reader {
-            id,
+    /// A new subscription's target (with the next serial).
+    fn target(&mut self, id: u8, stream: String, queue: Arc<Queue>) -> Target {
+        self.serial += 1;
+        Target {
             stream,
             queue,
+            out: self.out.clone(),
+            ending: Ending {
+                inbox: Arc::clone(&self.inbox),
+                id,
+                serial: self.serial,
+            },
+        }
+    }
+
+    fn reader(
+        &self,
+        id: u8,
+        target: Target,
+        cursor: u64,
+        filter: Option<Filter>,
+    ) -> subscribe::Reader {
+        subscribe::Reader {
+            id,
+            target,
             cursor,
             frame_max: self.s.frame_max,
             store: Arc::clone(&self.broker.store),
-            out: self.out.clone(),
-        }
-    }
-
-    /// A single active consumer's group says it is active or not: the
-    /// client is told; one no longer active stops reading at once.
-    async fn update(&mut self, u: Update) {
-        let Some(sub) = self.subscriptions.get_mut(&u.sub) else {
-            return;
-        };
-        let Some(sac) = sub.sac.as_mut().filter(|s| s.membership.id == u.member) else {
-            return;
-        };
-        self.correlation = self.correlation.wrapping_add(1);
-        let correlation = self.correlation;
-        // Only the latest question counts.
-        sac.asked = Some((correlation, u.active, u.epoch));
-        if !u.active {
-            sub.stop();
-        }
-        self.out
-            .write(|o| {
-                wire::frame(o, CONSUMER_UPDATE, 1, |o| {
-                    o.put_u32(correlation);
-                    o.put_u8(u.sub);
-                    o.put_u8(u8::from(u.active));
-                })
-            })
-            .await;
-    }
-
-    /// The client answered ConsumerUpdate `correlation`: an active one
-    /// starts reading where it says (kind 0: where it subscribed to); one
-    /// told to step down has, and its group moves on.
-    async fn answered(&mut self, correlation: u32, (kind, value): (u16, u64)) {
-        let asked = |s: &Subscription| {
-            s.sac
-                .as_ref()
-                .and_then(|s| s.asked)
-                .is_some_and(|(c, _, _)| c == correlation)
-        };
-        let Some(id) = self
-            .subscriptions
-            .iter()
-            .find(|(_, s)| asked(s))
-            .map(|(id, _)| *id)
-        else {
-            return;
-        };
-        let Some(sub) = self.subscriptions.get_mut(&id) else {
-            return;
-        };
-        let Some(sac) = sub.sac.as_mut() else { return };
-        let Some((_, active, epoch)) = sac.asked.take() else {
-            return;
-        };
-        if !active {
-            self.groups
-                .stepped_down(&sac.membership.key, sac.membership.id, epoch);
-            return;
-        }
-        let own = sac.spec;
-        let start = subscribe::start_of(kind, value)
-            .or_else(|| subscribe::start_of(own.0, own.1))
-            .unwrap_or(crate::queue::stream::Start::Next);
-        let (stream, queue) = (sub.stream.clone(), Arc::clone(&sub.queue));
-        match queue.stream().map(|s| s.place(&queue, start)) {
-            Some(Ok(first)) => {
-                let reader = self.reader(id, stream, queue, first);
-                if let Some(sub) = self.subscriptions.get_mut(&id) {
-                    sub.start(reader);
-                }
-            }
-            _ => subscribe::gone(&self.out, &stream).await,
+            filter,
         }
     }
 
