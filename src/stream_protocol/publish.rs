@@ -83,9 +83,10 @@ impl Publisher {
         let mut moved = false;
         for _ in 0..count {
             let id = f.u64()?;
-            // Version 2 labels each message with a filter value (or null).
+            // Version 2 labels each message with a filter value (or null;
+            // any bytes, as RabbitMQ takes them).
             let label = if version >= 2 {
-                f.string_or_null()?
+                f.raw_string_or_null()?
             } else {
                 None
             };
@@ -98,7 +99,8 @@ impl Publisher {
                 out.errors.push((id, INTERNAL_ERROR));
                 continue;
             }
-            if body.len() as u64 > max_size {
+            // The label is stored with the body: it counts.
+            if (body.len() + label.map_or(0, <[u8]>::len)) as u64 > max_size {
                 out.errors.push((id, PRECONDITION_FAILED));
                 continue;
             }
@@ -108,7 +110,7 @@ impl Publisher {
             }
             let props = match label {
                 Some(label) => {
-                    amqp10::stored_props_with(label.as_bytes(), &mut self.props);
+                    amqp10::stored_props_with(label, &mut self.props);
                     &self.props[..]
                 }
                 None => amqp10::STORED_PROPS,

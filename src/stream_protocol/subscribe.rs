@@ -8,8 +8,8 @@
 //! (message/amqp10.rs). The chunk's CRC is the CRC-32 of its entries, as
 //! clients that check it expect. At the end of the stream the task waits
 //! for the next append (in a cluster, its commit); a stream deleted under
-//! it ends it with a MetadataUpdate. A subscription with `filter.N`
-//! properties gets only the messages labelled with one of those values
+//! it ends it (its connection drops it and sends a MetadataUpdate). A
+//! subscription with `filter.N` properties gets only the messages labelled with one of those values
 //! (and unlabelled ones with `match-unfiltered`), exactly: each run of
 //! consecutive offsets it takes is a chunk, where RabbitMQ sends whole
 //! chunks its Bloom filter lets through for the client to filter again. A single active consumer reads only
@@ -75,7 +75,7 @@ pub struct Sac {
     /// The offset specification it subscribed with (kind, value).
     pub spec: (u16, u64),
     /// The messages it takes, if not all.
-    pub filter: Option<Filter>,
+    pub filter: Option<Arc<Filter>>,
     /// The ConsumerUpdate the client has not answered yet: its
     /// correlation id, whether it said active, the step-down's epoch,
     /// and when it was sent.
@@ -146,12 +146,13 @@ impl Subscription {
     }
 }
 
-/// Tells the client when the stream goes, reading nothing.
+/// Has the connection tell the client when the stream goes, reading
+/// nothing.
 async fn watch(t: Target) {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         if t.queue.stream().is_none_or(|s| s.is_gone()) {
-            went(&t).await;
+            went(&t);
             return;
         }
         if t.out.closed() {
@@ -160,11 +161,10 @@ async fn watch(t: Target) {
     }
 }
 
-/// The subscription's stream is no more: the client is told, and the
-/// connection drops the subscription.
-async fn went(t: &Target) {
+/// The subscription's stream is no more (or cannot be read): the
+/// connection drops the subscription and tells the client.
+fn went(t: &Target) {
     t.ending.inbox.ended(t.ending.id, t.ending.serial);
-    gone(&t.out, &t.stream).await;
 }
 
 /// Where a subscription starts, from its offset specification.
@@ -189,7 +189,7 @@ pub struct Reader {
     pub frame_max: u32,
     pub store: Arc<Store>,
     /// The messages it takes, if not all (`filter.N` properties).
-    pub filter: Option<Filter>,
+    pub filter: Option<Arc<Filter>>,
 }
 
 async fn read(r: Reader, credit: Arc<Semaphore>) {
@@ -221,7 +221,7 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
                 p = credit.acquire() => break p,
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {
                     if queue.stream().is_none_or(|s| s.is_gone()) {
-                        went(&target).await;
+                        went(&target);
                         return;
                     }
                     if out.closed() {
@@ -236,36 +236,47 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
             return;
         };
         while pending.is_empty() {
-            let Some(stream) = queue.stream() else { return };
-            if stream.is_gone() {
-                went(&target).await;
+            let Some(stream) = queue.stream().filter(|s| !s.is_gone()) else {
+                went(&target);
                 return;
-            }
-            let q = Arc::clone(queue);
+            };
+            let (q, f) = (Arc::clone(queue), filter.clone());
             let at = cursor;
+            // Read and filtered off the runtime: the last offset read, and
+            // what of it the filter keeps.
             let read = tokio::task::spawn_blocking(move || {
-                q.stream()
-                    .map(|s| s.peek(&q, Start::Offset(at), CHUNK_MESSAGES, budget))
+                let s = q.stream()?;
+                Some(
+                    s.peek(&q, Start::Offset(at), CHUNK_MESSAGES, budget)
+                        .map(|mut batch| {
+                            let last = batch.last().map(|&(o, _)| o);
+                            if let Some(f) = &f {
+                                batch.retain(|(_, m)| f.matches(m));
+                            }
+                            (last, batch)
+                        }),
+                )
             })
             .await;
-            let batch = match read {
-                Ok(Some(Ok(b))) => b,
+            let (last, kept) = match read {
+                Ok(Some(Ok(read))) => read,
                 Ok(Some(Err(e))) => {
                     // The client is told the stream is not available (it
                     // may subscribe again), rather than left waiting.
                     tracing::error!(stream = %name, "a subscription cannot read: {e}");
-                    went(&target).await;
+                    went(&target);
                     return;
                 }
-                _ => return,
-            };
-            if let Some(&(last, _)) = batch.last() {
-                cursor = last + 1;
-                pending = batch;
-                if let Some(f) = &filter {
-                    pending.retain(|(_, m)| f.matches(m));
+                // The stream went, or the read failed: told the same.
+                _ => {
+                    went(&target);
+                    return;
                 }
+            };
+            if let Some(last) = last {
+                cursor = last + 1;
                 // All filtered out: read on.
+                pending = kept;
                 continue;
             }
             // Nothing readable: wait for an append, a commit (in a

@@ -54,12 +54,19 @@ impl<'a> Fields<'a> {
 
     /// A string; null reads as None.
     pub fn string_or_null(&mut self) -> Result<Option<&'a str>, Malformed> {
+        match self.raw_string_or_null()? {
+            None => Ok(None),
+            Some(b) => std::str::from_utf8(b).map(Some).map_err(|_| Malformed),
+        }
+    }
+
+    /// A string's bytes as they came (UTF-8 or not), or None for null.
+    pub fn raw_string_or_null(&mut self) -> Result<Option<&'a [u8]>, Malformed> {
         let len = self.u16()? as i16;
         if len < 0 {
             return Ok(None);
         }
-        let b = self.take(len as usize)?;
-        std::str::from_utf8(b).map(Some).map_err(|_| Malformed)
+        self.take(len as usize).map(Some)
     }
 
     /// A string; null reads as "".

@@ -31,6 +31,9 @@ use crate::queue::Queue;
 /// References (of publishers and stored offsets) are at most this long,
 /// as RabbitMQ's are.
 const MAX_REFERENCE: usize = 256;
+/// A subscription names at most this many filter values (clients send a
+/// few; each message is tested against each).
+const MAX_FILTER_VALUES: usize = 64;
 
 struct Conn {
     s: Session,
@@ -62,7 +65,7 @@ fn strings<'a>(f: &mut Fields<'a>) -> Result<Vec<&'a str>, Malformed> {
 struct Plan {
     queue: Arc<Queue>,
     /// The messages it takes, if not all.
-    filter: Option<Filter>,
+    filter: Option<Arc<Filter>>,
     how: How,
 }
 
@@ -150,12 +153,17 @@ pub async fn run<R: AsyncRead + Unpin>(
             let silent = tokio::time::sleep(silence);
             tokio::pin!(silent);
             loop {
+                // While a resource alarm is up a connection with publishers
+                // is not read (as AMQP's publishers are held), but its groups
+                // and answers go on.
+                let held = !c.publishers.is_empty() && c.broker.alarms.any();
                 tokio::select! {
-                    r = &mut frame => break Ok(r),
+                    r = &mut frame, if !held => break Ok(r),
+                    _ = tokio::time::sleep(Duration::from_millis(100)), if held => {}
                     _ = &mut silent => break Err(()),
                     news = inbox.take() => {
                         for (id, serial) in news.ended {
-                            c.ended(id, serial);
+                            c.ended(id, serial).await;
                         }
                         for u in news.updates.into_values() {
                             c.update(u).await;
@@ -186,7 +194,7 @@ pub async fn run<R: AsyncRead + Unpin>(
             ),
             Ok(Ok(())) => {
                 for (id, serial) in inbox.take_ended() {
-                    c.ended(id, serial);
+                    c.ended(id, serial).await;
                 }
                 c.command(&buf).await
             }
@@ -586,17 +594,13 @@ impl Conn {
         version: u16,
         f: &mut Fields<'_>,
     ) -> Result<(), Malformed> {
-        // Publishers wait while a resource alarm is up, as AMQP's do.
-        while self.broker.alarms.any() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
         let max = self.broker.config.max_message_size;
         let Some(p) = self.publishers.get_mut(&id) else {
             let mut errors = Vec::with_capacity(count.min(1024));
             for _ in 0..count {
                 let at = f.u64()?;
                 if version >= 2 {
-                    f.string_or_null()?;
+                    f.raw_string_or_null()?;
                 }
                 f.bytes()?;
                 errors.push((at, PUBLISHER_DOES_NOT_EXIST));
@@ -633,12 +637,17 @@ impl Conn {
         }
         let start = subscribe::start_of(kind, value).ok_or(PRECONDITION_FAILED)?;
         let property = |name: &str| properties.iter().find(|(k, _)| *k == name).map(|p| p.1);
-        let values = properties
+        let values: Vec<Vec<u8>> = properties
             .iter()
             .filter(|(k, _)| k.starts_with("filter."))
             .map(|(_, v)| v.as_bytes().to_vec())
             .collect();
-        let filter = Filter::of_values(values, property("match-unfiltered") == Some("true"));
+        // Each message is tested against each value: a bound on the work.
+        if values.len() > MAX_FILTER_VALUES {
+            return Err(PRECONDITION_FAILED);
+        }
+        let filter =
+            Filter::of_values(values, property("match-unfiltered") == Some("true")).map(Arc::new);
         if property("single-active-consumer") == Some("true") {
             // A group is named (RabbitMQ refuses one without a name).
             let name = property("name").ok_or(PRECONDITION_FAILED)?;
@@ -682,7 +691,7 @@ impl Conn {
         id: u8,
         target: Target,
         cursor: u64,
-        filter: Option<Filter>,
+        filter: Option<Arc<Filter>>,
     ) -> subscribe::Reader {
         subscribe::Reader {
             id,

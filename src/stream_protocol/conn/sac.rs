@@ -94,15 +94,18 @@ impl Conn {
         }
     }
 
-    /// Subscription `id` ended by itself (its stream went): it goes, if it
-    /// is still the one with that serial.
-    pub(super) fn ended(&mut self, id: u8, serial: u64) {
+    /// Subscription `id` ended by itself (its stream went): if it is still
+    /// the one with that serial, it goes and the client is told (here,
+    /// where nothing aborts the telling).
+    pub(super) async fn ended(&mut self, id: u8, serial: u64) {
         if self
             .subscriptions
             .get(&id)
             .is_some_and(|s| s.target.ending.serial == serial)
         {
-            self.subscriptions.remove(&id);
+            if let Some(sub) = self.subscriptions.remove(&id) {
+                subscribe::gone(&self.out, &sub.target.stream).await;
+            }
         }
     }
 
