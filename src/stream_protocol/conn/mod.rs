@@ -159,7 +159,10 @@ pub async fn run<R: AsyncRead + Unpin>(
                 let held = !c.publishers.is_empty() && c.broker.alarms.any();
                 tokio::select! {
                     r = &mut frame, if !held => break Ok(r),
-                    _ = tokio::time::sleep(Duration::from_millis(100)), if held => {}
+                    // Held, its silence is not the client's.
+                    _ = tokio::time::sleep(Duration::from_millis(100)), if held => {
+                        silent.as_mut().reset(tokio::time::Instant::now() + silence);
+                    }
                     _ = &mut silent => break Err(()),
                     news = inbox.take() => {
                         for (id, serial) in news.ended {
