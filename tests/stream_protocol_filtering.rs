@@ -8,10 +8,7 @@ mod common;
 mod helpers;
 mod stream_support;
 
-use std::time::Duration;
-
 use common::streams::*;
-use futures::StreamExt;
 use helpers::{s, table};
 use rabbitmq_stream_client::types::{Message, OffsetSpecification};
 use rabbitmq_stream_client::{Consumer, FilterConfiguration};
@@ -27,11 +24,7 @@ fn colour(m: &Message) -> String {
 async fn bodies(c: &mut Consumer, n: usize) -> Vec<(u64, String)> {
     let mut got = Vec::new();
     while got.len() < n {
-        let d = tokio::time::timeout(Duration::from_secs(10), c.next())
-            .await
-            .expect("a delivery in time")
-            .expect("the consumer is open")
-            .expect("a delivery");
+        let d = next_delivery(c).await;
         let body = d.message().data().unwrap_or_default();
         got.push((d.offset(), String::from_utf8_lossy(body).into_owned()));
     }

@@ -59,11 +59,7 @@ async fn the_second_consumer_takes_over_at_the_stored_offset() {
 async fn take_all(c: &mut SuperStreamConsumer, n: usize) -> Vec<(String, String)> {
     let mut got = Vec::new();
     while got.len() < n {
-        let d = tokio::time::timeout(Duration::from_secs(10), c.next())
-            .await
-            .expect("a delivery in time")
-            .expect("the consumer is open")
-            .expect("a delivery");
+        let d = next_delivery(c).await;
         let body = d.message().data().unwrap_or_default();
         got.push((
             d.stream().clone(),

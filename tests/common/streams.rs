@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use rabbitmq_stream_client::types::Message;
+use rabbitmq_stream_client::error::ConsumerDeliveryError;
+use rabbitmq_stream_client::types::{Delivery, Message};
 use rabbitmq_stream_client::{Consumer, Environment};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren::config::Port;
@@ -29,15 +30,24 @@ pub async fn env(b: &TestBroker) -> Environment {
         .expect("connects")
 }
 
+/// The next delivery of a consumer (or a super stream consumer), within
+/// 10 s.
+pub async fn next_delivery<C>(consumer: &mut C) -> Delivery
+where
+    C: futures::Stream<Item = Result<Delivery, ConsumerDeliveryError>> + Unpin,
+{
+    tokio::time::timeout(Duration::from_secs(10), consumer.next())
+        .await
+        .expect("a delivery in time")
+        .expect("the consumer is open")
+        .expect("a delivery")
+}
+
 /// The next `n` deliveries: (offset, body).
 pub async fn take(consumer: &mut Consumer, n: usize) -> Vec<(u64, Vec<u8>)> {
     let mut got = Vec::new();
     while got.len() < n {
-        let d = tokio::time::timeout(Duration::from_secs(10), consumer.next())
-            .await
-            .expect("a delivery in time")
-            .expect("the consumer is open")
-            .expect("a delivery");
+        let d = next_delivery(consumer).await;
         let body = d.message().data().map(<[u8]>::to_vec).unwrap_or_default();
         got.push((d.offset(), body));
     }
