@@ -23,6 +23,7 @@ LAYERS = [
     ["wire", "util", "rates", "history"],
     ["config", "message", "alarm", "plugins", "policy"],
     ["store", "exchange", "tls"],
+    ["dedup"],
     ["queue", "delayed", "access", "cluster"],
     ["vhost"],
     ["broker"],

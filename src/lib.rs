@@ -12,6 +12,8 @@
 //!   ([`store::Op`]) submitted to a journal ([`store::Journal`]) and applied
 //!   by one applier, with group commit. [`exchange`] has the routing tables
 //!   (direct, fanout, topic, headers).
+//! - [`dedup`]: message deduplication caches for exchanges and queues
+//!   (`x-message-deduplication`), durable through the store.
 //! - [`queue`] holds messages and consumers and delivers, through traits it
 //!   owns for what is above it ([`queue::Sink`], [`queue::Host`]);
 //!   [`delayed`] holds delayed messages and emits them when due;
@@ -36,6 +38,7 @@ pub mod amqp;
 pub mod broker;
 pub mod cluster;
 pub mod config;
+pub mod dedup;
 pub mod definitions;
 pub mod delayed;
 pub mod exchange;

@@ -168,6 +168,9 @@ fn sample_once(api: &Api, now: u64) {
     for vh in &vhosts {
         let (mut ready, mut unacked) = (0, 0);
         for q in vh.queues() {
+            if let Some(d) = q.dedup() {
+                d.sample(now);
+            }
             let d = q.sample_stats(now);
             ready += d.ready;
             unacked += d.unacked;
@@ -175,6 +178,9 @@ fn sample_once(api: &Api, now: u64) {
         depths.insert(vh.name.clone(), (ready, unacked));
         for x in vh.exchanges() {
             x.stats.sample(now);
+            if let Some(d) = &x.dedup {
+                d.sample(now);
+            }
         }
     }
     let now_churn = churn(&api.broker);

@@ -233,6 +233,10 @@ pub fn queue(api: &Api, vh: &VHost, q: &Arc<Queue>, detailed: bool) -> Value {
     let Value::Object(map) = &mut o else {
         return o;
     };
+    // Messages its deduplication cache dropped (LavinMQ's name).
+    if let (Some(d), Some(Value::Object(stats))) = (q.dedup(), map.get_mut("message_stats")) {
+        counter(stats, "dedup", d.dropped(), d.rate());
+    }
     for (field, value) in queue_memory(&s) {
         map.insert(field.into(), value.into());
     }
@@ -370,6 +374,9 @@ fn exchange_stats(x: &Exchange) -> Value {
     let mut o = Map::new();
     counter(&mut o, "publish_in", published, published_rate);
     counter(&mut o, "publish_out", routed, routed_rate);
+    if let Some(d) = &x.dedup {
+        counter(&mut o, "dedup", d.dropped(), d.rate());
+    }
     Value::Object(o)
 }
 

@@ -113,6 +113,9 @@ pub struct Queue {
     /// A stream's log and readers (x-queue-type=stream): its messages
     /// and consumers are there, not in `state`.
     stream: Option<stream::Stream>,
+    /// Its deduplication cache (`x-message-deduplication`), set once by
+    /// its vhost, which opens it.
+    dedup: std::sync::OnceLock<Arc<crate::dedup::Dedup>>,
 }
 
 struct State {
@@ -203,6 +206,7 @@ impl Queue {
             commit_wait: AtomicBool::new(false),
             lease_wait: AtomicBool::new(false),
             stream,
+            dedup: Default::default(),
         });
         if q.args.expires.is_some() {
             expiry::watch_unused(&q);
@@ -309,17 +313,49 @@ impl Queue {
     /// A persistent message of a durable queue is written to the store by
     /// the next flush (the confirm waits for it), unless it leaves first.
     pub fn push(self: &Arc<Self>, msg: &Arc<Message>) -> store::Result<Pushed> {
-        self.push_with(msg, false)
+        self.push_with(msg, false, true)
     }
 
     /// Like `push`, but writes to the store at once: for a copy whose
-    /// original is removed from the store right after (dead-lettering, a
-    /// delayed message's release), which must not reach disk first.
+    /// original is removed from the store right after (a delayed
+    /// message's release), which must not reach disk first.
     pub fn push_written(self: &Arc<Self>, msg: &Arc<Message>) -> store::Result<Pushed> {
-        self.push_with(msg, true)
+        self.push_with(msg, true, true)
     }
 
-    fn push_with(self: &Arc<Self>, msg: &Arc<Message>, write_now: bool) -> store::Result<Pushed> {
+    /// Like `push_written`, for a dead-lettered copy: the same message
+    /// moving on, so deduplication lets it in (a retry loop through a
+    /// dead-letter exchange brings a message back to the queue it left).
+    pub fn push_dead_lettered(self: &Arc<Self>, msg: &Arc<Message>) -> store::Result<Pushed> {
+        self.push_with(msg, true, false)
+    }
+
+    /// Its deduplication cache, once (its vhost opens it).
+    pub fn set_dedup(&self, dedup: Arc<crate::dedup::Dedup>) {
+        let _ = self.dedup.set(dedup);
+    }
+
+    /// Its deduplication cache, if it has one.
+    pub fn dedup(&self) -> Option<&Arc<crate::dedup::Dedup>> {
+        self.dedup.get()
+    }
+
+    fn push_with(
+        self: &Arc<Self>,
+        msg: &Arc<Message>,
+        write_now: bool,
+        dedup: bool,
+    ) -> store::Result<Pushed> {
+        if let (true, Some(d)) = (dedup, self.dedup.get()) {
+            if !d.admit(msg) {
+                // Dropped; a durable cache's confirm waits for the commit
+                // that holds the original's entry.
+                return Ok(Pushed {
+                    stored: d.durable(),
+                    rejected: false,
+                });
+            }
+        }
         if let Some(s) = &self.stream {
             return Ok(Pushed {
                 stored: s.push(self, msg)?,
@@ -423,6 +459,9 @@ impl Queue {
         let mut st = self.state.lock();
         self.deleted.store(true, Ordering::Relaxed);
         self.unwritten.close();
+        if let Some(d) = self.dedup.get() {
+            d.close();
+        }
         let count = st.ready.len() as u32;
         st.ready.clear();
         if self.config.store_id == 0 {

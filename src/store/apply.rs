@@ -18,7 +18,9 @@ use super::delivered::DeliveredLog;
 use super::msglog::MessageLog;
 use super::op::{Applied, Op};
 use super::shipped::Shipped;
-use super::{access, cluster_version, definitions, delayed, messages, tenancy, tracked, Result};
+use super::{
+    access, cluster_version, dedup, definitions, delayed, messages, tenancy, tracked, Result,
+};
 
 /// The state operations change.
 pub struct Applier {
@@ -196,6 +198,22 @@ impl Applier {
                 name,
                 offset,
             } => tracked::track(&self.defs, queue_id, name, offset)?,
+            Op::Dedup {
+                owner,
+                slot,
+                seq,
+                expires,
+                key,
+            } => dedup::put(
+                &self.defs,
+                owner,
+                &dedup::Entry {
+                    slot,
+                    seq,
+                    expires,
+                    key,
+                },
+            )?,
             _ => return self.apply_definition(op),
         }
         Ok(Applied::Done)
@@ -218,7 +236,10 @@ impl Applier {
         let mut gone_queues = Vec::new();
         match *op {
             Op::PutVhost(def) => tenancy::put_vhost(tree, def)?,
-            Op::DeleteVhost { name } => gone_queues = tenancy::delete_vhost(tree, name)?,
+            Op::DeleteVhost { name } => {
+                gone_queues = tenancy::delete_vhost(tree, name)?;
+                dedup::forget_vhost(tree, name)?;
+            }
             Op::PutTopicPermission(def) => access::put_topic_permission(tree, def)?,
             Op::DeleteTopicPermission {
                 vhost,
@@ -234,7 +255,10 @@ impl Applier {
             Op::PutGlobalParameter(def) => tenancy::put_global(tree, def)?,
             Op::DeleteGlobalParameter { name } => tenancy::delete_global(tree, name)?,
             Op::PutExchange(def) => definitions::put_exchange(tree, def)?,
-            Op::DeleteExchange { vhost, name } => definitions::delete_exchange(tree, vhost, name)?,
+            Op::DeleteExchange { vhost, name } => {
+                definitions::delete_exchange(tree, vhost, name)?;
+                dedup::forget_exchange(tree, vhost, name)?;
+            }
             Op::DeclareQueue(def) => {
                 applied = Applied::Queue(definitions::declare_queue(tree, def)?)
             }
@@ -272,6 +296,7 @@ impl Applier {
     fn forget_queue(&self, id: u64) -> Result<()> {
         self.delivered.forget(id);
         tracked::forget(&self.defs, id)?;
+        dedup::forget_queue(&self.defs, id)?;
         match &self.log {
             Some(log) => log.purge_from(id, 0)?,
             None => messages::purge_from(&self.msgs, id, 0)?,

@@ -11,6 +11,7 @@
 mod access;
 mod apply;
 mod cluster_version;
+pub mod dedup;
 mod deferred;
 mod definitions;
 mod delayed;

@@ -39,11 +39,14 @@ pub const VERSION: u8 = 1;
 /// `HAS_TIME`: `PutMessage` and `MoveMessages` with a time, and the
 /// snapshots' messages); 4 adds no operation, but a member of a build
 /// at 4 takes appends whose batches travel raw (cluster/rpc.rs
-/// `APPEND_RAW`); 5 adds `TrackOffset`.
-pub const LEVEL: u32 = 5;
+/// `APPEND_RAW`); 5 adds `TrackOffset`; 6 adds `Dedup`.
+pub const LEVEL: u32 = 6;
 
 /// The cluster version from which a stream reader's offset is tracked.
 pub const TRACKED_OFFSETS: u32 = 5;
+
+/// The cluster version from which deduplication caches are replicated.
+pub const DEDUP_CACHES: u32 = 6;
 
 /// The cluster version from which message records carry their time.
 pub const TIMED_RECORDS: u32 = 3;
@@ -158,6 +161,16 @@ pub enum Op<'a> {
         name: &'a str,
         offset: u64,
     },
+    /// Deduplication cache `owner` (an exchange's or a durable queue's,
+    /// dedup/) holds `key` in ring slot `slot`: entry number `seq`,
+    /// expiring at `expires` (ms since the epoch, 0: never).
+    Dedup {
+        owner: &'a [u8],
+        slot: u64,
+        seq: u64,
+        expires: u64,
+        key: [u8; 16],
+    },
 }
 
 impl Op<'_> {
@@ -166,6 +179,7 @@ impl Op<'_> {
         match self {
             Op::ClusterVersion { .. } => 2,
             Op::TrackOffset { .. } => TRACKED_OFFSETS,
+            Op::Dedup { .. } => DEDUP_CACHES,
             Op::PutMessage { time, .. } if *time != 0 => TIMED_RECORDS,
             Op::MoveMessages { moves, .. } if moves.iter().any(|m| m.time != 0) => TIMED_RECORDS,
             _ => 1,
@@ -266,6 +280,7 @@ const DELETE_GLOBAL_PARAMETER: u8 = 25;
 const MOVE_MESSAGES: u8 = 26;
 const CLUSTER_VERSION: u8 = 27;
 const TRACK_OFFSET: u8 = 28;
+const DEDUP: u8 = 29;
 
 impl Op<'_> {
     /// Appends the versioned encoding to `out`.
@@ -416,6 +431,21 @@ impl Op<'_> {
                 out.put_u64(queue_id);
                 put_str(out, name);
                 out.put_u64(offset);
+            }
+            Op::Dedup {
+                owner,
+                slot,
+                seq,
+                expires,
+                key,
+            } => {
+                out.put_u8(DEDUP);
+                out.put_u32(owner.len() as u32);
+                out.extend_from_slice(owner);
+                out.put_u64(slot);
+                out.put_u64(seq);
+                out.put_u64(expires);
+                out.extend_from_slice(&key);
             }
             Op::Reserve { queue_id, upto } => {
                 out.put_u8(RESERVE);
@@ -618,6 +648,23 @@ pub fn decode<R>(raw: Bytes, f: impl FnOnce(Op<'_>) -> R) -> Result<R> {
                 queue_id,
                 name: &name,
                 offset: u64_(&mut r)?,
+            })
+        }
+        DEDUP => {
+            let owner = r.long_str().ok_or_else(|| bad("short"))?;
+            let slot = u64_(&mut r)?;
+            let seq = u64_(&mut r)?;
+            let expires = u64_(&mut r)?;
+            let key = r
+                .take(16)
+                .and_then(|k| <[u8; 16]>::try_from(k).ok())
+                .ok_or_else(|| bad("short"))?;
+            f(Op::Dedup {
+                owner,
+                slot,
+                seq,
+                expires,
+                key,
             })
         }
         t => return Err(bad(&format!("unknown tag {t}"))),
@@ -843,6 +890,13 @@ mod tests {
                 queue_id: 3,
                 name: "reader-1",
                 offset: 1 << 40,
+            },
+            Op::Dedup {
+                owner: b"q\0\0\0\0\0\0\0\x07",
+                slot: 5,
+                seq: 133,
+                expires: 1 << 41,
+                key: [9; 16],
             },
         ];
         for op in ops {

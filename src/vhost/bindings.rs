@@ -259,6 +259,9 @@ impl VHost {
                     _ => continue,
                 }
             }
+            if let Some(d) = &x.dedup {
+                d.close();
+            }
             if x.durable {
                 self.store.delete_exchange(&self.name, &x.name)?;
             }

@@ -30,6 +30,7 @@ pub fn queue(vh: Option<&VHost>, vhost: &str, spec: &QueueSpec) -> Result<()> {
     }
     let subject = describe(vhost, "queue", &spec.name);
     crate::queue::args::validate(&spec.arguments, &subject).map_err(Error::precondition_failed)?;
+    crate::dedup::args::validate(&spec.arguments, &subject).map_err(Error::precondition_failed)?;
     let kind = crate::queue::kind::Kind::of(&spec.arguments);
     crate::queue::kind::check_declare(kind, spec.declared(), &subject)
         .map_err(Error::precondition_failed)?;
@@ -72,9 +73,11 @@ pub fn exchange(
             "exchange name '{}' contains reserved prefix 'amq.*'",
             spec.name
         ))),
-        None => super::exchanges::check_alternate(
-            &spec.arguments,
-            &describe(vhost, "exchange", &spec.name),
-        ),
+        None => {
+            let subject = describe(vhost, "exchange", &spec.name);
+            super::exchanges::check_alternate(&spec.arguments, &subject)?;
+            crate::dedup::args::validate(&spec.arguments, &subject)
+                .map_err(Error::precondition_failed)
+        }
     }
 }

@@ -38,6 +38,8 @@ pub struct Exchange {
     pub held: std::sync::atomic::AtomicU64,
     /// Messages in and out (stats.rs).
     pub stats: Arc<super::stats::ExchangeStats>,
+    /// Its deduplication cache (`x-message-deduplication`).
+    pub dedup: Option<Arc<crate::dedup::Dedup>>,
 }
 
 /// The policy that applies to an exchange.

@@ -64,6 +64,14 @@ impl VHost {
             )));
         }
         check_alternate(&spec.arguments, &self.describe("exchange", &spec.name))?;
+        let owner = spec
+            .durable
+            .then(|| crate::store::dedup::exchange_owner(&self.name, &spec.name));
+        let dedup = self.open_dedup(
+            &spec.arguments,
+            owner,
+            &self.describe("exchange", &spec.name),
+        )?;
         let table = match (kind, &plugin) {
             (Some(k), _) => Table::Builtin(Bindings::new(k)),
             (None, Some(t)) => {
@@ -119,6 +127,7 @@ impl VHost {
             plugin,
             held: Default::default(),
             stats: Default::default(),
+            dedup,
         });
         self.apply_policies_to_exchange(&x);
         self.exchanges

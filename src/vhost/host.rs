@@ -3,29 +3,29 @@
 
 use std::sync::Arc;
 
-use super::routing::RouteScratch;
+use super::routing::{RouteScratch, Routed};
 use super::VHost;
 use crate::message::Message;
 use crate::queue::{dead_letter, Host, Queue};
 
 impl Host for VHost {
     fn dead_letter(&self, msg: &Arc<Message>) {
-        let mut scratch = RouteScratch::default();
+        let mut scratch = RouteScratch::for_dead_letters();
         let mut routes = Vec::new();
         match self.route(msg, &mut scratch, &mut routes) {
             // A delayed-message exchange as the dead-letter exchange holds
             // the copy, as the plugin would.
-            Ok(Some(delay_ms)) => {
+            Ok(Routed::Hold(delay_ms)) => {
                 if let Err(e) = self.hold(msg, delay_ms) {
                     tracing::error!("cannot hold a dead-lettered message: {e}");
                 }
             }
-            Ok(None) => {
+            Ok(Routed::Queues | Routed::Duplicate { .. }) => {
                 for q in routes {
                     if dead_letter::is_cycle(msg, q.name()) {
                         continue;
                     }
-                    if let Err(e) = q.push_written(msg) {
+                    if let Err(e) = q.push_dead_lettered(msg) {
                         tracing::error!(
                             queue = q.name(),
                             "cannot store a dead-lettered message: {e}"

@@ -4,6 +4,7 @@
 
 mod bindings;
 pub mod checks;
+mod dedup;
 mod entities;
 mod equivalence;
 pub mod error;
@@ -137,6 +138,7 @@ impl VHost {
                 } else {
                     Default::default()
                 },
+                dedup: None,
             });
         }
         vh

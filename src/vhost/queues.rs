@@ -104,6 +104,8 @@ impl VHost {
         }
         crate::queue::args::validate(&spec.arguments, &self.describe("queue", &spec.name))
             .map_err(Error::precondition_failed)?;
+        crate::dedup::args::validate(&spec.arguments, &self.describe("queue", &spec.name))
+            .map_err(Error::precondition_failed)?;
         kind::check_declare(
             Kind::of(&spec.arguments),
             spec.declared(),
@@ -145,11 +147,16 @@ impl VHost {
             arguments: spec.arguments.clone(),
             store_id,
         };
+        let owner = (store_id != 0).then(|| crate::store::dedup::queue_owner(store_id));
+        let dedup = self.open_dedup(&spec.arguments, owner, &self.describe("queue", &spec.name))?;
         let mut queues = self.queues.write();
         if let Some(q) = queues.get(&spec.name) {
             return Ok(Arc::clone(q));
         }
         let q = Queue::new(config, Arc::clone(&self.store), self.me.clone());
+        if let Some(d) = dedup {
+            q.set_dedup(d);
+        }
         self.apply_to_queue(&self.policies(), &q);
         queues.insert(spec.name.clone(), Arc::clone(&q));
         self.churn.created();
@@ -255,6 +262,10 @@ impl VHost {
             Arc::clone(&self.store),
             self.me.clone(),
         );
+        let owner = crate::store::dedup::queue_owner(def.id);
+        if let Some(d) = self.open_dedup(&def.arguments, Some(owner), q.name())? {
+            q.set_dedup(d);
+        }
         self.apply_to_queue(&self.policies(), &q);
         let n = q.recover()?;
         self.queues.write().insert(def.name.clone(), q);

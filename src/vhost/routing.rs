@@ -11,6 +11,7 @@ use amq_protocol::types::{AMQPValue, FieldTable};
 use super::error::{Error, Result};
 use super::stats::Tally;
 use super::{Destination, Exchange, VHost};
+use crate::dedup::Dedup;
 use crate::exchange::ExchangeKind;
 use crate::message::Message;
 use crate::queue::Queue;
@@ -24,6 +25,10 @@ pub struct RouteScratch {
     visited: Visited,
     /// Message counts for the exchange published to (stats.rs).
     tally: Tally,
+    /// What routing does with the exchange's deduplication cache.
+    pub dedup: DedupMode,
+    /// With `DedupMode::Defer`: the cache the caller must ask.
+    deferred: Option<Arc<Dedup>>,
 }
 
 impl RouteScratch {
@@ -31,6 +36,50 @@ impl RouteScratch {
     pub fn flush_stats(&mut self) {
         self.tally.flush();
     }
+
+    /// The deduplication cache the last route left to the caller
+    /// (`DedupMode::Defer`).
+    pub fn take_deferred(&mut self) -> Option<Arc<Dedup>> {
+        self.deferred.take()
+    }
+
+    /// A scratch for a dead-lettered copy: the same message moving on, so
+    /// deduplication lets it through (see `Queue::push_dead_lettered`).
+    pub fn for_dead_letters() -> RouteScratch {
+        RouteScratch {
+            dedup: DedupMode::Skip,
+            ..Default::default()
+        }
+    }
+}
+
+/// What routing does with the deduplication cache of the exchange a
+/// message is published to (`x-message-deduplication`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum DedupMode {
+    /// Asks it: a duplicate goes nowhere (`Routed::Duplicate`).
+    #[default]
+    Check,
+    /// Leaves it to the caller (`RouteScratch::take_deferred`): a
+    /// transaction decides at commit, so a rolled back publish is not
+    /// remembered.
+    Defer,
+    /// Lets the message through.
+    Skip,
+}
+
+/// Where a routed message goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routed {
+    /// To the queues the route left in `out` (none, perhaps).
+    Queues,
+    /// Held for this many ms by its exchange's type (a delayed-message
+    /// exchange): `out` says where it would go now, for the mandatory
+    /// check.
+    Hold(u64),
+    /// Nowhere: the exchange's deduplication cache saw its key. `durable`:
+    /// the cache is kept in the store (its confirm waits for a commit).
+    Duplicate { durable: bool },
 }
 
 /// The exchanges one publish has reached, by address: the first without
@@ -59,16 +108,14 @@ impl Visited {
 }
 
 impl VHost {
-    /// Finds the queues `msg` goes to and appends them to `out` (each once).
-    /// Returns Some(delay in ms) when the exchange's type (a delayed-message
-    /// exchange) holds the message instead: `out` then says where it would
-    /// go now, for the mandatory check.
+    /// Finds the queues `msg` goes to and appends them to `out` (each once),
+    /// or says the exchange holds it or drops it as a duplicate (`Routed`).
     pub fn route(
         &self,
         msg: &Message,
         scratch: &mut RouteScratch,
         out: &mut Vec<Arc<Queue>>,
-    ) -> Result<Option<u64>> {
+    ) -> Result<Routed> {
         self.route_inner(msg, scratch, out, true)
     }
 
@@ -136,7 +183,7 @@ impl VHost {
         scratch: &mut RouteScratch,
         out: &mut Vec<Arc<Queue>>,
         may_hold: bool,
-    ) -> Result<Option<u64>> {
+    ) -> Result<Routed> {
         let name = std::str::from_utf8(msg.exchange())
             .map_err(|_| Error::not_found(format!("no {}", self.describe("exchange", "?"))))?;
         let key = String::from_utf8_lossy(msg.routing_key());
@@ -156,7 +203,7 @@ impl VHost {
             scratch
                 .tally
                 .count(&self.default_stats, out.len().saturating_sub(before));
-            return Ok(None);
+            return Ok(Routed::Queues);
         }
         let x = self
             .exchange(name)
@@ -166,6 +213,19 @@ impl VHost {
                 "cannot publish to internal {}",
                 self.describe("exchange", name)
             )));
+        }
+        // A released message was checked when it was held.
+        if let (true, Some(d)) = (may_hold, &x.dedup) {
+            match scratch.dedup {
+                DedupMode::Check if !d.admit(msg) => {
+                    scratch.tally.count(&x.stats, 0);
+                    return Ok(Routed::Duplicate {
+                        durable: d.durable(),
+                    });
+                }
+                DedupMode::Defer => scratch.deferred = Some(Arc::clone(d)),
+                _ => {}
+            }
         }
         let mut hold = None;
         if let (true, Some(plugin)) = (may_hold, &x.plugin) {
@@ -197,7 +257,7 @@ impl VHost {
             };
             scratch.tally.count(&x.stats, routed);
         }
-        Ok(hold)
+        Ok(hold.map_or(Routed::Queues, Routed::Hold))
     }
 
     /// Routes through `x` and every exchange reached from it (exchange

@@ -19,6 +19,7 @@ use crate::message::Message;
 use crate::queue::stream::{tracking, Filter, ReadSpec, Start};
 use crate::queue::Consumer;
 use crate::queue::{ConsumeError, Queue, Settle};
+use crate::vhost::routing::{DedupMode, Routed};
 use crate::wire::props::Field;
 
 impl Channel {
@@ -68,10 +69,24 @@ impl Channel {
             return Ok(());
         }
         let msg = Arc::new(msg);
-        let hold = ctx
+        // A transaction asks the exchange's deduplication cache at commit.
+        self.scratch.dedup = match self.tx {
+            Some(_) => DedupMode::Defer,
+            None => DedupMode::Check,
+        };
+        let routed = ctx
             .vhost
             .route(&msg, &mut self.scratch, &mut self.routes)
             .map_err(|e| ProtocolError::from(e).on(60, 40))?;
+        let hold = match routed {
+            Routed::Queues => None,
+            Routed::Hold(delay_ms) => Some(delay_ms),
+            Routed::Duplicate { durable } => {
+                self.routes.clear();
+                self.duplicate(durable, ctx);
+                return Ok(());
+            }
+        };
         let msg = match crate::vhost::routing::strip_bcc(&msg) {
             Some(stripped) => Arc::new(stripped),
             None => msg,
@@ -79,7 +94,8 @@ impl Channel {
         if let Some(tx) = self.tx.as_mut() {
             // Held or routed at commit, as decided now.
             let routes = std::mem::take(&mut self.routes);
-            tx.publishes.push((publish, msg, routes, hold));
+            let dedup = self.scratch.take_deferred();
+            tx.publishes.push((publish, msg, routes, hold, dedup));
             return Ok(());
         }
         if let Some(delay_ms) = hold {
@@ -137,6 +153,24 @@ impl Channel {
             c.push(seq, ticket, failed);
         }
         stored
+    }
+
+    /// The exchange's deduplication cache dropped the message: it is
+    /// confirmed as any other (once the commit that holds its original's
+    /// entry is durable, for a `durable` cache), never returned.
+    pub(super) fn duplicate(&mut self, durable: bool, ctx: &ConnCtx) {
+        let p = &self.status.published;
+        bump(&p.received, 1);
+        if let Some(c) = self.confirms.as_mut() {
+            bump(&p.received_confirm, 1);
+            let seq = c.next_seq();
+            let ticket = if durable {
+                ctx.broker.store.ticket()
+            } else {
+                0
+            };
+            c.push(seq, ticket, false);
+        }
     }
 
     /// A delayed-message exchange holds the message: it is stored now and

@@ -12,6 +12,7 @@ use crate::amqp::assembler::Publish;
 use crate::amqp::codec;
 use crate::amqp::context::ConnCtx;
 use crate::amqp::error::{ProtocolError, Result};
+use crate::dedup::Dedup;
 use crate::message::Message;
 use crate::queue::Unacked;
 use crate::queue::{Queue, Settle};
@@ -39,7 +40,13 @@ impl Confirms {
 
 /// A publish buffered in a transaction: the queues it was routed to when it
 /// arrived, and the delay if a delayed-message exchange holds it instead.
-pub type TxPublish = (Publish, Arc<Message>, Vec<Arc<Queue>>, Option<u64>);
+pub type TxPublish = (
+    Publish,
+    Arc<Message>,
+    Vec<Arc<Queue>>,
+    Option<u64>,
+    Option<Arc<Dedup>>,
+);
 
 /// A transaction's buffered work.
 #[derive(Default)]
@@ -173,7 +180,12 @@ impl Channel {
         if self.global_prefetch != 0 {
             self.unpark_consumers();
         }
-        for (publish, msg, mut routes, hold) in publishes {
+        for (publish, msg, mut routes, hold, dedup) in publishes {
+            if let Some(d) = dedup.filter(|d| !d.admit(&msg)) {
+                self.duplicate(d.durable(), ctx);
+                stored |= d.durable();
+                continue;
+            }
             match hold {
                 Some(delay_ms) => {
                     self.routes = routes;

@@ -21,6 +21,7 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::list::{respond, respond_keyed, ListQuery};
 use crate::http::{message, render, Api};
 use crate::queue::{Entry, Queue, Refused, Settle, Sink, Unacked};
+use crate::vhost::routing::Routed;
 use crate::vhost::{Destination, ExchangeSpec, QueueSpec, VHost};
 
 fn visible(api: &Api, caller: &Caller, only: Option<&str>) -> ApiResult<Vec<Arc<VHost>>> {
@@ -242,16 +243,26 @@ pub async fn publish(
     }
     let mut scratch = Default::default();
     let mut routes = Vec::new();
-    let hold = vh
+    let routed = vh
         .route(&msg, &mut scratch, &mut routes)
         .map_err(|e| match e.kind {
             crate::vhost::error::Kind::NotFound => ApiError::from(e),
             _ => ApiError::bad_request(format!("{} {}", code_of(&e), e.text)),
         })?;
-    if let Some(delay_ms) = hold {
-        vh.hold(&msg, delay_ms)?;
-        api.broker.store.sync().await?;
-        return Ok(Json(json!({"routed": true})));
+    match routed {
+        Routed::Hold(delay_ms) => {
+            vh.hold(&msg, delay_ms)?;
+            api.broker.store.sync().await?;
+            return Ok(Json(json!({"routed": true})));
+        }
+        // Its original was routed (once the store holds its entry).
+        Routed::Duplicate { durable } => {
+            if durable {
+                api.broker.store.sync().await?;
+            }
+            return Ok(Json(json!({"routed": true})));
+        }
+        Routed::Queues => {}
     }
     let routed = !routes.is_empty();
     let mut stored = false;

@@ -299,7 +299,8 @@ impl Journal for RaftJournal {
             Op::PutMessage { .. }
             | Op::RemoveMessage { .. }
             | Op::Hold { .. }
-            | Op::TrackOffset { .. } => {}
+            | Op::TrackOffset { .. }
+            | Op::Dedup { .. } => {}
             _ => {
                 self.defs_version.fetch_add(1, Ordering::SeqCst);
             }
