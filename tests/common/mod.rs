@@ -42,6 +42,8 @@ impl Drop for TestBroker {
 /// Records panics raised in the broker's code.
 pub mod forged;
 pub mod panics;
+/// Scripts that drive a broker with pika.
+pub mod pika;
 
 /// A config for tests: loopback, any port, the given data dir.
 pub fn config(dir: &Path) -> Config {
