@@ -10,6 +10,7 @@ const LAYERS: &[&[&str]] = &[
     &["wire", "util", "rates", "history"],
     &["config", "message", "alarm", "plugins", "policy"],
     &["store", "exchange", "tls"],
+    &["dedup"],
     &["queue", "delayed", "access", "cluster"],
     &["vhost"],
     &["broker"],
