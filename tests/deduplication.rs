@@ -63,6 +63,22 @@ async fn confirming(b: &TestBroker) -> (lapin::Connection, Channel) {
     (c, ch)
 }
 
+/// An API request (the API is on); its status.
+async fn api(b: &TestBroker, method: reqwest::Method, path: &str) -> u16 {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let url = format!("http://{}/api/{path}", b.api.expect("the API is on"));
+    reqwest::Client::new()
+        .request(method, url)
+        .basic_auth("guest", Some("guest"))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
 async fn api_json(b: &TestBroker, path: &str) -> serde_json::Value {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let url = format!("http://{}/api/{path}", b.api.expect("the API is on"));
@@ -337,4 +353,138 @@ async fn pika_sees_a_queue_cache_survive_a_restart() {
     tokio::task::spawn_blocking(move || pika(&uri, &["after", "restarted"]))
         .await
         .unwrap();
+}
+
+/// A publish its queue refuses (x-overflow reject-publish) is nacked and
+/// its key not remembered, by the queue or by the exchange in front: the
+/// publisher's retry gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_publish_leaves_no_key_behind() {
+    let b = start().await;
+    let (_c, ch) = confirming(&b).await;
+    let full = |dedup: bool| {
+        let mut t = table(&[
+            ("x-max-length", AMQPValue::LongInt(1)),
+            ("x-overflow", s("reject-publish")),
+        ]);
+        if dedup {
+            t.insert(DEDUP.into(), AMQPValue::Boolean(true));
+        }
+        t
+    };
+    declare_with(&ch, "small", QueueDeclareOptions::default(), full(true))
+        .await
+        .unwrap();
+    declare_with(&ch, "small-x", QueueDeclareOptions::default(), full(false))
+        .await
+        .unwrap();
+    exchange(
+        &ch,
+        "dedup-x",
+        ExchangeKind::Fanout,
+        ExchangeDeclareOptions::default(),
+        on(&[]),
+    )
+    .await
+    .unwrap();
+    bind(&ch, "small-x", "dedup-x", "", FieldTable::default()).await;
+    let nacked = |exchange: &'static str, key: &'static str| {
+        let ch = ch.clone();
+        async move {
+            let c = publish_with(
+                &ch,
+                exchange,
+                key,
+                BasicPublishOptions::default(),
+                b"second",
+                keyed("second"),
+            )
+            .await
+            .await
+            .unwrap();
+            assert!(c.is_nack(), "{exchange}: {c:?}");
+        }
+    };
+    publish_acked(&ch, "", "small", "first", keyed("first")).await;
+    nacked("", "small").await;
+    publish_acked(&ch, "dedup-x", "", "first", keyed("first")).await;
+    nacked("dedup-x", "").await;
+    // Room again: the retries get in.
+    assert_eq!(drain(&ch, "small").await, ["first"]);
+    assert_eq!(drain(&ch, "small-x").await, ["first"]);
+    publish_acked(&ch, "", "small", "second", keyed("second")).await;
+    publish_acked(&ch, "dedup-x", "", "second", keyed("second")).await;
+    assert_eq!(drain(&ch, "small").await, ["second"]);
+    assert_eq!(drain(&ch, "small-x").await, ["second"]);
+}
+
+/// A vhost deleted and made again, with a durable exchange of the same
+/// name: the new exchange remembers nothing of the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_vhost_takes_its_caches_along() {
+    let mut b = start_with_api().await;
+    let make = |b: &TestBroker| {
+        let uri = format!("amqp://guest:guest@{}/v1", b.addr);
+        async move {
+            let c = lapin::Connection::connect(&uri, Default::default())
+                .await
+                .unwrap();
+            let ch = c.create_channel().await.unwrap();
+            ch.confirm_select(ConfirmSelectOptions::default())
+                .await
+                .unwrap();
+            let durable = ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            };
+            exchange(&ch, "dx", ExchangeKind::Fanout, durable, on(&[]))
+                .await
+                .unwrap();
+            declare(&ch, "q").await;
+            bind(&ch, "q", "dx", "", FieldTable::default()).await;
+            (c, ch)
+        }
+    };
+    assert_eq!(api(&b, reqwest::Method::PUT, "vhosts/v1").await, 201);
+    let (c, ch) = make(&b).await;
+    publish_acked(&ch, "dx", "", "k", keyed("k")).await;
+    drop((c, ch));
+    assert_eq!(api(&b, reqwest::Method::DELETE, "vhosts/v1").await, 204);
+    assert_eq!(api(&b, reqwest::Method::PUT, "vhosts/v1").await, 201);
+    let (_c, ch) = make(&b).await;
+    publish_acked(&ch, "dx", "", "k again", keyed("k")).await;
+    assert_eq!(drain(&ch, "q").await, ["k again"]);
+    drop((_c, ch));
+    // And after a restart, the key the new exchange saw is still seen.
+    b.restart().await;
+    let (_c, ch) = make(&b).await;
+    publish_acked(&ch, "dx", "", "k third", keyed("k")).await;
+    assert_eq!(drain(&ch, "q").await, Vec::<String>::new());
+}
+
+/// Definitions an older build stored with arguments it ignored (a cache
+/// setting without x-message-deduplication) do not stop the start: the
+/// queue runs, without deduplication.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_definition_an_older_build_took_still_starts() {
+    let mut b = start().await;
+    b.stop().await;
+    {
+        let store = warren::store::Store::open(&b.dir, 1 << 20).unwrap();
+        store
+            .declare_queue(&warren::store::QueueDef {
+                vhost: "/".into(),
+                name: "old".into(),
+                id: 0,
+                auto_delete: false,
+                arguments: table(&[("x-cache-size", AMQPValue::LongInt(5))]),
+            })
+            .unwrap();
+        store.flush_now().unwrap();
+    }
+    b.restart().await;
+    let (_c, ch) = confirming(&b).await;
+    publish_acked(&ch, "", "old", "a", keyed("k")).await;
+    publish_acked(&ch, "", "old", "b", keyed("k")).await;
+    assert_eq!(drain(&ch, "old").await, ["a", "b"]);
 }

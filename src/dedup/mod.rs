@@ -37,6 +37,24 @@ use crate::wire::table;
 /// (ms), as in LavinMQ and the plugin.
 const TTL_HEADER: &[u8] = b"x-cache-ttl";
 
+/// What `Dedup::admit` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// The message has no key: it passes, nothing is remembered.
+    Pass,
+    /// Its key is new, and now remembered.
+    New(Token),
+    /// Its key was seen: the message is a duplicate.
+    Duplicate,
+}
+
+/// A key `admit` remembered, for `Dedup::forget`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Token {
+    key: Key,
+    seq: u64,
+}
+
 /// An exchange's or a queue's deduplication cache.
 pub struct Dedup {
     args: DedupArgs,
@@ -60,16 +78,22 @@ struct Durable {
 
 impl Dedup {
     /// A cache with `args`; with `durable` (the owner's bytes, see
-    /// store/dedup.rs, and the store) it is kept in the store and starts
-    /// with what is stored there.
+    /// store/dedup.rs, and the store) it is kept in the store, and with
+    /// `restore` it starts with what is stored there (an owner recovered
+    /// at start or by a new leader; a new one starts empty, whatever a
+    /// deleted namesake's deletion has not removed yet).
     pub fn open(
         args: DedupArgs,
         durable: Option<(Vec<u8>, Arc<Store>)>,
+        restore: bool,
     ) -> store::Result<Arc<Dedup>> {
         let (ring, durable) = match durable {
             None => (Ring::new(args.size), None),
             Some((owner, store)) => {
-                let stored = store.dedup_entries(&owner)?;
+                let stored = match restore {
+                    true => store.dedup_entries(&owner)?,
+                    false => Vec::new(),
+                };
                 let ring = Ring::restore(args.size, stored, crate::util::now_ms());
                 let d = Durable {
                     owner,
@@ -89,11 +113,12 @@ impl Dedup {
         }))
     }
 
-    /// Whether `msg` is new (and now remembered) or carries no key: false
-    /// for a duplicate, which is counted.
-    pub fn admit(self: &Arc<Self>, msg: &Message) -> bool {
+    /// Whether `msg` passes (no key), is new (now remembered: `forget`
+    /// takes it back if the message does not get in after all) or is a
+    /// duplicate (counted).
+    pub fn admit(self: &Arc<Self>, msg: &Message) -> Admit {
         let Some(key) = key_of(msg, self.args.header.as_bytes()) else {
-            return true;
+            return Admit::Pass;
         };
         let now = crate::util::now_ms();
         let ttl = msg
@@ -107,20 +132,37 @@ impl Dedup {
         if ring.holds(&key, now) {
             drop(ring);
             self.dropped.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return Admit::Duplicate;
         }
         let entry = ring.insert(key, expires);
-        if let Some(d) = &self.durable {
-            // Under the ring's lock, so entries queue in seq order.
-            if let Some(p) = d.pending.lock().as_mut() {
-                p.push(entry);
-            }
-            if !d.registered.swap(true, Ordering::AcqRel) {
-                let me: Weak<dyn DeferredWrites> = Arc::downgrade(self) as Weak<Dedup>;
-                d.store.defer(me);
-            }
+        self.write(entry);
+        Admit::New(Token {
+            key,
+            seq: entry.seq,
+        })
+    }
+
+    /// Takes back what `admit` remembered: the message it let in was
+    /// refused after all (a queue's reject-publish, a store error), so its
+    /// publisher's retry must not be a duplicate.
+    pub fn forget(self: &Arc<Self>, t: Token) {
+        let mut ring = self.ring.lock();
+        if let Some(entry) = ring.forget(&t.key, t.seq) {
+            self.write(entry);
         }
-        true
+    }
+
+    /// Queues `entry` for the store (a durable cache), under the ring's
+    /// lock, so entries queue in seq order.
+    fn write(self: &Arc<Self>, entry: Entry) {
+        let Some(d) = &self.durable else { return };
+        if let Some(p) = d.pending.lock().as_mut() {
+            p.push(entry);
+        }
+        if !d.registered.swap(true, Ordering::AcqRel) {
+            let me: Weak<dyn DeferredWrites> = Arc::downgrade(self) as Weak<Dedup>;
+            d.store.defer(me);
+        }
     }
 
     /// Whether the cache is kept in the store (a duplicate's confirm then
@@ -260,37 +302,57 @@ mod tests {
             ttl_ms,
             header: args::DEFAULT_HEADER.into(),
         };
-        Dedup::open(args, None).unwrap()
+        Dedup::open(args, None, false).unwrap()
     }
 
     fn with_key(v: AMQPValue) -> Message {
         msg(&[(args::DEFAULT_HEADER, v)], None)
     }
 
+    fn admits(c: &Arc<Dedup>, m: &Message) -> bool {
+        c.admit(m) != Admit::Duplicate
+    }
+
+    #[test]
+    fn a_forgotten_key_is_new_again() {
+        let c = cache(10, None);
+        let a = with_key(AMQPValue::LongString("a".into()));
+        let Admit::New(t) = c.admit(&a) else {
+            panic!("new")
+        };
+        c.forget(t);
+        assert!(matches!(c.admit(&a), Admit::New(_)));
+        assert_eq!(c.admit(&a), Admit::Duplicate);
+        assert_eq!(c.admit(&msg(&[], None)), Admit::Pass);
+    }
+
     #[test]
     fn a_key_seen_before_is_a_duplicate() {
         let c = cache(10, None);
         let a = with_key(AMQPValue::LongString("a".into()));
-        assert!(c.admit(&a));
-        assert!(!c.admit(&a));
-        assert!(c.admit(&with_key(AMQPValue::LongString("b".into()))));
+        assert!(admits(&c, &a));
+        assert!(!admits(&c, &a));
+        assert!(admits(&c, &with_key(AMQPValue::LongString("b".into()))));
         // Integers compare by value, whatever their width.
-        assert!(c.admit(&with_key(AMQPValue::ShortInt(7))));
-        assert!(!c.admit(&with_key(AMQPValue::LongLongInt(7))));
+        assert!(admits(&c, &with_key(AMQPValue::ShortInt(7))));
+        assert!(!admits(&c, &with_key(AMQPValue::LongLongInt(7))));
         assert_eq!(c.dropped(), 2);
     }
 
     #[test]
     fn the_message_id_serves_when_the_header_is_absent() {
         let c = cache(10, None);
-        assert!(c.admit(&msg(&[], Some("id-1"))));
-        assert!(!c.admit(&msg(&[], Some("id-1"))));
+        assert!(admits(&c, &msg(&[], Some("id-1"))));
+        assert!(!admits(&c, &msg(&[], Some("id-1"))));
         // The header wins over the message-id.
         let h = AMQPValue::LongString("h".into());
-        assert!(c.admit(&msg(&[(args::DEFAULT_HEADER, h.clone())], Some("id-1"))));
+        assert!(admits(
+            &c,
+            &msg(&[(args::DEFAULT_HEADER, h.clone())], Some("id-1"))
+        ));
         // Nothing to key on: never a duplicate.
-        assert!(c.admit(&msg(&[], None)));
-        assert!(c.admit(&msg(&[], None)));
+        assert!(admits(&c, &msg(&[], None)));
+        assert!(admits(&c, &msg(&[], None)));
         assert_eq!(c.len(), 2);
     }
 
@@ -304,8 +366,8 @@ mod tests {
             ],
             None,
         );
-        assert!(c.admit(&short));
+        assert!(admits(&c, &short));
         std::thread::sleep(std::time::Duration::from_millis(5));
-        assert!(c.admit(&short), "its 1 ms TTL has passed");
+        assert!(admits(&c, &short), "its 1 ms TTL has passed");
     }
 }

@@ -11,6 +11,9 @@ use crate::store::dedup::Entry;
 /// A message's key: 16 bytes of a digest of its deduplication value.
 pub type Key = [u8; 16];
 
+/// The expiry of a forgotten entry: long past.
+const FORGOTTEN: u64 = 1;
+
 /// The remembered keys.
 pub struct Ring {
     size: u64,
@@ -82,6 +85,21 @@ impl Ring {
         }
     }
 
+    /// Forgets entry `seq` of `key` if it is still that key's newest; the
+    /// entry to store in its place (the same slot, expired).
+    pub fn forget(&mut self, key: &Key, seq: u64) -> Option<Entry> {
+        if self.keys.get(key).is_none_or(|&(s, _)| s != seq) {
+            return None;
+        }
+        self.keys.remove(key);
+        Some(Entry {
+            slot: seq % self.size,
+            seq,
+            expires: FORGOTTEN,
+            key: *key,
+        })
+    }
+
     /// Entries remembered (expired ones included until they are pushed
     /// out).
     pub fn len(&self) -> usize {
@@ -108,6 +126,18 @@ mod tests {
         assert!(!r.holds(&k(1), 5));
         assert!(r.holds(&k(2), 5) && r.holds(&k(3), 5));
         assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn a_forgotten_entry_stays_forgotten_when_restored() {
+        let mut r = Ring::new(4);
+        let a = r.insert(k(1), 0);
+        let b = r.insert(k(2), 0);
+        let gone = r.forget(&k(1), a.seq).unwrap();
+        assert!(!r.holds(&k(1), 5));
+        assert_eq!(r.forget(&k(1), a.seq), None, "once");
+        let back = Ring::restore(4, vec![gone, b], 5);
+        assert!(!back.holds(&k(1), 5) && back.holds(&k(2), 5));
     }
 
     #[test]

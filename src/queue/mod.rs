@@ -61,6 +61,7 @@ pub use host::Host;
 use ready::{Pager, Ready};
 pub use settle::Settle;
 
+use crate::dedup::Admit;
 use crate::message::Message;
 use crate::store::{self, Store};
 
@@ -346,16 +347,39 @@ impl Queue {
         write_now: bool,
         dedup: bool,
     ) -> store::Result<Pushed> {
-        if let (true, Some(d)) = (dedup, self.dedup.get()) {
-            if !d.admit(msg) {
+        let admitted = match (dedup, self.dedup.get()) {
+            (true, Some(d)) => match d.admit(msg) {
                 // Dropped; a durable cache's confirm waits for the commit
                 // that holds the original's entry.
-                return Ok(Pushed {
-                    stored: d.durable(),
+                Admit::Duplicate => {
+                    return Ok(Pushed {
+                        stored: d.durable(),
+                        rejected: false,
+                    })
+                }
+                Admit::New(t) => Some((d, t)),
+                Admit::Pass => None,
+            },
+            _ => None,
+        };
+        let pushed = self.push_kept(msg, write_now);
+        // Refused after all: its publisher's retry is not a duplicate.
+        if let Some((d, t)) = admitted {
+            if !matches!(
+                pushed,
+                Ok(Pushed {
                     rejected: false,
-                });
+                    ..
+                })
+            ) {
+                d.forget(t);
             }
         }
+        pushed
+    }
+
+    /// `push_with` once deduplication let the message in.
+    fn push_kept(self: &Arc<Self>, msg: &Arc<Message>, write_now: bool) -> store::Result<Pushed> {
         if let Some(s) = &self.stream {
             return Ok(Pushed {
                 stored: s.push(self, msg)?,

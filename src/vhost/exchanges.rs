@@ -31,6 +31,17 @@ pub struct ExchangeSpec {
 impl VHost {
     /// `exchange.declare`.
     pub fn declare_exchange(&self, spec: &ExchangeSpec, passive: bool) -> Result<Arc<Exchange>> {
+        self.declare_exchange_as(spec, passive, false)
+    }
+
+    /// `exchange.declare`, or (`restoring`) a durable exchange recovered
+    /// from the store.
+    fn declare_exchange_as(
+        &self,
+        spec: &ExchangeSpec,
+        passive: bool,
+        restoring: bool,
+    ) -> Result<Arc<Exchange>> {
         if spec.name.is_empty() {
             return Err(Error::access_refused(
                 "operation not permitted on the default exchange",
@@ -64,14 +75,20 @@ impl VHost {
             )));
         }
         check_alternate(&spec.arguments, &self.describe("exchange", &spec.name))?;
-        let owner = spec
-            .durable
-            .then(|| crate::store::dedup::exchange_owner(&self.name, &spec.name));
-        let dedup = self.open_dedup(
-            &spec.arguments,
-            owner,
-            &self.describe("exchange", &spec.name),
-        )?;
+        let subject = self.describe("exchange", &spec.name);
+        let dedup = match restoring {
+            false => {
+                let settings = self.check_dedup(&spec.arguments, spec.durable, &subject)?;
+                let owner = spec
+                    .durable
+                    .then(|| crate::store::dedup::exchange_owner(&self.name, &spec.name));
+                self.new_dedup(settings, owner)?
+            }
+            true => {
+                let owner = crate::store::dedup::exchange_owner(&self.name, &spec.name);
+                self.restore_dedup(&spec.arguments, owner, &subject)?
+            }
+        };
         let table = match (kind, &plugin) {
             (Some(k), _) => Table::Builtin(Bindings::new(k)),
             (None, Some(t)) => {
@@ -173,7 +190,7 @@ impl VHost {
             arguments: def.arguments.clone(),
         };
         if self.exchange(&def.name).is_none() {
-            self.declare_exchange(&spec, false)?;
+            self.declare_exchange_as(&spec, false, true)?;
         }
         Ok(())
     }

@@ -130,6 +130,20 @@ impl VHost {
     pub fn close(&self) -> Result<u64> {
         let _topology = self.lock_topology()?;
         self.closed.store(true, Ordering::Release);
+        // Nothing of their caches is written after the deletion.
+        for q in self.queues.read().values() {
+            if let Some(d) = q.dedup() {
+                d.close();
+            }
+        }
+        for d in self
+            .exchanges
+            .read()
+            .values()
+            .filter_map(|x| x.dedup.as_ref())
+        {
+            d.close();
+        }
         self.store.delete_vhost(&self.name)?;
         let queues: Vec<_> = self.queues.write().drain().map(|(_, q)| q).collect();
         self.churn.deleted(queues.len() as u64);

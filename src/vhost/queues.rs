@@ -104,8 +104,6 @@ impl VHost {
         }
         crate::queue::args::validate(&spec.arguments, &self.describe("queue", &spec.name))
             .map_err(Error::precondition_failed)?;
-        crate::dedup::args::validate(&spec.arguments, &self.describe("queue", &spec.name))
-            .map_err(Error::precondition_failed)?;
         kind::check_declare(
             Kind::of(&spec.arguments),
             spec.declared(),
@@ -126,6 +124,9 @@ impl VHost {
         // RabbitMQ makes exclusive queues transient whatever the flag says:
         // they die with their connection, so they are never stored.
         let stored = spec.durable && !spec.exclusive;
+        // Checked before the definition is stored.
+        let dedup =
+            self.check_dedup(&spec.arguments, stored, &self.describe("queue", &spec.name))?;
         // The id comes from the store's applied state (see store/op.rs).
         let store_id = if stored {
             self.store.declare_queue(&QueueDef {
@@ -148,7 +149,7 @@ impl VHost {
             store_id,
         };
         let owner = (store_id != 0).then(|| crate::store::dedup::queue_owner(store_id));
-        let dedup = self.open_dedup(&spec.arguments, owner, &self.describe("queue", &spec.name))?;
+        let dedup = self.new_dedup(dedup, owner)?;
         let mut queues = self.queues.write();
         if let Some(q) = queues.get(&spec.name) {
             return Ok(Arc::clone(q));
@@ -263,7 +264,8 @@ impl VHost {
             self.me.clone(),
         );
         let owner = crate::store::dedup::queue_owner(def.id);
-        if let Some(d) = self.open_dedup(&def.arguments, Some(owner), q.name())? {
+        let subject = self.describe("queue", &def.name);
+        if let Some(d) = self.restore_dedup(&def.arguments, owner, &subject)? {
             q.set_dedup(d);
         }
         self.apply_to_queue(&self.policies(), &q);

@@ -11,7 +11,7 @@ use amq_protocol::types::{AMQPValue, FieldTable};
 use super::error::{Error, Result};
 use super::stats::Tally;
 use super::{Destination, Exchange, VHost};
-use crate::dedup::Dedup;
+use crate::dedup::{Admit, Dedup, Token};
 use crate::exchange::ExchangeKind;
 use crate::message::Message;
 use crate::queue::Queue;
@@ -29,6 +29,30 @@ pub struct RouteScratch {
     pub dedup: DedupMode,
     /// With `DedupMode::Defer`: the cache the caller must ask.
     deferred: Option<Arc<Dedup>>,
+    /// The key the last route's exchange remembered (`DedupMode::Check`).
+    admitted: Option<Admitted>,
+}
+
+/// A key an exchange's cache remembered for a message: the caller takes
+/// it back (`forget`) if the message is refused after all.
+pub struct Admitted(Arc<Dedup>, Token);
+
+impl Admitted {
+    /// Asks `dedup` about `msg`: None for a duplicate, else what to take
+    /// back if it is refused (nothing, for a message without a key).
+    pub fn ask(dedup: &Arc<Dedup>, msg: &Message) -> Option<Option<Admitted>> {
+        match dedup.admit(msg) {
+            Admit::Duplicate => None,
+            Admit::New(t) => Some(Some(Admitted(Arc::clone(dedup), t))),
+            Admit::Pass => Some(None),
+        }
+    }
+
+    /// The message was refused (a nack to its publisher): its retry must
+    /// not be a duplicate.
+    pub fn forget(self) {
+        self.0.forget(self.1);
+    }
 }
 
 impl RouteScratch {
@@ -41,6 +65,11 @@ impl RouteScratch {
     /// (`DedupMode::Defer`).
     pub fn take_deferred(&mut self) -> Option<Arc<Dedup>> {
         self.deferred.take()
+    }
+
+    /// The key the last route's exchange remembered, if it did.
+    pub fn take_admitted(&mut self) -> Option<Admitted> {
+        self.admitted.take()
     }
 
     /// A scratch for a dead-lettered copy: the same message moving on, so
@@ -184,6 +213,8 @@ impl VHost {
         out: &mut Vec<Arc<Queue>>,
         may_hold: bool,
     ) -> Result<Routed> {
+        scratch.admitted = None;
+        scratch.deferred = None;
         let name = std::str::from_utf8(msg.exchange())
             .map_err(|_| Error::not_found(format!("no {}", self.describe("exchange", "?"))))?;
         let key = String::from_utf8_lossy(msg.routing_key());
@@ -217,14 +248,17 @@ impl VHost {
         // A released message was checked when it was held.
         if let (true, Some(d)) = (may_hold, &x.dedup) {
             match scratch.dedup {
-                DedupMode::Check if !d.admit(msg) => {
-                    scratch.tally.count(&x.stats, 0);
-                    return Ok(Routed::Duplicate {
-                        durable: d.durable(),
-                    });
-                }
+                DedupMode::Check => match Admitted::ask(d, msg) {
+                    None => {
+                        scratch.tally.count(&x.stats, 0);
+                        return Ok(Routed::Duplicate {
+                            durable: d.durable(),
+                        });
+                    }
+                    Some(admitted) => scratch.admitted = admitted,
+                },
                 DedupMode::Defer => scratch.deferred = Some(Arc::clone(d)),
-                _ => {}
+                DedupMode::Skip => {}
             }
         }
         let mut hold = None;

@@ -1,5 +1,5 @@
 """Queue and exchange deduplication (x-message-deduplication) as pika
-sees it. Driven by tests/deduplication_pika.rs and
+sees it. Driven by tests/deduplication.rs and
 tests/cluster_deduplication.rs, which start the brokers:
 
     python3 dedup.py URI behaviour

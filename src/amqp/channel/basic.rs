@@ -19,7 +19,7 @@ use crate::message::Message;
 use crate::queue::stream::{tracking, Filter, ReadSpec, Start};
 use crate::queue::Consumer;
 use crate::queue::{ConsumeError, Queue, Settle};
-use crate::vhost::routing::{DedupMode, Routed};
+use crate::vhost::routing::{Admitted, DedupMode, Routed};
 use crate::wire::props::Field;
 
 impl Channel {
@@ -98,11 +98,12 @@ impl Channel {
             tx.publishes.push((publish, msg, routes, hold, dedup));
             return Ok(());
         }
+        let admitted = self.scratch.take_admitted();
         if let Some(delay_ms) = hold {
-            return self.hold(&publish, &msg, delay_ms, ctx);
+            return self.hold(&publish, &msg, delay_ms, ctx, admitted);
         }
         let mut routes = std::mem::take(&mut self.routes);
-        self.deliver_routed(&publish, &msg, &mut routes, ctx);
+        self.deliver_routed(&publish, &msg, &mut routes, ctx, admitted);
         // Hand the (now empty) buffer back for the next publish.
         self.routes = routes;
         Ok(())
@@ -110,13 +111,16 @@ impl Channel {
 
     /// Enqueues a routed message on its queues (draining `routes`), sends
     /// basic.return if it was mandatory and went nowhere, and tracks its
-    /// confirm. Returns whether it was written to the store.
+    /// confirm. Returns whether it was written to the store. A key its
+    /// exchange remembered (`admitted`) is taken back if the publisher is
+    /// nacked.
     pub(super) fn deliver_routed(
         &mut self,
         publish: &Publish,
         msg: &Arc<Message>,
         routes: &mut Vec<Arc<Queue>>,
         ctx: &ConnCtx,
+        admitted: Option<Admitted>,
     ) -> bool {
         let seq = self.confirms.as_mut().map(|c| c.next_seq());
         let p = &self.status.published;
@@ -147,6 +151,9 @@ impl Channel {
                     failed = true;
                 }
             }
+        }
+        if let (true, Some(a)) = (failed, admitted) {
+            a.forget();
         }
         if let (Some(c), Some(seq)) = (self.confirms.as_mut(), seq) {
             let ticket = if stored { ctx.broker.store.ticket() } else { 0 };
@@ -183,6 +190,7 @@ impl Channel {
         msg: &Arc<Message>,
         delay_ms: u64,
         ctx: &mut ConnCtx,
+        admitted: Option<Admitted>,
     ) -> Result<()> {
         let unroutable = self.routes.is_empty();
         self.routes.clear();
@@ -197,6 +205,9 @@ impl Channel {
         let held = ctx.vhost.hold(msg, delay_ms);
         if let Err(e) = &held {
             tracing::error!("cannot store a delayed message: {e}");
+            if let Some(a) = admitted {
+                a.forget();
+            }
         }
         if let (Some(c), Some(seq)) = (self.confirms.as_mut(), seq) {
             let ticket = if msg.persistent() {

@@ -16,6 +16,7 @@ use crate::dedup::Dedup;
 use crate::message::Message;
 use crate::queue::Unacked;
 use crate::queue::{Queue, Settle};
+use crate::vhost::routing::Admitted;
 
 /// Confirm-mode state: publishes not yet confirmed, in order.
 #[derive(Debug, Default)]
@@ -181,18 +182,24 @@ impl Channel {
             self.unpark_consumers();
         }
         for (publish, msg, mut routes, hold, dedup) in publishes {
-            if let Some(d) = dedup.filter(|d| !d.admit(&msg)) {
-                self.duplicate(d.durable(), ctx);
-                stored |= d.durable();
-                continue;
-            }
+            let admitted = match &dedup {
+                Some(d) => match Admitted::ask(d, &msg) {
+                    Some(admitted) => admitted,
+                    None => {
+                        self.duplicate(d.durable(), ctx);
+                        stored |= d.durable();
+                        continue;
+                    }
+                },
+                None => None,
+            };
             match hold {
                 Some(delay_ms) => {
                     self.routes = routes;
-                    self.hold(&publish, &msg, delay_ms, ctx)?;
+                    self.hold(&publish, &msg, delay_ms, ctx, admitted)?;
                     stored |= msg.persistent();
                 }
-                None => stored |= self.deliver_routed(&publish, &msg, &mut routes, ctx),
+                None => stored |= self.deliver_routed(&publish, &msg, &mut routes, ctx, admitted),
             }
         }
         if stored {

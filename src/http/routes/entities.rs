@@ -249,9 +249,15 @@ pub async fn publish(
             crate::vhost::error::Kind::NotFound => ApiError::from(e),
             _ => ApiError::bad_request(format!("{} {}", code_of(&e), e.text)),
         })?;
+    let admitted = scratch.take_admitted();
     match routed {
         Routed::Hold(delay_ms) => {
-            vh.hold(&msg, delay_ms)?;
+            if let Err(e) = vh.hold(&msg, delay_ms) {
+                if let Some(a) = admitted {
+                    a.forget();
+                }
+                return Err(e.into());
+            }
             api.broker.store.sync().await?;
             return Ok(Json(json!({"routed": true})));
         }
@@ -266,11 +272,26 @@ pub async fn publish(
     }
     let routed = !routes.is_empty();
     let mut stored = false;
+    let mut rejected = false;
+    let mut failed = None;
     for q in routes {
         match q.push(&msg) {
-            Ok(p) => stored |= p.stored,
-            Err(e) => return Err(ApiError::internal(e.to_string())),
+            Ok(p) => {
+                stored |= p.stored;
+                rejected |= p.rejected;
+            }
+            Err(e) => {
+                failed = Some(e.to_string());
+                break;
+            }
         }
+    }
+    // Not in every queue: a retry must not be a duplicate.
+    if let (true, Some(a)) = (rejected || failed.is_some(), admitted) {
+        a.forget();
+    }
+    if let Some(e) = failed {
+        return Err(ApiError::internal(e));
     }
     if stored {
         api.broker.store.sync().await?;
