@@ -42,6 +42,19 @@ pub const SEGMENT_BYTES: u64 = 64 << 20;
 const MAGIC: &[u8; 8] = b"WSEG0001";
 /// CRC-32 (of the length, kind and payload), payload length, kind.
 const HEADER: usize = 9;
+/// A record's header bytes, before its payload.
+pub const RECORD_HEADER: u64 = HEADER as u64;
+/// The most bytes `read_many` reads at once (records further apart are
+/// read with another read).
+const SPAN_BYTES: u64 = 1 << 20;
+/// A thread keeps its `read_many` buffer up to this size (a large record
+/// can make one larger, for that read).
+const SPAN_KEPT: usize = 2 << 20;
+
+thread_local! {
+    /// `read_many`'s buffer, kept by each thread that reads.
+    static SPAN: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 /// The file naming the last position a finished sync covered.
 const SYNCED: &str = "synced";
 /// The largest payload a record may carry.
@@ -446,6 +459,74 @@ impl SegmentLog {
         read_at(&file, base, pos)
     }
 
+    /// The records at `positions` (ascending), each as `read` gives it,
+    /// with as few reads as their spacing allows: the records of one
+    /// segment that lie within `SPAN_BYTES` of the first of them are read
+    /// with one pread (a reader going through a stream or a backlog reads
+    /// a run of neighbours; one read each was three syscalls a record).
+    /// `ends` gives, per position, how far past it the record reaches at
+    /// least (its header and the part of its payload wanted); a record
+    /// that reaches further than what was read, or fails its checksum
+    /// there, is read on its own.
+    pub fn read_many(&self, positions: &[u64], ends: &[u64]) -> Vec<io::Result<Record>> {
+        let mut out = Vec::with_capacity(positions.len());
+        let mut i = 0;
+        while i < positions.len() {
+            let first = positions[i];
+            let seg = {
+                let inner = self.inner.lock();
+                (first < inner.written)
+                    .then(|| {
+                        let mut after = inner.segments.range(first + 1..);
+                        let next = after.next().map_or(inner.written, |(&b, _)| b);
+                        inner
+                            .segments
+                            .range(..=first)
+                            .next_back()
+                            .map(|(&base, f)| (base, Arc::clone(f), next.min(inner.written)))
+                    })
+                    .flatten()
+            };
+            let Some((base, file, seg_end)) = seg else {
+                out.push(self.read(first));
+                i += 1;
+                continue;
+            };
+            let mut j = i;
+            let mut end = first;
+            while j < positions.len() && positions[j] < seg_end && positions[j] - first < SPAN_BYTES
+            {
+                end = end.max(ends[j].min(seg_end));
+                j += 1;
+            }
+            // The thread's span buffer, reused: a new megabyte each time
+            // cost page faults and their zeroing, on every read.
+            let mut buf = SPAN.with(|b| std::mem::take(&mut *b.borrow_mut()));
+            let want = (end - first) as usize;
+            if buf.len() < want {
+                buf.resize(want, 0);
+            }
+            let at = first - base + MAGIC.len() as u64;
+            match read_full_at(&file, &mut buf[..want], at) {
+                Ok(n) => {
+                    for &pos in &positions[i..j] {
+                        let rel = (pos - first) as usize;
+                        match buf[..n].get(rel..).and_then(parse) {
+                            Some((r, _)) => out.push(Ok(r)),
+                            None => out.push(read_at(&file, base, pos)),
+                        }
+                    }
+                }
+                Err(_) => out.extend(positions[i..j].iter().map(|&p| self.read(p))),
+            }
+            if buf.len() <= SPAN_KEPT {
+                SPAN.with(|b| *b.borrow_mut() = buf);
+            }
+            i = j;
+        }
+        out
+    }
+
     /// Calls `f` with every record from `from` (a record's position) on,
     /// in order, until it returns false. Records appended meanwhile may or
     /// may not be seen.
@@ -578,6 +659,21 @@ fn parse(buf: &[u8]) -> Option<(Record, usize)> {
             HEADER + len,
         )
     })
+}
+
+/// Reads into `buf` from `at` until it is full or the file ends; how
+/// much it read.
+fn read_full_at(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], at + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 fn read_at(file: &File, base: u64, pos: u64) -> io::Result<Record> {

@@ -51,7 +51,7 @@ use self::record::{Rec, PUT_MESSAGE_AT};
 use self::summary::{Entry, Summary, Writer};
 use super::messages::{decode_record, record_len, Decoded, StoredMessage};
 use super::op::Moved;
-use super::segments::{SegmentLog, SEGMENT_BYTES};
+use super::segments::{SegmentLog, RECORD_HEADER, SEGMENT_BYTES};
 use super::{Error, Result};
 use crate::message::Message;
 
@@ -523,9 +523,39 @@ impl MessageLog {
             max_bytes,
         );
         locs.truncate(fit);
-        let mut last = None;
+        // The records holding them, read together (neighbours in a
+        // segment share a read); one that cannot be read that way is read
+        // as before, which also finds one that compaction moved.
+        let mut bodies: Vec<(u64, u64)> = locs
+            .iter()
+            .map(|(_, l)| {
+                (
+                    l.body,
+                    l.body + RECORD_HEADER + u64::from(l.at) + u64::from(l.len),
+                )
+            })
+            .collect();
+        bodies.sort_unstable();
+        bodies.dedup_by(|b, a| {
+            let same = a.0 == b.0;
+            if same {
+                a.1 = a.1.max(b.1);
+            }
+            same
+        });
+        let (positions, ends): (Vec<u64>, Vec<u64>) = bodies.into_iter().unzip();
+        let records = self.log.read_many(&positions, &ends);
+        let payloads: Vec<Option<Bytes>> = records
+            .into_iter()
+            .map(|r| r.ok().map(|r| Bytes::from(r.payload)))
+            .collect();
         let mut out = Vec::with_capacity(locs.len());
         for (seq, loc) in locs {
+            let mut last = positions
+                .binary_search(&loc.body)
+                .ok()
+                .and_then(|i| payloads[i].clone())
+                .map(|p| (loc.body, p));
             if let Some(d) = self.read_current(queue, seq, loc, &mut last)? {
                 out.push((seq, Arc::new(d.message)));
             }

@@ -315,3 +315,38 @@ fn dead_segments_files_go_in_the_background_and_are_gone_once_reaped() {
     assert_eq!(files(), mid - more);
     assert_eq!(log.read(pos[59]).unwrap(), want(119));
 }
+
+/// Records read together are the records read one by one: across
+/// segments, some still in the buffer, with ends that fall short of a
+/// record (read on its own) or past the segment, and a position that
+/// holds no record.
+#[test]
+fn records_read_together_are_the_records_read_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SegmentLog::open_with(dir.path(), 512).unwrap();
+    let pos = fill(&log, 0, 40);
+    log.flush().unwrap();
+    let more = fill(&log, 40, 5);
+    let positions: Vec<u64> = pos.iter().chain(&more).copied().collect();
+    let full: Vec<u64> = (0..45)
+        .map(|i| positions[i] + RECORD_HEADER + payload(i).len() as u64)
+        .collect();
+    let got = log.read_many(&positions, &full);
+    for (i, r) in got.into_iter().enumerate() {
+        assert_eq!(r.unwrap(), want(i), "record {i}");
+    }
+    // Ends that say too little: read on their own, the same.
+    let short: Vec<u64> = positions.iter().map(|&p| p + 1).collect();
+    let got = log.read_many(&positions, &short);
+    for (i, r) in got.into_iter().enumerate() {
+        assert_eq!(r.unwrap(), want(i), "record {i}");
+    }
+    // Every other record, and one position inside a record.
+    let some: Vec<u64> = positions.iter().step_by(2).copied().collect();
+    let ends: Vec<u64> = some.iter().map(|&p| p + 200).collect();
+    for (k, r) in log.read_many(&some, &ends).into_iter().enumerate() {
+        assert_eq!(r.unwrap(), want(k * 2));
+    }
+    let inside = log.read_many(&[positions[3] + 2], &[positions[3] + 50]);
+    assert!(inside[0].is_err());
+}
