@@ -488,3 +488,33 @@ async fn a_stored_definition_an_older_build_took_still_starts() {
     publish_acked(&ch, "", "old", "b", keyed("k")).await;
     assert_eq!(drain(&ch, "old").await, ["a", "b"]);
 }
+
+/// A mandatory message returned as unroutable leaves no key at its
+/// exchange: sent again once a queue is bound, it is routed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returned_message_leaves_no_key_behind() {
+    let b = start().await;
+    let (_c, ch) = confirming(&b).await;
+    exchange(
+        &ch,
+        "unbound",
+        ExchangeKind::Direct,
+        ExchangeDeclareOptions::default(),
+        on(&[]),
+    )
+    .await
+    .unwrap();
+    let mandatory = BasicPublishOptions {
+        mandatory: true,
+        ..Default::default()
+    };
+    let c = publish_with(&ch, "unbound", "k", mandatory, b"lost", keyed("m"))
+        .await
+        .await
+        .unwrap();
+    assert!(c.take_message().is_some(), "returned");
+    declare(&ch, "late").await;
+    bind(&ch, "late", "unbound", "k", FieldTable::default()).await;
+    publish_acked(&ch, "unbound", "k", "again", keyed("m")).await;
+    assert_eq!(drain(&ch, "late").await, ["again"]);
+}

@@ -113,7 +113,7 @@ impl Channel {
     /// basic.return if it was mandatory and went nowhere, and tracks its
     /// confirm. Returns whether it was written to the store. A key its
     /// exchange remembered (`admitted`) is taken back if the publisher is
-    /// nacked.
+    /// nacked or the message returned.
     pub(super) fn deliver_routed(
         &mut self,
         publish: &Publish,
@@ -129,7 +129,8 @@ impl Channel {
         if seq.is_some() {
             bump(&p.received_confirm, 1);
         }
-        match (routes.is_empty(), publish.mandatory) {
+        let unroutable = routes.is_empty();
+        match (unroutable, publish.mandatory) {
             (false, _) => bump(&p.routed, 1),
             (true, true) => {
                 bump(&p.returned, 1);
@@ -152,7 +153,10 @@ impl Channel {
                 }
             }
         }
-        if let (true, Some(a)) = (failed, admitted) {
+        // Nacked, or returned as unroutable: its publisher will send it
+        // again, and that is not a duplicate.
+        let returned = unroutable && publish.mandatory;
+        if let (true, Some(a)) = (failed || returned, admitted) {
             a.forget();
         }
         if let (Some(c), Some(seq)) = (self.confirms.as_mut(), seq) {
@@ -196,6 +200,9 @@ impl Channel {
         self.routes.clear();
         let seq = self.confirms.as_mut().map(|c| c.next_seq());
         if unroutable && publish.mandatory {
+            if let Some(a) = admitted {
+                a.forget();
+            }
             self.send_return(msg, ctx);
             if let (Some(c), Some(seq)) = (self.confirms.as_mut(), seq) {
                 c.push(seq, 0, false);
