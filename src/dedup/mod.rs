@@ -197,11 +197,6 @@ impl Dedup {
         self.len() == 0
     }
 
-    /// The settings in force.
-    pub fn args(&self) -> &DedupArgs {
-        &self.args
-    }
-
     /// The owner is deleted: nothing more is written (call before its
     /// deletion is submitted to the store, so no entry follows it).
     pub fn close(&self) {
