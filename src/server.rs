@@ -70,6 +70,48 @@ pub struct Accepted {
     alive: mpsc::Sender<()>,
     /// The management API's proxied connections, if it is served.
     http: Option<mpsc::Sender<(crate::cluster::Link, crate::http::Carried)>>,
+    /// The stream protocol's, if it is served.
+    streams: Option<CarriedStreams>,
+}
+
+/// What a stream protocol connection carried here needs.
+#[derive(Clone)]
+struct CarriedStreams {
+    groups: Arc<crate::stream_protocol::Groups>,
+    /// Metadata's name for this node to a client that spoke plain TCP to
+    /// the member, and to one that spoke TLS (None: that listener is off
+    /// here, and such a client is closed).
+    plain: Option<(String, u16)>,
+    tls: Option<(String, u16)>,
+}
+
+impl CarriedStreams {
+    /// The host is the configured advertised host, else this node's host
+    /// in `peers` (what the members reach it by; a client connected to
+    /// another member cannot tell which address of this node it can
+    /// reach); the port is the configured advertised port, else the
+    /// listener's.
+    fn new(
+        c: &Config,
+        groups: Arc<crate::stream_protocol::Groups>,
+        plain: Option<SocketAddr>,
+        tls: Option<SocketAddr>,
+    ) -> CarriedStreams {
+        let host = c
+            .stream_advertised_host
+            .clone()
+            .or_else(|| c.cluster.own_host());
+        let named = |a: Option<SocketAddr>| {
+            let a = a?;
+            let host = host.clone().unwrap_or_else(|| a.ip().to_string());
+            Some((host, c.stream_advertised_port.unwrap_or(a.port())))
+        };
+        CarriedStreams {
+            groups,
+            plain: named(plain),
+            tls: named(tls),
+        }
+    }
 }
 
 impl Accepted {
@@ -90,6 +132,27 @@ impl Accepted {
                 };
                 let _ = http.try_send((link, from));
             }
+            return;
+        }
+        if header.service == crate::cluster::Service::Stream {
+            let Some(streams) = &self.streams else { return };
+            let named = if header.tls {
+                &streams.tls
+            } else {
+                &streams.plain
+            };
+            let Some(advertised) = named.clone() else {
+                return;
+            };
+            let a = self.clone();
+            let groups = Arc::clone(&streams.groups);
+            tokio::spawn(async move {
+                let cert = header.certificate;
+                let served = (a.broker, groups);
+                crate::stream_protocol::serve_carried(link, peer, cert, advertised, served, a.stop)
+                    .await;
+                drop(a.alive);
+            });
             return;
         }
         let socket = match link {
@@ -317,6 +380,8 @@ impl Server {
             stop: stop_rx.clone(),
             alive: alive.clone(),
             http: http_tx,
+            streams: (stream_addr.is_some() || stream_tls_addr.is_some())
+                .then(|| CarriedStreams::new(c, Arc::clone(&groups), stream_addr, stream_tls_addr)),
         };
         drop(alive);
         if let Some(addr) = management_addr {

@@ -132,6 +132,10 @@ pub enum Service {
     Amqp,
     /// The management HTTP API (from the HTTP or the HTTPS port).
     Http,
+    /// RabbitMQ's stream protocol (from its plain or its TLS port). A
+    /// leader of an older build cannot read this header and closes the
+    /// client, which reconnects.
+    Stream,
 }
 
 #[cfg(test)]

@@ -92,6 +92,16 @@ impl ClusterConfig {
         self.node_id.is_some()
     }
 
+    /// The host part of this node's own entry in `peers` (brackets taken
+    /// off an IPv6 address): what the other members reach it by.
+    pub fn own_host(&self) -> Option<String> {
+        let id = self.node_id?;
+        let own = self.peers.iter().find(|p| p.id == id)?;
+        let (host, _) = own.raft.rsplit_once(':')?;
+        let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+        Some(bare.unwrap_or(host).to_string())
+    }
+
     /// Checks the settings hang together.
     pub fn check(&self) -> Result<(), String> {
         let Some(id) = self.node_id else {
@@ -182,7 +192,11 @@ mod tests {
             ..Default::default()
         };
         assert!(c.check().is_ok());
+        assert_eq!(c.own_host().as_deref(), Some("localhost"));
+        c.node_id = Some(3);
+        assert_eq!(c.own_host().as_deref(), Some("::1"));
         c.node_id = Some(4);
+        assert_eq!(c.own_host(), None);
         assert!(c.check().is_err());
         assert!(ClusterConfig::default().check().is_ok());
     }

@@ -1,7 +1,7 @@
 //! A follower's listeners: the ports clients know this node by carry each
 //! client to the leader (cluster/proxy.rs), so any node's address serves.
-//! AMQP and the management API go as they came; AMQPS and HTTPS end their
-//! TLS here (this node's certificate, its client-certificate rules) and the
+//! AMQP, the stream protocol and the management API go as they came;
+//! AMQPS, the stream protocol's TLS port and HTTPS end their TLS here (this node's certificate, its client-certificate rules) and the
 //! header says the client spoke TLS, with the client certificate verified
 //! here for an EXTERNAL login. Prometheus is answered here, for this node:
 //! its Raft series (the leader serves the broker's). An AMQP client is
@@ -48,6 +48,11 @@ impl Listeners {
             Some(_) => bind("AMQPS", c.bind, c.amqps_port()).await?,
             None => None,
         };
+        let streams = bind("the stream protocol", c.bind, c.stream_port).await?;
+        let streams_tls = match &tls.amqps {
+            Some(_) => bind("the stream protocol over TLS", c.bind, c.stream_tls_port()).await?,
+            None => None,
+        };
         let http = bind("the management API", c.management_bind, c.management_port).await?;
         let https = match &tls.api {
             Some(_) => {
@@ -76,6 +81,12 @@ impl Listeners {
         }
         if let (Some(l), Some(t)) = (amqps, &tls.amqps) {
             tasks.push(carry(l, Service::Amqp, Some(Arc::clone(t))));
+        }
+        if let Some(l) = streams {
+            tasks.push(carry(l, Service::Stream, None));
+        }
+        if let (Some(l), Some(t)) = (streams_tls, &tls.amqps) {
+            tasks.push(carry(l, Service::Stream, Some(Arc::clone(t))));
         }
         if let Some(l) = http {
             tasks.push(carry(l, Service::Http, None));

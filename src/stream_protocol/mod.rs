@@ -73,8 +73,9 @@ pub async fn serve(
     groups: Arc<Groups>,
     stop: watch::Receiver<bool>,
 ) {
+    let advertised = advertised(&broker, local);
     let (rd, wr) = socket.into_split();
-    run(rd, wr, peer, local, None, (broker, groups), stop).await;
+    run(rd, wr, peer, advertised, None, (broker, groups), stop).await;
 }
 
 /// Serves one connection to the stream protocol's TLS port (past the TLS
@@ -95,13 +96,45 @@ pub async fn serve_tls(
         .peer_certificates()
         .and_then(|c| c.first())
         .map(|c| c.to_vec());
-    let external = certificate.and_then(|der| {
-        crate::tls::identity::login_name(&der, &broker.config.tls)
-            .map_err(|e| warn!(%peer, "no EXTERNAL login from the client certificate: {e}"))
-            .ok()
-    });
+    let external = certificate.and_then(|der| external_login(&der, &broker, peer));
+    let advertised = advertised(&broker, local);
     let (rd, wr) = tokio::io::split(socket);
-    run(rd, wr, peer, local, external, (broker, groups), stop).await;
+    run(rd, wr, peer, advertised, external, (broker, groups), stop).await;
+}
+
+/// Serves one connection a cluster member accepted on its stream port
+/// and carried here (`tls`: the client spoke TLS to it, and `certificate`
+/// is the client certificate it verified). Metadata names this node at
+/// `advertised`: the address every member's clients can reach it by.
+pub async fn serve_carried<S>(
+    link: S,
+    peer: SocketAddr,
+    certificate: Option<Vec<u8>>,
+    advertised: (String, u16),
+    (broker, groups): (Arc<Broker>, Arc<Groups>),
+    stop: watch::Receiver<bool>,
+) where
+    S: AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    let external = certificate.and_then(|der| external_login(&der, &broker, peer));
+    let (rd, wr) = tokio::io::split(link);
+    run(rd, wr, peer, advertised, external, (broker, groups), stop).await;
+}
+
+/// The user a verified client certificate names (logged if none).
+fn external_login(der: &[u8], broker: &Broker, peer: SocketAddr) -> Option<String> {
+    crate::tls::identity::login_name(der, &broker.config.tls)
+        .map_err(|e| warn!(%peer, "no EXTERNAL login from the client certificate: {e}"))
+        .ok()
+}
+
+/// What Metadata names this node as, for a client that reached it at
+/// `local`: the configured advertised host and port, else that address.
+fn advertised(broker: &Broker, local: SocketAddr) -> (String, u16) {
+    let c = &broker.config;
+    let host = c.stream_advertised_host.clone();
+    let host = host.unwrap_or_else(|| local.ip().to_string());
+    (host, c.stream_advertised_port.unwrap_or(local.port()))
 }
 
 /// A connection on either listener: `external` is the user a verified
@@ -110,7 +143,7 @@ async fn run<R, W>(
     mut rd: R,
     wr: W,
     peer: SocketAddr,
-    local: SocketAddr,
+    advertised: (String, u16),
     external: Option<String>,
     (broker, groups): (Arc<Broker>, Arc<Groups>),
     mut stop: watch::Receiver<bool>,
@@ -119,14 +152,6 @@ async fn run<R, W>(
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (out, writer) = out::start(wr, broker.config.send_timeout());
-    let advertised = (
-        broker
-            .config
-            .stream_advertised_host
-            .clone()
-            .unwrap_or_else(|| local.ip().to_string()),
-        broker.config.stream_advertised_port.unwrap_or(local.port()),
-    );
     let limit = Duration::from_millis(broker.config.handshake_timeout);
     let session = tokio::select! {
         s = tokio::time::timeout(limit, handshake(&mut rd, &out, peer, external, &broker, advertised)) => s,

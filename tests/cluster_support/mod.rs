@@ -46,6 +46,10 @@ pub struct Node {
     /// AMQPS and HTTPS, when the cluster serves TLS clients.
     pub amqps: u16,
     pub https: u16,
+    /// RabbitMQ's stream protocol (a follower carries its clients to the
+    /// leader), and its TLS port when the cluster serves TLS clients.
+    pub stream: u16,
+    pub stream_tls: u16,
     /// The address it binds and is reached at.
     pub host: String,
     /// The network namespace it runs in, if any.
@@ -180,6 +184,8 @@ impl Cluster {
                 prometheus: free_port(),
                 amqps: free_port(),
                 https: free_port(),
+                stream: free_port(),
+                stream_tls: free_port(),
                 host: hosts[id as usize - 1].0.clone(),
                 netns: hosts[id as usize - 1].1.clone(),
                 dir: tmp.path().join(format!("d{id}")),
@@ -250,14 +256,20 @@ impl Cluster {
         if let Some(c) = &self.config {
             cmd.arg("--config").arg(c);
         }
-        // Off, so that nodes sharing an address do not share 5552 (the
-        // build a rolling upgrade starts from has no such flag).
+        // A port of its own, so that nodes sharing an address do not
+        // share 5552 (the build a rolling upgrade starts from has no such
+        // flag).
         if std::env::var_os("WARREN_OLD_BIN")
             .map(PathBuf::from)
             .as_ref()
             != Some(&bin)
         {
-            cmd.args(["--stream-port", "off"]);
+            cmd.arg("--stream-port").arg(n.stream.to_string());
+            let tls = match self.client_tls {
+                true => n.stream_tls.to_string(),
+                false => "off".into(),
+            };
+            cmd.arg("--stream-tls-port").arg(tls);
         }
         if let Some(s) = &self.secret {
             cmd.arg("--cluster-secret-file").arg(s);
@@ -428,6 +440,8 @@ impl Cluster {
             prometheus: free_port(),
             amqps: free_port(),
             https: free_port(),
+            stream: free_port(),
+            stream_tls: free_port(),
             host: "127.0.0.1".into(),
             netns: None,
             dir,
