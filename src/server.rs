@@ -25,6 +25,7 @@ use tracing::{info, warn};
 use crate::amqp::connection;
 use crate::amqp::transport::Transport;
 use crate::broker::Broker;
+use crate::cluster::StreamEnd;
 use crate::config::{Config, Port};
 
 /// A running broker.
@@ -78,40 +79,10 @@ pub struct Accepted {
 #[derive(Clone)]
 struct CarriedStreams {
     groups: Arc<crate::stream_protocol::Groups>,
-    /// Metadata's name for this node to a client that spoke plain TCP to
-    /// the member, and to one that spoke TLS (None: that listener is off
-    /// here, and such a client is closed).
-    plain: Option<(String, u16)>,
-    tls: Option<(String, u16)>,
-}
-
-impl CarriedStreams {
-    /// The host is the configured advertised host, else this node's host
-    /// in `peers` (what the members reach it by; a client connected to
-    /// another member cannot tell which address of this node it can
-    /// reach); the port is the configured advertised port, else the
-    /// listener's.
-    fn new(
-        c: &Config,
-        groups: Arc<crate::stream_protocol::Groups>,
-        plain: Option<SocketAddr>,
-        tls: Option<SocketAddr>,
-    ) -> CarriedStreams {
-        let host = c
-            .stream_advertised_host
-            .clone()
-            .or_else(|| c.cluster.own_host());
-        let named = |a: Option<SocketAddr>| {
-            let a = a?;
-            let host = host.clone().unwrap_or_else(|| a.ip().to_string());
-            Some((host, c.stream_advertised_port.unwrap_or(a.port())))
-        };
-        CarriedStreams {
-            groups,
-            plain: named(plain),
-            tls: named(tls),
-        }
-    }
+    /// What Metadata names this node as (cluster/stream_ends.rs): a
+    /// client carried here cannot be told which of this node's addresses
+    /// it can reach, so its host is the members' name for it.
+    end: crate::cluster::StreamEnd,
 }
 
 impl Accepted {
@@ -135,21 +106,18 @@ impl Accepted {
             return;
         }
         if header.service == crate::cluster::Service::Stream {
+            // A client of a listener that is off here is closed.
             let Some(streams) = &self.streams else { return };
-            let named = if header.tls {
-                &streams.tls
-            } else {
-                &streams.plain
-            };
-            let Some(advertised) = named.clone() else {
+            let Some(port) = streams.end.port_for(header.tls) else {
                 return;
             };
+            let advertised = (streams.end.host.clone(), port);
             let a = self.clone();
             let groups = Arc::clone(&streams.groups);
             tokio::spawn(async move {
-                let cert = header.certificate;
+                let tls = (header.tls, header.certificate);
                 let served = (a.broker, groups);
-                crate::stream_protocol::serve_carried(link, peer, cert, advertised, served, a.stop)
+                crate::stream_protocol::serve_carried(link, peer, tls, advertised, served, a.stop)
                     .await;
                 drop(a.alive);
             });
@@ -380,9 +348,14 @@ impl Server {
             stop: stop_rx.clone(),
             alive: alive.clone(),
             http: http_tx,
-            streams: (stream_addr.is_some() || stream_tls_addr.is_some())
-                .then(|| CarriedStreams::new(c, Arc::clone(&groups), stream_addr, stream_tls_addr)),
+            streams: StreamEnd::of(c, stream_addr, stream_tls_addr).map(|end| CarriedStreams {
+                groups: Arc::clone(&groups),
+                end,
+            }),
         };
+        if let Some(cluster) = &broker.cluster {
+            cluster.set_stream_end(StreamEnd::of(c, stream_addr, stream_tls_addr));
+        }
         drop(alive);
         if let Some(addr) = management_addr {
             listeners.push(("http", addr));

@@ -25,11 +25,13 @@ mod resources;
 mod rpc;
 mod secret;
 mod status;
+mod stream_ends;
 mod version;
 
 pub use link::{Guard, Link, LinkTls};
 pub use rpc::{ProxyHeader, Service};
 pub use status::{MemberStatus, Status};
+pub use stream_ends::StreamEnd;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -105,6 +107,10 @@ pub struct Cluster {
     /// Messages this node delivered from its own copy of a stream while
     /// following (server/follow_reads), for its Prometheus.
     pub stream_reads: std::sync::atomic::AtomicU64,
+    /// Where this node's stream listeners are (stream_ends.rs).
+    own_stream_end: RwLock<Option<StreamEnd>>,
+    /// Where each member's are, as they last answered this leader.
+    stream_ends: parking_lot::Mutex<BTreeMap<u64, StreamEnd>>,
 }
 
 impl Cluster {
@@ -181,6 +187,8 @@ impl Cluster {
             reports: Default::default(),
             progress,
             stream_reads: Default::default(),
+            own_stream_end: Default::default(),
+            stream_ends: Default::default(),
         });
         tokio::spawn(Arc::clone(&cluster).accept(listener));
         let first = cfg.peers.iter().map(|p| p.id).min();
@@ -428,6 +436,11 @@ impl Cluster {
                 rpc::RESOURCES => {
                     let r: Result<crate::alarm::Report, openraft::error::RaftError<u64>> =
                         Ok(self.monitors.report());
+                    bincode::serialize(&r)
+                }
+                rpc::STREAM_END => {
+                    let r: Result<Option<StreamEnd>, openraft::error::RaftError<u64>> =
+                        Ok(self.stream_end());
                     bincode::serialize(&r)
                 }
                 other => return Err(std::io::Error::other(format!("unknown request {other}"))),

@@ -187,6 +187,17 @@ impl Peer {
             self.call(rpc::RESOURCES, &(), ttl).await;
         r.map_err(|e| e.to_string())
     }
+
+    /// Where the peer serves the stream protocol (None: its listeners are
+    /// off, or its build does not say).
+    pub async fn stream_end(&mut self, ttl: Duration) -> Result<Option<super::StreamEnd>, String> {
+        if self.peer_level(ttl).await < rpc::STREAM_ENDS {
+            return Ok(None);
+        }
+        let r: Result<Option<super::StreamEnd>, Failed<RaftError<u64>>> =
+            self.call(rpc::STREAM_END, &(), ttl).await;
+        r.map_err(|e| e.to_string())
+    }
 }
 
 impl Peer {

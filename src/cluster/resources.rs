@@ -65,6 +65,7 @@ impl Cluster {
             for id in gone {
                 peers.remove(&id);
                 self.record(id, None);
+                self.record_stream_end(id, None);
             }
             for (&id, raft) in &members {
                 if let std::collections::btree_map::Entry::Vacant(e) = peers.entry(id) {
@@ -72,10 +73,17 @@ impl Cluster {
                     e.insert((raft.clone(), net.new_client(id, &member).await));
                 }
             }
-            let asks = peers
-                .iter_mut()
-                .map(|(&id, (_, peer))| async move { (id, peer.resources(ANSWER_WITHIN).await) });
-            for (id, answer) in futures::future::join_all(asks).await {
+            // And where it serves the stream protocol (stream_ends.rs).
+            let asks = peers.iter_mut().map(|(&id, (_, peer))| async move {
+                let report = peer.resources(ANSWER_WITHIN).await;
+                let end = match report {
+                    Ok(_) => peer.stream_end(ANSWER_WITHIN).await.ok().flatten(),
+                    Err(_) => None,
+                };
+                (id, report, end)
+            });
+            for (id, answer, end) in futures::future::join_all(asks).await {
+                self.record_stream_end(id, end);
                 match answer {
                     Ok(report) => self.record(id, Some(report)),
                     Err(e) => {
@@ -90,6 +98,7 @@ impl Cluster {
     /// Forgets every member's report and alarms (the term ended).
     pub fn forget_members(&self) {
         self.reports.lock().clear();
+        self.stream_ends.lock().clear();
         self.monitors.alarms.clear_members();
     }
 

@@ -37,8 +37,15 @@ pub const RESOURCES: u8 = 8;
 /// sent to a member that answers `VERSION` with `RAW_APPENDS` or later.
 pub const APPEND_RAW: u8 = 9;
 
+/// Where the member serves the stream protocol (stream_ends.rs; the
+/// answer an `Option<StreamEnd>`). Only asked of a member that answers
+/// `VERSION` with `STREAM_ENDS` or later.
+pub const STREAM_END: u8 = 10;
+
 /// The cluster version from which a member takes `APPEND_RAW`.
 pub const RAW_APPENDS: u32 = 4;
+/// The cluster version from which a member answers `STREAM_END`.
+pub const STREAM_ENDS: u32 = 7;
 
 /// The largest frame taken (an append of many entries, a snapshot chunk).
 const FRAME_MAX: usize = 512 << 20;

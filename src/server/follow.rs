@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use super::follow_reads::{self, Reads};
 use super::{bind, tls_handshake, ListenerTls};
-use crate::cluster::{Cluster, ProxyHeader, Service};
+use crate::cluster::{Cluster, ProxyHeader, Service, StreamEnd};
 use crate::config::Config;
 use crate::tls::Tls;
 
@@ -69,11 +69,14 @@ impl Listeners {
             }
             None => None,
         };
+        let addr_of = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+        let end = StreamEnd::of(c, addr_of(&streams), addr_of(&streams_tls));
+        cluster.set_stream_end(end);
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
         let carry = |l: TcpListener, service: Service, t: Option<Arc<Tls>>| {
             let (cluster, stop) = (Arc::clone(cluster), stop_rx.clone());
-            let reads = reads.clone().filter(|_| service == Service::Amqp);
+            let reads = reads.clone().filter(|_| service != Service::Http);
             tokio::spawn(carry(l, service, t, cluster, reads, stop))
         };
         if let Some(l) = amqp {
@@ -183,7 +186,13 @@ async fn carry(
             };
             match (tls, reads) {
                 (None, Some(reads)) => {
-                    follow_reads::carry(cluster, socket, header(false, None), reads).await
+                    let header = header(false, None);
+                    match service {
+                        Service::Stream => {
+                            follow_reads::carry_streams(cluster, socket, header, reads).await
+                        }
+                        _ => follow_reads::carry(cluster, socket, header, reads).await,
+                    }
                 }
                 (None, None) => cluster.proxy(socket, header(false, None)).await,
                 (Some(tls), reads) => {
@@ -198,9 +207,14 @@ async fn carry(
                         .and_then(|c| c.first())
                         .map(|c| c.to_vec());
                     let header = header(true, certificate);
-                    match reads {
-                        Some(reads) => follow_reads::carry(cluster, stream, header, reads).await,
-                        None => cluster.proxy(stream, header).await,
+                    match (reads, service) {
+                        (Some(reads), Service::Stream) => {
+                            follow_reads::carry_streams(cluster, stream, header, reads).await
+                        }
+                        (Some(reads), _) => {
+                            follow_reads::carry(cluster, stream, header, reads).await
+                        }
+                        (None, _) => cluster.proxy(stream, header).await,
                     }
                 }
             }

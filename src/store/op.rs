@@ -39,8 +39,9 @@ pub const VERSION: u8 = 1;
 /// `HAS_TIME`: `PutMessage` and `MoveMessages` with a time, and the
 /// snapshots' messages); 4 adds no operation, but a member of a build
 /// at 4 takes appends whose batches travel raw (cluster/rpc.rs
-/// `APPEND_RAW`); 5 adds `TrackOffset`; 6 adds `Dedup`.
-pub const LEVEL: u32 = 6;
+/// `APPEND_RAW`); 5 adds `TrackOffset`; 6 adds `Dedup`; 7 answers
+/// `STREAM_END` (no new operation).
+pub const LEVEL: u32 = 7;
 
 /// The cluster version from which a stream reader's offset is tracked.
 pub const TRACKED_OFFSETS: u32 = 5;

@@ -15,14 +15,14 @@
 //! bounded queue (out.rs). Every bad frame gets the protocol's response
 //! code, or ends the connection where the protocol has no answer for it.
 
-mod codes;
+pub(crate) mod codes;
 mod conn;
 mod groups;
 pub mod out;
 mod publish;
-mod subscribe;
+pub(crate) mod subscribe;
 mod super_streams;
-mod wire;
+pub(crate) mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -42,7 +42,7 @@ use wire::{Fields, Malformed, ReadError};
 
 /// The largest frame read before tune (RabbitMQ's initial frame max is
 /// lower; the handshake's frames are small).
-const HANDSHAKE_FRAME_MAX: u32 = 64 << 10;
+pub(crate) const HANDSHAKE_FRAME_MAX: u32 = 64 << 10;
 /// The frame max proposed at tune (RabbitMQ's default).
 pub const FRAME_MAX: u32 = 1 << 20;
 /// The heartbeat proposed at tune, seconds (RabbitMQ's default).
@@ -60,6 +60,8 @@ pub struct Session {
     pub heartbeat: u32,
     /// The host and port Metadata names for this node.
     pub advertised: (String, u16),
+    /// The client spoke TLS (Metadata names the members' TLS ports).
+    pub tls: bool,
     /// Counts it against `connection_max` while it is open.
     pub _slot: crate::broker::ConnectionSlot,
 }
@@ -75,7 +77,8 @@ pub async fn serve(
 ) {
     let advertised = advertised(&broker, local);
     let (rd, wr) = socket.into_split();
-    run(rd, wr, peer, advertised, None, (broker, groups), stop).await;
+    let from = (peer, false, advertised);
+    run(rd, wr, from, None, (broker, groups), stop).await;
 }
 
 /// Serves one connection to the stream protocol's TLS port (past the TLS
@@ -99,17 +102,18 @@ pub async fn serve_tls(
     let external = certificate.and_then(|der| external_login(&der, &broker, peer));
     let advertised = advertised(&broker, local);
     let (rd, wr) = tokio::io::split(socket);
-    run(rd, wr, peer, advertised, external, (broker, groups), stop).await;
+    let from = (peer, true, advertised);
+    run(rd, wr, from, external, (broker, groups), stop).await;
 }
 
 /// Serves one connection a cluster member accepted on its stream port
-/// and carried here (`tls`: the client spoke TLS to it, and `certificate`
-/// is the client certificate it verified). Metadata names this node at
+/// and carried here (`tls`: whether the client spoke TLS to it, and the
+/// client certificate it verified). Metadata names this node at
 /// `advertised`: the address every member's clients can reach it by.
 pub async fn serve_carried<S>(
     link: S,
     peer: SocketAddr,
-    certificate: Option<Vec<u8>>,
+    (tls, certificate): (bool, Option<Vec<u8>>),
     advertised: (String, u16),
     (broker, groups): (Arc<Broker>, Arc<Groups>),
     stop: watch::Receiver<bool>,
@@ -118,7 +122,15 @@ pub async fn serve_carried<S>(
 {
     let external = certificate.and_then(|der| external_login(&der, &broker, peer));
     let (rd, wr) = tokio::io::split(link);
-    run(rd, wr, peer, advertised, external, (broker, groups), stop).await;
+    run(
+        rd,
+        wr,
+        (peer, tls, advertised),
+        external,
+        (broker, groups),
+        stop,
+    )
+    .await;
 }
 
 /// The user a verified client certificate names (logged if none).
@@ -137,13 +149,13 @@ fn advertised(broker: &Broker, local: SocketAddr) -> (String, u16) {
     (host, c.stream_advertised_port.unwrap_or(local.port()))
 }
 
-/// A connection on either listener: `external` is the user a verified
-/// client certificate names (TLS only).
+/// A connection on either listener (or carried here): who it is from,
+/// whether it spoke TLS, and what Metadata names this node as; `external`
+/// is the user a verified client certificate names (TLS only).
 async fn run<R, W>(
     mut rd: R,
     wr: W,
-    peer: SocketAddr,
-    advertised: (String, u16),
+    (peer, tls, advertised): (SocketAddr, bool, (String, u16)),
     external: Option<String>,
     (broker, groups): (Arc<Broker>, Arc<Groups>),
     mut stop: watch::Receiver<bool>,
@@ -158,7 +170,7 @@ async fn run<R, W>(
         _ = stop.changed() => return,
     };
     let session = match session {
-        Ok(Ok(s)) => s,
+        Ok(Ok(s)) => Session { tls, ..s },
         Ok(Err(why)) => {
             warn!(%peer, "stream protocol handshake failed: {why}");
             // Held a little (the client reads the answer first; guessing
@@ -179,6 +191,16 @@ async fn run<R, W>(
     debug!(%peer, user = %session.user, vhost = %session.vhost.name, "stream connection open");
     conn::run(rd, out, session, broker, groups, stop).await;
     let _ = writer.await;
+}
+
+/// What a tune settles between the server's value and the client's (0:
+/// none).
+pub(crate) fn tuned_value(ours: u32, theirs: u32) -> u32 {
+    match (ours, theirs) {
+        (0, t) => t,
+        (o, 0) => o,
+        (o, t) => o.min(t),
+    }
 }
 
 /// The handshake: what it refused, as the log says it.
@@ -212,13 +234,8 @@ async fn handshake<R: AsyncRead + Unpin>(
             if user.is_none() {
                 return Err("tune before authentication".into());
             }
-            let pick = |ours: u32, theirs: u32| match (ours, theirs) {
-                (0, t) => t,
-                (o, 0) => o,
-                (o, t) => o.min(t),
-            };
-            let frame_max = pick(FRAME_MAX, frame_max);
-            tuned = Some((frame_max, pick(HEARTBEAT_SECS, heartbeat)));
+            let frame_max = tuned_value(FRAME_MAX, frame_max);
+            tuned = Some((frame_max, tuned_value(HEARTBEAT_SECS, heartbeat)));
             continue;
         }
         if key == HEARTBEAT {
@@ -371,6 +388,7 @@ async fn handshake<R: AsyncRead + Unpin>(
                     frame_max,
                     heartbeat,
                     advertised,
+                    tls: false,
                     _slot: slot,
                 });
             }

@@ -32,7 +32,7 @@ use crate::queue::Queue;
 use crate::store::Store;
 
 /// At most this many messages go in one chunk.
-const CHUNK_MESSAGES: usize = 512;
+pub(crate) const CHUNK_MESSAGES: usize = 512;
 /// The chunk header's magic and version (osiris: 5, 0).
 const MAGIC_VERSION: u8 = 0x50;
 
@@ -165,6 +165,74 @@ async fn watch(t: Target) {
 /// connection drops the subscription and tells the client.
 fn went(t: &Target) {
     t.ending.inbox.ended(t.ending.id, t.ending.serial);
+}
+
+/// A subscription names at most this many filter values (clients send a
+/// few; each message is tested against each).
+const MAX_FILTER_VALUES: usize = 64;
+
+/// What a Subscribe asks (after its correlation id).
+pub struct Subscribe<'a> {
+    pub id: u8,
+    pub stream: &'a str,
+    /// The offset specification (kind, value).
+    pub spec: (u16, u64),
+    pub credit: u16,
+    pub properties: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Subscribe<'a> {
+    pub fn parse(f: &mut wire::Fields<'a>) -> Result<Subscribe<'a>, wire::Malformed> {
+        let id = f.u8()?;
+        let stream = f.string()?;
+        let kind = f.u16()?;
+        // Only an offset and a timestamp carry a value.
+        let value = if matches!(kind, 4 | 5) { f.u64()? } else { 0 };
+        let credit = f.u16()?;
+        // The Java client leaves the array out when it is empty.
+        let properties = if f.is_empty() { Vec::new() } else { f.pairs()? };
+        Ok(Subscribe {
+            id,
+            stream,
+            spec: (kind, value),
+            credit,
+            properties,
+        })
+    }
+
+    /// The value of property `name`, if given.
+    pub fn property(&self, name: &str) -> Option<&'a str> {
+        self.properties
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|p| p.1)
+    }
+
+    /// Whether it joins a single active consumer group.
+    pub fn single_active(&self) -> bool {
+        self.property("single-active-consumer") == Some("true")
+    }
+
+    /// Where it starts; PRECONDITION_FAILED for an unknown specification.
+    pub fn start(&self) -> Result<Start, u16> {
+        start_of(self.spec.0, self.spec.1).ok_or(PRECONDITION_FAILED)
+    }
+
+    /// The messages it takes (`filter.N`, `match-unfiltered`), None for
+    /// all; PRECONDITION_FAILED past `MAX_FILTER_VALUES` values.
+    pub fn filter(&self) -> Result<Option<Arc<Filter>>, u16> {
+        let values: Vec<Vec<u8>> = self
+            .properties
+            .iter()
+            .filter(|(k, _)| k.starts_with("filter."))
+            .map(|(_, v)| v.as_bytes().to_vec())
+            .collect();
+        if values.len() > MAX_FILTER_VALUES {
+            return Err(PRECONDITION_FAILED);
+        }
+        let unfiltered = self.property("match-unfiltered") == Some("true");
+        Ok(Filter::of_values(values, unfiltered).map(Arc::new))
+    }
 }
 
 /// Where a subscription starts, from its offset specification.

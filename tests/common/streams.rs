@@ -110,9 +110,13 @@ pub fn string(s: &str) -> Vec<u8> {
 
 /// The handshake of a client that writes frames itself.
 pub async fn raw_open(b: &TestBroker) -> tokio::net::TcpStream {
-    let mut s = tokio::net::TcpStream::connect(b.streams.unwrap())
-        .await
-        .unwrap();
+    raw_open_at(b.streams.unwrap()).await
+}
+
+/// The handshake of a client that writes frames itself, with the stream
+/// port at `at`.
+pub async fn raw_open_at(at: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let mut s = tokio::net::TcpStream::connect(at).await.unwrap();
     send_frame(&mut s, 17, &[0, 0, 0, 1, 0, 0, 0, 0]).await;
     read_until(&mut s, 0x8011).await;
     let mut auth = vec![0, 0, 0, 2];

@@ -23,6 +23,9 @@
 mod conn;
 mod frames;
 mod reader;
+mod streams;
+
+pub use streams::carry as carry_streams;
 
 use std::sync::Arc;
 

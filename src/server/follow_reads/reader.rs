@@ -25,9 +25,9 @@ const READ_BYTES: u64 = 512 << 10;
 
 /// How long a start waits for this node to apply what was committed when
 /// the consume came (it may lag the leader a little).
-const CATCH_UP: Duration = Duration::from_secs(2);
+pub(super) const CATCH_UP: Duration = Duration::from_secs(2);
 /// How often a reader without credit checks that its stream is still there.
-const STILL_THERE: Duration = Duration::from_secs(1);
+pub(super) const STILL_THERE: Duration = Duration::from_secs(1);
 
 /// What a reader serves.
 pub(super) struct Spec {
@@ -74,7 +74,7 @@ pub(super) fn start_offset(store: &Store, id: u64, start: Start) -> store::Resul
     })
 }
 
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> store::Result<T> + Send + 'static,
 ) -> store::Result<T> {
     tokio::task::spawn_blocking(f)

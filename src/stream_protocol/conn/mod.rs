@@ -31,9 +31,6 @@ use crate::queue::Queue;
 /// References (of publishers and stored offsets) are at most this long,
 /// as RabbitMQ's are.
 const MAX_REFERENCE: usize = 256;
-/// A subscription names at most this many filter values (clients send a
-/// few; each message is tested against each).
-const MAX_FILTER_VALUES: usize = 64;
 
 struct Conn {
     s: Session,
@@ -377,15 +374,10 @@ impl Conn {
                     .await;
             }
             SUBSCRIBE => {
-                let id = f.u8()?;
-                let stream = f.string()?.to_string();
-                let kind = f.u16()?;
-                // Only an offset and a timestamp carry a value.
-                let value = if matches!(kind, 4 | 5) { f.u64()? } else { 0 };
-                let credit = f.u16()?;
-                // The Java client leaves the array out when it is empty.
-                let properties = if f.is_empty() { Vec::new() } else { f.pairs()? };
-                let plan = self.subscribe(id, &stream, (kind, value), &properties);
+                let asked = subscribe::Subscribe::parse(f)?;
+                let (id, credit, (kind, value)) = (asked.id, asked.credit, asked.spec);
+                let stream = asked.stream.to_string();
+                let plan = self.subscribe(&asked);
                 match plan {
                     Ok(Plan {
                         queue,
@@ -622,13 +614,8 @@ impl Conn {
 
     /// Checks a subscription: its stream, where it starts, and whether it
     /// joins a single active consumer group.
-    fn subscribe(
-        &self,
-        id: u8,
-        stream: &str,
-        (kind, value): (u16, u64),
-        properties: &[(&str, &str)],
-    ) -> Result<Plan, u16> {
+    fn subscribe(&self, asked: &subscribe::Subscribe<'_>) -> Result<Plan, u16> {
+        let (id, stream) = (asked.id, asked.stream);
         if self.subscriptions.contains_key(&id) {
             return Err(SUBSCRIPTION_ID_ALREADY_EXISTS);
         }
@@ -638,20 +625,10 @@ impl Conn {
         if !self.allowed(Access::Read, stream) {
             return Err(ACCESS_REFUSED);
         }
-        let start = subscribe::start_of(kind, value).ok_or(PRECONDITION_FAILED)?;
-        let property = |name: &str| properties.iter().find(|(k, _)| *k == name).map(|p| p.1);
-        let values: Vec<Vec<u8>> = properties
-            .iter()
-            .filter(|(k, _)| k.starts_with("filter."))
-            .map(|(_, v)| v.as_bytes().to_vec())
-            .collect();
-        // Each message is tested against each value: a bound on the work.
-        if values.len() > MAX_FILTER_VALUES {
-            return Err(PRECONDITION_FAILED);
-        }
-        let filter =
-            Filter::of_values(values, property("match-unfiltered") == Some("true")).map(Arc::new);
-        if property("single-active-consumer") == Some("true") {
+        let start = asked.start()?;
+        let filter = asked.filter()?;
+        let property = |name: &str| asked.property(name);
+        if asked.single_active() {
             // A group is named (RabbitMQ refuses one without a name).
             let name = property("name").ok_or(PRECONDITION_FAILED)?;
             let partition = property("super-stream")
@@ -753,28 +730,42 @@ impl Conn {
             .iter()
             .map(|n| (*n, self.stream(n).is_some()))
             .collect();
-        let (host, port) = &self.s.advertised;
+        // This node, reference 0: the leader of every stream (one Raft
+        // group). In a cluster, the members that said where they serve
+        // this protocol, references 1 and up: each holds a copy of every
+        // stream, and serves its consumers (server/follow_reads).
+        let mut brokers = vec![self.s.advertised.clone()];
+        if let Some(c) = &self.broker.cluster {
+            let tls = self.s.tls;
+            let members = c.member_stream_ends().into_iter();
+            brokers.extend(members.filter_map(|(_, e)| Some((e.host.clone(), e.port_for(tls)?))));
+        }
+        let brokers = &brokers[..brokers.len().min(u16::MAX as usize)];
         self.out
             .write(|o| {
                 wire::frame(o, METADATA | RESPONSE, 1, |o| {
                     o.put_u32(correlation);
-                    // This node, reference 0: the leader of every stream it
-                    // serves (replicas in a cluster: not named yet).
-                    o.put_u32(1);
-                    o.put_u16(0);
-                    wire::put_str(o, host);
-                    o.put_u32(*port as u32);
+                    o.put_u32(brokers.len() as u32);
+                    for (reference, (host, port)) in brokers.iter().enumerate() {
+                        o.put_u16(reference as u16);
+                        wire::put_str(o, host);
+                        o.put_u32(*port as u32);
+                    }
                     o.put_u32(found.len() as u32);
                     for (name, exists) in &found {
                         wire::put_str(o, name);
                         if *exists {
                             o.put_u16(OK);
                             o.put_u16(0);
+                            o.put_u32(brokers.len() as u32 - 1);
+                            for replica in 1..brokers.len() {
+                                o.put_u16(replica as u16);
+                            }
                         } else {
                             o.put_u16(STREAM_DOES_NOT_EXIST);
                             o.put_u16(u16::MAX);
+                            o.put_u32(0);
                         }
-                        o.put_u32(0);
                     }
                 })
             })
