@@ -1,6 +1,7 @@
 //! Every member serves clients: a follower carries the management API
 //! (HTTP and HTTPS), AMQPS with an EXTERNAL login from the client
-//! certificate it verified, and answers Prometheus for itself. A two-node
+//! certificate it verified, the stream protocol over TLS, and answers
+//! Prometheus for itself. A two-node
 //! mirror that lost a node is promoted by hand with `warren cluster
 //! promote`, a node is added back with `warren cluster add`, and a lost
 //! node is replaced with `warren cluster replace` under load. Over mutual
@@ -247,6 +248,11 @@ async fn a_follower_carries_the_api_and_amqps_and_answers_metrics_itself() {
     // Without a certificate, EXTERNAL is refused there too.
     assert!(connect_tls(&uri, &ca, None).await.is_err());
 
+    // The stream protocol over TLS through the follower: Metadata gives
+    // the members' TLS ports, the producer reaches the leader and the
+    // consumer a replica, each over TLS.
+    stream_over_tls(&c, f, &certs.path().join("ca.pem")).await;
+
     // Each node answers Prometheus for itself.
     let metrics = |i: usize| format!("http://127.0.0.1:{}/metrics", c.nodes[i].prometheus);
     let (_, text) = call(&plain, "GET", &metrics(f), None).await;
@@ -257,6 +263,47 @@ async fn a_follower_carries_the_api_and_amqps_and_answers_metrics_itself() {
     let text = text.as_str().unwrap_or_default().to_string();
     assert!(text.contains("warren_raft_is_leader 1"), "{text}");
     c.assert_no_panics();
+}
+
+/// Creates a stream through node `i`'s stream TLS port (trusting `ca`),
+/// publishes to it and reads it back.
+async fn stream_over_tls(c: &Cluster, i: usize, ca: &std::path::Path) {
+    use futures::StreamExt;
+    use rabbitmq_stream_client::types::{Message, OffsetSpecification};
+    use rabbitmq_stream_client::{Environment, TlsConfiguration};
+    let tls = TlsConfiguration::builder()
+        .add_root_certificates(ca.to_path_buf())
+        .build()
+        .unwrap();
+    let env = Environment::builder()
+        .host("127.0.0.1")
+        .port(c.nodes[i].stream_tls)
+        .tls(tls)
+        .build()
+        .await
+        .expect("the stream protocol over TLS through a follower");
+    // The cluster's version is raised to the one streams need soon after
+    // its first election.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(e) = env.stream_creator().create("secure").await {
+        assert!(Instant::now() < deadline, "never created: {e:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let producer = env.producer().build("secure").await.unwrap();
+    let m = Message::builder().body(b"over tls".to_vec()).build();
+    assert!(producer.send_with_confirm(m).await.unwrap().confirmed());
+    let mut consumer = env
+        .consumer()
+        .offset(OffsetSpecification::First)
+        .build("secure")
+        .await
+        .unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(10), consumer.next())
+        .await
+        .expect("a delivery in time")
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.message().data(), Some(&b"over tls"[..]));
 }
 
 /// Runs `warren` with `args`; its exit status and what it printed.
