@@ -115,9 +115,11 @@ impl Accepted {
             let a = self.clone();
             let groups = Arc::clone(&streams.groups);
             tokio::spawn(async move {
+                let local = link.local_addr().unwrap_or(peer);
                 let tls = (header.tls, header.certificate);
                 let served = (a.broker, groups);
-                crate::stream_protocol::serve_carried(link, peer, tls, advertised, served, a.stop)
+                let from = (peer, local);
+                crate::stream_protocol::serve_carried(link, from, tls, advertised, served, a.stop)
                     .await;
                 drop(a.alive);
             });

@@ -241,6 +241,7 @@ pub(super) async fn handshake(
                 let tracked = Tracked::new(
                     Info {
                         id,
+                        protocol: crate::broker::connections::Protocol::Amqp091,
                         name: format!("{peer} -> {local}"),
                         peer,
                         local,

@@ -1,4 +1,5 @@
-//! The connection registry: every open AMQP connection, with what the
+//! The connection registry: every open connection (AMQP 0-9-1 and the
+//! stream protocol), with what the
 //! management API shows of it and a way to close it. Registering checks
 //! the vhost's and the user's connection limits (in RabbitMQ's order) and
 //! counts in one step under one lock; connections open and close rarely
@@ -38,10 +39,30 @@ pub struct Io {
     pub send_cnt: u64,
 }
 
+/// The protocol a connection speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Protocol {
+    #[default]
+    Amqp091,
+    /// RabbitMQ's stream protocol.
+    Stream,
+}
+
+impl Protocol {
+    /// As the management API names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Amqp091 => "AMQP 0-9-1",
+            Protocol::Stream => "stream",
+        }
+    }
+}
+
 /// What is known of a connection from its handshake.
 #[derive(Debug, Clone)]
 pub struct Info {
     pub id: u64,
+    pub protocol: Protocol,
     /// "peer -> local", as RabbitMQ names connections.
     pub name: String,
     pub peer: SocketAddr,
@@ -55,7 +76,7 @@ pub struct Info {
     pub channel_max: u16,
     pub heartbeat: u16,
     pub auth_mechanism: String,
-    /// Over TLS (AMQPS).
+    /// Over TLS (AMQPS, or the stream protocol's TLS port).
     pub tls: bool,
 }
 
@@ -154,6 +175,8 @@ pub struct Tracked {
     pub channels: Mutex<std::collections::BTreeMap<u16, Arc<dyn ChannelView>>>,
     /// recv_oct and send_oct, sampled for their rates.
     io_rates: Mutex<Rates<2>>,
+    /// A stream connection's publishers and consumers.
+    pub stream: Option<Arc<dyn super::stream_clients::StreamView>>,
 }
 
 impl Tracked {
@@ -164,7 +187,14 @@ impl Tracked {
             control,
             channels: Mutex::new(Default::default()),
             io_rates: Mutex::new(Rates::default()),
+            stream: None,
         }
+    }
+
+    /// A stream connection, whose publishers and consumers `view` shows.
+    pub fn with_stream(mut self, view: Arc<dyn super::stream_clients::StreamView>) -> Tracked {
+        self.stream = Some(view);
+        self
     }
 
     /// Its socket's counters, and the rates of recv_oct and send_oct.
@@ -500,6 +530,7 @@ mod tests {
         Tracked::new(
             Info {
                 id,
+                protocol: Protocol::Amqp091,
                 name: format!("c{id}"),
                 peer: addr,
                 local: addr,

@@ -1,10 +1,12 @@
 //! `Broker`: the state every connection shares: configuration, the store,
-//! the vhosts (vhosts.rs), users, the open connections (connections.rs).
+//! the vhosts (vhosts.rs), users, the open connections (connections.rs,
+//! with what stream connections show: stream_clients.rs).
 //! Opening it recovers durable state from the store.
 
 pub mod connections;
 pub mod message_sizes;
 pub mod policies;
+pub mod stream_clients;
 pub mod vhosts;
 
 use std::collections::HashMap;

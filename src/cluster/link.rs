@@ -116,6 +116,17 @@ pub enum Link {
     Client(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
+impl Link {
+    /// This end's address.
+    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        match self {
+            Link::Plain(s) => s.local_addr(),
+            Link::Server(s) => s.get_ref().0.local_addr(),
+            Link::Client(s) => s.get_ref().0.local_addr(),
+        }
+    }
+}
+
 /// Connects to a member at `addr` (host:port).
 pub async fn connect(addr: &str, guard: Option<&Guard>) -> io::Result<Link> {
     let s = TcpStream::connect(addr).await?;

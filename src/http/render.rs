@@ -498,7 +498,7 @@ pub fn connection(api: &Api, t: &Tracked) -> Value {
         "port": i.local.port(),
         "peer_host": i.peer.ip().to_string(),
         "peer_port": i.peer.port(),
-        "protocol": "AMQP 0-9-1",
+        "protocol": i.protocol.name(),
         "type": "network",
         "state": "running",
         "ssl": i.tls,

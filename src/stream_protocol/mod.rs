@@ -22,6 +22,7 @@ pub mod out;
 mod publish;
 pub(crate) mod subscribe;
 mod super_streams;
+mod view;
 pub(crate) mod wire;
 
 use std::net::SocketAddr;
@@ -33,6 +34,9 @@ use tokio::io::AsyncRead;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
+use amq_protocol::types::{AMQPValue, FieldTable};
+
+use crate::broker::connections::{Info, Protocol, Refused, Tracked};
 use crate::broker::Broker;
 use crate::vhost::VHost;
 use codes::*;
@@ -62,8 +66,25 @@ pub struct Session {
     pub advertised: (String, u16),
     /// The client spoke TLS (Metadata names the members' TLS ports).
     pub tls: bool,
+    /// Its publishers and subscriptions as the management API lists them,
+    /// and how the API closes it.
+    pub view: Arc<view::View>,
+    pub closer: Arc<view::Closer>,
+    /// Keeps it in the registry (and counted against the limits).
+    pub _registration: crate::broker::connections::Registration,
     /// Counts it against `connection_max` while it is open.
     pub _slot: crate::broker::ConnectionSlot,
+}
+
+/// How a connection reached this node.
+struct Reached {
+    peer: SocketAddr,
+    /// The address it connected to (for a carried one, this node's end of
+    /// the member's link, as AMQP's carried connections have it).
+    local: SocketAddr,
+    tls: bool,
+    /// What Metadata names this node as.
+    advertised: (String, u16),
 }
 
 /// Serves one connection to the stream port until it ends or `stop`.
@@ -77,7 +98,12 @@ pub async fn serve(
 ) {
     let advertised = advertised(&broker, local);
     let (rd, wr) = socket.into_split();
-    let from = (peer, false, advertised);
+    let from = Reached {
+        peer,
+        local,
+        tls: false,
+        advertised,
+    };
     run(rd, wr, from, None, (broker, groups), stop).await;
 }
 
@@ -102,7 +128,12 @@ pub async fn serve_tls(
     let external = certificate.and_then(|der| external_login(&der, &broker, peer));
     let advertised = advertised(&broker, local);
     let (rd, wr) = tokio::io::split(socket);
-    let from = (peer, true, advertised);
+    let from = Reached {
+        peer,
+        local,
+        tls: true,
+        advertised,
+    };
     run(rd, wr, from, external, (broker, groups), stop).await;
 }
 
@@ -112,7 +143,7 @@ pub async fn serve_tls(
 /// `advertised`: the address every member's clients can reach it by.
 pub async fn serve_carried<S>(
     link: S,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, SocketAddr),
     (tls, certificate): (bool, Option<Vec<u8>>),
     advertised: (String, u16),
     (broker, groups): (Arc<Broker>, Arc<Groups>),
@@ -125,7 +156,12 @@ pub async fn serve_carried<S>(
     run(
         rd,
         wr,
-        (peer, tls, advertised),
+        Reached {
+            peer,
+            local,
+            tls,
+            advertised,
+        },
         external,
         (broker, groups),
         stop,
@@ -155,7 +191,7 @@ fn advertised(broker: &Broker, local: SocketAddr) -> (String, u16) {
 async fn run<R, W>(
     mut rd: R,
     wr: W,
-    (peer, tls, advertised): (SocketAddr, bool, (String, u16)),
+    from: Reached,
     external: Option<String>,
     (broker, groups): (Arc<Broker>, Arc<Groups>),
     mut stop: watch::Receiver<bool>,
@@ -166,11 +202,12 @@ async fn run<R, W>(
     let (out, writer) = out::start(wr, broker.config.send_timeout());
     let limit = Duration::from_millis(broker.config.handshake_timeout);
     let session = tokio::select! {
-        s = tokio::time::timeout(limit, handshake(&mut rd, &out, peer, external, &broker, advertised)) => s,
+        s = tokio::time::timeout(limit, handshake(&mut rd, &out, &from, external, &broker)) => s,
         _ = stop.changed() => return,
     };
+    let peer = from.peer;
     let session = match session {
-        Ok(Ok(s)) => Session { tls, ..s },
+        Ok(Ok(s)) => s,
         Ok(Err(why)) => {
             warn!(%peer, "stream protocol handshake failed: {why}");
             // Held a little (the client reads the answer first; guessing
@@ -207,11 +244,14 @@ pub(crate) fn tuned_value(ours: u32, theirs: u32) -> u32 {
 async fn handshake<R: AsyncRead + Unpin>(
     rd: &mut R,
     out: &Out,
-    peer: SocketAddr,
+    from: &Reached,
     external: Option<String>,
     broker: &Arc<Broker>,
-    advertised: (String, u16),
 ) -> Result<Session, String> {
+    let (peer, advertised) = (from.peer, from.advertised.clone());
+    // What the client said of itself, and how it logged in.
+    let mut client_properties = FieldTable::default();
+    let mut mechanism_used = "";
     let mut buf = Vec::new();
     let mut user: Option<String> = None;
     let mut tuned: Option<(u32, u32)> = None;
@@ -246,8 +286,12 @@ async fn handshake<R: AsyncRead + Unpin>(
         };
         match key {
             PEER_PROPERTIES => {
-                if f.pairs().is_err() {
+                let Ok(pairs) = f.pairs() else {
                     return Err("malformed peer properties".into());
+                };
+                for (k, v) in pairs {
+                    let v = AMQPValue::LongString(v.as_bytes().to_vec().into());
+                    client_properties.insert(k.into(), v);
                 }
                 let props = [
                     ("product", "Warren"),
@@ -297,6 +341,7 @@ async fn handshake<R: AsyncRead + Unpin>(
                         return Err(format!("EXTERNAL login refused for user '{name}'"));
                     }
                     user = Some(name.clone());
+                    mechanism_used = "EXTERNAL";
                     out.write(|o| {
                         wire::response(o, key, correlation, OK, |_| {});
                         put_tune(o);
@@ -335,6 +380,7 @@ async fn handshake<R: AsyncRead + Unpin>(
                     return Err(format!("login refused for user '{name}'"));
                 }
                 user = Some(name);
+                mechanism_used = "PLAIN";
                 out.write(|o| {
                     wire::response(o, key, correlation, OK, |_| {});
                     put_tune(o);
@@ -367,6 +413,52 @@ async fn handshake<R: AsyncRead + Unpin>(
                         broker.config.connection_max
                     ));
                 };
+                // Listed with the node's connections, and counted against
+                // the vhost's and the user's limits as AMQP's are.
+                let closer = Arc::new(view::Closer::default());
+                let view = Arc::new(view::View::default());
+                let tracked = Tracked::new(
+                    Info {
+                        id: broker.next_connection_id(),
+                        protocol: Protocol::Stream,
+                        name: format!("{peer} -> {}", from.local),
+                        peer,
+                        local: from.local,
+                        user: who.clone(),
+                        vhost: name.to_string(),
+                        connected_at: crate::util::now_ms(),
+                        client_properties: std::mem::take(&mut client_properties),
+                        frame_max,
+                        channel_max: 0,
+                        heartbeat: heartbeat.min(u16::MAX as u32) as u16,
+                        auth_mechanism: mechanism_used.to_string(),
+                        tls: from.tls,
+                    },
+                    Arc::clone(&closer) as _,
+                )
+                .with_stream(Arc::clone(&view) as _);
+                let user_max = broker
+                    .users
+                    .get(&who)
+                    .and_then(|u| u.limit("max-connections"));
+                let vhost_max = vhost.limits.max_connections();
+                let registration = match broker.connections.register(tracked, vhost_max, user_max) {
+                    Ok(r) => r,
+                    Err(refused) => {
+                        out.write(|o| {
+                            wire::response(o, key, correlation, VIRTUAL_HOST_ACCESS_FAILURE, |_| {})
+                        })
+                        .await;
+                        return Err(match refused {
+                            Refused::VhostLimit(max) => {
+                                format!("vhost '{name}' connection limit ({max}) is reached")
+                            }
+                            Refused::UserLimit(max) => {
+                                format!("user '{who}' connection limit ({max}) is reached")
+                            }
+                        });
+                    }
+                };
                 let port = advertised.1.to_string();
                 out.write(|o| {
                     wire::response(o, key, correlation, OK, |o| {
@@ -388,7 +480,10 @@ async fn handshake<R: AsyncRead + Unpin>(
                     frame_max,
                     heartbeat,
                     advertised,
-                    tls: false,
+                    tls: from.tls,
+                    view,
+                    closer,
+                    _registration: registration,
                     _slot: slot,
                 });
             }

@@ -37,6 +37,9 @@ pub struct Publisher {
     /// The property list of a message with a filter label, written here
     /// (reused: nothing allocated per message).
     pub props: Vec<u8>,
+    /// Its counters, and its place in the management API's list.
+    pub stats: Arc<super::view::PublisherStats>,
+    pub _listed: super::view::Listed,
 }
 
 /// One batch's outcome: ids to confirm (once `ticket` is committed) and
@@ -183,7 +186,12 @@ impl Confirmer {
     /// failed a commit never confirms again: the client is told so with
     /// a close (it reconnects, in a cluster to the new leader) rather
     /// than left waiting.
-    pub fn start(store: Arc<Store>, out: Out, frame_max: u32) -> Confirmer {
+    pub fn start(
+        store: Arc<Store>,
+        out: Out,
+        frame_max: u32,
+        view: Arc<super::view::View>,
+    ) -> Confirmer {
         let (tx, mut rx) = mpsc::channel::<(u64, u8, Vec<u64>)>(UNCONFIRMED);
         // Ids in one confirm frame, at most (a frame's header is 13 bytes).
         let per_frame = ((frame_max as usize).saturating_sub(64) / 8).max(1);
@@ -245,6 +253,7 @@ impl Confirmer {
                             ids.extend(more);
                         }
                     }
+                    view.confirmed(publisher, ids.len() as u64);
                     for ids in ids.chunks(per_frame) {
                         wire::frame(&mut frames, PUBLISH_CONFIRM, 1, |o| {
                             o.put_u8(publisher);

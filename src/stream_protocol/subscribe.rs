@@ -16,6 +16,7 @@
 //! while its group has it active (groups.rs); until then its task only
 //! watches for the stream to go, and its credit adds up.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,6 +43,8 @@ const MAGIC_VERSION: u8 = 0x50;
 pub struct Subscription {
     pub credit: Arc<Semaphore>,
     task: tokio::task::JoinHandle<()>,
+    /// Its place in the management API's list.
+    _listed: super::view::Listed,
     reading: bool,
     /// What it reads and where it tells.
     pub target: Target,
@@ -56,6 +59,8 @@ pub struct Target {
     pub queue: Arc<Queue>,
     pub out: Out,
     pub ending: Ending,
+    /// Its credit and counters (what the management API shows).
+    pub stats: Arc<super::view::ConsumerStats>,
 }
 
 /// How a subscription's task tells its connection that it ended by
@@ -97,26 +102,31 @@ impl Drop for Subscription {
 }
 
 impl Subscription {
-    /// A subscription that reads with `reader` from the start.
-    pub fn reading(reader: Reader, credit: u16) -> Self {
-        let credit = Arc::new(Semaphore::new(credit as usize));
+    /// A subscription that reads with `reader` from the start, listed
+    /// by `listed`.
+    pub fn reading(reader: Reader, listed: super::view::Listed) -> Self {
+        let credit = Arc::clone(&reader.target.stats.credit);
         let target = reader.target.clone();
+        target.stats.active.store(true, Ordering::Relaxed);
+        target.stats.offset.store(reader.cursor, Ordering::Relaxed);
         let task = tokio::spawn(read(reader, Arc::clone(&credit)));
         Subscription {
             credit,
             task,
+            _listed: listed,
             reading: true,
             target,
             sac: None,
         }
     }
 
-    /// A single active consumer that waits to be made active, with
-    /// `credit` kept for then.
-    pub fn waiting(target: Target, credit: u16, sac: Sac) -> Self {
+    /// A single active consumer that waits to be made active, its credit
+    /// kept for then.
+    pub fn waiting(target: Target, sac: Sac, listed: super::view::Listed) -> Self {
         Subscription {
-            credit: Arc::new(Semaphore::new(credit as usize)),
+            credit: Arc::clone(&target.stats.credit),
             task: tokio::spawn(watch(target.clone())),
+            _listed: listed,
             reading: false,
             target,
             sac: Some(sac),
@@ -130,6 +140,9 @@ impl Subscription {
 
     /// Starts reading with `reader` (made active).
     pub fn start(&mut self, reader: Reader) {
+        self.target.stats.active.store(true, Ordering::Relaxed);
+        let first = reader.cursor;
+        self.target.stats.offset.store(first, Ordering::Relaxed);
         self.task.abort();
         self.task = tokio::spawn(read(reader, Arc::clone(&self.credit)));
         self.reading = true;
@@ -143,6 +156,7 @@ impl Subscription {
         let _ = (&mut self.task).await;
         self.task = tokio::spawn(watch(self.target.clone()));
         self.reading = false;
+        self.target.stats.active.store(false, Ordering::Relaxed);
     }
 }
 
@@ -365,11 +379,13 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
             .position(|w| w[1].0 != w[0].0 + 1)
             .map_or(pending.len(), |i| i + 1);
         let frame = chunk(id, &pending[..run]);
+        let last = pending[run - 1].0;
         pending.drain(..run);
         if !out.send(frame).await {
             return;
         }
         permit.forget();
+        target.stats.sent(run as u64, last);
     }
 }
 

@@ -17,7 +17,7 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::list::{respond, ListQuery};
 use crate::http::{render, Api};
 
-fn mine(caller: &Caller, t: &Tracked) -> bool {
+pub(super) fn mine(caller: &Caller, t: &Tracked) -> bool {
     caller.is_monitor() || t.info.user == caller.user.name
 }
 
@@ -79,7 +79,7 @@ pub async fn get_connection(
     Ok(Json(render::connection(&api, &t)))
 }
 
-fn reason(headers: &HeaderMap) -> String {
+pub(super) fn reason(headers: &HeaderMap) -> String {
     headers
         .get("x-reason")
         .and_then(|v| v.to_str().ok())
@@ -94,10 +94,15 @@ pub async fn close_connection(
     headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
     let t = find(&api, &caller, &name)?;
+    close_tracked(&caller, &t, &reason(&headers))
+}
+
+/// Closes `t` for `caller` (an administrator, or its own user).
+pub(super) fn close_tracked(caller: &Caller, t: &Tracked, reason: &str) -> ApiResult<StatusCode> {
     if !caller.is_admin() && t.info.user != caller.user.name {
         return Err(ApiError::not_authorised("Not administrator user"));
     }
-    t.control.force_close(&reason(&headers));
+    t.control.force_close(reason);
     Ok(no_content())
 }
 

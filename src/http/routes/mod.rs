@@ -10,6 +10,7 @@ mod cluster;
 mod conns;
 mod entities;
 mod node;
+mod streams;
 
 pub use cluster::member_name;
 pub use node::{fd_limit, open_fds};
@@ -94,6 +95,7 @@ pub fn router(api: Arc<Api>) -> Router {
     use access as a;
     use conns as c;
     use entities as e;
+    use streams as st;
     use tenancy as t;
     let policies = |operator: bool| {
         Router::new()
@@ -307,6 +309,28 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/channels/{name}", get(c::get_channel))
         .route("/consumers", get(c::list_consumers))
         .route("/consumers/{vhost}", get(c::vhost_consumers))
+        .route("/stream/connections", get(st::list_connections))
+        .route("/stream/connections/{vhost}", get(st::vhost_connections))
+        .route(
+            "/stream/connections/{vhost}/{name}",
+            get(st::get_connection).delete(st::close_connection),
+        )
+        .route(
+            "/stream/connections/{vhost}/{name}/publishers",
+            get(st::connection_publishers),
+        )
+        .route(
+            "/stream/connections/{vhost}/{name}/consumers",
+            get(st::connection_consumers),
+        )
+        .route("/stream/publishers", get(st::list_publishers))
+        .route("/stream/publishers/{vhost}", get(st::vhost_publishers))
+        .route(
+            "/stream/publishers/{vhost}/{stream}",
+            get(st::stream_publishers),
+        )
+        .route("/stream/consumers", get(st::list_consumers))
+        .route("/stream/consumers/{vhost}", get(st::vhost_consumers))
         .route("/rebalance/queues", post(node::rebalance))
         .fallback(not_found);
     Router::new()

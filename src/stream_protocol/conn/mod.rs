@@ -6,6 +6,7 @@
 //! response code, as RabbitMQ gives it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use super::out::Out;
 use super::publish::{self, Confirmer, Publisher};
 use super::subscribe::{self, Ending, Sac, Subscription, Target};
 use super::super_streams;
+use super::view::{ConsumerStats, PublisherStats, View};
 use super::wire::{self, Fields, Malformed, ReadError};
 use super::Session;
 use crate::access::Access;
@@ -46,6 +48,8 @@ struct Conn {
     correlation: u32,
     /// The last subscription's serial.
     serial: u64,
+    /// Its publishers and subscriptions as the management API lists them.
+    view: Arc<View>,
 }
 
 /// An array of strings.
@@ -118,13 +122,20 @@ pub async fn run<R: AsyncRead + Unpin>(
     }
     let _beating = Abort(beating);
     let frame_max = s.frame_max;
+    let (view, closer) = (Arc::clone(&s.view), Arc::clone(&s.closer));
     let inbox = Arc::new(Inbox::default());
     let mut c = Conn {
         groups,
         inbox: Arc::clone(&inbox),
         correlation: 0,
         serial: 0,
-        confirmer: Confirmer::start(Arc::clone(&broker.store), out.clone(), frame_max),
+        confirmer: Confirmer::start(
+            Arc::clone(&broker.store),
+            out.clone(),
+            frame_max,
+            Arc::clone(&view),
+        ),
+        view,
         s,
         broker,
         out,
@@ -175,6 +186,11 @@ pub async fn run<R: AsyncRead + Unpin>(
                     },
                     _ = stop.changed() => {
                         close(&c.out, OK, "the broker is shutting down").await;
+                        return;
+                    }
+                    why = closer.asked() => {
+                        tracing::info!(peer = %c.s.peer, "closing a stream connection: {why}");
+                        close(&c.out, OK, &why).await;
                         return;
                     }
                     // The writer gave up on the client (or failed): so does this.
@@ -375,8 +391,7 @@ impl Conn {
             }
             SUBSCRIBE => {
                 let asked = subscribe::Subscribe::parse(f)?;
-                let (id, credit, (kind, value)) = (asked.id, asked.credit, asked.spec);
-                let stream = asked.stream.to_string();
+                let (id, (kind, value)) = (asked.id, asked.spec);
                 let plan = self.subscribe(&asked);
                 match plan {
                     Ok(Plan {
@@ -386,10 +401,10 @@ impl Conn {
                     }) => {
                         // Answered before its first chunk can be sent.
                         self.answer(key, correlation, OK).await;
-                        let target = self.target(id, stream, queue);
+                        let (target, listed) = self.target(&asked, queue);
                         let reader = self.reader(id, target, first, filter);
                         self.subscriptions
-                            .insert(id, Subscription::reading(reader, credit));
+                            .insert(id, Subscription::reading(reader, listed));
                     }
                     Ok(Plan {
                         queue,
@@ -405,8 +420,8 @@ impl Conn {
                             filter,
                             asked: None,
                         };
-                        let target = self.target(id, stream, queue);
-                        let sub = Subscription::waiting(target, credit, sac);
+                        let (target, listed) = self.target(&asked, queue);
+                        let sub = Subscription::waiting(target, sac, listed);
                         self.subscriptions.insert(id, sub);
                     }
                     Err(code) => self.answer(key, correlation, code).await,
@@ -570,6 +585,8 @@ impl Conn {
             }
             Some(r) => Some(r.to_string()),
         };
+        let stats = Arc::new(PublisherStats::new(stream, reference.as_deref()));
+        let listed = self.view.publisher(id, Arc::clone(&stats));
         self.publishers.insert(
             id,
             Publisher {
@@ -577,6 +594,8 @@ impl Conn {
                 queue,
                 reference,
                 props: Vec::new(),
+                stats,
+                _listed: listed,
             },
         );
         OK
@@ -604,6 +623,9 @@ impl Conn {
             return Ok(());
         };
         let outcome = p.publish(f, count, version, max)?;
+        p.stats.published.fetch_add(count as u64, Ordering::Relaxed);
+        let errored = outcome.errors.len() as u64;
+        p.stats.errored.fetch_add(errored, Ordering::Relaxed);
         if !outcome.confirm.is_empty() {
             let ticket = self.broker.store.ticket();
             self.confirmer.after(ticket, id, outcome.confirm).await;
@@ -652,9 +674,27 @@ impl Conn {
     }
 
     /// A new subscription's target (with the next serial).
-    fn target(&mut self, id: u8, stream: String, queue: Arc<Queue>) -> Target {
+    fn target(
+        &mut self,
+        asked: &subscribe::Subscribe<'_>,
+        queue: Arc<Queue>,
+    ) -> (Target, crate::stream_protocol::view::Listed) {
         self.serial += 1;
-        Target {
+        let (id, stream) = (asked.id, asked.stream.to_string());
+        let properties = asked.properties.iter();
+        let stats = Arc::new(ConsumerStats {
+            stream: stream.clone(),
+            queue: Arc::clone(&queue),
+            properties: properties
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            credit: Arc::new(tokio::sync::Semaphore::new(asked.credit as usize)),
+            consumed: AtomicU64::new(0),
+            offset: AtomicU64::new(0),
+            active: AtomicBool::new(false),
+        });
+        let listed = self.view.consumer(id, Arc::clone(&stats));
+        let target = Target {
             stream,
             queue,
             out: self.out.clone(),
@@ -663,7 +703,9 @@ impl Conn {
                 id,
                 serial: self.serial,
             },
-        }
+            stats,
+        };
+        (target, listed)
     }
 
     fn reader(
