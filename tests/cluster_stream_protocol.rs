@@ -15,7 +15,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use cluster_support::Cluster;
-use common::streams::{raw_open_at, read_until, send_frame, string};
+use common::streams::{
+    ask_deliver_v2, raw_open_at, read_until, read_versioned, send_frame, string,
+};
 use futures::StreamExt;
 use rabbitmq_stream_client::types::{Message, StreamMetadata};
 use rabbitmq_stream_client::types::{MessageResult, OffsetSpecification};
@@ -278,6 +280,8 @@ async fn a_followers_subscription_takes_credit_and_learns_its_stream_went() {
     let follower = (leader + 1) % 3;
     create_when_ready(&cluster, leader, "going").await;
     let mut s = raw_open_at(port_of(&cluster, follower)).await;
+    // Deliver 2, as the leader answers for the connection.
+    assert_eq!(ask_deliver_v2(&mut s).await, (1, 2));
     let subscribe = |correlation: u8, credit: u8| {
         let mut sub = vec![0, 0, 0, correlation, 1];
         sub.extend(string("going"));
@@ -304,9 +308,11 @@ async fn a_followers_subscription_takes_credit_and_learns_its_stream_went() {
     let nothing = tokio::time::timeout(Duration::from_millis(500), read_until(&mut s, 8)).await;
     assert!(nothing.is_err(), "no chunk without credit");
     send_frame(&mut s, 9, &[1, 0, 1]).await;
-    let chunk = read_until(&mut s, 8).await;
-    assert_eq!(chunk[0], 1, "for subscription 1");
-    let first = u64::from_be_bytes(chunk[25..33].try_into().unwrap());
+    let (version, chunk) = read_versioned(&mut s, 8).await;
+    assert_eq!((version, chunk[0]), (2, 1), "deliver 2, for subscription 1");
+    let committed = u64::from_be_bytes(chunk[1..9].try_into().unwrap());
+    assert_eq!(committed, 2, "the last offset committed");
+    let first = u64::from_be_bytes(chunk[33..41].try_into().unwrap());
     assert_eq!(first, 0, "from the first offset");
     let after = served_by_followers(&cluster, leader).await;
     assert!(after > before, "served by the follower");

@@ -535,6 +535,43 @@ async fn a_subscription_without_credit_is_told_its_stream_went() {
     assert_eq!(&update[2..], &string("going")[..]);
 }
 
+/// A client that says it takes Deliver version 2 gets it, with the last
+/// committed offset before each chunk; one that does not gets version 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliver_2_names_the_committed_offset_for_a_client_that_takes_it() {
+    let b = start_streams().await;
+    let env = env(&b).await;
+    env.stream_creator().create("committed").await.unwrap();
+    publish_to(&env, "committed", 0..3).await;
+    for v2 in [true, false] {
+        let mut s = raw_open(&b).await;
+        if v2 {
+            assert_eq!(ask_deliver_v2(&mut s).await, (1, 2));
+        }
+        let mut sub = vec![0, 0, 0, 9, 1];
+        sub.extend(string("committed"));
+        sub.extend([0, 1]); // first
+        sub.extend([0, 1]); // one credit
+        sub.extend([0, 0, 0, 0]);
+        send_frame(&mut s, 7, &sub).await;
+        let ok = read_until(&mut s, 0x8007).await;
+        assert_eq!(&ok[..6], &[0, 0, 0, 9, 0, 1], "subscribed");
+        let (version, d) = read_versioned(&mut s, 8).await;
+        assert_eq!(d[0], 1, "subscription 1");
+        let chunk = if v2 {
+            assert_eq!(version, 2);
+            let committed = u64::from_be_bytes(d[1..9].try_into().unwrap());
+            assert_eq!(committed, 2, "the last offset committed");
+            &d[9..]
+        } else {
+            assert_eq!(version, 1);
+            &d[1..]
+        };
+        let first = u64::from_be_bytes(chunk[24..32].try_into().unwrap());
+        assert_eq!(first, 0, "the chunk from the first offset");
+    }
+}
+
 /// Super streams: made with CreateSuperStream (a direct exchange and its
 /// partition streams, bound in order), routed by key (Route) and by hash
 /// (Partitions) by the Rust client's super stream producer, by the

@@ -55,9 +55,9 @@ pub const PUBLISHER_DOES_NOT_EXIST: u16 = 0x12;
 pub const NO_OFFSET: u16 = 0x13;
 
 /// The versions of each command this server speaks (min, max), for
-/// ExchangeCommandVersions: version 1 of each, and publish 2 (a filter
-/// value per message; clients turn filtering on by it). Deliver 2 (the
-/// committed offset) is not spoken yet.
+/// ExchangeCommandVersions: version 1 of each, publish 2 (a filter value
+/// per message; clients turn filtering on by it) and deliver 2 (the
+/// committed offset, sent to a client that says it takes it).
 pub const VERSIONS: &[(u16, u16, u16)] = &[
     (DECLARE_PUBLISHER, 1, 1),
     (PUBLISH, 1, 2),
@@ -66,7 +66,7 @@ pub const VERSIONS: &[(u16, u16, u16)] = &[
     (QUERY_PUBLISHER_SEQUENCE, 1, 1),
     (DELETE_PUBLISHER, 1, 1),
     (SUBSCRIBE, 1, 1),
-    (DELIVER, 1, 1),
+    (DELIVER, 1, 2),
     (CREDIT, 1, 1),
     (STORE_OFFSET, 1, 1),
     (QUERY_OFFSET, 1, 1),

@@ -249,6 +249,14 @@ impl<'a> Subscribe<'a> {
     }
 }
 
+/// Whether a client whose ExchangeCommandVersions lists `theirs` (key,
+/// min, max) takes Deliver version 2.
+pub fn speaks_deliver_v2(theirs: &[(u16, u16, u16)]) -> bool {
+    theirs
+        .iter()
+        .any(|&(k, min, max)| k == DELIVER && min <= 2 && max >= 2)
+}
+
 /// Where a subscription starts, from its offset specification.
 pub fn start_of(kind: u16, value: u64) -> Option<Start> {
     Some(match kind {
@@ -272,6 +280,8 @@ pub struct Reader {
     pub store: Arc<Store>,
     /// The messages it takes, if not all (`filter.N` properties).
     pub filter: Option<Arc<Filter>>,
+    /// Its chunks go as Deliver version 2 (the client asked for it).
+    pub v2: bool,
 }
 
 async fn read(r: Reader, credit: Arc<Semaphore>) {
@@ -282,6 +292,7 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
         frame_max,
         store,
         filter,
+        v2,
     } = r;
     let Target {
         stream: name,
@@ -378,7 +389,12 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
             .windows(2)
             .position(|w| w[1].0 != w[0].0 + 1)
             .map_or(pending.len(), |i| i + 1);
-        let frame = chunk(id, &pending[..run]);
+        // Deliver 2 names what is committed: at least what is sent.
+        let committed = v2.then(|| {
+            let end = queue.stream().map_or(0, |s| s.readable_end(queue));
+            end.saturating_sub(1).max(pending[run - 1].0)
+        });
+        let frame = chunk(id, &pending[..run], committed);
         let last = pending[run - 1].0;
         pending.drain(..run);
         if !out.send(frame).await {
@@ -401,13 +417,19 @@ pub async fn gone(out: &Out, name: &str) {
 }
 
 /// A Deliver frame of subscription `id` holding `batch` (consecutive
-/// offsets) as one chunk.
-pub fn chunk(id: u8, batch: &[(u64, Arc<Message>)]) -> Bytes {
+/// offsets) as one chunk: version 2 with `committed` (the last offset
+/// committed, which Deliver 2 names as the committed chunk id: every
+/// offset up to it is), version 1 without.
+pub fn chunk(id: u8, batch: &[(u64, Arc<Message>)], committed: Option<u64>) -> Bytes {
     let size: usize = batch.iter().map(|(_, m)| m.body().len() + 256).sum();
     let mut o = BytesMut::with_capacity(size + 64);
     let first = batch.first().map_or(0, |&(at, _)| at);
-    wire::frame(&mut o, DELIVER, 1, |o| {
+    let version = if committed.is_some() { 2 } else { 1 };
+    wire::frame(&mut o, DELIVER, version, |o| {
         o.put_u8(id);
+        if let Some(c) = committed {
+            o.put_u64(c);
+        }
         o.put_u8(MAGIC_VERSION);
         o.put_u8(0); // a user chunk
         o.put_u16(batch.len() as u16);
@@ -460,7 +482,7 @@ mod tests {
         );
         let plain = Message::new(b"", b"s", &[0, 0], b"there", Meta::default());
         let batch = vec![(7, Arc::new(stored)), (8, Arc::new(plain))];
-        let frame = chunk(3, &batch);
+        let frame = chunk(3, &batch, None);
         let size = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
         assert_eq!(size, frame.len() - 4);
         assert_eq!(&frame[4..8], &[0, 8, 0, 1], "deliver, version 1");
@@ -477,6 +499,23 @@ mod tests {
         let data = &frame[9 + 48..];
         let crc = u32::from_be_bytes(frame[9 + 32..9 + 36].try_into().unwrap());
         assert_eq!(crc, crc32fast::hash(data));
+    }
+
+    #[test]
+    fn deliver_2_names_the_committed_offset_before_the_chunk() {
+        let plain = Message::new(b"", b"s", &[0, 0], b"there", Meta::default());
+        let batch = vec![(7, Arc::new(plain))];
+        let v1 = chunk(3, &batch, None);
+        let v2 = chunk(3, &batch, Some(9));
+        assert_eq!(&v2[4..8], &[0, 8, 0, 2], "deliver, version 2");
+        assert_eq!(v2[8], 3);
+        assert_eq!(u64::from_be_bytes(v2[9..17].try_into().unwrap()), 9);
+        // The same chunk after it (its timestamp aside).
+        assert_eq!(v2.len(), v1.len() + 8);
+        assert_eq!(&v2[17..27], &v1[9..19]);
+        assert_eq!(&v2[35..], &v1[27..]);
+        assert!(speaks_deliver_v2(&[(DELIVER, 1, 2)]));
+        assert!(!speaks_deliver_v2(&[(DELIVER, 1, 1), (PUBLISH, 1, 2)]));
     }
 
     #[test]

@@ -88,6 +88,11 @@ pub async fn send_frame(s: &mut tokio::net::TcpStream, key: u16, body: &[u8]) {
 
 /// Reads frames until one of `key`: its fields after key and version.
 pub async fn read_until(s: &mut tokio::net::TcpStream, key: u16) -> Vec<u8> {
+    read_versioned(s, key).await.1
+}
+
+/// Reads frames until one of `key`: its version, and its fields.
+pub async fn read_versioned(s: &mut tokio::net::TcpStream, key: u16) -> (u16, Vec<u8>) {
     loop {
         let mut size = [0u8; 4];
         tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut size))
@@ -97,7 +102,7 @@ pub async fn read_until(s: &mut tokio::net::TcpStream, key: u16) -> Vec<u8> {
         let mut f = vec![0u8; u32::from_be_bytes(size) as usize];
         s.read_exact(&mut f).await.unwrap();
         if u16::from_be_bytes([f[0], f[1]]) == key {
-            return f[4..].to_vec();
+            return (u16::from_be_bytes([f[2], f[3]]), f[4..].to_vec());
         }
     }
 }
@@ -111,6 +116,25 @@ pub fn string(s: &str) -> Vec<u8> {
 /// The handshake of a client that writes frames itself.
 pub async fn raw_open(b: &TestBroker) -> tokio::net::TcpStream {
     raw_open_at(b.streams.unwrap()).await
+}
+
+/// Tells the server this raw client takes Deliver version 2
+/// (ExchangeCommandVersions); returns the server's deliver (min, max).
+pub async fn ask_deliver_v2(s: &mut tokio::net::TcpStream) -> (u16, u16) {
+    let mut ask = vec![0, 0, 0, 40, 0, 0, 0, 1];
+    ask.extend([0, 8, 0, 1, 0, 2]);
+    send_frame(s, 27, &ask).await;
+    let answer = read_until(s, 0x801b).await;
+    assert_eq!(&answer[4..6], &[0, 1], "versions exchanged");
+    let n = u32::from_be_bytes(answer[6..10].try_into().unwrap()) as usize;
+    (0..n)
+        .map(|i| &answer[10 + 6 * i..16 + 6 * i])
+        .find(|v| v[..2] == [0, 8])
+        .map(|v| {
+            let at = |i: usize| u16::from_be_bytes([v[i], v[i + 1]]);
+            (at(2), at(4))
+        })
+        .expect("deliver's versions")
 }
 
 /// The handshake of a client that writes frames itself, with the stream

@@ -50,6 +50,9 @@ struct Conn {
     serial: u64,
     /// Its publishers and subscriptions as the management API lists them.
     view: Arc<View>,
+    /// The client takes Deliver version 2 (it said so in its
+    /// ExchangeCommandVersions).
+    deliver_v2: bool,
 }
 
 /// An array of strings.
@@ -136,6 +139,7 @@ pub async fn run<R: AsyncRead + Unpin>(
             Arc::clone(&view),
         ),
         view,
+        deliver_v2: false,
         s,
         broker,
         out,
@@ -488,11 +492,11 @@ impl Conn {
             }
             EXCHANGE_COMMAND_VERSIONS => {
                 let n = f.count(6)?;
+                let mut theirs = Vec::with_capacity(n);
                 for _ in 0..n {
-                    f.u16()?;
-                    f.u16()?;
-                    f.u16()?;
+                    theirs.push((f.u16()?, f.u16()?, f.u16()?));
                 }
+                self.deliver_v2 = subscribe::speaks_deliver_v2(&theirs);
                 self.out
                     .write(|o| {
                         wire::response(o, key, correlation, OK, |o| {
@@ -722,6 +726,7 @@ impl Conn {
             frame_max: self.s.frame_max,
             store: Arc::clone(&self.broker.store),
             filter,
+            v2: self.deliver_v2,
         }
     }
 

@@ -57,6 +57,9 @@ struct State {
     vhost: Option<String>,
     /// The frame max the client tuned (0 before).
     frame_max: u32,
+    /// The client takes Deliver version 2 (it said so in its
+    /// ExchangeCommandVersions, which the leader answers).
+    deliver_v2: bool,
     /// Subscriptions served here: their credit, and their tasks.
     local: HashMap<u8, Local>,
     /// Ids the leader may hold a subscription under.
@@ -345,6 +348,20 @@ fn client_sent(
                 st.opening = Some((correlation, vhost.to_string()));
             }
         }
+        EXCHANGE_COMMAND_VERSIONS => {
+            let theirs = (|| {
+                fields.u32()?;
+                let n = fields.count(6)?;
+                let mut theirs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    theirs.push((fields.u16()?, fields.u16()?, fields.u16()?));
+                }
+                Ok::<_, Malformed>(theirs)
+            })();
+            if let Ok(theirs) = theirs {
+                st.deliver_v2 = crate::stream_protocol::subscribe::speaks_deliver_v2(&theirs);
+            }
+        }
         CREDIT => {
             if let (Ok(id), Ok(credit)) = (fields.u8(), fields.u16()) {
                 if let Some(l) = st.local.get(&id) {
@@ -393,14 +410,14 @@ fn subscribe(
     out: &Out,
 ) -> Here {
     let id = asked.id;
-    let (user, vhost, frame_max) = {
+    let (user, vhost, frame_max, v2) = {
         let mut st = shared.lock();
         if st.local.contains_key(&id) {
             let a = answer(SUBSCRIBE, correlation, SUBSCRIPTION_ID_ALREADY_EXISTS);
             return Here::Answered(a);
         }
         match (&st.user, &st.vhost, st.remote.contains(&id)) {
-            (Some(u), Some(v), false) => (u.clone(), v.clone(), st.frame_max),
+            (Some(u), Some(v), false) => (u.clone(), v.clone(), st.frame_max, st.deliver_v2),
             _ => return remote(&mut st, correlation, id),
         }
     };
@@ -423,6 +440,7 @@ fn subscribe(
         credit: Arc::clone(&credit),
         committed: reads.log.committed(),
         frame_max,
+        v2,
     };
     let served = subscription::serve(Arc::clone(shared), Arc::clone(reads), out.clone(), sub);
     let task = tokio::spawn(served).abort_handle();

@@ -62,6 +62,8 @@ pub(super) struct Sub {
     pub committed: u64,
     /// The connection's frame max.
     pub frame_max: u32,
+    /// Its chunks go as Deliver version 2.
+    pub v2: bool,
 }
 
 /// Serves `sub` until it is unsubscribed (its task aborted), the
@@ -147,7 +149,10 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, out: Out, sub:
             .windows(2)
             .position(|w| w[1].0 != w[0].0 + 1)
             .map_or(pending.len(), |i| i + 1);
-        let frame = subscribe::chunk(sub.id, &pending[..run]);
+        // Deliver 2 names what is committed: here, all that is applied,
+        // which is at least what was read.
+        let committed = sub.v2.then_some(cursor.saturating_sub(1));
+        let frame = subscribe::chunk(sub.id, &pending[..run], committed);
         pending.drain(..run);
         // Counted as it goes out (a client may ask the metrics once it
         // has the chunk).
