@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use cluster_support::Cluster;
 use common::streams::{
-    ask_deliver_v2, raw_open_at, read_until, read_versioned, send_frame, string,
+    ask_deliver_v2, raw_open_at, raw_open_beating, read_until, read_versioned, send_frame, string,
 };
 use futures::StreamExt;
 use rabbitmq_stream_client::types::{Message, StreamMetadata};
@@ -316,6 +316,23 @@ async fn a_followers_subscription_takes_credit_and_learns_its_stream_went() {
     assert_eq!(first, 0, "from the first offset");
     let after = served_by_followers(&cluster, leader).await;
     assert!(after > before, "served by the follower");
+
+    // A consumer that only sends credits (answered by the follower) for
+    // longer than two heartbeats keeps its connection: the follower tells
+    // the leader it is there.
+    let mut beating = raw_open_beating(port_of(&cluster, follower), 1).await;
+    send_frame(&mut beating, 7, &subscribe(11, 0)).await;
+    let ok = read_until(&mut beating, 0x8007).await;
+    assert_eq!(&ok[..6], &[0, 0, 0, 11, 0, 1], "subscribed");
+    for _ in 0..10 {
+        send_frame(&mut beating, 9, &[1, 0, 0]).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    let mut meta = vec![0, 0, 0, 12, 0, 0, 0, 1];
+    meta.extend(string("going"));
+    send_frame(&mut beating, 15, &meta).await;
+    let answer = read_until(&mut beating, 0x800f).await;
+    assert_eq!(&answer[..4], &[0, 0, 0, 12], "still open after 4 s");
 
     // Deleted through the leader: the follower's subscription is told.
     env.delete_stream("going").await.unwrap();

@@ -24,17 +24,17 @@ impl StreamEnd {
     /// The address of a node whose stream listeners bound `plain` and
     /// `tls`: the configured advertised host, else the node's host in
     /// `--peers` (what the members reach it by), else the bound address;
-    /// the configured advertised port, else each listener's. None if
-    /// neither listener is on.
+    /// the configured advertised ports (plain and TLS), else each
+    /// listener's. None if neither listener is on.
     pub fn of(c: &Config, plain: Option<SocketAddr>, tls: Option<SocketAddr>) -> Option<StreamEnd> {
         let bound = plain.or(tls)?;
         let host = c.stream_advertised_host.clone();
         let host = host.or_else(|| c.cluster.own_host());
-        let port = |a: Option<SocketAddr>| a.map(|a| c.stream_advertised_port.unwrap_or(a.port()));
+        let port = |a: Option<SocketAddr>, set: Option<u16>| a.map(|a| set.unwrap_or(a.port()));
         Some(StreamEnd {
             host: host.unwrap_or_else(|| bound.ip().to_string()),
-            port: port(plain),
-            tls_port: port(tls),
+            port: port(plain, c.stream_advertised_port),
+            tls_port: port(tls, c.stream_advertised_tls_port),
         })
     }
 

@@ -50,6 +50,9 @@ pub struct Config {
     /// The port Metadata names (stream.advertised_port); unset: the
     /// listener's.
     pub stream_advertised_port: Option<u16>,
+    /// The port Metadata names to a client of the TLS listener
+    /// (stream.advertised_tls_port); unset: that listener's.
+    pub stream_advertised_tls_port: Option<u16>,
     /// Milliseconds a client has for the AMQP handshake, after TLS's if
     /// any (RabbitMQ's handshake_timeout).
     pub handshake_timeout: u64,
@@ -147,6 +150,7 @@ impl Default for Config {
             stream_tls_port: None,
             stream_advertised_host: None,
             stream_advertised_port: None,
+            stream_advertised_tls_port: None,
             management: ManagementConfig::default(),
             handshake_timeout: 10_000,
             management_bind: IpAddr::from([0, 0, 0, 0]),
@@ -235,6 +239,10 @@ pub struct Cli {
     /// The port Metadata names for this node [default: the listener's].
     #[arg(long, value_name = "N")]
     pub stream_advertised_port: Option<u16>,
+    /// The port Metadata names for this node to TLS clients [default: the
+    /// TLS listener's].
+    #[arg(long, value_name = "N")]
+    pub stream_advertised_tls_port: Option<u16>,
     /// Address the management HTTP API listens on [default: 0.0.0.0].
     #[arg(long, value_name = "ADDR")]
     pub management_bind: Option<IpAddr>,
@@ -440,6 +448,9 @@ impl Cli {
         }
         if let Some(v) = self.stream_advertised_port {
             c.stream_advertised_port = Some(v);
+        }
+        if let Some(v) = self.stream_advertised_tls_port {
+            c.stream_advertised_tls_port = Some(v);
         }
         if let Some(v) = self.management_bind {
             c.management_bind = v;

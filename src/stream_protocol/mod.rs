@@ -96,7 +96,7 @@ pub async fn serve(
     groups: Arc<Groups>,
     stop: watch::Receiver<bool>,
 ) {
-    let advertised = advertised(&broker, local);
+    let advertised = advertised(&broker, local, false);
     let (rd, wr) = socket.into_split();
     let from = Reached {
         peer,
@@ -126,7 +126,7 @@ pub async fn serve_tls(
         .and_then(|c| c.first())
         .map(|c| c.to_vec());
     let external = certificate.and_then(|der| external_login(&der, &broker, peer));
-    let advertised = advertised(&broker, local);
+    let advertised = advertised(&broker, local, true);
     let (rd, wr) = tokio::io::split(socket);
     let from = Reached {
         peer,
@@ -177,12 +177,21 @@ fn external_login(der: &[u8], broker: &Broker, peer: SocketAddr) -> Option<Strin
 }
 
 /// What Metadata names this node as, for a client that reached it at
-/// `local`: the configured advertised host and port, else that address.
-fn advertised(broker: &Broker, local: SocketAddr) -> (String, u16) {
+/// `local` (over TLS or not): the configured advertised host, else in a
+/// cluster its host in `--peers` (as Metadata names it to a member's
+/// clients, so that a client reconnecting until it reaches the node
+/// Metadata named can tell), else that address; the configured advertised
+/// port, else that port.
+fn advertised(broker: &Broker, local: SocketAddr, tls: bool) -> (String, u16) {
     let c = &broker.config;
     let host = c.stream_advertised_host.clone();
+    let host = host.or_else(|| c.cluster.own_host());
     let host = host.unwrap_or_else(|| local.ip().to_string());
-    (host, c.stream_advertised_port.unwrap_or(local.port()))
+    let set = match tls {
+        true => c.stream_advertised_tls_port,
+        false => c.stream_advertised_port,
+    };
+    (host, set.unwrap_or(local.port()))
 }
 
 /// A connection on either listener (or carried here): who it is from,

@@ -140,6 +140,11 @@ pub async fn ask_deliver_v2(s: &mut tokio::net::TcpStream) -> (u16, u16) {
 /// The handshake of a client that writes frames itself, with the stream
 /// port at `at`.
 pub async fn raw_open_at(at: std::net::SocketAddr) -> tokio::net::TcpStream {
+    raw_open_beating(at, 60).await
+}
+
+/// `raw_open_at`, tuning a heartbeat of `heartbeat` seconds.
+pub async fn raw_open_beating(at: std::net::SocketAddr, heartbeat: u8) -> tokio::net::TcpStream {
     let mut s = tokio::net::TcpStream::connect(at).await.unwrap();
     send_frame(&mut s, 17, &[0, 0, 0, 1, 0, 0, 0, 0]).await;
     read_until(&mut s, 0x8011).await;
@@ -151,7 +156,7 @@ pub async fn raw_open_at(at: std::net::SocketAddr) -> tokio::net::TcpStream {
     let ok = read_until(&mut s, 0x8013).await;
     assert_eq!(&ok[4..6], &[0, 1], "authenticated");
     read_until(&mut s, 20).await;
-    send_frame(&mut s, 0x8014, &[0, 16, 0, 0, 0, 0, 0, 60]).await;
+    send_frame(&mut s, 0x8014, &[0, 16, 0, 0, 0, 0, 0, heartbeat]).await;
     let mut open = vec![0, 0, 0, 3];
     open.extend(string("/"));
     send_frame(&mut s, 21, &open).await;

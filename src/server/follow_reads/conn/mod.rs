@@ -150,6 +150,12 @@ pub(super) struct Conn {
     pub user: Option<String>,
     pub vhost: Option<String>,
     open: bool,
+    /// A start-ok and an open went by; a client that sends a second of
+    /// either is served only by the leader (which refuses it), as the
+    /// carrier could not tell which one the leader let in.
+    started: bool,
+    opening: bool,
+    spoiled: bool,
     pub cancel_notify: bool,
     /// The connection ends: no reader sends anything more.
     pub closed: bool,
@@ -370,7 +376,11 @@ impl Conn {
 
     fn connection_from_client(&mut self, m: connection::AMQPMethod) {
         match m {
+            connection::AMQPMethod::StartOk(_) | connection::AMQPMethod::Open(_)
+                if self.spoiled => {}
+            connection::AMQPMethod::StartOk(_) if self.started => self.spoil(),
             connection::AMQPMethod::StartOk(ok) => {
+                self.started = true;
                 self.user = match ok.mechanism.as_str() {
                     "EXTERNAL" => self.external.clone(),
                     m => crate::amqp::auth::decode(m, ok.response.as_bytes())
@@ -380,12 +390,23 @@ impl Conn {
                 self.cancel_notify = cancels(&ok.client_properties);
             }
             connection::AMQPMethod::TuneOk(t) => self.frame_max = t.frame_max,
-            connection::AMQPMethod::Open(o) => self.vhost = Some(o.virtual_host.to_string()),
+            connection::AMQPMethod::Open(_) if self.opening => self.spoil(),
+            connection::AMQPMethod::Open(o) => {
+                self.opening = true;
+                self.vhost = Some(o.virtual_host.to_string());
+            }
             connection::AMQPMethod::Close(_) | connection::AMQPMethod::CloseOk(_) => {
                 self.end();
             }
             _ => {}
         }
+    }
+
+    /// No reader is started here from now on (see `started`).
+    fn spoil(&mut self) {
+        self.spoiled = true;
+        self.user = None;
+        self.vhost = None;
     }
 
     /// A side sent what is not AMQP as this node reads it: the readers

@@ -468,3 +468,33 @@ fn a_closed_channel_stops_its_readers() {
     c.client_sent(&close);
     assert_eq!(c.credit(1, "s1", id), None);
 }
+
+#[test]
+fn a_second_start_ok_or_open_leaves_every_consume_to_the_leader() {
+    let mut c = opened();
+    let again = connection::StartOk {
+        client_properties: FieldTable::default(),
+        mechanism: ShortString::from("PLAIN"),
+        response: LongString::from("\0admin\0wrong"),
+        locale: ShortString::from("en_US"),
+    };
+    let f = method(
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::StartOk(again)),
+    );
+    assert!(matches!(c.client_sent(&f), ToLeader::Forward));
+    assert_eq!((c.user.as_deref(), c.vhost.as_deref()), (None, None));
+    assert!(!c.may_serve(1, "t"), "nothing served here any more");
+    let mut c = opened();
+    let open = |vhost: &str| {
+        method(
+            0,
+            AMQPClass::Connection(connection::AMQPMethod::Open(connection::Open {
+                virtual_host: ShortString::from(vhost),
+            })),
+        )
+    };
+    assert!(matches!(c.client_sent(&open("/secret")), ToLeader::Forward));
+    assert_eq!(c.vhost, None);
+    assert!(!c.may_serve(1, "t"));
+}

@@ -55,6 +55,11 @@ struct State {
     /// id; the vhost once the leader opened it.
     opening: Option<(u32, String)>,
     vhost: Option<String>,
+    /// A SASL authenticate, and an open, went by (a client sends one of
+    /// each; a second spoils the connection: see `spoil`).
+    authenticating: bool,
+    opened: bool,
+    spoiled: bool,
     /// The frame max the client tuned (0 before).
     frame_max: u32,
     /// The client takes Deliver version 2 (it said so in its
@@ -64,8 +69,10 @@ struct State {
     local: HashMap<u8, Local>,
     /// Ids the leader may hold a subscription under.
     remote: HashSet<u8>,
-    /// Subscribes sent to the leader and not answered: correlation → id.
+    /// Subscribes and unsubscribes sent to the leader and not answered:
+    /// correlation → id.
     asked_remote: HashMap<u32, u8>,
+    unsubscribing: HashMap<u32, u8>,
     /// The last subscription's serial.
     serial: u64,
 }
@@ -78,6 +85,28 @@ struct Local {
 }
 
 type Shared = parking_lot::Mutex<State>;
+
+impl State {
+    /// A client that authenticates or opens twice is not served here: the
+    /// leader refuses the second (and may close), but the carrier cannot
+    /// tell which request the leader's answer was for, so it would not
+    /// know the user or vhost for sure.
+    fn spoil(&mut self) {
+        self.spoiled = true;
+        self.claimed = None;
+        self.user = None;
+        self.opening = None;
+        self.vhost = None;
+    }
+}
+
+/// How long the leader may hear nothing from a client whose frames are
+/// all answered here before a heartbeat is sent on its behalf (the leader
+/// closes a connection silent for two heartbeats; a consumer whose
+/// credits are answered here sends none while it writes them).
+const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+/// A heartbeat frame: size 4, key 23, version 1.
+const HEARTBEAT_FRAME: [u8; 8] = [0, 0, 0, 4, 0, 23, 0, 1];
 
 /// Carries stream protocol client `client` to the leader, serving its
 /// subscriptions here where it can.
@@ -196,19 +225,24 @@ fn leader_sent(shared: &Shared, f: Bytes, own: Option<&(String, u16)>) -> Bytes 
     match key {
         k if k == SASL_AUTHENTICATE | RESPONSE => {
             if let Some((asked, user)) = st.claimed.take() {
-                if asked == correlation && code == OK {
+                if asked == correlation && code == OK && !st.spoiled {
                     st.user = Some(user);
                 }
             }
         }
         k if k == OPEN | RESPONSE => {
             if let Some((asked, vhost)) = st.opening.take() {
-                if asked == correlation && code == OK {
+                if asked == correlation && code == OK && !st.spoiled {
                     st.vhost = Some(vhost);
                 }
             }
             if let (OK, Some(own)) = (code, own) {
                 return named(&f, fields, correlation, own).unwrap_or(f);
+            }
+        }
+        k if k == UNSUBSCRIBE | RESPONSE => {
+            if let Some(id) = st.unsubscribing.remove(&correlation) {
+                st.remote.remove(&id);
             }
         }
         k if k == SUBSCRIBE | RESPONSE => {
@@ -265,7 +299,8 @@ async fn from_client<R, W>(
     let mut buf = BytesMut::with_capacity(64 << 10);
     let mut to_leader = BytesMut::new();
     let mut opaque = false;
-    loop {
+    let mut told = std::time::Instant::now();
+    'reading: loop {
         buf.reserve(64 << 10);
         match r.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -291,7 +326,7 @@ async fn from_client<R, W>(
                 Here::Forward => to_leader.put_slice(&f),
                 Here::Answered(a) => {
                     if !out.send(a).await {
-                        return;
+                        break 'reading;
                     }
                 }
                 Here::Served => {}
@@ -300,8 +335,14 @@ async fn from_client<R, W>(
         if opaque {
             to_leader.unsplit(buf.split());
         }
-        if !to_leader.is_empty() && up.write_all(&to_leader).await.is_err() {
-            break;
+        if to_leader.is_empty() && told.elapsed() >= KEEPALIVE {
+            to_leader.put_slice(&HEARTBEAT_FRAME);
+        }
+        if !to_leader.is_empty() {
+            if up.write_all(&to_leader).await.is_err() {
+                break;
+            }
+            told = std::time::Instant::now();
         }
         to_leader.clear();
     }
@@ -330,38 +371,10 @@ fn client_sent(
         return Here::Forward;
     };
     let mut st = shared.lock();
+    if handshake_sent(&mut st, key, &mut fields, external) {
+        return Here::Forward;
+    }
     match key {
-        SASL_AUTHENTICATE => {
-            if let Some(claimed) = sasl_user(&mut fields, external) {
-                st.claimed = Some(claimed);
-            }
-        }
-        // The client answers the server's tune with the same command.
-        k if k & !RESPONSE == TUNE => {
-            if let Ok(frame_max) = fields.u32() {
-                use crate::stream_protocol::{tuned_value, FRAME_MAX};
-                st.frame_max = tuned_value(FRAME_MAX, frame_max);
-            }
-        }
-        OPEN => {
-            if let (Ok(correlation), Ok(vhost)) = (fields.u32(), fields.string()) {
-                st.opening = Some((correlation, vhost.to_string()));
-            }
-        }
-        EXCHANGE_COMMAND_VERSIONS => {
-            let theirs = (|| {
-                fields.u32()?;
-                let n = fields.count(6)?;
-                let mut theirs = Vec::with_capacity(n);
-                for _ in 0..n {
-                    theirs.push((fields.u16()?, fields.u16()?, fields.u16()?));
-                }
-                Ok::<_, Malformed>(theirs)
-            })();
-            if let Ok(theirs) = theirs {
-                st.deliver_v2 = crate::stream_protocol::subscribe::speaks_deliver_v2(&theirs);
-            }
-        }
         CREDIT => {
             if let (Ok(id), Ok(credit)) = (fields.u8(), fields.u16()) {
                 if let Some(l) = st.local.get(&id) {
@@ -381,8 +394,12 @@ fn client_sent(
                 l.task.abort();
                 return Here::Answered(answer(UNSUBSCRIBE, correlation, OK));
             }
-            // Free once the leader has it (whatever it answers).
-            st.remote.remove(&id);
+            // Free once the leader answers (whatever it answers: its
+            // chunks for the id end before that); a reused correlation id
+            // leaves it held.
+            if st.remote.contains(&id) && !st.unsubscribing.contains_key(&correlation) {
+                st.unsubscribing.insert(correlation, id);
+            }
         }
         SUBSCRIBE => {
             let Ok(correlation) = fields.u32() else {
@@ -397,6 +414,60 @@ fn client_sent(
         _ => {}
     }
     Here::Forward
+}
+
+/// Notes what a client's handshake frame (or its ExchangeCommandVersions)
+/// says; true if it was one.
+fn handshake_sent(
+    st: &mut State,
+    key: u16,
+    fields: &mut Fields<'_>,
+    external: Option<&str>,
+) -> bool {
+    match key {
+        SASL_AUTHENTICATE => match st.authenticating {
+            true => st.spoil(),
+            false => {
+                st.authenticating = true;
+                st.claimed = sasl_user(fields, external);
+            }
+        },
+        // The client answers the server's tune with the same command; the
+        // leader takes the last before the open.
+        k if k & !RESPONSE == TUNE => {
+            if let (Ok(frame_max), false) = (fields.u32(), st.opened) {
+                use crate::stream_protocol::{tuned_value, FRAME_MAX};
+                st.frame_max = tuned_value(FRAME_MAX, frame_max);
+            }
+        }
+        OPEN => match st.opened {
+            true => st.spoil(),
+            false => {
+                st.opened = true;
+                if let (Ok(correlation), Ok(vhost)) = (fields.u32(), fields.string()) {
+                    if !st.spoiled {
+                        st.opening = Some((correlation, vhost.to_string()));
+                    }
+                }
+            }
+        },
+        EXCHANGE_COMMAND_VERSIONS => {
+            let theirs = (|| {
+                fields.u32()?;
+                let n = fields.count(6)?;
+                let mut theirs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    theirs.push((fields.u16()?, fields.u16()?, fields.u16()?));
+                }
+                Ok::<_, Malformed>(theirs)
+            })();
+            if let Ok(theirs) = theirs {
+                st.deliver_v2 = crate::stream_protocol::subscribe::speaks_deliver_v2(&theirs);
+            }
+        }
+        _ => return false,
+    }
+    true
 }
 
 /// Serves Subscribe `asked` here if this node may (see the module's doc),
@@ -454,10 +525,11 @@ fn subscribe(
 }
 
 /// Subscribe `correlation` goes to the leader, which may hold `id` from
-/// then on.
+/// then on (for good if the client reused a correlation id still
+/// waiting: the answer could be either's).
 fn remote(st: &mut State, correlation: u32, id: u8) -> Here {
     st.remote.insert(id);
-    st.asked_remote.insert(correlation, id);
+    st.asked_remote.entry(correlation).or_insert(id);
     Here::Forward
 }
 

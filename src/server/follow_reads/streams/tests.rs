@@ -132,3 +132,88 @@ fn sasl_names_plain_and_external_users() {
     let other = auth("AMQPLAIN", b"");
     assert_eq!(sasl_user(&mut Fields::new(&other), Some("cn")), None);
 }
+
+/// A client frame: key, version 1, then `body`.
+fn client_frame(key: u16, body: impl FnOnce(&mut BytesMut)) -> BytesMut {
+    let mut o = BytesMut::new();
+    wire::frame(&mut o, key, 1, body);
+    o
+}
+
+fn sent(st: &mut State, f: &BytesMut, external: Option<&str>) -> bool {
+    let mut fields = Fields::new(&f[4..]);
+    let _ = (fields.u16(), fields.u16());
+    handshake_sent(st, u16::from_be_bytes([f[4], f[5]]), &mut fields, external)
+}
+
+fn plain(correlation: u32, user: &str) -> BytesMut {
+    client_frame(SASL_AUTHENTICATE, |o| {
+        o.put_u32(correlation);
+        wire::put_str(o, "PLAIN");
+        let data = format!("\0{user}\0pw");
+        o.put_u32(data.len() as u32);
+        o.put_slice(data.as_bytes());
+    })
+}
+
+fn open(correlation: u32, vhost: &str) -> BytesMut {
+    client_frame(OPEN, |o| {
+        o.put_u32(correlation);
+        wire::put_str(o, vhost);
+    })
+}
+
+#[test]
+fn a_second_login_or_open_is_never_taken_for_the_first() {
+    // Pipelined: the leader's answers to the first login and open come
+    // after the carrier read the second ones.
+    let shared = Shared::default();
+    {
+        let mut st = shared.lock();
+        assert!(sent(&mut st, &plain(3, "alice"), None));
+        let tune = client_frame(TUNE | RESPONSE, |o| {
+            o.put_u32(4096);
+            o.put_u32(60);
+        });
+        assert!(sent(&mut st, &tune, None));
+        assert_eq!(st.frame_max, 4096);
+        assert!(sent(&mut st, &open(4, "/"), None));
+        assert!(sent(&mut st, &open(4, "/secret"), None));
+        assert!(sent(&mut st, &plain(3, "admin"), None));
+    }
+    leader_sent(&shared, response(SASL_AUTHENTICATE, 3, OK, |_| {}), None);
+    leader_sent(&shared, response(OPEN, 4, OK, |_| {}), None);
+    let st = shared.lock();
+    assert!(st.spoiled);
+    assert_eq!((st.user.as_deref(), st.vhost.as_deref()), (None, None));
+}
+
+#[test]
+fn a_tune_after_the_open_changes_nothing() {
+    let mut st = State::default();
+    let tune = |max: u32| {
+        client_frame(TUNE, |o| {
+            o.put_u32(max);
+            o.put_u32(0);
+        })
+    };
+    assert!(sent(&mut st, &tune(8192), None));
+    assert!(sent(&mut st, &open(1, "/"), None));
+    assert!(sent(&mut st, &tune(1 << 30), None));
+    assert_eq!(st.frame_max, 8192);
+    assert!(!st.spoiled);
+}
+
+#[test]
+fn an_unsubscribed_id_is_freed_by_the_leaders_answer() {
+    let shared = Shared::default();
+    {
+        let mut st = shared.lock();
+        remote(&mut st, 1, 5);
+        st.unsubscribing.insert(2, 5);
+    }
+    leader_sent(&shared, response(SUBSCRIBE, 1, OK, |_| {}), None);
+    assert!(shared.lock().remote.contains(&5), "held until unsubscribed");
+    leader_sent(&shared, response(UNSUBSCRIBE, 2, OK, |_| {}), None);
+    assert!(!shared.lock().remote.contains(&5));
+}
