@@ -222,6 +222,53 @@ async fn publish(ch: &Channel, queue: &str, n: usize) {
 }
 
 /// `queue`'s depth, or None if there is no such queue.
+/// Declares super stream `name` with `n` partitions as RabbitMQ's
+/// clients do over AMQP: a direct exchange with `x-super-stream`, a stream
+/// per partition, each bound by its index (the last first).
+async fn super_stream(ch: &Channel, name: &str, n: u32) {
+    use lapin::types::AMQPValue;
+    let arg = |k: &str, v: AMQPValue| {
+        let mut t = FieldTable::default();
+        t.insert(k.into(), v);
+        t
+    };
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    let super_stream = arg("x-super-stream", AMQPValue::Boolean(true));
+    ch.exchange_declare(
+        name.into(),
+        lapin::ExchangeKind::Direct,
+        durable,
+        super_stream,
+    )
+    .await
+    .unwrap();
+    for i in (0..n).rev() {
+        let partition = format!("{name}-{i}");
+        let stream = arg("x-queue-type", AMQPValue::LongString("stream".into()));
+        let options = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        ch.queue_declare(partition.as_str().into(), options, stream)
+            .await
+            .unwrap();
+        let order = arg("x-stream-partition-order", AMQPValue::LongInt(i as i32));
+        let key = i.to_string();
+        ch.queue_bind(
+            partition.as_str().into(),
+            name.into(),
+            key.as_str().into(),
+            QueueBindOptions::default(),
+            order,
+        )
+        .await
+        .unwrap();
+    }
+}
+
 async fn depth(conn: &lapin::Connection, queue: &str) -> Option<u32> {
     if !helpers::queue_exists(conn, queue).await {
         return None;
@@ -373,6 +420,22 @@ async fn the_ui_manages_the_broker_in_a_real_browser() {
     }
     shot(&c, "stream").await;
     assert_eq!(depth(&conn, "ui-stream").await, Some(4));
+
+    // A super stream (declared over AMQP: the exchange, its partitions
+    // bound out of order) shows its partitions in order on its page.
+    super_stream(&amqp, "invoices", 2).await;
+    go(&c, &base, "#/exchanges/%2F/invoices").await;
+    let text = wait_text(&c, "main", |t| {
+        t.contains("Super stream partitions") && t.contains("invoices-1")
+    })
+    .await;
+    assert!(text.contains("direct (super stream)"), "{text}");
+    let at = |s: &str| text.find(s).unwrap_or(usize::MAX);
+    assert!(
+        at("invoices-0") < at("invoices-1"),
+        "in partition order: {text}"
+    );
+    shot(&c, "super-stream").await;
 
     // Purge it, then delete it.
     go(&c, &base, "#/queues/%2F/from-ui").await;

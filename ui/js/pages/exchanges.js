@@ -1,5 +1,6 @@
 // Exchanges: the list (paged by the server), declare, and an exchange's
-// page: its bindings (add, remove), publish a message, delete.
+// page: its bindings (add, remove), a super stream's partitions, publish a
+// message, delete.
 
 import { api, get, seg, vhostNames } from "../api.js";
 import { h, fill, rate, table, pairs, form, link, parseArgs, args } from "../dom.js";
@@ -47,6 +48,20 @@ export function publishForm(vhost, name, routingKey = "") {
   }, { id: "publish", keep: true });
 }
 
+// A super stream is a direct exchange with `x-super-stream`; its
+// partitions are the streams bound to it, in `x-stream-partition-order`.
+const isSuperStream = (x) => Boolean(x.arguments && x.arguments["x-super-stream"]);
+
+function partitionsTable(vhost, bindings) {
+  const order = (b) => Number((b.arguments || {})["x-stream-partition-order"] ?? Infinity);
+  const partitions = bindings.filter((b) => b.destination_type === "queue").sort((a, b) => order(a) - order(b));
+  return table([
+    { label: "Order", value: (b) => String(order(b)), num: true },
+    { label: "Partition", value: (b) => link(`#/queues/${seg(vhost)}/${seg(b.destination)}`, b.destination) },
+    { label: "Binding key", value: (b) => b.routing_key },
+  ], partitions, { empty: "No partitions." });
+}
+
 async function exchange(view, vhost, name) {
   name = name === "amq.default" ? "" : name;
   const live = h("div");
@@ -73,12 +88,14 @@ async function exchange(view, vhost, name) {
       get(`/exchanges/${seg(vhost)}/${seg(name)}/bindings/destination`),
     ]) : [[], []];
     const s = x.message_stats || {};
+    const partitions = isSuperStream(x) ? [h("h2", { id: "partitions" }, "Super stream partitions"), partitionsTable(vhost, out)] : [];
     fill(live, pairs([
-      ["Type", x.type], ["Durable", x.durable ? "yes" : "no"], ["Auto-delete", x.auto_delete ? "yes" : "no"],
+      ["Type", isSuperStream(x) ? `${x.type} (super stream)` : x.type],
+      ["Durable", x.durable ? "yes" : "no"], ["Auto-delete", x.auto_delete ? "yes" : "no"],
       ["Internal", x.internal ? "yes" : "no"], ["Arguments", args(x.arguments)], ["Policy", x.policy || ""],
       ["Publish in", rate(s.publish_in_details && s.publish_in_details.rate)],
       ["Publish out", rate(s.publish_out_details && s.publish_out_details.rate)],
-    ]), name ? [h("h2", {}, "Bindings from here"), bindingsTable(vhost, out, "source"),
+    ]), ...partitions, name ? [h("h2", {}, "Bindings from here"), bindingsTable(vhost, out, "source"),
       h("h2", {}, "Bindings to here"), bindingsTable(vhost, into, "destination")] : "");
   };
   await refresh();
@@ -93,7 +110,8 @@ export async function page(view, params) {
     { label: "Vhost", value: (x) => x.vhost, sort: "vhost" },
     { label: "Name", value: (x) => exLink(x.vhost, x.name), sort: "name" },
     { label: "Type", value: (x) => x.type, sort: "type" },
-    { label: "Features", value: (x) => [x.durable ? "D" : "", x.auto_delete ? "AD" : "", x.internal ? "I" : ""].filter(Boolean).join(" ") },
+    { label: "Features", value: (x) => [x.durable ? "D" : "", x.auto_delete ? "AD" : "", x.internal ? "I" : "",
+      isSuperStream(x) ? "super stream" : ""].filter(Boolean).join(" ") },
     { label: "Policy", value: (x) => x.policy || "" },
     { label: "In", value: (x) => rate(x.message_stats && x.message_stats.publish_in_details && x.message_stats.publish_in_details.rate), num: true },
     { label: "Out", value: (x) => rate(x.message_stats && x.message_stats.publish_out_details && x.message_stats.publish_out_details.rate), num: true },
