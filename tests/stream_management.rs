@@ -16,27 +16,13 @@ use rabbitmq_http_client::api::Client;
 use rabbitmq_stream_client::types::{Message, OffsetSpecification};
 use rabbitmq_stream_client::Environment;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren::config::Port;
 
 /// `method` on the management API at `path` as guest: (status, JSON).
 async fn call(b: &TestBroker, method: &str, path: &str, body: &str) -> (u16, Value) {
-    let addr = b.api.expect("the management API is on");
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    // "guest:guest" in base64.
-    let req = format!(
-        "{method} {path} HTTP/1.0\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.expect("send");
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.expect("read");
-    let text = String::from_utf8(raw).expect("UTF-8");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok());
-    let json = serde_json::from_str(body).unwrap_or(Value::String(body.to_string()));
-    (status.unwrap_or(0), json)
+    let (status, body) = api_call(b, method, path, body).await;
+    let json = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    (status, json)
 }
 
 async fn get(b: &TestBroker, path: &str) -> Value {

@@ -182,25 +182,6 @@ async fn properties_survive_the_trip_and_amqp_091_messages_read_as_amqp_10() {
     assert!(seen[1].4.contains("red"), "{:?}", seen[1]);
 }
 
-/// POST `body` to the management API at `path`: (status, body).
-async fn api_post(b: &TestBroker, path: &str, body: &str) -> (u16, String) {
-    let addr = b.api.expect("the management API is on");
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    // "guest:guest" in base64.
-    let req = format!(
-        "POST {path} HTTP/1.0\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.expect("send");
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.expect("read");
-    let text = String::from_utf8(raw).expect("UTF-8");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok());
-    (status.unwrap_or(0), body.to_string())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_protocol_message_reads_over_amqp_091_and_the_api_with_its_properties() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -264,8 +245,9 @@ async fn a_stream_protocol_message_reads_over_amqp_091_and_the_api_with_its_prop
         d.ack(Default::default()).await.unwrap();
     }
     // The management API's get.
-    let (status, body) = api_post(
+    let (status, body) = api_call(
         &b,
+        "POST",
         "/api/queues/%2f/events/get",
         r#"{"count":1,"ackmode":"ack_requeue_true","encoding":"auto","offset":1}"#,
     )

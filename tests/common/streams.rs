@@ -13,6 +13,26 @@ use warren::config::Port;
 
 use super::*;
 
+/// `method` on `b`'s management API at `path` with `body`, as guest, over
+/// HTTP/1.0: (status, body).
+pub async fn api_call(b: &TestBroker, method: &str, path: &str, body: &str) -> (u16, String) {
+    let addr = b.api.expect("the management API is on");
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    // "guest:guest" in base64.
+    let req = format!(
+        "{method} {path} HTTP/1.0\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.expect("send");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.expect("read");
+    let text = String::from_utf8(raw).expect("UTF-8");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok());
+    (status.unwrap_or(0), body.to_string())
+}
+
 pub async fn start_streams() -> TestBroker {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut c = config(tmp.path());
