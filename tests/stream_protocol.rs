@@ -517,6 +517,35 @@ async fn a_subscription_without_credit_is_told_its_stream_went() {
     assert_eq!(&update[2..], &string("going")[..]);
 }
 
+/// A publisher whose stream is deleted (by another connection) is told
+/// so (MetadataUpdate "stream not available") and dropped: publishing
+/// with its id then gets "publisher does not exist".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_is_told_its_stream_went() {
+    let b = start_streams().await;
+    let env = env(&b).await;
+    env.stream_creator().create("leaving").await.unwrap();
+    let mut s = raw_open(&b).await;
+    let mut declare = vec![0, 0, 0, 5, 7, 0xff, 0xff];
+    declare.extend(string("leaving"));
+    send_frame(&mut s, 1, &declare).await;
+    let ok = read_until(&mut s, 0x8001).await;
+    assert_eq!(&ok[..6], &[0, 0, 0, 5, 0, 1], "declared");
+    env.delete_stream("leaving").await.unwrap();
+    let update = read_until(&mut s, 16).await;
+    assert_eq!(&update[..2], &[0, 6], "stream not available");
+    assert_eq!(&update[2..], &string("leaving")[..]);
+    // Publisher 7 is no more.
+    let mut publish = vec![7, 0, 0, 0, 1];
+    publish.extend(1u64.to_be_bytes());
+    publish.extend(2u32.to_be_bytes());
+    publish.extend(b"hi");
+    send_frame(&mut s, 2, &publish).await;
+    let error = read_until(&mut s, 4).await;
+    assert_eq!(error[0], 7, "publisher 7");
+    assert_eq!(&error[13..15], &[0, 0x12], "publisher does not exist");
+}
+
 /// A client that says it takes Deliver version 2 gets it, with the last
 /// committed offset before each chunk; one that does not gets version 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -153,7 +153,8 @@ pub async fn run<R: AsyncRead + Unpin>(
         heartbeat * 2
     };
     let mut buf = Vec::new();
-    // How often unanswered consumer updates are looked for.
+    // How often unanswered consumer updates, and publishers whose stream
+    // went, are looked for.
     let mut answers = tokio::time::interval(Duration::from_secs(5));
     answers.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -184,9 +185,12 @@ pub async fn run<R: AsyncRead + Unpin>(
                             c.update(u).await;
                         }
                     }
-                    _ = answers.tick() => if c.overdue() {
-                        tracing::warn!(peer = %c.s.peer, "stream client did not answer a consumer update: closing");
-                        return;
+                    _ = answers.tick() => {
+                        if c.overdue() {
+                            tracing::warn!(peer = %c.s.peer, "stream client did not answer a consumer update: closing");
+                            return;
+                        }
+                        c.publishers_gone().await;
                     },
                     _ = stop.changed() => {
                         close(&c.out, OK, "the broker is shutting down").await;
@@ -769,6 +773,23 @@ impl Conn {
                 Err(_) => INTERNAL_ERROR,
             },
             Err(_) => PRECONDITION_FAILED,
+        }
+    }
+
+    /// Publishers whose stream was deleted are dropped, and the client is
+    /// told once per stream (MetadataUpdate "stream not available"), as
+    /// RabbitMQ tells a deleted stream's publishers.
+    async fn publishers_gone(&mut self) {
+        let mut gone: Vec<String> = Vec::new();
+        self.publishers.retain(|_, p| {
+            let went = p.queue.is_deleted() || p.queue.stream().is_none_or(|s| s.is_gone());
+            if went && !gone.contains(&p.stream) {
+                gone.push(p.stream.clone());
+            }
+            !went
+        });
+        for stream in gone {
+            subscribe::gone(&self.out, &stream).await;
         }
     }
 
