@@ -16,7 +16,6 @@ use rabbitmq_http_client::api::Client;
 use rabbitmq_stream_client::types::{Message, OffsetSpecification};
 use rabbitmq_stream_client::Environment;
 use serde_json::Value;
-use warren::config::Port;
 
 /// `method` on the management API at `path` as guest: (status, JSON).
 async fn call(b: &TestBroker, method: &str, path: &str, body: &str) -> (u16, Value) {
@@ -37,11 +36,7 @@ fn listed(v: &Value) -> &Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_connections_publishers_and_consumers_are_listed_and_closed() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let mut c = config(tmp.path());
-    c.stream_port = Port::On(0);
-    c.management_port = Port::On(0);
-    let b = start_in(tmp, c).await;
+    let b = start_streams_with_api().await;
     let env = env(&b).await;
     env.stream_creator().create("events").await.unwrap();
     let mut producer = env

@@ -184,11 +184,7 @@ async fn properties_survive_the_trip_and_amqp_091_messages_read_as_amqp_10() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_protocol_message_reads_over_amqp_091_and_the_api_with_its_properties() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let mut c = config(tmp.path());
-    c.stream_port = Port::On(0);
-    c.management_port = Port::On(0);
-    let b = start_in(tmp, c).await;
+    let b = start_streams_with_api().await;
     let env = env(&b).await;
     env.stream_creator().create("events").await.unwrap();
     let producer = env.producer().build("events").await.unwrap();

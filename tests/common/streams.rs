@@ -33,6 +33,15 @@ pub async fn api_call(b: &TestBroker, method: &str, path: &str, body: &str) -> (
     (status.unwrap_or(0), body.to_string())
 }
 
+/// A broker with the stream port and the management API on.
+pub async fn start_streams_with_api() -> TestBroker {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut c = config(tmp.path());
+    c.stream_port = Port::On(0);
+    c.management_port = Port::On(0);
+    start_in(tmp, c).await
+}
+
 pub async fn start_streams() -> TestBroker {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut c = config(tmp.path());
