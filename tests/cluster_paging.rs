@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster_support::api::http;
+use cluster_support::api::{http, leader_json};
 use cluster_support::total::durable;
 use cluster_support::Cluster;
 use futures::StreamExt;
@@ -178,22 +178,29 @@ async fn past_the_bound(route: Route<'_>, declare: impl AsyncFnOnce(&Channel)) {
     let total = before + during;
     let consuming = tokio::spawn({
         let queue = route.queue.to_string();
-        async move { consume(&cch, &queue, total).await }
+        // The channel comes back with what it got: a failure report
+        // reads its consumer and credit while it is still open.
+        async move { (consume(&cch, &queue, total).await, cch) }
     });
     publish(&ch, &route, size, before, total).await;
     if let Some(from) = route.moved_from {
         move_all(&cluster, leader, from, route.queue).await;
     }
-    let mut got = consuming.await.unwrap();
+    let (mut got, _consuming_channel) = consuming.await.unwrap();
     if !route.ordered {
         got.sort_unstable();
     }
     let seen: std::collections::HashSet<u64> = got.iter().copied().collect();
     let missing = (0..total).filter(|id| !seen.contains(id)).count();
     let first_out_of_order = got.windows(2).position(|w| w[1] != w[0] + 1);
+    let delivered_all = missing == 0 && first_out_of_order.is_none() && got.len() as u64 == total;
+    let what = match delivered_all {
+        true => String::new(),
+        false => diagnose(&cluster, &route, (0..total).filter(|id| !seen.contains(id))).await,
+    };
     assert!(
-        missing == 0 && first_out_of_order.is_none() && got.len() as u64 == total,
-        "{} of {total} confirmed messages delivered ({missing} missing), out of order at {:?}",
+        delivered_all,
+        "{} of {total} confirmed messages delivered ({missing} missing), out of order at {:?}{what}",
         got.len(),
         first_out_of_order.map(|i| &got[i..(i + 2).min(got.len())])
     );
@@ -207,6 +214,60 @@ async fn past_the_bound(route: Route<'_>, declare: impl AsyncFnOnce(&Channel)) {
         );
     }
     cluster.assert_no_panics();
+}
+
+/// What a failure report needs: which ids went missing (in runs), what
+/// the leader's API says of the queues, and what the nodes logged that is
+/// not routine.
+async fn diagnose(
+    cluster: &Cluster,
+    route: &Route<'_>,
+    missing: impl Iterator<Item = u64>,
+) -> String {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for id in missing {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == id => *end = id,
+            _ => runs.push((id, id)),
+        }
+    }
+    let mut out = format!("\nmissing ids (runs): {:?}", &runs[..runs.len().min(20)]);
+    let mut queues = vec![route.queue.to_string(), route.key.to_string()];
+    queues.extend(route.moved_from.map(str::to_string));
+    queues.dedup();
+    for q in queues {
+        let (status, v) = leader_json(cluster, &format!("/api/queues/%2F/{q}")).await;
+        let field = |k: &str| v.get(k).cloned().unwrap_or_default();
+        out.push_str(&format!(
+            "\nqueue {q} ({status}): ready {} unacked {} paged out {} consumers {}",
+            field("messages_ready"),
+            field("messages_unacknowledged"),
+            field("messages_paged_out"),
+            field("consumers"),
+        ));
+    }
+    for path in ["/api/consumers", "/api/channels", "/api/connections"] {
+        let (status, v) = leader_json(cluster, path).await;
+        out.push_str(&format!("\n{path} ({status}): {v}"));
+    }
+    for i in 0..3 {
+        let text = std::fs::read_to_string(&cluster.nodes[i].log).unwrap_or_default();
+        let notable: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                ["WARN", "ERROR", "leading", "panicked"]
+                    .iter()
+                    .any(|w| l.contains(w))
+            })
+            .collect();
+        let from = notable.len().saturating_sub(30);
+        out.push_str(&format!(
+            "\n--- node {} ---\n{}",
+            i + 1,
+            notable[from..].join("\n")
+        ));
+    }
+    out
 }
 
 fn direct<'a>(key: &'a str) -> Route<'a> {
