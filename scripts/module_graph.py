@@ -24,7 +24,7 @@ LAYERS = [
     ["config", "message", "alarm", "plugins", "policy"],
     ["store", "exchange", "tls"],
     ["dedup"],
-    ["queue", "delayed", "access", "cluster"],
+    ["queue", "delayed", "access", "cluster", "shovel"],
     ["vhost"],
     ["broker"],
     ["definitions"],

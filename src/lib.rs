@@ -52,6 +52,7 @@ pub mod policy;
 pub mod queue;
 pub mod rates;
 pub mod server;
+pub mod shovel;
 pub mod store;
 pub mod stream_protocol;
 pub mod tls;

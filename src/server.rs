@@ -372,6 +372,17 @@ impl Server {
             listeners.push(("https/prometheus", addr));
         }
         let api = crate::http::Api::new(Arc::clone(&broker), listeners, all_tls.clone());
+        // Shovels start once this broker listens: a URI without a host
+        // connects to its own AMQP listener.
+        broker.shovels.configure(
+            amqp_addr,
+            &api.node,
+            &crate::http::cluster_name(&api),
+            Broker::shovel_finished(&Arc::downgrade(&broker)),
+        );
+        if let Err(e) = broker.start_shovels() {
+            warn!("cannot start the shovels: {e}");
+        }
         if management_addr.is_some() || management_tls_addr.is_some() {
             crate::http::start_sampler(&api, stop_rx.clone());
         }
@@ -460,6 +471,7 @@ impl Server {
     /// flushes the store.
     pub async fn shutdown(mut self) {
         self.accepted = None;
+        self.broker.shovels.stop_all();
         let _ = self.stop.send(true);
         for t in self.tasks.drain(..) {
             let _ = t.await;

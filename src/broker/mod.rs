@@ -1,11 +1,13 @@
 //! `Broker`: the state every connection shares: configuration, the store,
 //! the vhosts (vhosts.rs), users, the open connections (connections.rs,
-//! with what stream connections show: stream_clients.rs).
+//! with what stream connections show: stream_clients.rs), the shovels
+//! (shovels.rs).
 //! Opening it recovers durable state from the store.
 
 pub mod connections;
 pub mod message_sizes;
 pub mod policies;
+mod shovels;
 pub mod stream_clients;
 pub mod vhosts;
 
@@ -58,6 +60,8 @@ pub struct Broker {
     pub queue_churn: Arc<crate::vhost::stats::QueueChurn>,
     /// The cluster this node leads, if it is a cluster member.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// The shovels it runs (shovels.rs).
+    pub shovels: Arc<crate::shovel::Shovels>,
 }
 
 impl Broker {
@@ -109,6 +113,7 @@ impl Broker {
             plugins: Arc::new(crate::plugins::Plugins::enabled()),
             queue_churn: Arc::default(),
             cluster,
+            shovels: Arc::default(),
         });
         broker
             .recover()

@@ -71,6 +71,7 @@ impl Broker {
             .close_vhost(name, &format!("vhost '{name}' is deleted"));
         let messages = vh.close()?;
         self.users.forget_vhost(name);
+        self.shovels.stop_vhost(name);
         drop(vhosts);
         tracing::info!(
             vhost = name,

@@ -53,6 +53,8 @@ struct Plan {
     exchanges: Vec<(String, ExchangeSpec)>,
     queues: Vec<(String, QueueSpec)>,
     bindings: Vec<Binding>,
+    /// (vhost, name, value) of each shovel, started once made.
+    shovels: Vec<(String, String, Value)>,
 }
 
 /// Reads a field that must be a string.
@@ -276,6 +278,10 @@ fn read(root: &Map<String, Value>, into: Option<&str>) -> Result<Plan, String> {
                 let spec = PolicySpec::from_value(&value).map_err(|e| format!("{at}: {e}"))?;
                 plan.policies
                     .push((vhost, name, spec, component == OPERATOR_POLICY));
+            }
+            crate::shovel::COMPONENT => {
+                crate::shovel::Spec::parse(&name, &value).map_err(|e| format!("{at}: {e}"))?;
+                plan.shovels.push((vhost, name, value));
             }
             _ => return Err(format!("{at}: {}", component_not_found(&component))),
         }
@@ -534,6 +540,12 @@ fn apply(broker: &Broker, plan: Plan) -> Result<Imported, String> {
             .map_err(|e| fail(&format!("policy '{name}'"), &e))?;
         done.policies += 1;
     }
+    for (vhost, name, value) in plan.shovels {
+        broker
+            .put_shovel(&vhost, &name, &value)
+            .map_err(|e| fail(&format!("shovel '{name}'"), &e))?;
+        done.parameters += 1;
+    }
     for (vhost, spec) in plan.exchanges {
         if is_builtin(&spec.name) {
             continue;
@@ -568,13 +580,13 @@ fn apply(broker: &Broker, plan: Plan) -> Result<Imported, String> {
 }
 
 /// Why a parameter of `component` is refused: nothing in Warren acts on
-/// any component but vhost limits and policies, so storing one (a shovel,
-/// a federation upstream) would list it as if it ran. RabbitMQ's wording
+/// any component but vhost limits, policies and shovels, so storing one
+/// (a federation upstream) would list it as if it ran. RabbitMQ's wording
 /// for a component no plugin provides, and what Warren lacks.
 pub fn component_not_found(component: &str) -> String {
     format!(
         "Validation failed\n\ncomponent {component} not found (Warren acts on the components \
-         {LIMITS_COMPONENT}, {POLICY} and {OPERATOR_POLICY}; shovels and federation are not \
+         {LIMITS_COMPONENT}, {POLICY}, {OPERATOR_POLICY} and shovel; federation is not \
          built yet)\n"
     )
 }

@@ -15,6 +15,7 @@ mod list;
 mod message;
 pub mod prometheus;
 mod render;
+pub use render::cluster_name;
 mod routes;
 mod samples;
 pub mod tls;

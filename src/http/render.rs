@@ -43,23 +43,9 @@ pub fn cluster_name(api: &Api) -> String {
 
 /// ISO 8601 with ms, as RabbitMQ writes idle_since.
 pub fn timestamp(ms: u64) -> String {
-    let secs = (ms / 1000) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d, h, mi, s) = crate::util::civil((ms / 1000) as i64);
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}+00:00",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
+        "{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:03}+00:00",
         ms % 1000
     )
 }

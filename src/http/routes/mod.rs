@@ -10,6 +10,7 @@ mod cluster;
 mod conns;
 mod entities;
 mod node;
+mod shovels;
 mod streams;
 
 pub use cluster::member_name;
@@ -237,6 +238,16 @@ pub fn router(api: Arc<Api>) -> Router {
             get(t::get_parameter)
                 .put(t::put_parameter)
                 .delete(t::delete_parameter),
+        )
+        .route("/shovels", get(shovels::list))
+        .route("/shovels/{vhost}", get(shovels::list_vhost))
+        .route(
+            "/shovels/vhost/{vhost}/{name}",
+            get(shovels::show).delete(shovels::delete),
+        )
+        .route(
+            "/shovels/vhost/{vhost}/{name}/restart",
+            axum::routing::delete(shovels::restart),
         )
         .route("/global-parameters", get(t::list_globals))
         .route(

@@ -18,6 +18,7 @@ use crate::http::body::Body;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::list::{respond, ListQuery};
 use crate::http::{render, Api};
+use crate::shovel;
 use crate::store::GlobalParameterDef;
 use crate::vhost::Meta;
 
@@ -372,6 +373,11 @@ pub async fn put_parameter(
             let broker = Arc::clone(&api.broker);
             off_runtime(move || broker.put_policy(&vhost, &name, &spec, true)).await?;
         }
+        shovel::COMPONENT => {
+            shovel::Spec::parse(&name, &value).map_err(ApiError::bad_request)?;
+            let broker = Arc::clone(&api.broker);
+            off_runtime(move || broker.put_shovel(&vhost, &name, &value)).await?;
+        }
         _ => {
             return Err(ApiError::bad_request(
                 crate::definitions::component_not_found(&component),
@@ -397,6 +403,10 @@ pub async fn delete_parameter(
             let operator = component == OPERATOR_POLICY;
             let (vhost, name) = (vhost.clone(), name.clone());
             off_runtime(move || broker.delete_policy(&vhost, &name, operator)).await?;
+        }
+        shovel::COMPONENT => {
+            let broker = Arc::clone(&api.broker);
+            off_runtime(move || broker.delete_shovel(&vhost, &name)).await?;
         }
         _ => api
             .broker

@@ -1,0 +1,337 @@
+//! Dynamic shovels (RabbitMQ's shovel plugin): each `shovel` runtime
+//! parameter runs a worker that moves messages from a source queue or
+//! exchange to a destination, over AMQP 0-9-1, possibly between brokers
+//! (spec.rs reads the definition, uri.rs its URIs, worker.rs does the
+//! work). `Shovels` is one broker's set: started with the broker (on a
+//! cluster's leader, so they move with leadership), restarted after the
+//! reconnect delay when a run fails, stopped when their parameter goes,
+//! and their status is what /api/shovels shows.
+
+pub mod spec;
+pub mod uri;
+mod worker;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+pub use spec::Spec;
+
+/// The runtime parameter component of shovels.
+pub const COMPONENT: &str = "shovel";
+
+/// Where a running shovel is connected (credentials taken out).
+#[derive(Debug, Clone)]
+pub struct Ends {
+    pub src: String,
+    pub dest: String,
+}
+
+/// A shovel's state, as RabbitMQ's status shows it.
+#[derive(Debug, Clone)]
+enum State {
+    Starting,
+    Running(Ends),
+    Terminated(String),
+}
+
+/// A shovel's state and when it last changed.
+#[derive(Debug, Clone)]
+pub struct Status {
+    state: State,
+    /// Unix seconds of the last change.
+    since: u64,
+}
+
+impl Status {
+    fn new() -> Status {
+        Status {
+            state: State::Starting,
+            since: crate::util::now_ms() / 1000,
+        }
+    }
+
+    fn set(&mut self, state: State) {
+        self.state = state;
+        self.since = crate::util::now_ms() / 1000;
+    }
+
+    pub fn set_starting(&mut self) {
+        self.set(State::Starting);
+    }
+
+    pub fn set_running(&mut self, ends: Ends) {
+        self.set(State::Running(ends));
+    }
+}
+
+/// One shovel the broker runs.
+struct Entry {
+    spec: Arc<Spec>,
+    status: Arc<Mutex<Status>>,
+    forwarded: Arc<AtomicU64>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// How long a stopped shovel has to close its connections before its
+/// task is cut off.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Drop for Entry {
+    /// Asks the run to close its connections (the source requeues what it
+    /// had not acked, at once, rather than when a heartbeat fails), and
+    /// cuts it off if it has not within the grace.
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+        let task = self.task.abort_handle();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    tokio::time::sleep(CLOSE_GRACE).await;
+                    task.abort();
+                });
+            }
+            Err(_) => task.abort(),
+        }
+    }
+}
+
+/// Called with (vhost, name) when a shovel finished its `src-delete-after`:
+/// its parameter is cleared, as RabbitMQ clears it.
+pub type Finished = Box<dyn Fn(&str, &str) + Send + Sync>;
+
+/// One broker's shovels.
+pub struct Shovels {
+    running: Mutex<BTreeMap<(String, String), Entry>>,
+    /// This broker's AMQP listener, once it is bound.
+    own: Mutex<Option<SocketAddr>>,
+    node: Mutex<String>,
+    cluster: Mutex<String>,
+    finished: Mutex<Option<Arc<Finished>>>,
+}
+
+impl Default for Shovels {
+    fn default() -> Shovels {
+        Shovels {
+            running: Mutex::new(BTreeMap::new()),
+            own: Mutex::new(None),
+            node: Mutex::new(String::new()),
+            cluster: Mutex::new(String::new()),
+            finished: Mutex::new(None),
+        }
+    }
+}
+
+/// "YYYY-MM-DD H:MM:SS" (UTC), RabbitMQ's form of a status timestamp.
+fn timestamp(secs: u64) -> String {
+    let (y, m, d, h, mi, s) = crate::util::civil(secs as i64);
+    format!("{y:04}-{m:02}-{d:02} {h}:{mi:02}:{s:02}")
+}
+
+impl Shovels {
+    /// Where this broker listens for AMQP (a URI without a host), its
+    /// node name and its cluster name; what a finished shovel calls.
+    pub fn configure(
+        &self,
+        own: Option<SocketAddr>,
+        node: &str,
+        cluster: &str,
+        finished: Finished,
+    ) {
+        let own = own.map(|mut a| {
+            if a.ip().is_unspecified() {
+                a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            a
+        });
+        *self.own.lock() = own;
+        *self.node.lock() = node.to_string();
+        *self.cluster.lock() = cluster.to_string();
+        *self.finished.lock() = Some(Arc::new(finished));
+    }
+
+    /// Starts shovel `name` of `vhost` (replacing one of that name).
+    pub fn start(self: &Arc<Self>, vhost: &str, name: &str, spec: Spec) {
+        let spec = Arc::new(spec);
+        let status = Arc::new(Mutex::new(Status::new()));
+        let forwarded = Arc::new(AtomicU64::new(0));
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let ctx = worker::Context {
+            stop: stop_rx,
+            name: name.to_string(),
+            vhost: vhost.to_string(),
+            own: *self.own.lock(),
+            cluster: self.cluster.lock().clone(),
+            status: Arc::clone(&status),
+            forwarded: Arc::clone(&forwarded),
+        };
+        let finished = self.finished.lock().clone();
+        let task = tokio::spawn(Self::supervise(Arc::clone(&spec), ctx, finished));
+        let entry = Entry {
+            spec,
+            status,
+            forwarded,
+            stop,
+            task,
+        };
+        let old = self
+            .running
+            .lock()
+            .insert((vhost.to_string(), name.to_string()), entry);
+        drop(old);
+    }
+
+    /// Runs a shovel until it is done, restarting a failed run after the
+    /// reconnect delay (never, if it has none).
+    async fn supervise(spec: Arc<Spec>, ctx: worker::Context, finished: Option<Arc<Finished>>) {
+        loop {
+            match worker::run(&spec, &ctx).await {
+                worker::Ended::Done => {
+                    tracing::info!(vhost = %ctx.vhost, shovel = %ctx.name, "shovel done: clearing its parameter");
+                    if let Some(f) = finished {
+                        let (vhost, name) = (ctx.vhost.clone(), ctx.name.clone());
+                        let _ = tokio::task::spawn_blocking(move || f(&vhost, &name)).await;
+                    }
+                    return;
+                }
+                worker::Ended::Stopped => return,
+                worker::Ended::Failed(why) => {
+                    tracing::warn!(vhost = %ctx.vhost, shovel = %ctx.name, "shovel stopped: {why}");
+                    ctx.status.lock().set(State::Terminated(why));
+                    let Some(delay) = spec.reconnect_delay else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = worker::stopped(&ctx) => return,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stops shovel `name` of `vhost`; whether it ran.
+    pub fn stop(&self, vhost: &str, name: &str) -> bool {
+        let gone = self
+            .running
+            .lock()
+            .remove(&(vhost.to_string(), name.to_string()));
+        gone.is_some()
+    }
+
+    /// Stops every shovel of `vhost` (it was deleted).
+    pub fn stop_vhost(&self, vhost: &str) {
+        let mut running = self.running.lock();
+        let gone: Vec<_> = running
+            .keys()
+            .filter(|(v, _)| v == vhost)
+            .cloned()
+            .collect();
+        for k in gone {
+            running.remove(&k);
+        }
+    }
+
+    /// Stops every shovel (the broker stops).
+    pub fn stop_all(&self) {
+        let all = std::mem::take(&mut *self.running.lock());
+        drop(all);
+    }
+
+    /// Restarts shovel `name` of `vhost` from its definition; whether it
+    /// ran.
+    pub fn restart(self: &Arc<Self>, vhost: &str, name: &str) -> bool {
+        let spec = self
+            .running
+            .lock()
+            .get(&(vhost.to_string(), name.to_string()))
+            .map(|e| Spec::clone(&e.spec));
+        match spec {
+            Some(s) => {
+                self.start(vhost, name, s);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The status of every shovel (of `vhost`, if given) as RabbitMQ's
+    /// /api/shovels lists it.
+    pub fn list(&self, vhost: Option<&str>) -> Vec<Value> {
+        let node = self.node.lock().clone();
+        let running = self.running.lock();
+        running
+            .iter()
+            .filter(|((v, _), _)| vhost.is_none_or(|want| want == v))
+            .map(|((v, name), e)| {
+                let status = e.status.lock().clone();
+                let mut o = json!({
+                    "node": node,
+                    "timestamp": timestamp(status.since),
+                    "name": name,
+                    "vhost": v,
+                    "type": "dynamic",
+                    "forwarded": e.forwarded.load(Ordering::Relaxed),
+                });
+                let spec = &e.spec;
+                match status.state {
+                    State::Starting => o["state"] = json!("starting"),
+                    State::Terminated(why) => {
+                        o["state"] = json!("terminated");
+                        o["reason"] = json!(why);
+                    }
+                    State::Running(ends) => {
+                        o["state"] = json!("running");
+                        o["blocked_status"] = json!("running");
+                        o["src_uri"] = json!(ends.src);
+                        o["dest_uri"] = json!(ends.dest);
+                        o["src_protocol"] = json!("amqp091");
+                        o["dest_protocol"] = json!("amqp091");
+                        match &spec.source {
+                            spec::Source::Queue { name, .. } => o["src_queue"] = json!(name),
+                            spec::Source::Exchange { name, key } => {
+                                o["src_exchange"] = json!(name);
+                                o["src_exchange_key"] = json!(key);
+                            }
+                        }
+                        match &spec.dest {
+                            spec::Dest::Queue { name, .. } => o["dest_queue"] = json!(name),
+                            spec::Dest::Exchange { name, key } => {
+                                o["dest_exchange"] = json!(name);
+                                if let Some(k) = key {
+                                    o["dest_exchange_key"] = json!(k);
+                                }
+                            }
+                            spec::Dest::Original { key: Some(k) } => {
+                                o["dest_exchange_key"] = json!(k)
+                            }
+                            spec::Dest::Original { key: None } => {}
+                        }
+                    }
+                }
+                o
+            })
+            .collect()
+    }
+
+    /// Whether shovel `name` of `vhost` runs here.
+    pub fn has(&self, vhost: &str, name: &str) -> bool {
+        self.running
+            .lock()
+            .contains_key(&(vhost.to_string(), name.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn timestamps_read_as_rabbitmq_writes_them() {
+        assert_eq!(super::timestamp(0), "1970-01-01 0:00:00");
+        assert_eq!(super::timestamp(1_796_000_000), "2026-11-30 0:53:20");
+    }
+}

@@ -1,0 +1,525 @@
+//! One shovel's work: connect to the source and the destination (lapin,
+//! the AMQP 0-9-1 client Warren's tests already drive), declare what the
+//! definition names, consume and republish, and ack at the source as the
+//! ack mode says. With on-confirm a message is acked at the source only
+//! once the destination confirmed it, so a lost connection on either side
+//! (or a kill of either broker) leaves it unacked there: the source gives
+//! it back, redelivered, to the next run. Nothing is lost; a message can
+//! come twice, flagged redelivered at the source.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use super::spec::{AckMode, DeleteAfter, Dest, Source, Spec};
+use super::uri::Uri;
+use super::{Ends, Status};
+
+/// How one run of a shovel ended.
+pub enum Ended {
+    /// `src-delete-after` reached: the shovel is done.
+    Done,
+    /// A connection or channel failed, or a peer refused something.
+    Failed(String),
+    /// Asked to stop (deleted, restarted, the broker stops).
+    Stopped,
+}
+
+/// What a run needs besides the definition.
+pub struct Context {
+    pub name: String,
+    pub vhost: String,
+    /// This broker's own AMQP listener (a URI without a host).
+    pub own: Option<std::net::SocketAddr>,
+    /// The cluster name, for `x-shovelled`'s `shovelled-by`.
+    pub cluster: String,
+    pub status: Arc<parking_lot::Mutex<Status>>,
+    /// Messages forwarded (acked at the source, or published with no-ack).
+    pub forwarded: Arc<AtomicU64>,
+    /// Turns true when the shovel must stop: the run closes its
+    /// connections (the source then requeues what it had not acked).
+    pub stop: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Resolves once `ctx` is asked to stop.
+pub async fn stopped(ctx: &Context) {
+    let mut stop = ctx.stop.clone();
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// The connection lapin makes for `uri`.
+fn lapin_uri(uri: &Uri, own: Option<std::net::SocketAddr>) -> Result<AMQPUri, String> {
+    let (host, port) = match (&uri.host, own) {
+        (Some(h), _) => (
+            h.clone(),
+            uri.port.unwrap_or(if uri.tls { 5671 } else { 5672 }),
+        ),
+        (None, Some(a)) => (a.ip().to_string(), a.port()),
+        (None, None) => {
+            return Err(
+                "a URI without a host means this broker, whose plain AMQP listener is off".into(),
+            )
+        }
+    };
+    let auth_mechanism = match uri.auth_mechanism.as_deref() {
+        Some(m) => Some(m.parse()?),
+        None => None,
+    };
+    Ok(AMQPUri {
+        scheme: if uri.tls && uri.host.is_some() {
+            AMQPScheme::AMQPS
+        } else {
+            AMQPScheme::AMQP
+        },
+        authority: AMQPAuthority {
+            userinfo: AMQPUserInfo {
+                username: uri.user.clone().unwrap_or_else(|| "guest".into()),
+                password: uri.pass.clone().unwrap_or_else(|| "guest".into()),
+            },
+            host,
+            port,
+        },
+        vhost: uri.vhost.clone(),
+        query: AMQPQueryString {
+            frame_max: uri.frame_max,
+            channel_max: uri.channel_max,
+            heartbeat: uri.heartbeat.or(Some(10)),
+            connection_timeout: uri.connection_timeout,
+            auth_mechanism,
+        },
+    })
+}
+
+/// Connects to the first of `uris` that answers (in a random order, as
+/// RabbitMQ tries them); the one it reached.
+async fn connect(uris: &[Uri], ctx: &Context) -> Result<(Connection, Uri), String> {
+    let mut order: Vec<&Uri> = uris.iter().collect();
+    let start = (crate::util::now_ms() as usize) % order.len().max(1);
+    order.rotate_left(start);
+    let mut last = String::from("no URI");
+    for uri in order {
+        let props = ConnectionProperties::default()
+            .with_connection_name(LongString::from(format!("Shovel {}", ctx.name)));
+        let target = lapin_uri(uri, ctx.own)?;
+        match Connection::connect_uri(target, props).await {
+            Ok(c) => return Ok((c, uri.clone())),
+            Err(e) => last = format!("{}: {e}", uri.redacted()),
+        }
+    }
+    Err(last)
+}
+
+/// A JSON argument value as an AMQP table value.
+fn amqp_value(v: &Value) -> AMQPValue {
+    match v {
+        Value::Bool(b) => AMQPValue::Boolean(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => AMQPValue::LongLongInt(i),
+            (None, Some(f)) => AMQPValue::Double(f),
+            _ => AMQPValue::Void,
+        },
+        Value::String(s) => AMQPValue::LongString(LongString::from(s.as_str())),
+        _ => AMQPValue::Void,
+    }
+}
+
+fn table(map: &Map<String, Value>) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in map {
+        t.insert(ShortString::from(k.as_str()), amqp_value(v));
+    }
+    t
+}
+
+/// Declares queue `name` unless it exists: a passive declare first (on
+/// its own channel, which a 404 closes), then a durable one with `args`.
+/// Its message count.
+async fn ensure_queue(
+    conn: &Connection,
+    name: &str,
+    args: &Map<String, Value>,
+) -> Result<u32, String> {
+    let probe = conn.create_channel().await.map_err(|e| e.to_string())?;
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    if let Ok(q) = probe
+        .queue_declare(name.into(), passive, FieldTable::default())
+        .await
+    {
+        let _ = probe.close(200, "".into()).await;
+        return Ok(q.message_count());
+    }
+    let ch = conn.create_channel().await.map_err(|e| e.to_string())?;
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    let q = ch
+        .queue_declare(name.into(), durable, table(args))
+        .await
+        .map_err(|e| format!("cannot declare queue '{name}': {e}"))?;
+    let _ = ch.close(200, "".into()).await;
+    Ok(q.message_count())
+}
+
+/// The `x-shovelled` table this shovel adds to each message.
+fn forward_table(spec: &Spec, ctx: &Context, src: &Uri, dest: &Uri) -> AMQPValue {
+    let mut t = FieldTable::default();
+    let mut put = |k: &str, v: &str| {
+        t.insert(k.into(), AMQPValue::LongString(LongString::from(v)));
+    };
+    put("shovelled-by", &ctx.cluster);
+    put("shovel-type", "dynamic");
+    put("shovel-name", &ctx.name);
+    put("shovel-vhost", &ctx.vhost);
+    put("src-uri", &src.redacted());
+    put("dest-uri", &dest.redacted());
+    match &spec.source {
+        Source::Queue { name, .. } => put("src-queue", name),
+        Source::Exchange { name, key } => {
+            put("src-exchange", name);
+            put("src-exchange-key", key);
+        }
+    }
+    match &spec.dest {
+        Dest::Queue { name, .. } => put("dest-queue", name),
+        Dest::Exchange { name, key } => {
+            put("dest-exchange", name);
+            if let Some(k) = key {
+                put("dest-exchange-key", k);
+            }
+        }
+        Dest::Original { key: Some(k) } => put("dest-exchange-key", k),
+        Dest::Original { key: None } => {}
+    }
+    AMQPValue::FieldTable(t)
+}
+
+/// The properties a message goes on with.
+fn properties(mut p: BasicProperties, spec: &Spec, forward: Option<&AMQPValue>) -> BasicProperties {
+    for (k, v) in &spec.publish_properties {
+        let s = || ShortString::from(v.as_str().unwrap_or_default());
+        let n = v.as_u64().unwrap_or_default();
+        p = match k.as_str() {
+            "content_type" => p.with_content_type(s()),
+            "content_encoding" => p.with_content_encoding(s()),
+            "correlation_id" => p.with_correlation_id(s()),
+            "reply_to" => p.with_reply_to(s()),
+            "expiration" => p.with_expiration(s()),
+            "message_id" => p.with_message_id(s()),
+            "type" => p.with_type(s()),
+            "user_id" => p.with_user_id(s()),
+            "app_id" => p.with_app_id(s()),
+            "cluster_id" => p.with_cluster_id(s()),
+            "delivery_mode" => p.with_delivery_mode(n as u8),
+            "priority" => p.with_priority(n as u8),
+            "timestamp" => p.with_timestamp(n),
+            _ => p,
+        };
+    }
+    if forward.is_none() && !spec.timestamp_header {
+        return p;
+    }
+    let mut headers = p.headers().clone().unwrap_or_default();
+    if let Some(f) = forward {
+        let mut items = vec![f.clone()];
+        if let Some(AMQPValue::FieldArray(old)) = headers.inner().get("x-shovelled") {
+            items.extend(old.as_slice().iter().cloned());
+        }
+        headers.insert(
+            "x-shovelled".into(),
+            AMQPValue::FieldArray(FieldArray::from(items)),
+        );
+    }
+    if spec.timestamp_header {
+        let secs = (crate::util::now_ms() / 1000) as i64;
+        headers.insert("x-shovelled-timestamp".into(), AMQPValue::LongLongInt(secs));
+    }
+    p.with_headers(headers)
+}
+
+/// Where a message goes: (exchange, routing key).
+fn route<'a>(dest: &'a Dest, exchange: &'a str, key: &'a str) -> (&'a str, &'a str) {
+    match dest {
+        Dest::Queue { name, .. } => ("", name),
+        Dest::Exchange { name, key: k } => (name, k.as_deref().unwrap_or(key)),
+        Dest::Original { key: k } => (exchange, k.as_deref().unwrap_or(key)),
+    }
+}
+
+/// Opens the source: its topology, qos and consumer; the count left to
+/// move if `src-delete-after` sets one.
+async fn open_source(
+    conn: &Connection,
+    spec: &Spec,
+) -> Result<(Channel, lapin::Consumer, Option<u64>), String> {
+    let failed = |what: &str, e: lapin::Error| format!("source: {what}: {e}");
+    let (queue, length) = match &spec.source {
+        Source::Queue { name, args } => {
+            let n = ensure_queue(conn, name, args).await?;
+            (name.clone(), n)
+        }
+        Source::Exchange { .. } => (String::new(), 0),
+    };
+    let ch = conn
+        .create_channel()
+        .await
+        .map_err(|e| failed("channel", e))?;
+    let queue = match &spec.source {
+        Source::Queue { .. } => queue,
+        Source::Exchange { name, key } => {
+            let opts = QueueDeclareOptions {
+                exclusive: true,
+                ..Default::default()
+            };
+            let q = ch
+                .queue_declare("".into(), opts, FieldTable::default())
+                .await
+                .map_err(|e| failed("declaring its queue", e))?;
+            let qname = q.name().as_str().to_string();
+            ch.queue_bind(
+                qname.as_str().into(),
+                name.as_str().into(),
+                key.as_str().into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| failed(&format!("binding to exchange '{name}'"), e))?;
+            qname
+        }
+    };
+    let left = match spec.delete_after {
+        DeleteAfter::Never => None,
+        DeleteAfter::QueueLength => Some(u64::from(length)),
+        DeleteAfter::Count(n) => Some(n),
+    };
+    let no_ack = spec.ack_mode == AckMode::NoAck;
+    if !no_ack {
+        ch.basic_qos(spec.prefetch, BasicQosOptions::default())
+            .await
+            .map_err(|e| failed("basic.qos", e))?;
+    }
+    let consumer = ch
+        .basic_consume(
+            queue.as_str().into(),
+            "".into(),
+            BasicConsumeOptions {
+                no_ack,
+                ..Default::default()
+            },
+            table(&spec.consumer_args),
+        )
+        .await
+        .map_err(|e| failed(&format!("consuming '{queue}'"), e))?;
+    Ok((ch, consumer, left))
+}
+
+/// What the end of the task that acks on confirms means for the run.
+fn acker_ended(r: Result<Result<bool, String>, tokio::task::JoinError>) -> Ended {
+    match r {
+        Ok(Ok(true)) => Ended::Done,
+        Ok(Ok(false)) => Ended::Failed("destination: confirms stopped".into()),
+        Ok(Err(e)) => Ended::Failed(e),
+        Err(e) => Ended::Failed(e.to_string()),
+    }
+}
+
+/// One run: until a failure, or the end `src-delete-after` sets.
+pub async fn run(spec: &Spec, ctx: &Context) -> Ended {
+    ctx.status.lock().set_starting();
+    // A connection under way is dropped if the shovel must stop.
+    let (src_conn, src_uri) = tokio::select! {
+        c = connect(&spec.src_uris, ctx) => match c {
+            Ok(c) => c,
+            Err(e) => return Ended::Failed(format!("source connection failed: {e}")),
+        },
+        _ = stopped(ctx) => return Ended::Stopped,
+    };
+    let dest = tokio::select! {
+        c = connect(&spec.dest_uris, ctx) => Some(c),
+        _ = stopped(ctx) => None,
+    };
+    let (dest_conn, dest_uri) = match dest {
+        Some(Ok(c)) => c,
+        Some(Err(e)) => {
+            let _ = src_conn.close(200, "".into()).await;
+            return Ended::Failed(format!("destination connection failed: {e}"));
+        }
+        None => {
+            let _ = src_conn.close(200, "".into()).await;
+            return Ended::Stopped;
+        }
+    };
+    let ended = forward(spec, ctx, &src_conn, &dest_conn, &src_uri, &dest_uri).await;
+    let _ = src_conn.close(200, "".into()).await;
+    let _ = dest_conn.close(200, "".into()).await;
+    ended
+}
+
+async fn forward(
+    spec: &Spec,
+    ctx: &Context,
+    src_conn: &Connection,
+    dest_conn: &Connection,
+    src_uri: &Uri,
+    dest_uri: &Uri,
+) -> Ended {
+    if let Dest::Queue { name, args } = &spec.dest {
+        if let Err(e) = ensure_queue(dest_conn, name, args).await {
+            return Ended::Failed(format!("destination: {e}"));
+        }
+    }
+    let dest = match dest_conn.create_channel().await {
+        Ok(c) => c,
+        Err(e) => return Ended::Failed(format!("destination: channel: {e}")),
+    };
+    if spec.ack_mode == AckMode::OnConfirm {
+        if let Err(e) = dest.confirm_select(ConfirmSelectOptions::default()).await {
+            return Ended::Failed(format!("destination: confirm.select: {e}"));
+        }
+    }
+    let (_src_ch, mut consumer, mut left) = match open_source(src_conn, spec).await {
+        Ok(s) => s,
+        Err(e) => return Ended::Failed(e),
+    };
+    if left == Some(0) {
+        return Ended::Done;
+    }
+    ctx.status.lock().set_running(Ends {
+        src: src_uri.redacted(),
+        dest: dest_uri.redacted(),
+    });
+    let forward_header = spec
+        .forward_headers
+        .then(|| forward_table(spec, ctx, src_uri, dest_uri));
+    // on-confirm: the confirms come back in publish order, each acked at
+    // the source by a task of its own so that publishing never waits.
+    let (confirms, mut acked) =
+        mpsc::channel::<(lapin::Acker, lapin::PublisherConfirm)>(usize::from(spec.prefetch.max(1)));
+    let forwarded = Arc::clone(&ctx.forwarded);
+    let confirm_target = left;
+    let acker = tokio::spawn(async move {
+        let mut done = 0u64;
+        while let Some((acker, confirm)) = acked.recv().await {
+            let confirmed = match confirm.await {
+                Ok(c) => c.is_ack(),
+                Err(e) => return Err(format!("destination: {e}")),
+            };
+            if confirmed {
+                acker
+                    .ack(BasicAckOptions::default())
+                    .await
+                    .map_err(|e| format!("source: ack: {e}"))?;
+                forwarded.fetch_add(1, Ordering::Relaxed);
+            } else {
+                // Refused at the destination: back to the source queue.
+                let requeue = BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                };
+                acker
+                    .nack(requeue)
+                    .await
+                    .map_err(|e| format!("source: nack: {e}"))?;
+            }
+            // A nack counts toward `src-delete-after` too, as in RabbitMQ 3.
+            done += 1;
+            if confirm_target == Some(done) {
+                return Ok(true);
+            }
+        }
+        Ok::<bool, String>(false)
+    });
+    let mut acker = acker;
+    let stop_acking = acker.abort_handle();
+    // A connection that died while nothing came is noticed within this.
+    let mut watch = tokio::time::interval(std::time::Duration::from_secs(1));
+    let outcome = loop {
+        let next = tokio::select! {
+            next = consumer.next() => next,
+            _ = stopped(ctx) => break Ended::Stopped,
+            acked = &mut acker => break acker_ended(acked),
+            _ = watch.tick() => {
+                if !src_conn.status().connected() {
+                    break Ended::Failed("source: the connection was lost".into());
+                }
+                if !dest_conn.status().connected() {
+                    break Ended::Failed("destination: the connection was lost".into());
+                }
+                continue;
+            }
+        };
+        let delivery = match next {
+            Some(Ok(d)) => d,
+            Some(Err(e)) => break Ended::Failed(format!("source: {e}")),
+            None => break Ended::Failed("source: the consumer was cancelled".into()),
+        };
+        let (exchange, key) = route(
+            &spec.dest,
+            delivery.exchange.as_str(),
+            delivery.routing_key.as_str(),
+        );
+        let props = properties(delivery.properties.clone(), spec, forward_header.as_ref());
+        let published = dest
+            .basic_publish(
+                exchange.into(),
+                key.into(),
+                BasicPublishOptions::default(),
+                &delivery.data,
+                props,
+            )
+            .await;
+        let confirm = match published {
+            Ok(c) => c,
+            Err(e) => break Ended::Failed(format!("destination: {e}")),
+        };
+        match spec.ack_mode {
+            AckMode::OnConfirm => {
+                if confirms.send((delivery.acker, confirm)).await.is_err() {
+                    // The acker ended: it says why.
+                    break acker_ended((&mut acker).await);
+                }
+            }
+            AckMode::OnPublish => {
+                if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
+                    break Ended::Failed(format!("source: ack: {e}"));
+                }
+                ctx.forwarded.fetch_add(1, Ordering::Relaxed);
+            }
+            AckMode::NoAck => {
+                ctx.forwarded.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Some(n) = left.as_mut() {
+            *n -= 1;
+            if *n == 0 {
+                if spec.ack_mode != AckMode::OnConfirm {
+                    break Ended::Done;
+                }
+                // Published all it had to: the rest of what the prefetch
+                // brought stays unacked, and goes back to the source
+                // queue when the connection closes.
+                drop(confirms);
+                break tokio::select! {
+                    acked = &mut acker => acker_ended(acked),
+                    _ = stopped(ctx) => Ended::Stopped,
+                };
+            }
+        }
+    };
+    stop_acking.abort();
+    outcome
+}

@@ -1,0 +1,381 @@
+//! Dynamic shovels (RabbitMQ's shovel plugin): a `shovel` parameter moves
+//! messages from a queue or exchange of one broker to another, with the
+//! source acked only once the destination confirmed (on-confirm). What a
+//! client and the API can see: every message arrives once, in order, the
+//! source is left empty, the status shows the shovel running without its
+//! credentials, a cut connection loses nothing, and a shovel with
+//! `src-delete-after` clears itself once done.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::TestBroker;
+use lapin::options::*;
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection};
+use serde_json::{json, Value};
+
+async fn call(b: &TestBroker, method: &str, path: &str, body: Option<Value>) -> (u16, String) {
+    let url = format!("http://{}/api{path}", b.api.expect("the API is on"));
+    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+    let mut req = reqwest::Client::new()
+        .request(method, &url)
+        .basic_auth("guest", Some("guest"));
+    if let Some(body) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    let r = req.send().await.expect("an answer");
+    let status = r.status().as_u16();
+    (status, r.text().await.expect("a body"))
+}
+
+async fn get_json(b: &TestBroker, path: &str) -> Value {
+    let (s, body) = call(b, "GET", path, None).await;
+    assert_eq!(s, 200, "{path}: {body}");
+    serde_json::from_str(&body).expect("json")
+}
+
+async fn durable_queue(ch: &Channel, name: &str) {
+    ch.queue_declare(
+        name.into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("declare");
+}
+
+/// Publishes ids `from..to` (8-byte bodies) persistent, confirmed.
+async fn publish(ch: &Channel, queue: &str, from: u64, to: u64) {
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    let mut pending = Vec::new();
+    for id in from..to {
+        let c = ch
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                &id.to_be_bytes(),
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .expect("publish");
+        pending.push(c);
+    }
+    for c in pending {
+        assert!(c.await.expect("confirm").is_ack());
+    }
+}
+
+/// Messages ready in `queue`; 0 while it does not exist (a passive
+/// declare on a channel of its own, which a 404 closes).
+async fn count(conn: &Connection, queue: &str) -> u32 {
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let ch = conn.create_channel().await.expect("channel");
+    let n = match ch
+        .queue_declare(queue.into(), passive, FieldTable::default())
+        .await
+    {
+        Ok(q) => q.message_count(),
+        Err(_) => return 0,
+    };
+    let _ = ch.close(200, "".into()).await;
+    n
+}
+
+/// Waits until `queue` holds `n` messages (or 60 s pass).
+async fn wait_count(conn: &Connection, queue: &str, n: u32) -> u32 {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let c = count(conn, queue).await;
+        if c >= n || Instant::now() > until {
+            return c;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every message of `queue`: (id, redelivered, headers).
+async fn drain(ch: &Channel, queue: &str) -> Vec<(u64, bool, FieldTable)> {
+    let mut out = Vec::new();
+    while let Some(m) = ch
+        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("get")
+    {
+        let d = m.delivery;
+        let id = u64::from_be_bytes(d.data[..8].try_into().expect("8 bytes"));
+        out.push((
+            id,
+            d.redelivered,
+            d.properties.headers().clone().unwrap_or_default(),
+        ));
+    }
+    out
+}
+
+fn shovel_from(src: &TestBroker, extra: Value) -> Value {
+    let mut value = json!({
+        "src-uri": src.uri(),
+        "src-queue": "src",
+        "dest-uri": "amqp://guest:guest@/%2f",
+        "dest-queue": "dst",
+    });
+    if let (Some(v), Some(e)) = (value.as_object_mut(), extra.as_object()) {
+        v.extend(e.clone());
+    }
+    json!({ "value": value })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shovel_moves_every_message_once_in_order_and_says_so() {
+    let src = common::start_with_api().await;
+    let dest = common::start_with_api().await;
+    let (sc, sch) = src.channel().await;
+    durable_queue(&sch, "src").await;
+    publish(&sch, "src", 0, 5000).await;
+    let def = shovel_from(
+        &src,
+        json!({"dest-add-forward-headers": true, "dest-add-timestamp-header": true}),
+    );
+    let (s, body) = call(&dest, "PUT", "/parameters/shovel/%2f/move", Some(def)).await;
+    assert_eq!(s, 201, "{body}");
+    let (dc, dch) = dest.channel().await;
+    assert_eq!(wait_count(&dc, "dst", 5000).await, 5000);
+    // Published while it runs: they follow.
+    publish(&sch, "src", 5000, 6000).await;
+    assert_eq!(wait_count(&dc, "dst", 6000).await, 6000);
+    let until = Instant::now() + Duration::from_secs(30);
+    while count(&sc, "src").await > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(count(&sc, "src").await, 0, "everything acked at the source");
+
+    let status = get_json(&dest, "/shovels").await;
+    let s = &status[0];
+    assert_eq!(s["name"], "move");
+    assert_eq!(s["vhost"], "/");
+    assert_eq!(s["type"], "dynamic");
+    assert_eq!(s["state"], "running");
+    assert_eq!(s["src_queue"], "src");
+    assert_eq!(s["dest_queue"], "dst");
+    let shown = status.to_string();
+    assert!(!shown.contains("guest:guest"), "credentials shown: {shown}");
+    assert_eq!(get_json(&dest, "/shovels/%2f").await, status);
+    let def = get_json(&dest, "/shovels/vhost/%2f/move").await;
+    assert_eq!(def["value"]["src-queue"], "src");
+    assert!(!def.to_string().contains("guest:guest"), "{def}");
+
+    let got = drain(&dch, "dst").await;
+    let ids: Vec<u64> = got.iter().map(|(id, _, _)| *id).collect();
+    assert_eq!(ids, (0..6000).collect::<Vec<_>>(), "once each, in order");
+    let headers = got[0].2.inner();
+    let Some(AMQPValue::FieldArray(trail)) = headers.get("x-shovelled") else {
+        panic!("no x-shovelled: {headers:?}");
+    };
+    let Some(AMQPValue::FieldTable(t)) = trail.as_slice().first() else {
+        panic!("x-shovelled holds no table: {trail:?}");
+    };
+    let text = |k: &str| match t.inner().get(k) {
+        Some(AMQPValue::LongString(s)) => s.to_string(),
+        other => panic!("{k}: {other:?}"),
+    };
+    assert_eq!(text("shovel-name"), "move");
+    assert_eq!(text("shovel-type"), "dynamic");
+    assert_eq!(text("src-queue"), "src");
+    assert_eq!(text("dest-queue"), "dst");
+    assert!(!text("src-uri").contains("guest"), "{}", text("src-uri"));
+    assert!(matches!(
+        headers.get("x-shovelled-timestamp"),
+        Some(AMQPValue::LongLongInt(t)) if *t > 1_700_000_000
+    ));
+
+    // Deleted through its own route: it stops and its parameter goes.
+    let (s, body) = call(&dest, "DELETE", "/shovels/vhost/%2f/move", None).await;
+    assert_eq!(s, 204, "{body}");
+    assert_eq!(get_json(&dest, "/shovels").await, json!([]));
+    assert_eq!(get_json(&dest, "/parameters/shovel").await, json!([]));
+    publish(&sch, "src", 6000, 6010).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        count(&sc, "src").await,
+        10,
+        "a deleted shovel moves nothing"
+    );
+}
+
+/// The shovel's connection to the source is closed (as by an operator or
+/// a network fault) while it moves messages: it reconnects after its
+/// delay, and what was in flight comes again, redelivered, never lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_connection_loses_nothing() {
+    let src = common::start_with_api().await;
+    let dest = common::start_with_api().await;
+    let (sc, sch) = src.channel().await;
+    durable_queue(&sch, "src").await;
+    publish(&sch, "src", 0, 20_000).await;
+    let def = shovel_from(
+        &src,
+        json!({"reconnect-delay": 1, "src-prefetch-count": 100}),
+    );
+    let (s, body) = call(&dest, "PUT", "/parameters/shovel/%2f/cut", Some(def)).await;
+    assert_eq!(s, 201, "{body}");
+    let (dc, dch) = dest.channel().await;
+    // Cut the shovel's connection at the source twice, mid-way.
+    for at in [3000, 9000] {
+        wait_count(&dc, "dst", at).await;
+        let conns = get_json(&src, "/connections").await;
+        let names: Vec<String> = conns
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["client_properties"]["connection_name"] == "Shovel cut")
+            .filter_map(|c| c["name"].as_str().map(str::to_string))
+            .collect();
+        assert!(
+            !names.is_empty(),
+            "the shovel's connection is listed: {conns}"
+        );
+        for n in names {
+            let encoded: String = n
+                .bytes()
+                .map(|b| match b {
+                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' => (b as char).to_string(),
+                    _ => format!("%{b:02X}"),
+                })
+                .collect();
+            let path = format!("/connections/{encoded}");
+            let (s, body) = call(&src, "DELETE", &path, None).await;
+            assert!(s == 204 || s == 404, "{s} {body}");
+        }
+    }
+    wait_count(&dc, "dst", 20_000).await;
+    let until = Instant::now() + Duration::from_secs(30);
+    while count(&sc, "src").await > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let got = drain(&dch, "dst").await;
+    let mut seen = std::collections::HashMap::new();
+    for (id, _, _) in &got {
+        *seen.entry(*id).or_insert(0u32) += 1;
+    }
+    let missing: Vec<u64> = (0..20_000).filter(|id| !seen.contains_key(id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} lost, from {:?}",
+        missing.len(),
+        missing.first()
+    );
+    // A duplicate is one that was in flight when the connection went: the
+    // source gave it back redelivered, so at most a prefetch's worth each
+    // time.
+    let twice = got.len() - seen.len();
+    assert!(twice <= 2 * 100, "{twice} duplicates");
+    assert_eq!(count(&sc, "src").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_after_queue_length_moves_what_was_there_then_clears_itself() {
+    let b = common::start_with_api().await;
+    let (c, ch) = b.channel().await;
+    durable_queue(&ch, "src").await;
+    publish(&ch, "src", 0, 300).await;
+    let value = json!({"value": {
+        "src-uri": "amqp://guest:guest@/%2f", "src-queue": "src",
+        "dest-uri": "amqp://guest:guest@/%2f", "dest-queue": "dst",
+        "src-delete-after": "queue-length", "ack-mode": "on-publish"}});
+    let (s, body) = call(&b, "PUT", "/parameters/shovel/%2f/once", Some(value)).await;
+    assert_eq!(s, 201, "{body}");
+    assert_eq!(wait_count(&c, "dst", 300).await, 300);
+    let until = Instant::now() + Duration::from_secs(30);
+    while get_json(&b, "/parameters/shovel").await != json!([]) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(get_json(&b, "/parameters/shovel").await, json!([]));
+    assert_eq!(get_json(&b, "/shovels").await, json!([]));
+    publish(&ch, "src", 300, 310).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(count(&c, "src").await, 10, "done: nothing more moves");
+    assert_eq!(count(&c, "dst").await, 300);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_definition_is_refused_whole_and_nothing_runs() {
+    let b = common::start_with_api().await;
+    for (value, says) in [
+        (
+            json!({"src-uri": "amqp://h", "src-queue": "a", "src-exchange": "x", "dest-uri": "amqp://h"}),
+            "Cannot specify 'src-exchange' and 'src-queue'",
+        ),
+        (
+            json!({"src-uri": "amqp://h", "src-queue": "a"}),
+            "Key \"dest-uri\" not found",
+        ),
+        (
+            json!({"src-uri": "amqp://h", "src-queue": "a", "dest-uri": "amqp://h", "dest-protocol": "amqp10"}),
+            "AMQP 1.0",
+        ),
+        (
+            json!({"src-uri": "amqp://h", "src-queue": "a", "dest-uri": "amqp://h", "ack-mode": "sometimes"}),
+            "ack-mode should be one of",
+        ),
+        (
+            json!({"src-uri": "amqp://h?cacertfile=/ca.pem", "src-queue": "a", "dest-uri": "amqp://h"}),
+            "does not take the TLS option 'cacertfile'",
+        ),
+        (
+            json!({"src-uri": "amqp://h", "src-queue": "a", "dest-uri": "amqp://h", "src-predeclared": true}),
+            "Unrecognised terms",
+        ),
+    ] {
+        let (s, body) = call(
+            &b,
+            "PUT",
+            "/parameters/shovel/%2f/bad",
+            Some(json!({"value": value})),
+        )
+        .await;
+        assert_eq!(s, 400, "{body}");
+        let reason: Value = serde_json::from_str(&body).expect("json");
+        let reason = reason["reason"].as_str().unwrap_or_default();
+        assert!(reason.starts_with("Validation failed\n\n"), "{reason}");
+        assert!(reason.contains(says), "{says} in {reason}");
+    }
+    assert_eq!(get_json(&b, "/parameters/shovel").await, json!([]));
+    assert_eq!(get_json(&b, "/shovels").await, json!([]));
+}
+
+/// A definitions file with a shovel starts it, as RabbitMQ's import does,
+/// and a broker restarted runs it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_shovel_runs_and_runs_again_after_a_restart() {
+    let mut b = common::start_with_api().await;
+    let (c, ch) = b.channel().await;
+    durable_queue(&ch, "src").await;
+    let defs = json!({"parameters": [{"vhost": "/", "component": "shovel", "name": "imported",
+        "value": {"src-uri": "amqp://guest:guest@/%2f", "src-queue": "src",
+                  "dest-uri": "amqp://guest:guest@/%2f", "dest-queue": "dst"}}]});
+    let (s, body) = call(&b, "POST", "/definitions", Some(defs)).await;
+    assert!(s == 200 || s == 204, "{s} {body}");
+    publish(&ch, "src", 0, 100).await;
+    assert_eq!(wait_count(&c, "dst", 100).await, 100);
+    drop((ch, c));
+    b.restart().await;
+    let (c, ch) = b.channel().await;
+    publish(&ch, "src", 100, 200).await;
+    assert_eq!(wait_count(&c, "dst", 200).await, 200);
+    let status = get_json(&b, "/shovels").await;
+    assert_eq!(status[0]["name"], "imported");
+    assert_eq!(status[0]["state"], "running");
+}
