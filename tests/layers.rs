@@ -11,7 +11,7 @@ const LAYERS: &[&[&str]] = &[
     &["config", "message", "alarm", "plugins", "policy"],
     &["store", "exchange", "tls"],
     &["dedup"],
-    &["queue", "delayed", "access", "cluster"],
+    &["queue", "delayed", "access", "cluster", "shovel"],
     &["vhost"],
     &["broker"],
     &["definitions"],

@@ -338,6 +338,25 @@ async fn a_bad_definition_is_refused_whole_and_nothing_runs() {
             json!({"src-uri": "amqp://h", "src-queue": "a", "dest-uri": "amqp://h", "src-predeclared": true}),
             "Unrecognised terms",
         ),
+        // guest would be used: refused (RabbitMQ logs in as guest).
+        (
+            json!({"src-uri": "amqp://localhost", "src-queue": "a", "dest-uri": "amqp://u:p@h"}),
+            "needs a user and password",
+        ),
+        (
+            json!({"src-uri": "amqp://u:p@h", "src-queue": "x".repeat(300), "dest-uri": "amqp://u:p@h"}),
+            "src-queue should be less than 255 bytes",
+        ),
+        (
+            json!({"src-uri": "amqp://u:p@h", "src-exchange": "x", "src-exchange-key": "k".repeat(256),
+                   "dest-uri": "amqp://u:p@h"}),
+            "src-exchange-key should be less than 255 bytes",
+        ),
+        (
+            json!({"src-uri": "amqp://u:p@h", "src-queue": "a", "dest-uri": "amqp://u:p@h",
+                   "src-prefetch-count": 0}),
+            "src-prefetch-count should be a number from 1",
+        ),
     ] {
         let (s, body) = call(
             &b,
@@ -352,6 +371,21 @@ async fn a_bad_definition_is_refused_whole_and_nothing_runs() {
         assert!(reason.starts_with("Validation failed\n\n"), "{reason}");
         assert!(reason.contains(says), "{says} in {reason}");
     }
+    // A URI's password never shows in the refusal (nor in the log).
+    let value =
+        json!({"src-uri": "amqp://u:hush@h:0", "src-queue": "a", "dest-uri": "amqp://u:p@h"});
+    let (s, body) = call(
+        &b,
+        "PUT",
+        "/parameters/shovel/%2f/bad",
+        Some(json!({"value": value})),
+    )
+    .await;
+    assert_eq!(s, 400, "{body}");
+    assert!(
+        body.contains("amqp://h:0") && !body.contains("hush"),
+        "{body}"
+    );
     assert_eq!(get_json(&b, "/parameters/shovel").await, json!([]));
     assert_eq!(get_json(&b, "/shovels").await, json!([]));
 }

@@ -56,7 +56,6 @@ impl Broker {
         let broker = std::sync::Weak::clone(broker);
         Box::new(move |vhost: &str, name: &str| {
             let Some(b) = broker.upgrade() else { return };
-            b.shovels.stop(vhost, name);
             if let Err(e) = b.store.delete_parameter(vhost, COMPONENT, name) {
                 tracing::warn!(vhost, shovel = name, "cannot clear a finished shovel: {e}");
             }

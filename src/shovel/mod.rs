@@ -105,6 +105,14 @@ impl Drop for Entry {
 /// its parameter is cleared, as RabbitMQ clears it.
 pub type Finished = Box<dyn Fn(&str, &str) + Send + Sync>;
 
+/// What a run that finished needs: its set, its own status (which tells
+/// it from a later run of the same name) and what clears its parameter.
+struct Done {
+    shovels: std::sync::Weak<Shovels>,
+    status: Arc<Mutex<Status>>,
+    finished: Arc<Finished>,
+}
+
 /// One broker's shovels.
 pub struct Shovels {
     running: Mutex<BTreeMap<(String, String), Entry>>,
@@ -155,8 +163,13 @@ impl Shovels {
         *self.finished.lock() = Some(Arc::new(finished));
     }
 
-    /// Starts shovel `name` of `vhost` (replacing one of that name).
+    /// Starts shovel `name` of `vhost` (replacing one of that name); not
+    /// before `configure` (a definitions file imported at boot stores its
+    /// shovels first, and the broker starts them once it listens).
     pub fn start(self: &Arc<Self>, vhost: &str, name: &str, spec: Spec) {
+        let Some(finished) = self.finished.lock().clone() else {
+            return;
+        };
         let spec = Arc::new(spec);
         let status = Arc::new(Mutex::new(Status::new()));
         let forwarded = Arc::new(AtomicU64::new(0));
@@ -170,8 +183,12 @@ impl Shovels {
             status: Arc::clone(&status),
             forwarded: Arc::clone(&forwarded),
         };
-        let finished = self.finished.lock().clone();
-        let task = tokio::spawn(Self::supervise(Arc::clone(&spec), ctx, finished));
+        let done = Done {
+            shovels: Arc::downgrade(self),
+            status: Arc::clone(&status),
+            finished,
+        };
+        let task = tokio::spawn(Self::supervise(Arc::clone(&spec), ctx, done));
         let entry = Entry {
             spec,
             status,
@@ -188,13 +205,20 @@ impl Shovels {
 
     /// Runs a shovel until it is done, restarting a failed run after the
     /// reconnect delay (never, if it has none).
-    async fn supervise(spec: Arc<Spec>, ctx: worker::Context, finished: Option<Arc<Finished>>) {
+    async fn supervise(spec: Arc<Spec>, ctx: worker::Context, done: Done) {
         loop {
             match worker::run(&spec, &ctx).await {
                 worker::Ended::Done => {
-                    tracing::info!(vhost = %ctx.vhost, shovel = %ctx.name, "shovel done: clearing its parameter");
-                    if let Some(f) = finished {
+                    // Only if this run is still the shovel's: one made
+                    // again meanwhile keeps its parameter and runs on.
+                    let current = done
+                        .shovels
+                        .upgrade()
+                        .is_some_and(|s| s.remove_if_current(&ctx.vhost, &ctx.name, &done.status));
+                    if current {
+                        tracing::info!(vhost = %ctx.vhost, shovel = %ctx.name, "shovel done: clearing its parameter");
                         let (vhost, name) = (ctx.vhost.clone(), ctx.name.clone());
+                        let f = done.finished;
                         let _ = tokio::task::spawn_blocking(move || f(&vhost, &name)).await;
                     }
                     return;
@@ -213,6 +237,21 @@ impl Shovels {
                 }
             }
         }
+    }
+
+    /// Forgets shovel `name` of `vhost` if its run is the one whose
+    /// status is `status` (it finished); whether it was.
+    fn remove_if_current(&self, vhost: &str, name: &str, status: &Arc<Mutex<Status>>) -> bool {
+        let mut running = self.running.lock();
+        let key = (vhost.to_string(), name.to_string());
+        let current = running
+            .get(&key)
+            .is_some_and(|e| Arc::ptr_eq(&e.status, status));
+        if current {
+            // Its own task: the drop asks it to stop, which it does.
+            running.remove(&key);
+        }
+        current
     }
 
     /// Stops shovel `name` of `vhost`; whether it ran.

@@ -149,8 +149,16 @@ impl<'a> Reader<'a> {
             .map(|(k, v)| (k.as_str(), v))
     }
 
+    /// A name or key of the protocol: at most 255 bytes (a short string).
     fn string(&mut self, key: &str) -> Option<String> {
         match self.value.get(key)? {
+            Value::String(s) if s.len() > 255 => {
+                self.errors.push(format!(
+                    "{key} should be less than 255 bytes, actually was {}",
+                    s.len()
+                ));
+                None
+            }
             Value::String(s) => Some(s.clone()),
             other => {
                 self.errors
@@ -218,6 +226,9 @@ impl<'a> Reader<'a> {
 /// arguments may hold.
 fn checked_args(r: &mut Reader<'_>, key: &str, map: &Map<String, Value>, allowed: Option<&[&str]>) {
     for (k, v) in map {
+        if k.len() > 255 {
+            r.errors.push(format!("{key}: a key longer than 255 bytes"));
+        }
         if allowed.is_some_and(|a| !a.contains(&k.as_str())) {
             r.errors
                 .push(format!("Unrecognised terms [\"{k}\"] in {key}"));
@@ -276,6 +287,10 @@ impl Spec {
         let src_uris = r.uris("src-uri");
         let dest_uris = r.uris("dest-uri");
         let src_queue = r.string("src-queue");
+        if src_queue.as_ref().is_some_and(String::is_empty) {
+            // The server would name a new queue on every run.
+            r.errors.push("src-queue should not be empty".into());
+        }
         let src_exchange = r.string("src-exchange");
         let src_key = r.string("src-exchange-key").unwrap_or_default();
         let src_args = r.object("src-queue-args", None);
@@ -287,7 +302,7 @@ impl Spec {
             &mut r,
             "src-consumer-args",
             &consumer_args,
-            Some(&["x-priority", "x-stream-offset"]),
+            Some(&["x-priority", "x-stream-offset", "x-cancel-on-ha-failover"]),
         );
         let source = match (src_queue, src_exchange) {
             (Some(q), None) => Some(Source::Queue {
@@ -312,11 +327,9 @@ impl Spec {
         let dest_queue = r.string("dest-queue");
         let dest_exchange = r.string("dest-exchange");
         let dest_key = r.string("dest-exchange-key");
-        if dest_queue.as_ref().is_some_and(|q| q.len() > 255) {
-            r.errors.push(format!(
-                "dest-queue should be less than 255 bytes, actually was {}",
-                dest_queue.as_ref().map_or(0, String::len)
-            ));
+        if dest_queue.as_ref().is_some_and(String::is_empty) {
+            // Published to the default exchange with an empty key: dropped.
+            r.errors.push("dest-queue should not be empty".into());
         }
         let dest = match (dest_queue, dest_exchange) {
             (Some(q), None) => Some(Dest::Queue {
@@ -349,10 +362,12 @@ impl Spec {
         let prefetch = match r.get("src-prefetch-count", Some("prefetch-count")) {
             None => PREFETCH,
             Some((k, v)) => match v.as_u64() {
-                Some(n) if n <= u64::from(u16::MAX) => n as u16,
+                Some(n) if (1..=u64::from(u16::MAX)).contains(&n) => n as u16,
                 _ => {
+                    // 0 would be no limit: the source could fill this
+                    // broker's memory faster than the destination takes.
                     r.errors.push(format!(
-                        "{k} should be a number from 0 to 65535, actually was {v}"
+                        "{k} should be a number from 1 to 65535, actually was {v}"
                     ));
                     PREFETCH
                 }
@@ -380,8 +395,9 @@ impl Spec {
             Some(v) => match (v.as_u64(), v.as_f64()) {
                 (Some(0), _) => None,
                 (Some(n), _) => Some(Duration::from_secs(n)),
-                // A fraction: RabbitMQ never restarts such a shovel.
-                (None, Some(f)) if f >= 0.0 => None,
+                // A fraction or a negative: RabbitMQ never restarts such
+                // a shovel.
+                (None, Some(_)) => None,
                 _ => {
                     r.errors.push(format!(
                         "reconnect-delay should be a number, actually was {v}"
@@ -398,7 +414,7 @@ impl Spec {
                 STRING_PROPS.contains(&k.as_str()),
                 NUMBER_PROPS.contains(&k.as_str()),
             ) {
-                (true, _) => v.is_string(),
+                (true, _) => v.as_str().is_some_and(|s| s.len() <= 255),
                 (_, true) => v.as_u64().is_some(),
                 _ => {
                     r.errors.push(format!(
@@ -477,7 +493,7 @@ mod tests {
     fn a_full_definition_reads_and_a_bad_one_lists_every_fault() {
         let s = Spec::parse(
             "s",
-            &json!({"src-uri": "amqp://h", "src-queue": "a", "dest-uri": ["amqp://h2"],
+            &json!({"src-uri": "amqp://u:p@h", "src-queue": "a", "dest-uri": ["amqp://u:p@h2"],
                     "dest-exchange": "x", "prefetch-count": 10, "delete-after": "queue-length",
                     "add-forward-headers": true, "reconnect-delay": 0}),
         )
@@ -496,7 +512,7 @@ mod tests {
         );
         let e = Spec::parse(
             "s",
-            &json!({"src-uri": "amqp://h", "src-queue": "a", "src-exchange": "b",
+            &json!({"src-uri": "amqp://u:p@h", "src-queue": "a", "src-exchange": "b",
                     "ack-mode": "no-ack", "delete-after": 5, "bogus": 1,
                     "dest-protocol": "amqp10"}),
         )

@@ -65,7 +65,8 @@ fn number<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
 impl Uri {
     /// Parses `text`; the error says what is wrong with it.
     pub fn parse(text: &str) -> Result<Uri, String> {
-        let bad = |why: &str| format!("\"{text}\" not a valid URI: {why}");
+        let shown = without_userinfo(text);
+        let bad = |why: &str| format!("\"{shown}\" not a valid URI: {why}");
         let (scheme, rest) = text
             .split_once("://")
             .ok_or_else(|| bad("no scheme (amqp:// or amqps://)"))?;
@@ -137,6 +138,8 @@ impl Uri {
                     }
                     other => return Err(bad(&format!("unknown auth_mechanism '{other}'"))),
                 },
+                // The TLS key's password: nothing to a plain connection.
+                "password" if !tls => {}
                 k if NOT_YET.contains(&k) => {
                     return Err(bad(&format!(
                         "Warren does not take the TLS option '{k}' in a shovel URI yet \
@@ -153,6 +156,15 @@ impl Uri {
                  connects to itself as that user (RabbitMQ would act as an all-powerful \
                  internal user)",
             ));
+        }
+        if uri.user.is_none() || uri.pass.is_none() {
+            return Err(bad(
+                "a URI needs a user and password (RabbitMQ would log in as guest, which \
+                 on this broker's own host would pass its loopback-only rule)",
+            ));
+        }
+        if uri.vhost.len() > 255 {
+            return Err(bad("a vhost longer than 255 bytes"));
         }
         Ok(uri)
     }
@@ -175,6 +187,19 @@ impl Uri {
 impl fmt::Display for Uri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted())
+    }
+}
+
+/// `text` with any credentials between the scheme and the host taken
+/// out, for an error that quotes it (and so a log that keeps it).
+fn without_userinfo(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text.to_string();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => text.to_string(),
     }
 }
 
@@ -237,7 +262,7 @@ mod tests {
         assert_eq!(u.vhost, "my/vh");
         assert_eq!(u.heartbeat, Some(5));
         assert_eq!(u.redacted(), "amqp://example.com:5673/my%2Fvh");
-        let v = Uri::parse("amqps://[::1]").unwrap();
+        let v = Uri::parse("amqps://u:p@[::1]").unwrap();
         assert_eq!(
             (v.host.as_deref(), v.port, v.vhost.as_str()),
             (Some("::1"), None, "/")
@@ -254,8 +279,15 @@ mod tests {
             "amqp://h?cacertfile=/x",
             "amqp://h?heartbeat=x",
             "amqp://:5672",
+            "amqp://h",
         ] {
             assert!(Uri::parse(bad).is_err(), "{bad}");
         }
+        let e = Uri::parse("amqp://user:secret@h:0").unwrap_err();
+        assert!(!e.contains("secret") && e.contains("amqp://h:0"), "{e}");
+        assert!(
+            Uri::parse("amqp://u:p@h?password=x").is_ok(),
+            "ignored, as RabbitMQ does"
+        );
     }
 }

@@ -111,9 +111,13 @@ async fn connect(uris: &[Uri], ctx: &Context) -> Result<(Connection, Uri), Strin
         let props = ConnectionProperties::default()
             .with_connection_name(LongString::from(format!("Shovel {}", ctx.name)));
         let target = lapin_uri(uri, ctx.own)?;
-        match Connection::connect_uri(target, props).await {
-            Ok(c) => return Ok((c, uri.clone())),
-            Err(e) => last = format!("{}: {e}", uri.redacted()),
+        // lapin bounds only the TCP connect: a peer that accepts and then
+        // says nothing must not hold the shovel (nor the next URI) up.
+        let within = std::time::Duration::from_millis(uri.connection_timeout.unwrap_or(60_000));
+        match tokio::time::timeout(within, Connection::connect_uri(target, props)).await {
+            Ok(Ok(c)) => return Ok((c, uri.clone())),
+            Ok(Err(e)) => last = format!("{}: {e}", uri.redacted()),
+            Err(_) => last = format!("{}: no handshake within {within:?}", uri.redacted()),
         }
     }
     Err(last)
@@ -260,11 +264,11 @@ fn route<'a>(dest: &'a Dest, exchange: &'a str, key: &'a str) -> (&'a str, &'a s
 }
 
 /// Opens the source: its topology, qos and consumer; the count left to
-/// move if `src-delete-after` sets one.
+/// move if `src-delete-after` sets one; None if that is none at all.
 async fn open_source(
     conn: &Connection,
     spec: &Spec,
-) -> Result<(Channel, lapin::Consumer, Option<u64>), String> {
+) -> Result<Option<(Channel, lapin::Consumer, Option<u64>)>, String> {
     let failed = |what: &str, e: lapin::Error| format!("source: {what}: {e}");
     let (queue, length) = match &spec.source {
         Source::Queue { name, args } => {
@@ -306,6 +310,11 @@ async fn open_source(
         DeleteAfter::QueueLength => Some(u64::from(length)),
         DeleteAfter::Count(n) => Some(n),
     };
+    if left == Some(0) {
+        // Done before it began: nothing is consumed (a no-ack consumer
+        // would take messages it then drops).
+        return Ok(None);
+    }
     let no_ack = spec.ack_mode == AckMode::NoAck;
     if !no_ack {
         ch.basic_qos(spec.prefetch, BasicQosOptions::default())
@@ -324,7 +333,17 @@ async fn open_source(
         )
         .await
         .map_err(|e| failed(&format!("consuming '{queue}'"), e))?;
-    Ok((ch, consumer, left))
+    Ok(Some((ch, consumer, left)))
+}
+
+/// An ack or nack at the source: lapin says false when its channel had
+/// closed first, and then the source requeues the message instead.
+fn settled(r: lapin::Result<bool>) -> Result<(), String> {
+    match r {
+        Ok(true) => Ok(()),
+        Ok(false) => Err("source: the channel closed before the ack".into()),
+        Err(e) => Err(format!("source: ack: {e}")),
+    }
 }
 
 /// What the end of the task that acks on confirms means for the run.
@@ -392,12 +411,10 @@ async fn forward(
         }
     }
     let (_src_ch, mut consumer, mut left) = match open_source(src_conn, spec).await {
-        Ok(s) => s,
+        Ok(Some(s)) => s,
+        Ok(None) => return Ended::Done,
         Err(e) => return Ended::Failed(e),
     };
-    if left == Some(0) {
-        return Ended::Done;
-    }
     ctx.status.lock().set_running(Ends {
         src: src_uri.redacted(),
         dest: dest_uri.redacted(),
@@ -419,10 +436,7 @@ async fn forward(
                 Err(e) => return Err(format!("destination: {e}")),
             };
             if confirmed {
-                acker
-                    .ack(BasicAckOptions::default())
-                    .await
-                    .map_err(|e| format!("source: ack: {e}"))?;
+                settled(acker.ack(BasicAckOptions::default()).await)?;
                 forwarded.fetch_add(1, Ordering::Relaxed);
             } else {
                 // Refused at the destination: back to the source queue.
@@ -430,10 +444,7 @@ async fn forward(
                     requeue: true,
                     ..Default::default()
                 };
-                acker
-                    .nack(requeue)
-                    .await
-                    .map_err(|e| format!("source: nack: {e}"))?;
+                settled(acker.nack(requeue).await)?;
             }
             // A nack counts toward `src-delete-after` too, as in RabbitMQ 3.
             done += 1;
@@ -494,8 +505,8 @@ async fn forward(
                 }
             }
             AckMode::OnPublish => {
-                if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
-                    break Ended::Failed(format!("source: ack: {e}"));
+                if let Err(e) = settled(delivery.acker.ack(BasicAckOptions::default()).await) {
+                    break Ended::Failed(e);
                 }
                 ctx.forwarded.fetch_add(1, Ordering::Relaxed);
             }
