@@ -29,6 +29,12 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // Before anything starts: a cluster member serves its static shovels
+    // only once it leads.
+    if let Err(e) = warren::shovel::check_static(&config.shovels) {
+        eprintln!("warren: {e}");
+        std::process::exit(2);
+    }
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log_level));
     // Colours only on a terminal: a log file gets plain text.

@@ -242,6 +242,7 @@ impl Server {
     /// Imports `load_definitions` into `broker`, binds the listeners and
     /// starts serving.
     pub async fn serve(broker: Arc<Broker>) -> Result<Server, String> {
+        let static_shovels = crate::shovel::check_static(&broker.config.shovels)?;
         if let Some(path) = broker.config.load_definitions.clone() {
             let done = crate::definitions::load_file(&broker, &path).await?;
             info!(file = %path.display(), ?done, "definitions imported");
@@ -382,6 +383,9 @@ impl Server {
         );
         if let Err(e) = broker.start_shovels() {
             warn!("cannot start the shovels: {e}");
+        }
+        for (name, spec) in static_shovels {
+            broker.shovels.start_static(&name, spec);
         }
         if management_addr.is_some() || management_tls_addr.is_some() {
             crate::http::start_sampler(&api, stop_rx.clone());

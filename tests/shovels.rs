@@ -161,9 +161,16 @@ async fn a_shovel_moves_every_message_once_in_order_and_says_so() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(count(&sc, "src").await, 0, "everything acked at the source");
+    // Nothing ready at the source, and the last acks counted: the status
+    // holds still from here.
+    let until = Instant::now() + Duration::from_secs(30);
+    while get_json(&dest, "/shovels").await[0]["forwarded"] != 6000 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let status = get_json(&dest, "/shovels").await;
     let s = &status[0];
+    assert_eq!(s["forwarded"], 6000);
     assert_eq!(s["name"], "move");
     assert_eq!(s["vhost"], "/");
     assert_eq!(s["type"], "dynamic");
@@ -412,4 +419,142 @@ async fn an_imported_shovel_runs_and_runs_again_after_a_restart() {
     let status = get_json(&b, "/shovels").await;
     assert_eq!(status[0]["name"], "imported");
     assert_eq!(status[0]["state"], "running");
+}
+
+/// GET /metrics of the broker's Prometheus listener.
+async fn metrics(b: &TestBroker) -> String {
+    let addr = b.metrics.expect("the Prometheus listener runs");
+    let r = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .expect("an answer");
+    assert_eq!(r.status().as_u16(), 200);
+    r.text().await.expect("a body")
+}
+
+/// Pause and resume (LavinMQ's API): a paused shovel moves nothing and
+/// says so in its status and in Prometheus; resumed, it moves what
+/// waited. Pausing twice, resuming a running shovel and either on an
+/// unknown one are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_shovel_moves_nothing_until_resumed() {
+    let b = common::start_with_api().await;
+    let (c, ch) = b.channel().await;
+    durable_queue(&ch, "src").await;
+    publish(&ch, "src", 0, 100).await;
+    let value = json!({"value": {
+        "src-uri": "amqp://guest:guest@/%2f", "src-queue": "src",
+        "dest-uri": "amqp://guest:guest@/%2f", "dest-queue": "dst"}});
+    let (s, body) = call(&b, "PUT", "/parameters/shovel/%2f/held", Some(value)).await;
+    assert_eq!(s, 201, "{body}");
+    assert_eq!(wait_count(&c, "dst", 100).await, 100);
+    let text = metrics(&b).await;
+    assert!(
+        text.contains("rabbitmq_shovel_dynamic{status=\"running\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rabbitmq_shovel_messages_forwarded_total{vhost=\"/\",shovel=\"held\"} 100"),
+        "{text}"
+    );
+
+    let (s, body) = call(&b, "PUT", "/shovels/%2f/held/pause", None).await;
+    assert_eq!(s, 204, "{body}");
+    let (s, body) = call(&b, "PUT", "/shovels/vhost/%2f/held/pause", None).await;
+    assert_eq!(s, 422, "paused twice: {body}");
+    assert_eq!(get_json(&b, "/shovels").await[0]["state"], "paused");
+    assert!(metrics(&b)
+        .await
+        .contains("rabbitmq_shovel_dynamic{status=\"paused\"} 1"));
+    publish(&ch, "src", 100, 150).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(count(&c, "src").await, 50, "a paused shovel moves nothing");
+    assert_eq!(count(&c, "dst").await, 100);
+
+    let (s, body) = call(&b, "PUT", "/shovels/vhost/%2f/held/resume", None).await;
+    assert_eq!(s, 204, "{body}");
+    assert_eq!(wait_count(&c, "dst", 150).await, 150);
+    let (s, body) = call(&b, "PUT", "/shovels/%2f/held/resume", None).await;
+    assert_eq!(s, 422, "resumed while running: {body}");
+    for path in ["/shovels/%2f/nothing/pause", "/shovels/%2f/nothing/resume"] {
+        let (s, body) = call(&b, "PUT", path, None).await;
+        assert_eq!(s, 404, "{path}: {body}");
+    }
+    let until = Instant::now() + Duration::from_secs(30);
+    while get_json(&b, "/shovels").await[0]["state"] != "running" && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(get_json(&b, "/shovels").await[0]["state"], "running");
+}
+
+/// A static shovel (the config file's `[shovels.NAME]`) runs with the
+/// broker: listed as static, without a vhost, to administrators only as
+/// in RabbitMQ, and counted apart in Prometheus. A bad one stops the
+/// start, named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_shovel_runs_with_the_broker_and_a_bad_one_stops_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut config = common::config(tmp.path());
+    config.management_port = warren::config::Port::On(0);
+    config.prometheus_port = warren::config::Port::On(0);
+    config.shovels.insert(
+        "fixed".into(),
+        json!({"src-uri": "amqp://guest:guest@/%2f", "src-queue": "src",
+               "dest-uri": "amqp://guest:guest@/%2f", "dest-queue": "dst"}),
+    );
+    let b = common::start_in(tmp, config).await;
+    let (c, ch) = b.channel().await;
+    durable_queue(&ch, "src").await;
+    publish(&ch, "src", 0, 100).await;
+    assert_eq!(wait_count(&c, "dst", 100).await, 100);
+    let all = get_json(&b, "/shovels").await;
+    assert_eq!(all[0]["name"], "fixed");
+    assert_eq!(all[0]["type"], "static");
+    assert!(all[0].get("vhost").is_none(), "{all}");
+    assert_eq!(get_json(&b, "/shovels/%2f").await, json!([]));
+    let text = metrics(&b).await;
+    assert!(
+        text.contains("rabbitmq_shovel_static{status=\"running\"} 1"),
+        "{text}"
+    );
+    assert!(!text.contains("rabbitmq_shovel_dynamic"), "{text}");
+    // A monitor of the vhost does not see it.
+    let (s, body) = call(
+        &b,
+        "PUT",
+        "/users/watcher",
+        Some(json!({"password": "w", "tags": "monitoring"})),
+    )
+    .await;
+    assert!(s == 201 || s == 204, "{body}");
+    let (s, body) = call(
+        &b,
+        "PUT",
+        "/permissions/%2f/watcher",
+        Some(json!({"configure": ".*", "write": ".*", "read": ".*"})),
+    )
+    .await;
+    assert!(s == 201 || s == 204, "{body}");
+    let url = format!("http://{}/api/shovels", b.api.expect("the API"));
+    let r = reqwest::Client::new()
+        .get(&url)
+        .basic_auth("watcher", Some("w"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.text().await.expect("a body"), "[]");
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut config = common::config(tmp.path());
+    config.shovels.insert(
+        "broken".into(),
+        json!({"src-uri": "amqp://guest:guest@/%2f", "src-queue": "src"}),
+    );
+    let Err(e) = warren::Server::start(config).await else {
+        panic!("a bad static shovel was accepted");
+    };
+    assert!(
+        e.contains("static shovel 'broken'") && e.contains("dest-uri"),
+        "{e}"
+    );
 }

@@ -137,6 +137,10 @@ pub struct Config {
     pub load_definitions: Option<PathBuf>,
     /// Mirroring (`[cluster]`).
     pub cluster: ClusterConfig,
+    /// Static shovels (`[shovels.NAME]`, the keys of a dynamic shovel's
+    /// definition), started with the broker (on a cluster's leader); the
+    /// broker checks them before it starts (crate::shovel::check_static).
+    pub shovels: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 impl Default for Config {
@@ -183,6 +187,7 @@ impl Default for Config {
             vhost_max_queues: 1_000_000,
             consumer_timeout: 1_800_000,
             load_definitions: None,
+            shovels: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -619,6 +624,23 @@ mod tests {
         assert_eq!(c.port, Port::On(7000));
         assert_eq!(c.heartbeat, 5);
         assert_eq!(c.frame_max, 131_072);
+    }
+
+    #[test]
+    fn static_shovels_are_read_with_their_keys_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.toml");
+        let text = "[shovels.orders-in]\nsrc-uri = \"amqp://u:p@rabbit/%2F\"\n\
+                    src-queue = \"orders\"\ndest-uri = [\"amqp://u:p@/%2F\"]\n\
+                    dest-queue = \"orders\"\nsrc-prefetch-count = 10\n";
+        std::fs::write(&path, text).unwrap();
+        let c = Cli::parse_from(["warren", "--config", path.to_str().unwrap()])
+            .into_config()
+            .unwrap();
+        let s = &c.shovels["orders-in"];
+        assert_eq!(s["src-queue"], "orders");
+        assert_eq!(s["src-prefetch-count"], 10);
+        assert_eq!(s["dest-uri"][0], "amqp://u:p@/%2F");
     }
 
     #[test]

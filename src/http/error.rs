@@ -98,6 +98,15 @@ impl ApiError {
         ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", reason)
     }
 
+    /// 422: a request that cannot apply to the entity as it is now.
+    pub fn unprocessable(reason: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unprocessable_entity",
+            reason,
+        )
+    }
+
     /// 405 with `reason`.
     pub fn method_not_allowed() -> ApiError {
         ApiError::new(

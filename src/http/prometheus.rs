@@ -246,6 +246,7 @@ fn render(api: &Api, per_object: bool) -> String {
         c.publishers,
     );
     message_sizes(&mut o, &c.sizes);
+    shovel_metrics(&mut o, &api.broker.shovels);
     if per_object {
         queue_series(&mut o, &per_queue);
         stream_series(&mut o, &per_stream);
@@ -490,6 +491,51 @@ pub async fn serve_follower<L>(
 {
     let app = follower_router(cluster);
     super::conns::serve(listener, app, limits, stop, "prometheus").await;
+}
+
+/// rabbitmq_shovel_prometheus's gauges (RabbitMQ 4: dynamic and static
+/// shovels by status) and, one series per shovel, the messages it
+/// forwarded since its run began (a static one's vhost label is empty).
+/// Families without a series are left out.
+fn shovel_metrics(o: &mut Out, shovels: &crate::shovel::Shovels) {
+    use crate::shovel::Kind;
+    let (states, each) = shovels.metrics();
+    for (kind, family, help) in [
+        (
+            Kind::Dynamic,
+            "rabbitmq_shovel_dynamic",
+            "Current number of dynamic shovels",
+        ),
+        (
+            Kind::Static,
+            "rabbitmq_shovel_static",
+            "Current number of static shovels",
+        ),
+    ] {
+        let mut these = states.iter().filter(|((k, _), _)| *k == kind).peekable();
+        if these.peek().is_none() {
+            continue;
+        }
+        o.family(family, "gauge", help);
+        for ((_, state), n) in these {
+            o.value(family, &[("status", state)], n);
+        }
+    }
+    if each.is_empty() {
+        return;
+    }
+    o.family(
+        "rabbitmq_shovel_messages_forwarded_total",
+        "counter",
+        "Messages a shovel forwarded since it last started",
+    );
+    for (vhost, name, n) in &each {
+        o.value(
+            "rabbitmq_shovel_messages_forwarded_total",
+            &[("vhost", vhost), ("shovel", name)],
+            n,
+        );
+    }
 }
 
 /// The histogram of published body sizes, with RabbitMQ 4's buckets.

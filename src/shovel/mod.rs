@@ -24,6 +24,40 @@ pub use spec::Spec;
 /// The runtime parameter component of shovels.
 pub const COMPONENT: &str = "shovel";
 
+/// Where static shovels are kept in the set: no vhost has an empty name.
+const STATIC: &str = "";
+
+/// Whether a shovel is a runtime parameter or from the config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Dynamic,
+    Static,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Dynamic => "dynamic",
+            Kind::Static => "static",
+        }
+    }
+}
+
+/// Reads the config file's static shovels: every one, or the faults of
+/// the first bad one, named.
+pub fn check_static(
+    shovels: &BTreeMap<String, serde_json::Value>,
+) -> Result<Vec<(String, Spec)>, String> {
+    shovels
+        .iter()
+        .map(|(name, value)| {
+            Spec::parse(name, value)
+                .map(|spec| (name.clone(), spec))
+                .map_err(|e| format!("static shovel '{name}' (shovels.{name}): {e}"))
+        })
+        .collect()
+}
+
 /// Where a running shovel is connected (credentials taken out).
 #[derive(Debug, Clone)]
 pub struct Ends {
@@ -37,6 +71,8 @@ enum State {
     Starting,
     Running(Ends),
     Terminated(String),
+    /// Shown while an operator has it paused (never set by a run).
+    Paused,
 }
 
 /// A shovel's state and when it last changed.
@@ -71,22 +107,22 @@ impl Status {
 
 /// One shovel the broker runs.
 struct Entry {
+    kind: Kind,
     spec: Arc<Spec>,
     status: Arc<Mutex<Status>>,
     forwarded: Arc<AtomicU64>,
+    /// Paused by an operator: its run stopped, its connections closed,
+    /// until it is resumed (or restarted, or the broker starts again).
+    paused: Option<u64>,
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
-/// How long a stopped shovel has to close its connections before its
-/// task is cut off.
-const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
-impl Drop for Entry {
+impl Entry {
     /// Asks the run to close its connections (the source requeues what it
     /// had not acked, at once, rather than when a heartbeat fails), and
     /// cuts it off if it has not within the grace.
-    fn drop(&mut self) {
+    fn stop_run(&self) {
         self.stop.send_replace(true);
         let task = self.task.abort_handle();
         match tokio::runtime::Handle::try_current() {
@@ -98,6 +134,25 @@ impl Drop for Entry {
             }
             Err(_) => task.abort(),
         }
+    }
+}
+
+/// Why a shovel cannot be paused or resumed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// No shovel of that name runs here.
+    NotFound,
+    /// It is paused already (pause), or not paused (resume).
+    AlreadySo,
+}
+
+/// How long a stopped shovel has to close its connections before its
+/// task is cut off.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.stop_run();
     }
 }
 
@@ -167,6 +222,15 @@ impl Shovels {
     /// before `configure` (a definitions file imported at boot stores its
     /// shovels first, and the broker starts them once it listens).
     pub fn start(self: &Arc<Self>, vhost: &str, name: &str, spec: Spec) {
+        self.start_kind(Kind::Dynamic, vhost, name, spec);
+    }
+
+    /// Starts static shovel `name` (from the config file).
+    pub fn start_static(self: &Arc<Self>, name: &str, spec: Spec) {
+        self.start_kind(Kind::Static, STATIC, name, spec);
+    }
+
+    fn start_kind(self: &Arc<Self>, kind: Kind, vhost: &str, name: &str, spec: Spec) {
         let Some(finished) = self.finished.lock().clone() else {
             return;
         };
@@ -175,6 +239,7 @@ impl Shovels {
         let forwarded = Arc::new(AtomicU64::new(0));
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let ctx = worker::Context {
+            kind,
             stop: stop_rx,
             name: name.to_string(),
             vhost: vhost.to_string(),
@@ -190,9 +255,11 @@ impl Shovels {
         };
         let task = tokio::spawn(Self::supervise(Arc::clone(&spec), ctx, done));
         let entry = Entry {
+            kind,
             spec,
             status,
             forwarded,
+            paused: None,
             stop,
             task,
         };
@@ -215,7 +282,9 @@ impl Shovels {
                         .shovels
                         .upgrade()
                         .is_some_and(|s| s.remove_if_current(&ctx.vhost, &ctx.name, &done.status));
-                    if current {
+                    if current && ctx.kind == Kind::Static {
+                        tracing::info!(shovel = %ctx.name, "static shovel done");
+                    } else if current {
                         tracing::info!(vhost = %ctx.vhost, shovel = %ctx.name, "shovel done: clearing its parameter");
                         let (vhost, name) = (ctx.vhost.clone(), ctx.name.clone());
                         let f = done.finished;
@@ -289,14 +358,78 @@ impl Shovels {
             .running
             .lock()
             .get(&(vhost.to_string(), name.to_string()))
-            .map(|e| Spec::clone(&e.spec));
+            .map(|e| (e.kind, Spec::clone(&e.spec)));
         match spec {
-            Some(s) => {
-                self.start(vhost, name, s);
+            Some((kind, s)) => {
+                self.start_kind(kind, vhost, name, s);
                 true
             }
             None => false,
         }
+    }
+
+    /// Pauses shovel `name` of `vhost`: its run stops and closes its
+    /// connections (the source requeues what was not acked), until
+    /// `resume` (LavinMQ's pause).
+    pub fn pause(&self, vhost: &str, name: &str) -> Result<(), Refused> {
+        let mut running = self.running.lock();
+        let e = running
+            .get_mut(&(vhost.to_string(), name.to_string()))
+            .ok_or(Refused::NotFound)?;
+        if e.paused.is_some() {
+            return Err(Refused::AlreadySo);
+        }
+        e.paused = Some(crate::util::now_ms() / 1000);
+        e.stop_run();
+        tracing::info!(vhost, shovel = name, "shovel paused");
+        Ok(())
+    }
+
+    /// Runs a paused shovel again, from its definition.
+    pub fn resume(self: &Arc<Self>, vhost: &str, name: &str) -> Result<(), Refused> {
+        let (kind, spec) = {
+            let running = self.running.lock();
+            let e = running
+                .get(&(vhost.to_string(), name.to_string()))
+                .ok_or(Refused::NotFound)?;
+            if e.paused.is_none() {
+                return Err(Refused::AlreadySo);
+            }
+            (e.kind, Spec::clone(&e.spec))
+        };
+        tracing::info!(vhost, shovel = name, "shovel resumed");
+        self.start_kind(kind, vhost, name, spec);
+        Ok(())
+    }
+
+    /// How many shovels of each kind are in each state, and each one's
+    /// forwarded count: (vhost, name, forwarded; a static one's vhost is
+    /// empty), for Prometheus.
+    #[allow(clippy::type_complexity)]
+    pub fn metrics(
+        &self,
+    ) -> (
+        BTreeMap<(Kind, &'static str), u64>,
+        Vec<(String, String, u64)>,
+    ) {
+        let running = self.running.lock();
+        let mut states = BTreeMap::new();
+        let mut each = Vec::with_capacity(running.len());
+        for ((vhost, name), e) in running.iter() {
+            let state = match (&e.paused, &e.status.lock().state) {
+                (Some(_), _) | (None, State::Paused) => "paused",
+                (None, State::Starting) => "starting",
+                (None, State::Running(_)) => "running",
+                (None, State::Terminated(_)) => "terminated",
+            };
+            *states.entry((e.kind, state)).or_insert(0) += 1;
+            each.push((
+                vhost.clone(),
+                name.clone(),
+                e.forwarded.load(Ordering::Relaxed),
+            ));
+        }
+        (states, each)
     }
 
     /// The status of every shovel (of `vhost`, if given) as RabbitMQ's
@@ -308,18 +441,28 @@ impl Shovels {
             .iter()
             .filter(|((v, _), _)| vhost.is_none_or(|want| want == v))
             .map(|((v, name), e)| {
-                let status = e.status.lock().clone();
+                let mut status = e.status.lock().clone();
+                if let Some(since) = e.paused {
+                    status = Status {
+                        state: State::Paused,
+                        since,
+                    };
+                }
                 let mut o = json!({
                     "node": node,
                     "timestamp": timestamp(status.since),
                     "name": name,
-                    "vhost": v,
-                    "type": "dynamic",
+                    "type": e.kind.name(),
                     "forwarded": e.forwarded.load(Ordering::Relaxed),
                 });
+                // A static shovel has no vhost (RabbitMQ lists it so).
+                if e.kind == Kind::Dynamic {
+                    o["vhost"] = json!(v);
+                }
                 let spec = &e.spec;
                 match status.state {
                     State::Starting => o["state"] = json!("starting"),
+                    State::Paused => o["state"] = json!("paused"),
                     State::Terminated(why) => {
                         o["state"] = json!("terminated");
                         o["reason"] = json!(why);

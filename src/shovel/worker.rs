@@ -37,6 +37,7 @@ pub enum Ended {
 
 /// What a run needs besides the definition.
 pub struct Context {
+    pub kind: super::Kind,
     pub name: String,
     pub vhost: String,
     /// This broker's own AMQP listener (a URI without a host).
@@ -185,9 +186,11 @@ fn forward_table(spec: &Spec, ctx: &Context, src: &Uri, dest: &Uri) -> AMQPValue
         t.insert(k.into(), AMQPValue::LongString(LongString::from(v)));
     };
     put("shovelled-by", &ctx.cluster);
-    put("shovel-type", "dynamic");
+    put("shovel-type", ctx.kind.name());
     put("shovel-name", &ctx.name);
-    put("shovel-vhost", &ctx.vhost);
+    if ctx.kind == super::Kind::Dynamic {
+        put("shovel-vhost", &ctx.vhost);
+    }
     put("src-uri", &src.redacted());
     put("dest-uri", &dest.redacted());
     match &spec.source {

@@ -249,6 +249,11 @@ pub fn router(api: Arc<Api>) -> Router {
             "/shovels/vhost/{vhost}/{name}/restart",
             axum::routing::delete(shovels::restart),
         )
+        // LavinMQ's paths, and the same beside RabbitMQ's restart.
+        .route("/shovels/{vhost}/{name}/pause", put(shovels::pause))
+        .route("/shovels/{vhost}/{name}/resume", put(shovels::resume))
+        .route("/shovels/vhost/{vhost}/{name}/pause", put(shovels::pause))
+        .route("/shovels/vhost/{vhost}/{name}/resume", put(shovels::resume))
         .route("/global-parameters", get(t::list_globals))
         .route(
             "/global-parameters/{name}",

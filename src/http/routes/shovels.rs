@@ -1,7 +1,8 @@
 //! /api/shovels: the status of the shovels the broker runs (crate::shovel),
 //! their definitions and their restart, as RabbitMQ's
-//! rabbitmq_shovel_management serves them. A shovel is made and deleted
-//! as a `shovel` runtime parameter (tenancy.rs), or here.
+//! rabbitmq_shovel_management serves them, and their pause and resume, as
+//! LavinMQ's API has them. A shovel is made and deleted as a `shovel`
+//! runtime parameter (tenancy.rs), or here.
 
 use std::sync::Arc;
 
@@ -25,7 +26,12 @@ fn listed(
 ) -> ApiResult<Json<Value>> {
     caller.monitor()?;
     let mut all = api.broker.shovels.list(vhost);
-    all.retain(|s| s["vhost"].as_str().is_some_and(|v| caller.sees(api, v)));
+    // A static shovel has no vhost: only administrators see it, as in
+    // RabbitMQ.
+    all.retain(|s| match s["vhost"].as_str() {
+        Some(v) => caller.sees(api, v),
+        None => caller.is_admin(),
+    });
     let key = |s: &Value| {
         (
             s["vhost"].as_str().unwrap_or_default().to_string(),
@@ -116,5 +122,40 @@ pub async fn restart(
     match api.broker.shovels.restart(&vhost, &name) {
         true => Ok(no_content()),
         false => Err(ApiError::not_found()),
+    }
+}
+
+/// Pauses the shovel: it stops moving messages and closes its
+/// connections until resumed (LavinMQ's pause). 404 if it does not run
+/// here, 422 if it is paused already.
+pub async fn pause(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((vhost, name)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    caller.policymaker(&api, &vhost)?;
+    match api.broker.shovels.pause(&vhost, &name) {
+        Ok(()) => Ok(no_content()),
+        Err(shovel::Refused::NotFound) => Err(ApiError::not_found()),
+        Err(shovel::Refused::AlreadySo) => Err(ApiError::unprocessable(format!(
+            "shovel '{name}' is paused already"
+        ))),
+    }
+}
+
+/// Runs a paused shovel again. 404 if it does not run here, 422 if it is
+/// not paused.
+pub async fn resume(
+    State(api): State<Arc<Api>>,
+    caller: Caller,
+    Path((vhost, name)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    caller.policymaker(&api, &vhost)?;
+    match api.broker.shovels.resume(&vhost, &name) {
+        Ok(()) => Ok(no_content()),
+        Err(shovel::Refused::NotFound) => Err(ApiError::not_found()),
+        Err(shovel::Refused::AlreadySo) => Err(ApiError::unprocessable(format!(
+            "shovel '{name}' is not paused"
+        ))),
     }
 }
