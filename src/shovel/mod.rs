@@ -7,6 +7,7 @@
 //! reconnect delay when a run fails, stopped when their parameter goes,
 //! and their status is what /api/shovels shows.
 
+mod acker;
 pub mod spec;
 pub mod uri;
 mod worker;

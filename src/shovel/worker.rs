@@ -10,9 +10,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
     ConfirmSelectOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
@@ -21,6 +21,7 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
+use super::acker::{self, settled, Pending};
 use super::spec::{AckMode, DeleteAfter, Dest, Source, Spec};
 use super::uri::Uri;
 use super::{Ends, Status};
@@ -339,15 +340,8 @@ async fn open_source(
     Ok(Some((ch, consumer, left)))
 }
 
-/// An ack or nack at the source: lapin says false when its channel had
-/// closed first, and then the source requeues the message instead.
-fn settled(r: lapin::Result<bool>) -> Result<(), String> {
-    match r {
-        Ok(true) => Ok(()),
-        Ok(false) => Err("source: the channel closed before the ack".into()),
-        Err(e) => Err(format!("source: ack: {e}")),
-    }
-}
+/// Most deliveries handed to the destination together.
+const BATCH: usize = 64;
 
 /// What the end of the task that acks on confirms means for the run.
 fn acker_ended(r: Result<Result<bool, String>, tokio::task::JoinError>) -> Ended {
@@ -425,43 +419,22 @@ async fn forward(
     let forward_header = spec
         .forward_headers
         .then(|| forward_table(spec, ctx, src_uri, dest_uri));
-    // on-confirm: the confirms come back in publish order, each acked at
-    // the source by a task of its own so that publishing never waits.
-    let (confirms, mut acked) =
-        mpsc::channel::<(lapin::Acker, lapin::PublisherConfirm)>(usize::from(spec.prefetch.max(1)));
-    let forwarded = Arc::clone(&ctx.forwarded);
-    let confirm_target = left;
-    let acker = tokio::spawn(async move {
-        let mut done = 0u64;
-        while let Some((acker, confirm)) = acked.recv().await {
-            let confirmed = match confirm.await {
-                Ok(c) => c.is_ack(),
-                Err(e) => return Err(format!("destination: {e}")),
-            };
-            if confirmed {
-                settled(acker.ack(BasicAckOptions::default()).await)?;
-                forwarded.fetch_add(1, Ordering::Relaxed);
-            } else {
-                // Refused at the destination: back to the source queue.
-                let requeue = BasicNackOptions {
-                    requeue: true,
-                    ..Default::default()
-                };
-                settled(acker.nack(requeue).await)?;
-            }
-            // A nack counts toward `src-delete-after` too, as in RabbitMQ 3.
-            done += 1;
-            if confirm_target == Some(done) {
-                return Ok(true);
-            }
-        }
-        Ok::<bool, String>(false)
-    });
-    let mut acker = acker;
+    // on-confirm: the confirms come back in publish order and are acked
+    // at the source by a task of its own (acker.rs), so that publishing
+    // never waits for one.
+    let (confirms, pending) = mpsc::channel::<Pending>(usize::from(spec.prefetch.max(1)));
+    let ack_batch = u64::from(spec.prefetch / 4).max(1);
+    let mut acker = tokio::spawn(acker::run(
+        pending,
+        left,
+        ack_batch,
+        Arc::clone(&ctx.forwarded),
+    ));
     let stop_acking = acker.abort_handle();
     // A connection that died while nothing came is noticed within this.
     let mut watch = tokio::time::interval(std::time::Duration::from_secs(1));
-    let outcome = loop {
+    let mut batch = Vec::with_capacity(BATCH);
+    let outcome = 'run: loop {
         let next = tokio::select! {
             next = consumer.next() => next,
             _ = stopped(ctx) => break Ended::Stopped,
@@ -476,49 +449,61 @@ async fn forward(
                 continue;
             }
         };
-        let delivery = match next {
-            Some(Ok(d)) => d,
-            Some(Err(e)) => break Ended::Failed(format!("source: {e}")),
-            None => break Ended::Failed("source: the consumer was cancelled".into()),
-        };
-        let (exchange, key) = route(
-            &spec.dest,
-            delivery.exchange.as_str(),
-            delivery.routing_key.as_str(),
-        );
-        let props = properties(delivery.properties.clone(), spec, forward_header.as_ref());
-        let published = dest
-            .basic_publish(
+        // What else has come already goes with it: their publishes are
+        // handed to the client together, and written together.
+        let want = left.map_or(BATCH, |n| BATCH.min(n as usize));
+        let mut next = Some(next);
+        batch.clear();
+        while let Some(n) = next.take() {
+            match n {
+                Some(Ok(d)) => batch.push(d),
+                Some(Err(e)) => break 'run Ended::Failed(format!("source: {e}")),
+                None => break 'run Ended::Failed("source: the consumer was cancelled".into()),
+            }
+            if batch.len() < want {
+                next = consumer.next().now_or_never();
+            }
+        }
+        let publishes = batch.iter().map(|d| {
+            let (exchange, key) = route(&spec.dest, d.exchange.as_str(), d.routing_key.as_str());
+            let props = properties(d.properties.clone(), spec, forward_header.as_ref());
+            dest.basic_publish(
                 exchange.into(),
                 key.into(),
                 BasicPublishOptions::default(),
-                &delivery.data,
+                &d.data,
                 props,
             )
-            .await;
-        let confirm = match published {
-            Ok(c) => c,
-            Err(e) => break Ended::Failed(format!("destination: {e}")),
-        };
-        match spec.ack_mode {
-            AckMode::OnConfirm => {
-                if confirms.send((delivery.acker, confirm)).await.is_err() {
-                    // The acker ended: it says why.
-                    break acker_ended((&mut acker).await);
+        });
+        // join_all polls them in order: the frames go out in the order
+        // the source delivered.
+        let published = futures::future::join_all(publishes).await;
+        let taken = batch.len() as u64;
+        for (delivery, published) in batch.drain(..).zip(published) {
+            let confirm = match published {
+                Ok(c) => c,
+                Err(e) => break 'run Ended::Failed(format!("destination: {e}")),
+            };
+            match spec.ack_mode {
+                AckMode::OnConfirm => {
+                    if confirms.send((delivery.acker, confirm)).await.is_err() {
+                        // The acker ended: it says why.
+                        break 'run acker_ended((&mut acker).await);
+                    }
                 }
-            }
-            AckMode::OnPublish => {
-                if let Err(e) = settled(delivery.acker.ack(BasicAckOptions::default()).await) {
-                    break Ended::Failed(e);
+                AckMode::OnPublish => {
+                    if let Err(e) = settled(delivery.acker.ack(BasicAckOptions::default()).await) {
+                        break 'run Ended::Failed(e);
+                    }
+                    ctx.forwarded.fetch_add(1, Ordering::Relaxed);
                 }
-                ctx.forwarded.fetch_add(1, Ordering::Relaxed);
-            }
-            AckMode::NoAck => {
-                ctx.forwarded.fetch_add(1, Ordering::Relaxed);
+                AckMode::NoAck => {
+                    ctx.forwarded.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         if let Some(n) = left.as_mut() {
-            *n -= 1;
+            *n -= taken.min(*n);
             if *n == 0 {
                 if spec.ack_mode != AckMode::OnConfirm {
                     break Ended::Done;
