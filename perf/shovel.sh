@@ -14,7 +14,8 @@
 #   perf/shovel.sh                          # ROUNDS=3 COUNT=200000 SIZE=1024
 #   ROUNDS=1 COUNT=50000 perf/shovel.sh     # a quick look
 #
-# Ports on 127.0.0.1: RabbitMQ AMQP 5821 (dist 5822, API 5826), Warren AMQP 5823 (API 5824).
+# Ports on 127.0.0.1: RabbitMQ AMQP 5821 (dist 5822, API 5826, its own epmd 5827), Warren AMQP
+# 5823 (API 5824).
 # Installs Debian's rabbitmq-server if it is missing. SKIP_BUILD=1 uses the binaries in
 # target/release as they are.
 set -uo pipefail
@@ -27,6 +28,7 @@ SCENARIOS=${SCENARIOS:-r2w-warren r2w-rabbit w2w r2r}
 RMQ_PORT=${RMQ_PORT:-5821}
 RMQ_DIST_PORT=${RMQ_DIST_PORT:-5822}
 RMQ_API_PORT=${RMQ_API_PORT:-5826}
+EPMD_PORT=${EPMD_PORT:-5827}
 WARREN_PORT=${WARREN_PORT:-5823}
 WARREN_API_PORT=${WARREN_API_PORT:-5824}
 TARGET=${CARGO_TARGET_DIR:-target}
@@ -38,15 +40,17 @@ WARREN_API=http://127.0.0.1:$WARREN_API_PORT/api
 say() { printf '%s shovel: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 listener_pid() { ss -ltnpH "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2; }
 
-RMQ_PID= WARREN_PID= EPMD_BEFORE=$(pgrep -x epmd)
+RMQ_PID= WARREN_PID=
 cleanup() {
     for p in $WARREN_PID $RMQ_PID; do
         kill "$p" 2>/dev/null
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
         kill -9 "$p" 2>/dev/null
     done
-    # The epmd the node started, if none ran before.
-    [ -n "$EPMD_BEFORE" ] || pkill -x epmd 2>/dev/null
+    # The epmd the node started, on a port of its own.
+    local epmd
+    epmd=$(listener_pid "$EPMD_PORT")
+    [ -n "$epmd" ] && [ "$(cat "/proc/$epmd/comm" 2>/dev/null)" = epmd ] && kill "$epmd"
     [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -72,7 +76,7 @@ start_rmq() {
     echo '[rabbitmq_management,rabbitmq_shovel,rabbitmq_shovel_management].' >"$d/enabled_plugins"
     (
         cd "$d" || exit 1
-        export HOME=$d/home RABBITMQ_NODENAME=warrenshovel@localhost RABBITMQ_NODE_PORT=$RMQ_PORT \
+        export HOME=$d/home ERL_EPMD_PORT=$EPMD_PORT ERL_EPMD_ADDRESS=127.0.0.1 RABBITMQ_NODENAME=warrenshovel@localhost RABBITMQ_NODE_PORT=$RMQ_PORT \
             RABBITMQ_DIST_PORT=$RMQ_DIST_PORT RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
             RABBITMQ_MNESIA_BASE=$d/mnesia RABBITMQ_LOG_BASE=$d/log RABBITMQ_CONFIG_FILE=$d/rabbitmq \
             RABBITMQ_ENABLED_PLUGINS_FILE=$d/enabled_plugins

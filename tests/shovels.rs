@@ -453,6 +453,11 @@ async fn a_paused_shovel_moves_nothing_until_resumed() {
     let (s, body) = call(&b, "PUT", "/parameters/shovel/%2f/held", Some(value)).await;
     assert_eq!(s, 201, "{body}");
     assert_eq!(wait_count(&c, "dst", 100).await, 100);
+    // Counted once acked at the source, a moment after the copies land.
+    let until = Instant::now() + Duration::from_secs(30);
+    while get_json(&b, "/shovels").await[0]["forwarded"] != 100 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let text = metrics(&b).await;
     assert!(
         text.contains("rabbitmq_shovel_dynamic{status=\"running\"} 1"),

@@ -72,10 +72,14 @@ pub async fn run(
             held.flush(&forwarded).await?;
             return Ok(false);
         };
-        let confirmed = confirm
-            .await
-            .map_err(|e| format!("destination: {e}"))?
-            .is_ack();
+        let confirmed = match confirm.await {
+            Ok(c) => c.is_ack(),
+            Err(e) => {
+                // What was confirmed before is acked still.
+                let _ = held.flush(&forwarded).await;
+                return Err(format!("destination: {e}"));
+            }
+        };
         if confirmed {
             held.newest = Some(acker);
             held.count += 1;

@@ -232,9 +232,19 @@ impl Shovels {
     }
 
     fn start_kind(self: &Arc<Self>, kind: Kind, vhost: &str, name: &str, spec: Spec) {
-        let Some(finished) = self.finished.lock().clone() else {
+        let Some(entry) = self.entry(kind, vhost, name, spec) else {
             return;
         };
+        let old = self
+            .running
+            .lock()
+            .insert((vhost.to_string(), name.to_string()), entry);
+        drop(old);
+    }
+
+    /// A shovel's entry with its run started; None before `configure`.
+    fn entry(self: &Arc<Self>, kind: Kind, vhost: &str, name: &str, spec: Spec) -> Option<Entry> {
+        let finished = self.finished.lock().clone()?;
         let spec = Arc::new(spec);
         let status = Arc::new(Mutex::new(Status::new()));
         let forwarded = Arc::new(AtomicU64::new(0));
@@ -255,7 +265,7 @@ impl Shovels {
             finished,
         };
         let task = tokio::spawn(Self::supervise(Arc::clone(&spec), ctx, done));
-        let entry = Entry {
+        Some(Entry {
             kind,
             spec,
             status,
@@ -263,12 +273,31 @@ impl Shovels {
             paused: None,
             stop,
             task,
+        })
+    }
+
+    /// Starts shovel `name` of `vhost` again from its definition, if it is
+    /// in the set and `may` allows it, in one step under the set's lock (a
+    /// delete meanwhile is not undone).
+    fn rerun(
+        self: &Arc<Self>,
+        vhost: &str,
+        name: &str,
+        may: impl Fn(&Entry) -> Result<(), Refused>,
+    ) -> Result<(), Refused> {
+        let old = {
+            let mut running = self.running.lock();
+            let key = (vhost.to_string(), name.to_string());
+            let e = running.get(&key).ok_or(Refused::NotFound)?;
+            may(e)?;
+            let entry = self
+                .entry(e.kind, vhost, name, Spec::clone(&e.spec))
+                .ok_or(Refused::NotFound)?;
+            running.insert(key, entry)
         };
-        let old = self
-            .running
-            .lock()
-            .insert((vhost.to_string(), name.to_string()), entry);
+        // Its drop stops the old run, outside the lock.
         drop(old);
+        Ok(())
     }
 
     /// Runs a shovel until it is done, restarting a failed run after the
@@ -355,18 +384,7 @@ impl Shovels {
     /// Restarts shovel `name` of `vhost` from its definition; whether it
     /// ran.
     pub fn restart(self: &Arc<Self>, vhost: &str, name: &str) -> bool {
-        let spec = self
-            .running
-            .lock()
-            .get(&(vhost.to_string(), name.to_string()))
-            .map(|e| (e.kind, Spec::clone(&e.spec)));
-        match spec {
-            Some((kind, s)) => {
-                self.start_kind(kind, vhost, name, s);
-                true
-            }
-            None => false,
-        }
+        self.rerun(vhost, name, |_| Ok(())).is_ok()
     }
 
     /// Pauses shovel `name` of `vhost`: its run stops and closes its
@@ -388,18 +406,11 @@ impl Shovels {
 
     /// Runs a paused shovel again, from its definition.
     pub fn resume(self: &Arc<Self>, vhost: &str, name: &str) -> Result<(), Refused> {
-        let (kind, spec) = {
-            let running = self.running.lock();
-            let e = running
-                .get(&(vhost.to_string(), name.to_string()))
-                .ok_or(Refused::NotFound)?;
-            if e.paused.is_none() {
-                return Err(Refused::AlreadySo);
-            }
-            (e.kind, Spec::clone(&e.spec))
-        };
+        self.rerun(vhost, name, |e| match e.paused {
+            Some(_) => Ok(()),
+            None => Err(Refused::AlreadySo),
+        })?;
         tracing::info!(vhost, shovel = name, "shovel resumed");
-        self.start_kind(kind, vhost, name, spec);
         Ok(())
     }
 

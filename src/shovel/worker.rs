@@ -430,7 +430,8 @@ async fn forward(
         ack_batch,
         Arc::clone(&ctx.forwarded),
     ));
-    let stop_acking = acker.abort_handle();
+    // Cut off with the run, even if the run itself is aborted.
+    let _stop_acking = AbortOnDrop(acker.abort_handle());
     // A connection that died while nothing came is noticed within this.
     let mut watch = tokio::time::interval(std::time::Duration::from_secs(1));
     let mut batch = Vec::with_capacity(BATCH);
@@ -510,8 +511,8 @@ async fn forward(
                 }
                 // Published all it had to: the rest of what the prefetch
                 // brought stays unacked, and goes back to the source
-                // queue when the connection closes.
-                drop(confirms);
+                // queue when the connection closes. The acker ends once
+                // it has settled the last.
                 break tokio::select! {
                     acked = &mut acker => acker_ended(acked),
                     _ = stopped(ctx) => Ended::Stopped,
@@ -519,6 +520,24 @@ async fn forward(
             }
         }
     };
-    stop_acking.abort();
+    if matches!(outcome, Ended::Stopped) {
+        // Asked to stop: what the destination confirmed is acked first
+        // (the acker ends when nothing more comes), briefly, so that it
+        // does not come again.
+        drop(confirms);
+        let _ = tokio::time::timeout(FLUSH_ON_STOP, &mut acker).await;
+    }
     outcome
+}
+
+/// How long a stopping run waits for the acks of what was confirmed.
+const FLUSH_ON_STOP: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -182,7 +182,10 @@ impl Drop for RabbitNode {
         let _ = self.child.wait();
         // The epmd the node started on its own port (it daemonizes, out
         // of the group).
-        if let Some(pid) = listener(self.epmd) {
+        let epmd = listener(self.epmd).filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "epmd")
+        });
+        if let Some(pid) = epmd {
             // SAFETY: kill(2) of the epmd on the port this node was given.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
