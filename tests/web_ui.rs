@@ -502,6 +502,57 @@ async fn the_ui_manages_the_broker_in_a_real_browser() {
     .await;
     let conn = b.connect().await;
 
+    // Admin › Shovels: the form makes a shovel that moves a queue; the
+    // table shows it running; it pauses, resumes and goes.
+    let ch = conn.create_channel().await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    ch.queue_declare("ui-src".into(), durable, FieldTable::default())
+        .await
+        .unwrap();
+    publish(&ch, "ui-src", 20).await;
+    go(&c, &base, "#/admin/shovels").await;
+    submit(
+        &c,
+        "add-shovel",
+        &[
+            ("vhost", "/"),
+            ("name", "ui-move"),
+            ("src_uri", "amqp://guest:guest@/%2F"),
+            ("src", "ui-src"),
+            ("dest_uri", "amqp://guest:guest@/%2F"),
+            ("dest", "ui-dst"),
+        ],
+    )
+    .await;
+    flashed(&c, "Shovel ui-move added").await;
+    wait_text(&c, "main", |t| t.contains("ui-move") && t.contains("running")).await;
+    until("the shovel moved the queue", || async {
+        depth(&conn, "ui-dst").await == Some(20)
+    })
+    .await;
+    shot(&c, "shovels").await;
+    for (button, shows) in [("Pause", "paused"), ("Resume", "running")] {
+        let xpath = format!("//button[normalize-space()='{button}']");
+        c.wait()
+            .at_most(PATIENCE)
+            .for_element(Locator::XPath(&xpath))
+            .await
+            .expect("the button")
+            .click()
+            .await
+            .unwrap();
+        wait_text(&c, "main", |t| t.contains(shows)).await;
+    }
+    click_confirmed(&c, "Delete").await;
+    flashed(&c, "Shovel ui-move deleted").await;
+    wait_text(&c, "main", |t| t.contains("No shovels.")).await;
+
     // A user with a permission, and a monitoring user.
     go(&c, &base, "#/admin/users").await;
     submit(

@@ -42,6 +42,11 @@ const FILES: &[(&str, &str, &str)] = &[
         JS,
         include_str!("../../ui/js/pages/queues.js"),
     ),
+    (
+        "js/pages/shovels.js",
+        JS,
+        include_str!("../../ui/js/pages/shovels.js"),
+    ),
 ];
 
 const JS: &str = "text/javascript";
