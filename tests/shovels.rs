@@ -364,6 +364,10 @@ async fn a_bad_definition_is_refused_whole_and_nothing_runs() {
                    "src-prefetch-count": 0}),
             "src-prefetch-count should be a number from 1",
         ),
+        (
+            json!({"src-uri": "amqp://u:p@h", "src-queue": 5, "dest-uri": "amqp://u:p@h"}),
+            "src-queue should be binary, actually was 5",
+        ),
     ] {
         let (s, body) = call(
             &b,

@@ -531,7 +531,10 @@ async fn the_ui_manages_the_broker_in_a_real_browser() {
     )
     .await;
     flashed(&c, "Shovel ui-move added").await;
-    wait_text(&c, "main", |t| t.contains("ui-move") && t.contains("running")).await;
+    wait_text(&c, "main", |t| {
+        t.contains("ui-move") && t.contains("running")
+    })
+    .await;
     until("the shovel moved the queue", || async {
         depth(&conn, "ui-dst").await == Some(20)
     })

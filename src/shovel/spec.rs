@@ -150,6 +150,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A name or key of the protocol: at most 255 bytes (a short string).
+    /// RabbitMQ's word for a string is "binary" (an Erlang binary).
     fn string(&mut self, key: &str) -> Option<String> {
         match self.value.get(key)? {
             Value::String(s) if s.len() > 255 => {
@@ -162,7 +163,7 @@ impl<'a> Reader<'a> {
             Value::String(s) => Some(s.clone()),
             other => {
                 self.errors
-                    .push(format!("{key} should be a string, actually was {other}"));
+                    .push(format!("{key} should be binary, actually was {other}"));
                 None
             }
         }
