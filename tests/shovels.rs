@@ -106,6 +106,15 @@ async fn wait_count(conn: &Connection, queue: &str, n: u32) -> u32 {
     }
 }
 
+/// Waits until the first shovel's `forwarded` count (acked at the
+/// source) reaches `n`, or 30 s pass.
+async fn wait_forwarded(b: &TestBroker, n: u64) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while get_json(b, "/shovels").await[0]["forwarded"] != n && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Every message of `queue`: (id, redelivered, headers).
 async fn drain(ch: &Channel, queue: &str) -> Vec<(u64, bool, FieldTable)> {
     let mut out = Vec::new();
@@ -163,10 +172,7 @@ async fn a_shovel_moves_every_message_once_in_order_and_says_so() {
     assert_eq!(count(&sc, "src").await, 0, "everything acked at the source");
     // Nothing ready at the source, and the last acks counted: the status
     // holds still from here.
-    let until = Instant::now() + Duration::from_secs(30);
-    while get_json(&dest, "/shovels").await[0]["forwarded"] != 6000 && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_forwarded(&dest, 6000).await;
 
     let status = get_json(&dest, "/shovels").await;
     let s = &status[0];
@@ -417,10 +423,7 @@ async fn an_imported_shovel_runs_and_runs_again_after_a_restart() {
     assert_eq!(wait_count(&c, "dst", 100).await, 100);
     // Acked at the source before the restart: else they come again (at
     // least once), and the count below would hold them twice.
-    let until = Instant::now() + Duration::from_secs(30);
-    while get_json(&b, "/shovels").await[0]["forwarded"] != 100 && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_forwarded(&b, 100).await;
     drop((ch, c));
     b.restart().await;
     let (c, ch) = b.channel().await;
@@ -458,10 +461,7 @@ async fn a_paused_shovel_moves_nothing_until_resumed() {
     assert_eq!(s, 201, "{body}");
     assert_eq!(wait_count(&c, "dst", 100).await, 100);
     // Counted once acked at the source, a moment after the copies land.
-    let until = Instant::now() + Duration::from_secs(30);
-    while get_json(&b, "/shovels").await[0]["forwarded"] != 100 && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_forwarded(&b, 100).await;
     let text = metrics(&b).await;
     assert!(
         text.contains("rabbitmq_shovel_dynamic{status=\"running\"} 1"),

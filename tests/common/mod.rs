@@ -233,9 +233,9 @@ pub fn reply_code(e: &lapin::Error) -> Option<u16> {
     }
 }
 
-/// A raw AMQP client for protocol-level tests.
 pub mod proxy;
 pub mod rabbitmq;
+/// A raw AMQP client for protocol-level tests.
 pub mod raw;
 pub mod streams;
 
