@@ -25,7 +25,7 @@ LAYERS = [
     ["store", "exchange", "tls"],
     ["dedup"],
     ["queue", "delayed", "access", "cluster", "shovel"],
-    ["vhost"],
+    ["vhost", "federation"],
     ["broker"],
     ["definitions"],
     ["amqp", "http", "stream_protocol"],

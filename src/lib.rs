@@ -42,6 +42,7 @@ pub mod dedup;
 pub mod definitions;
 pub mod delayed;
 pub mod exchange;
+pub mod federation;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod history;

@@ -384,6 +384,13 @@ impl Server {
         if let Err(e) = broker.start_shovels() {
             warn!("cannot start the shovels: {e}");
         }
+        broker.set_cluster_name(&crate::http::cluster_name(&api));
+        broker.federation.start(
+            Broker::federation_side(&broker),
+            &api.node,
+            amqp_addr,
+            broker.vhosts().iter().map(|v| v.name.clone()).collect(),
+        );
         for (name, spec) in static_shovels {
             broker.shovels.start_static(&name, spec);
         }
@@ -476,6 +483,7 @@ impl Server {
     pub async fn shutdown(mut self) {
         self.accepted = None;
         self.broker.shovels.stop_all();
+        self.broker.federation.stop_all();
         let _ = self.stop.send(true);
         for t in self.tasks.drain(..) {
             let _ = t.await;

@@ -202,19 +202,19 @@ async fn aliveness_publish_size_and_unknown_components_are_checked() {
 
     // A shovel that would connect to this broker as no one in particular
     // (RabbitMQ's all-powerful internal user) is refused, and a
-    // component nothing runs (federation) in a definitions file, and
+    // component nothing provides in a definitions file, and
     // nothing is stored.
     let shovel = json!({"value": {"src-uri": "amqp://", "src-queue": "q", "dest-uri": "amqp://", "dest-queue": "r"}});
     let (s, body) = call(&b, GUEST, "PUT", "/parameters/shovel/%2f/s1", Some(shovel)).await;
     assert_eq!(s, 400, "{body}");
     assert!(body.contains("needs a user and password"), "{body}");
-    let defs = json!({"parameters": [{"vhost": "/", "component": "federation-upstream", "name": "up",
+    let defs = json!({"parameters": [{"vhost": "/", "component": "no-such-plugin", "name": "up",
         "value": {"uri": "amqp://elsewhere"}}], "queues": [{"name": "from-defs", "vhost": "/",
         "durable": true, "auto_delete": false, "arguments": {}}]});
     let (s, body) = call(&b, GUEST, "POST", "/definitions", Some(defs)).await;
     assert_eq!(s, 400, "{body}");
     assert!(
-        body.contains("component federation-upstream not found"),
+        body.contains("component no-such-plugin not found"),
         "{body}"
     );
     let (s, body) = call(&b, GUEST, "GET", "/parameters", None).await;

@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["store", "exchange", "tls"],
     &["dedup"],
     &["queue", "delayed", "access", "cluster", "shovel"],
-    &["vhost"],
+    &["vhost", "federation"],
     &["broker"],
     &["definitions"],
     &["amqp", "http", "stream_protocol"],

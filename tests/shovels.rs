@@ -10,33 +10,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::api::{call, get_json};
 use common::TestBroker;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
 use serde_json::{json, Value};
-
-async fn call(b: &TestBroker, method: &str, path: &str, body: Option<Value>) -> (u16, String) {
-    let url = format!("http://{}/api{path}", b.api.expect("the API is on"));
-    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
-    let mut req = reqwest::Client::new()
-        .request(method, &url)
-        .basic_auth("guest", Some("guest"));
-    if let Some(body) = body {
-        req = req
-            .header("content-type", "application/json")
-            .body(body.to_string());
-    }
-    let r = req.send().await.expect("an answer");
-    let status = r.status().as_u16();
-    (status, r.text().await.expect("a body"))
-}
-
-async fn get_json(b: &TestBroker, path: &str) -> Value {
-    let (s, body) = call(b, "GET", path, None).await;
-    assert_eq!(s, 200, "{path}: {body}");
-    serde_json::from_str(&body).expect("json")
-}
 
 async fn durable_queue(ch: &Channel, name: &str) {
     ch.queue_declare(

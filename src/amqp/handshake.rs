@@ -95,7 +95,7 @@ pub(super) async fn handshake(
         connection::Start {
             version_major: 0,
             version_minor: 9,
-            server_properties: server_properties(),
+            server_properties: server_properties(&broker.cluster_name()),
             mechanisms: LongString::from(if external.is_some() {
                 auth::MECHANISMS_WITH_EXTERNAL
             } else {
@@ -409,7 +409,7 @@ fn effective_frame_max(negotiated: u32, config: &crate::config::Config) -> u32 {
     }
 }
 
-fn server_properties() -> FieldTable {
+fn server_properties(cluster_name: &str) -> FieldTable {
     let mut caps = FieldTable::default();
     for cap in [
         "publisher_confirms",
@@ -429,7 +429,7 @@ fn server_properties() -> FieldTable {
     p.insert("product".into(), s("Warren"));
     p.insert("version".into(), s(env!("CARGO_PKG_VERSION")));
     p.insert("platform".into(), s("Rust"));
-    p.insert("cluster_name".into(), s("warren"));
+    p.insert("cluster_name".into(), s(cluster_name));
     p.insert("copyright".into(), s("Copyright (c) the Warren authors"));
     p.insert(
         "information".into(),

@@ -1,10 +1,11 @@
 //! `Broker`: the state every connection shares: configuration, the store,
 //! the vhosts (vhosts.rs), users, the open connections (connections.rs,
 //! with what stream connections show: stream_clients.rs), the shovels
-//! (shovels.rs).
+//! (shovels.rs), its federation (federation.rs).
 //! Opening it recovers durable state from the store.
 
 pub mod connections;
+pub mod federation;
 pub mod message_sizes;
 pub mod policies;
 mod shovels;
@@ -62,6 +63,11 @@ pub struct Broker {
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The shovels it runs (shovels.rs).
     pub shovels: Arc<crate::shovel::Shovels>,
+    /// Its federation links (federation.rs).
+    pub federation: Arc<crate::federation::Federation>,
+    /// The cluster name it announces (the `cluster_name` global parameter,
+    /// else its node name), once it serves.
+    cluster_name: RwLock<String>,
 }
 
 impl Broker {
@@ -114,6 +120,8 @@ impl Broker {
             queue_churn: Arc::default(),
             cluster,
             shovels: Arc::default(),
+            federation: Arc::default(),
+            cluster_name: RwLock::new("warren".into()),
         });
         broker
             .recover()
@@ -222,6 +230,16 @@ impl Broker {
             "recovered durable state"
         );
         Ok(())
+    }
+
+    /// The cluster name it announces to clients and federation peers.
+    pub fn cluster_name(&self) -> String {
+        self.cluster_name.read().clone()
+    }
+
+    /// Sets the cluster name it announces.
+    pub fn set_cluster_name(&self, name: &str) {
+        *self.cluster_name.write() = name.to_string();
     }
 
     /// The exchange types plugins provide.

@@ -126,6 +126,7 @@ impl Broker {
             value: spec.to_value(),
         })?;
         vh.set_policies(vh.policies().with(policy));
+        self.federation.changed(vhost);
         Ok(())
     }
 
@@ -144,6 +145,7 @@ impl Broker {
         self.store
             .delete_parameter(vhost, component(operator), name)?;
         vh.set_policies(rest);
+        self.federation.changed(vhost);
         Ok(true)
     }
 

@@ -72,6 +72,7 @@ impl Broker {
         let messages = vh.close()?;
         self.users.forget_vhost(name);
         self.shovels.stop_vhost(name);
+        self.federation.stop_vhost(name);
         drop(vhosts);
         tracing::info!(
             vhost = name,

@@ -55,6 +55,9 @@ struct Plan {
     bindings: Vec<Binding>,
     /// (vhost, name, value) of each shovel, started once made.
     shovels: Vec<(String, String, Value)>,
+    /// (component, vhost, name, value) of each federation upstream and
+    /// upstream set.
+    federation: Vec<(String, String, String, Value)>,
 }
 
 /// Reads a field that must be a string.
@@ -282,6 +285,11 @@ fn read(root: &Map<String, Value>, into: Option<&str>) -> Result<Plan, String> {
             crate::shovel::COMPONENT => {
                 crate::shovel::Spec::parse(&name, &value).map_err(|e| format!("{at}: {e}"))?;
                 plan.shovels.push((vhost, name, value));
+            }
+            c if crate::broker::federation::is_federation(c) => {
+                crate::broker::federation::check_federation_parameter(c, &name, &value)
+                    .map_err(|e| format!("{at}: {e}"))?;
+                plan.federation.push((component, vhost, name, value));
             }
             _ => return Err(format!("{at}: {}", component_not_found(&component))),
         }
@@ -546,6 +554,12 @@ fn apply(broker: &Broker, plan: Plan) -> Result<Imported, String> {
             .map_err(|e| fail(&format!("shovel '{name}'"), &e))?;
         done.parameters += 1;
     }
+    for (component, vhost, name, value) in plan.federation {
+        broker
+            .put_federation_parameter(&component, &vhost, &name, &value)
+            .map_err(|e| fail(&format!("{component} '{name}'"), &e))?;
+        done.parameters += 1;
+    }
     for (vhost, spec) in plan.exchanges {
         if is_builtin(&spec.name) {
             continue;
@@ -579,14 +593,13 @@ fn apply(broker: &Broker, plan: Plan) -> Result<Imported, String> {
     Ok(done)
 }
 
-/// Why a parameter of `component` is refused: nothing in Warren acts on
-/// any component but vhost limits, policies and shovels, so storing one
-/// (a federation upstream) would list it as if it ran. RabbitMQ's wording
-/// for a component no plugin provides, and what Warren lacks.
+/// Why a parameter of `component` is refused: no part of Warren acts on
+/// it, so storing one would list it as if it ran. RabbitMQ's wording for
+/// a component no plugin provides.
 pub fn component_not_found(component: &str) -> String {
     format!(
         "Validation failed\n\ncomponent {component} not found (Warren acts on the components \
-         {LIMITS_COMPONENT}, {POLICY}, {OPERATOR_POLICY} and shovel; federation is not \
-         built yet)\n"
+         {LIMITS_COMPONENT}, {POLICY}, {OPERATOR_POLICY}, shovel, federation-upstream and \
+         federation-upstream-set)\n"
     )
 }

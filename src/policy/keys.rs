@@ -1,7 +1,7 @@
 //! The keys a policy definition may hold and what each accepts, from
 //! RabbitMQ 3.10's validators (rabbit_policies, and the keys of classic
-//! mirroring, federation and shovels, which an imported file may carry:
-//! they are accepted and have no effect here).
+//! mirroring and shovels, which an imported file may carry: they are
+//! accepted and have no effect here), and federation's keys.
 
 use serde_json::{Map, Value};
 
@@ -32,6 +32,8 @@ enum Kind {
     Positive,
     Text,
     OneOf(&'static [&'static str]),
+    /// A federation key: a name (of an upstream, a set) or a pattern.
+    Federation(&'static str),
     /// Accepted as it is (keys of features Warren has otherwise or not).
     Any,
 }
@@ -59,14 +61,22 @@ fn kind(key: &str) -> Option<Kind> {
         | "ha-sync-batch-size"
         | "ha-promote-on-shutdown"
         | "ha-promote-on-failure"
-        | "federation-upstream"
-        | "federation-upstream-set"
         | "max-age"
         | "stream-max-segment-size-bytes"
         | "initial-cluster-size" => Kind::Any,
+        "federation-upstream" => Kind::Federation("upstream"),
+        "federation-upstream-set" => Kind::Federation("upstream set"),
+        "federation-upstream-pattern" => Kind::Federation("upstream pattern"),
         _ => return None,
     })
 }
+
+/// The federation keys; a policy may hold one of them.
+const FEDERATION: [&str; 3] = [
+    "federation-upstream",
+    "federation-upstream-set",
+    "federation-upstream-pattern",
+];
 
 /// Checks every key of `definition`. Keys no policy has are named all
 /// together, in RabbitMQ's words; otherwise the error names the first bad
@@ -89,6 +99,18 @@ pub(super) fn validate(definition: &Map<String, Value>, operator: bool) -> Resul
             unknown.join(",")
         ));
     }
+    if FEDERATION
+        .iter()
+        .filter(|k| definition.contains_key(**k))
+        .count()
+        > 1
+    {
+        return Err(
+            "cannot specify federation-upstream, federation-upstream-set or \
+                    federation-upstream-pattern together"
+                .into(),
+        );
+    }
     for (key, value) in definition {
         if operator && !OPERATOR_KEYS.contains(&key.as_str()) {
             return Err(format!(
@@ -99,12 +121,29 @@ pub(super) fn validate(definition: &Map<String, Value>, operator: bool) -> Resul
         let Some(kind) = kind(key) else {
             continue;
         };
+        if let Kind::Federation(what) = kind {
+            let Some(text) = value.as_str() else {
+                return Err(format!(
+                    "{} is not a valid federation {what} name",
+                    erlang(value)
+                ));
+            };
+            if what == "upstream pattern" {
+                if let Err(e) = regex::Regex::new(text) {
+                    return Err(format!(
+                        "could not compile pattern {text} to a regular expression. Error: {}",
+                        super::regex_error(text, &e)
+                    ));
+                }
+            }
+            continue;
+        }
         let ok = match kind {
             Kind::NonNegative => value.as_u64().is_some(),
             Kind::Positive => value.as_u64().is_some_and(|n| n > 0),
             Kind::Text => value.is_string(),
             Kind::OneOf(words) => value.as_str().is_some_and(|s| words.contains(&s)),
-            Kind::Any => true,
+            Kind::Any | Kind::Federation(_) => true,
         };
         if !ok {
             let wanted = match kind {
@@ -112,7 +151,7 @@ pub(super) fn validate(definition: &Map<String, Value>, operator: bool) -> Resul
                 Kind::Positive => "a positive integer".to_string(),
                 Kind::Text => "a string".to_string(),
                 Kind::OneOf(words) => format!("one of {}", words.join(", ")),
-                Kind::Any => String::new(),
+                Kind::Any | Kind::Federation(_) => String::new(),
             };
             return Err(format!("'{key}' must be {wanted}, not {value}"));
         }

@@ -128,6 +128,20 @@ impl Policy {
             ));
         }
         keys::validate(&definition, operator)?;
+        let federates = [
+            "federation-upstream",
+            "federation-upstream-set",
+            "federation-upstream-pattern",
+        ]
+        .iter()
+        .any(|k| definition.contains_key(*k));
+        if federates && apply_to != ApplyTo::Exchanges {
+            return Err(format!(
+                "'{}' applies to queues, and Warren federates exchanges only so far: \
+                 a federation policy must have apply-to 'exchanges'",
+                apply_to.as_str()
+            ));
+        }
         Ok(Policy {
             vhost: vhost.to_string(),
             name: name.to_string(),
@@ -242,7 +256,7 @@ impl Policies {
 
 /// What is wrong with `pattern`, as RabbitMQ prints PCRE's error: the
 /// problem and where, {"unclosed group",0}.
-fn regex_error(pattern: &str, e: &regex::Error) -> String {
+pub(super) fn regex_error(pattern: &str, e: &regex::Error) -> String {
     let (what, at) = match regex_syntax::ast::parse::Parser::new().parse(pattern) {
         Err(e) => (e.kind().to_string(), e.span().start.offset),
         // Parsed, but not compiled (too large, say): the first line says.

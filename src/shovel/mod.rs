@@ -8,6 +8,7 @@
 //! and their status is what /api/shovels shows.
 
 mod acker;
+pub mod client;
 pub mod spec;
 pub mod uri;
 mod worker;

@@ -19,6 +19,9 @@ pub struct Uri {
     pub user: Option<String>,
     pub pass: Option<String>,
     pub vhost: String,
+    /// Whether the URI named its vhost (a federation link defaults to its
+    /// own object's vhost, a shovel to "/").
+    pub vhost_given: bool,
     pub heartbeat: Option<u16>,
     pub connection_timeout: Option<u64>,
     pub channel_max: Option<u16>,
@@ -65,6 +68,33 @@ fn number<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
 impl Uri {
     /// Parses `text`; the error says what is wrong with it.
     pub fn parse(text: &str) -> Result<Uri, String> {
+        let uri = Uri::parse_any(text)?;
+        uri.check_credentials()?;
+        Ok(uri)
+    }
+
+    /// Whether the URI names a user and password (Warren never logs in as
+    /// guest on a URI's behalf); the refusal if not.
+    pub fn check_credentials(&self) -> Result<(), String> {
+        let bad = |why: &str| format!("\"{}\" not a valid URI: {why}", self.redacted());
+        if self.host.is_none() && (self.user.is_none() || self.pass.is_none()) {
+            return Err(bad(
+                "a URI without a host (this broker) needs a user and password: Warren \
+                 connects to itself as that user (RabbitMQ would act as an all-powerful \
+                 internal user)",
+            ));
+        }
+        if self.user.is_none() || self.pass.is_none() {
+            return Err(bad(
+                "a URI needs a user and password (RabbitMQ would log in as guest, which \
+                 on this broker's own host would pass its loopback-only rule)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Parses `text`, with or without credentials.
+    pub fn parse_any(text: &str) -> Result<Uri, String> {
         let shown = without_userinfo(text);
         let bad = |why: &str| format!("\"{shown}\" not a valid URI: {why}");
         let (scheme, rest) = text
@@ -116,6 +146,7 @@ impl Uri {
             user,
             pass,
             vhost,
+            vhost_given: path.is_some(),
             heartbeat: None,
             connection_timeout: None,
             channel_max: None,
@@ -149,19 +180,6 @@ impl Uri {
                 // RabbitMQ ignores what it does not know.
                 _ => {}
             }
-        }
-        if uri.host.is_none() && (uri.user.is_none() || uri.pass.is_none()) {
-            return Err(bad(
-                "a URI without a host (this broker) needs a user and password: Warren \
-                 connects to itself as that user (RabbitMQ would act as an all-powerful \
-                 internal user)",
-            ));
-        }
-        if uri.user.is_none() || uri.pass.is_none() {
-            return Err(bad(
-                "a URI needs a user and password (RabbitMQ would log in as guest, which \
-                 on this broker's own host would pass its loopback-only rule)",
-            ));
         }
         if uri.vhost.len() > 255 {
             return Err(bad("a vhost longer than 255 bytes"));

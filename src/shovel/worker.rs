@@ -16,12 +16,12 @@ use lapin::options::{
     ConfirmSelectOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
-use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Connection};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::acker::{self, settled, Pending};
+use super::client;
 use super::spec::{AckMode, DeleteAfter, Dest, Source, Spec};
 use super::uri::Uri;
 use super::{Ends, Status};
@@ -57,72 +57,6 @@ pub struct Context {
 pub async fn stopped(ctx: &Context) {
     let mut stop = ctx.stop.clone();
     let _ = stop.wait_for(|s| *s).await;
-}
-
-/// The connection lapin makes for `uri`.
-fn lapin_uri(uri: &Uri, own: Option<std::net::SocketAddr>) -> Result<AMQPUri, String> {
-    let (host, port) = match (&uri.host, own) {
-        (Some(h), _) => (
-            h.clone(),
-            uri.port.unwrap_or(if uri.tls { 5671 } else { 5672 }),
-        ),
-        (None, Some(a)) => (a.ip().to_string(), a.port()),
-        (None, None) => {
-            return Err(
-                "a URI without a host means this broker, whose plain AMQP listener is off".into(),
-            )
-        }
-    };
-    let auth_mechanism = match uri.auth_mechanism.as_deref() {
-        Some(m) => Some(m.parse()?),
-        None => None,
-    };
-    Ok(AMQPUri {
-        scheme: if uri.tls && uri.host.is_some() {
-            AMQPScheme::AMQPS
-        } else {
-            AMQPScheme::AMQP
-        },
-        authority: AMQPAuthority {
-            userinfo: AMQPUserInfo {
-                username: uri.user.clone().unwrap_or_else(|| "guest".into()),
-                password: uri.pass.clone().unwrap_or_else(|| "guest".into()),
-            },
-            host,
-            port,
-        },
-        vhost: uri.vhost.clone(),
-        query: AMQPQueryString {
-            frame_max: uri.frame_max,
-            channel_max: uri.channel_max,
-            heartbeat: uri.heartbeat.or(Some(10)),
-            connection_timeout: uri.connection_timeout,
-            auth_mechanism,
-        },
-    })
-}
-
-/// Connects to the first of `uris` that answers (in a random order, as
-/// RabbitMQ tries them); the one it reached.
-async fn connect(uris: &[Uri], ctx: &Context) -> Result<(Connection, Uri), String> {
-    let mut order: Vec<&Uri> = uris.iter().collect();
-    let start = (crate::util::now_ms() as usize) % order.len().max(1);
-    order.rotate_left(start);
-    let mut last = String::from("no URI");
-    for uri in order {
-        let props = ConnectionProperties::default()
-            .with_connection_name(LongString::from(format!("Shovel {}", ctx.name)));
-        let target = lapin_uri(uri, ctx.own)?;
-        // lapin bounds only the TCP connect: a peer that accepts and then
-        // says nothing must not hold the shovel (nor the next URI) up.
-        let within = std::time::Duration::from_millis(uri.connection_timeout.unwrap_or(60_000));
-        match tokio::time::timeout(within, Connection::connect_uri(target, props)).await {
-            Ok(Ok(c)) => return Ok((c, uri.clone())),
-            Ok(Err(e)) => last = format!("{}: {e}", uri.redacted()),
-            Err(_) => last = format!("{}: no handshake within {within:?}", uri.redacted()),
-        }
-    }
-    Err(last)
 }
 
 /// A JSON argument value as an AMQP table value.
@@ -356,16 +290,17 @@ fn acker_ended(r: Result<Result<bool, String>, tokio::task::JoinError>) -> Ended
 /// One run: until a failure, or the end `src-delete-after` sets.
 pub async fn run(spec: &Spec, ctx: &Context) -> Ended {
     ctx.status.lock().set_starting();
+    let conn_name = format!("Shovel {}", ctx.name);
     // A connection under way is dropped if the shovel must stop.
     let (src_conn, src_uri) = tokio::select! {
-        c = connect(&spec.src_uris, ctx) => match c {
+        c = client::connect(&spec.src_uris, ctx.own, &conn_name) => match c {
             Ok(c) => c,
             Err(e) => return Ended::Failed(format!("source connection failed: {e}")),
         },
         _ = stopped(ctx) => return Ended::Stopped,
     };
     let dest = tokio::select! {
-        c = connect(&spec.dest_uris, ctx) => Some(c),
+        c = client::connect(&spec.dest_uris, ctx.own, &conn_name) => Some(c),
         _ = stopped(ctx) => None,
     };
     let (dest_conn, dest_uri) = match dest {

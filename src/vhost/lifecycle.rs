@@ -9,6 +9,33 @@ use super::error::{Error, Result};
 use super::VHost;
 use crate::store::VhostDef;
 
+/// The topology lock held: when it is let go, whatever changed under it
+/// is told to the vhost's watchers (`VHost::changes`).
+pub(super) struct TopologyGuard<'a> {
+    guard: parking_lot::MutexGuard<'a, super::bindings::Topology>,
+    changes: &'a tokio::sync::watch::Sender<u64>,
+}
+
+impl std::ops::Deref for TopologyGuard<'_> {
+    type Target = super::bindings::Topology;
+    fn deref(&self) -> &Self::Target {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for TopologyGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.guard
+    }
+}
+
+impl Drop for TopologyGuard<'_> {
+    fn drop(&mut self) {
+        // Still under the lock: a watcher woken now reads what changed.
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
 /// A vhost's description, tags and default queue type.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Meta {
@@ -111,14 +138,27 @@ impl VHost {
     }
 
     /// The topology lock, unless the vhost was deleted.
-    pub(super) fn lock_topology(
-        &self,
-    ) -> Result<parking_lot::MutexGuard<'_, super::bindings::Topology>> {
-        let guard = self.topology.lock();
+    pub(super) fn lock_topology(&self) -> Result<TopologyGuard<'_>> {
+        let guard = self.topology_even_closed();
         if self.is_closed() {
             return Err(Error::gone(format!("vhost '{}' is deleted", self.name)));
         }
         Ok(guard)
+    }
+
+    /// The topology lock, the vhost deleted or not.
+    pub(super) fn topology_even_closed(&self) -> TopologyGuard<'_> {
+        TopologyGuard {
+            guard: self.topology.lock(),
+            changes: &self.changes,
+        }
+    }
+
+    /// Ticks after every change to the vhost's exchanges, queues or
+    /// bindings (what federation links watch for their exchange's
+    /// bindings).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Deletes the vhost and everything in it: one store operation takes

@@ -65,6 +65,8 @@ pub struct VHost {
     default_stats: Arc<stats::ExchangeStats>,
     /// The node's queue churn counters.
     churn: Arc<stats::QueueChurn>,
+    /// Ticks after each topology change (lifecycle.rs).
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl VHost {
@@ -108,6 +110,7 @@ impl VHost {
             queues: RwLock::new(HashMap::new()),
             default_stats: Default::default(),
             churn,
+            changes: tokio::sync::watch::Sender::new(0),
         };
         for (name, kind) in [
             ("", ExchangeKind::Direct),

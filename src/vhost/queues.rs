@@ -217,7 +217,7 @@ impl VHost {
     /// Removes a queue from the vhost, its bindings and its stored state;
     /// None if it was already gone.
     pub fn remove_queue(&self, q: &Arc<Queue>) -> Result<Option<Deleted>> {
-        let mut topology = self.topology.lock();
+        let mut topology = self.topology_even_closed();
         if self.is_closed() {
             return Ok(None);
         }

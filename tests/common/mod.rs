@@ -39,6 +39,8 @@ impl Drop for TestBroker {
     }
 }
 
+/// The management API, called as guest.
+pub mod api;
 /// Records panics raised in the broker's code.
 pub mod forged;
 pub mod panics;

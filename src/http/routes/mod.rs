@@ -9,6 +9,7 @@ mod actions;
 mod cluster;
 mod conns;
 mod entities;
+mod federation;
 mod node;
 mod shovels;
 mod streams;
@@ -238,6 +239,17 @@ pub fn router(api: Arc<Api>) -> Router {
             get(t::get_parameter)
                 .put(t::put_parameter)
                 .delete(t::delete_parameter),
+        )
+        .route("/federation-links", get(federation::list))
+        .route("/federation-links/state/down", get(federation::down))
+        .route("/federation-links/{vhost}", get(federation::list_vhost))
+        .route(
+            "/federation-links/{vhost}/state/down",
+            get(federation::down_vhost),
+        )
+        .route(
+            "/federation-links/vhost/{vhost}/{id}/{node}/restart",
+            axum::routing::delete(federation::restart),
         )
         .route("/shovels", get(shovels::list))
         .route("/shovels/{vhost}", get(shovels::list_vhost))

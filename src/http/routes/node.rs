@@ -56,7 +56,16 @@ fn exchange_types(api: &Api) -> Vec<Value> {
     names.extend(api.broker.plugins().names());
     names
         .into_iter()
-        .map(|n| json!({"name": n, "description": "", "enabled": true}))
+        .map(|n| match n {
+            // RabbitMQ marks it so, and its UI leaves it out of the form.
+            "x-federation-upstream" => json!({
+                "name": n,
+                "description": "Federation upstream helper exchange",
+                "internal_purpose": "federation",
+                "enabled": true,
+            }),
+            _ => json!({"name": n, "description": "", "enabled": true}),
+        })
         .collect()
 }
 

@@ -11,6 +11,7 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 
 use super::{created_or_updated, no_content, off_runtime};
+use crate::broker::federation::{check_federation_parameter, is_federation};
 use crate::broker::policies::{PolicySpec, OPERATOR_POLICY, POLICY};
 use crate::broker::vhosts::{vhost_limits, LIMITS_COMPONENT};
 use crate::http::auth::Caller;
@@ -378,6 +379,12 @@ pub async fn put_parameter(
             let broker = Arc::clone(&api.broker);
             off_runtime(move || broker.put_shovel(&vhost, &name, &value)).await?;
         }
+        c if is_federation(c) => {
+            check_federation_parameter(c, &name, &value).map_err(ApiError::bad_request)?;
+            let broker = Arc::clone(&api.broker);
+            off_runtime(move || broker.put_federation_parameter(&component, &vhost, &name, &value))
+                .await?;
+        }
         _ => {
             return Err(ApiError::bad_request(
                 crate::definitions::component_not_found(&component),
@@ -407,6 +414,18 @@ pub async fn delete_parameter(
         shovel::COMPONENT => {
             let broker = Arc::clone(&api.broker);
             off_runtime(move || broker.delete_shovel(&vhost, &name)).await?;
+        }
+        c if is_federation(c) => {
+            // As RabbitMQ: deleting what is not there is 404.
+            let there = parameters(&api, &caller, Some(c), Some(&vhost))?
+                .iter()
+                .any(|p| p["name"] == name.as_str());
+            if !there {
+                return Err(ApiError::not_found());
+            }
+            let broker = Arc::clone(&api.broker);
+            off_runtime(move || broker.delete_federation_parameter(&component, &vhost, &name))
+                .await?;
         }
         _ => api
             .broker
@@ -499,6 +518,7 @@ pub async fn put_cluster_name(
         value: name.into(),
     })?;
     api.broker.store.sync().await?;
+    api.broker.set_cluster_name(name);
     Ok(no_content())
 }
 

@@ -105,7 +105,7 @@ async function exchange(view, vhost, name) {
 export async function page(view, params) {
   if (params.length >= 2) return exchange(view, params[0], params.slice(1).join("/"));
   const [overview, vhosts] = await Promise.all([get("/overview"), vhostNames()]);
-  const types = (overview.exchange_types || []).map((t) => t.name);
+  const types = (overview.exchange_types || []).filter((t) => !t.internal_purpose).map((t) => t.name);
   const list = pagedList("/exchanges", [
     { label: "Vhost", value: (x) => x.vhost, sort: "vhost" },
     { label: "Name", value: (x) => exLink(x.vhost, x.name), sort: "name" },

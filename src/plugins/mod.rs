@@ -1,5 +1,8 @@
 //! The exchange types plugins provide (crates under plugins/, each a Cargo
-//! feature of warren, enabled by default).
+//! feature of warren, enabled by default), and the one federation needs
+//! on an upstream (federation_upstream.rs), always compiled in.
+
+pub mod federation_upstream;
 
 use std::sync::Arc;
 
@@ -15,6 +18,7 @@ impl Plugins {
     /// Every plugin compiled in.
     pub fn enabled() -> Plugins {
         let types: Vec<Arc<dyn ExchangeType>> = vec![
+            Arc::new(federation_upstream::FederationUpstream),
             #[cfg(feature = "consistent-hash")]
             Arc::new(warren_consistent_hash::ConsistentHash),
             #[cfg(feature = "delayed-message")]

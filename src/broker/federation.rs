@@ -1,0 +1,226 @@
+//! The broker's federation (crate::federation): its upstream and upstream
+//! set parameters, checked and stored; what links read of the vhosts
+//! (the `Downstream` side: federated exchanges, their bindings, the
+//! topology's ticks) and publishing what they bring in.
+
+use std::sync::{Arc, Weak};
+
+use amq_protocol::types::FieldTable;
+
+use super::Broker;
+use crate::federation::params::{self, UPSTREAM, UPSTREAM_SET};
+use crate::federation::{Choice, Downstream, Federated, Survey, Synced};
+use crate::message::Message;
+use crate::policy::Target;
+use crate::store::ParameterDef;
+use crate::vhost::error::{Error, Result};
+use crate::vhost::routing::Routed;
+
+/// Whether `component` is one of federation's parameters.
+pub fn is_federation(component: &str) -> bool {
+    component == UPSTREAM || component == UPSTREAM_SET || component == params::FEDERATION
+}
+
+impl Broker {
+    /// Checks and stores federation parameter `name` of `vhost` (an
+    /// upstream or an upstream set), and brings the vhost's links in line.
+    pub fn put_federation_parameter(
+        &self,
+        component: &str,
+        vhost: &str,
+        name: &str,
+        value: &serde_json::Value,
+    ) -> Result<()> {
+        if self.vhost(vhost).is_none() {
+            return Err(Error::not_found(format!("no vhost '{vhost}'")));
+        }
+        check_federation_parameter(component, name, value).map_err(Error::precondition_failed)?;
+        self.store.put_parameter(&ParameterDef {
+            vhost: vhost.to_string(),
+            component: component.to_string(),
+            name: name.to_string(),
+            value: value.clone(),
+        })?;
+        self.federation.changed(vhost);
+        Ok(())
+    }
+
+    /// Clears federation parameter `name` of `vhost`; the links that used
+    /// it stop.
+    pub fn delete_federation_parameter(
+        &self,
+        component: &str,
+        vhost: &str,
+        name: &str,
+    ) -> Result<()> {
+        self.store.delete_parameter(vhost, component, name)?;
+        self.federation.changed(vhost);
+        Ok(())
+    }
+
+    /// What federation sees of this broker.
+    pub fn federation_side(broker: &Arc<Broker>) -> Arc<dyn Downstream> {
+        Arc::new(Side(Arc::downgrade(broker)))
+    }
+}
+
+/// Checks a federation parameter's value; Err is the refusal's text.
+pub fn check_federation_parameter(
+    component: &str,
+    name: &str,
+    value: &serde_json::Value,
+) -> std::result::Result<(), String> {
+    match component {
+        UPSTREAM => params::check_upstream(name, value),
+        UPSTREAM_SET => params::check_set(name, value),
+        _ => Err(params::check_leftover(name)),
+    }
+}
+
+/// The broker as federation's downstream (weakly: the broker owns the
+/// links).
+struct Side(Weak<Broker>);
+
+impl Downstream for Side {
+    fn cluster_name(&self) -> String {
+        self.0
+            .upgrade()
+            .map(|b| b.cluster_name())
+            .unwrap_or_default()
+    }
+
+    fn survey(&self, vhost: &str) -> Option<Survey> {
+        let b = self.0.upgrade()?;
+        let vh = b.vhost(vhost)?;
+        let policies = vh.policies();
+        let federating = policies
+            .list()
+            .iter()
+            .any(|p| !p.operator && Choice::of(&p.definition).is_some());
+        let mut survey = Survey {
+            federating,
+            ..Survey::default()
+        };
+        if !federating {
+            return Some(survey);
+        }
+        for p in b.store.parameters().ok()? {
+            if p.vhost != vhost {
+                continue;
+            }
+            match p.component.as_str() {
+                UPSTREAM => {
+                    survey.upstreams.insert(p.name, p.value);
+                }
+                UPSTREAM_SET => {
+                    survey.sets.insert(p.name, p.value);
+                }
+                _ => {}
+            }
+        }
+        for x in vh.exchanges() {
+            if x.name.is_empty() || x.internal {
+                continue;
+            }
+            let applied = policies.apply(&x.name, Target::Exchange);
+            let (Some(policy), Some(choice)) = (applied.policy, Choice::of(&applied.definition))
+            else {
+                continue;
+            };
+            survey.exchanges.push(Federated {
+                name: x.name.clone(),
+                type_name: x.type_name.clone(),
+                durable: x.durable,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: x.arguments.clone(),
+                policy,
+                choice,
+            });
+        }
+        survey.exchanges.sort_by(|a, b| a.name.cmp(&b.name));
+        Some(survey)
+    }
+
+    fn bindings_of(&self, vhost: &str, exchange: &str) -> Option<Vec<(String, FieldTable)>> {
+        let x = self.0.upgrade()?.vhost(vhost)?.exchange(exchange)?;
+        let bindings = x.bindings.read();
+        Some(
+            bindings
+                .list()
+                .into_iter()
+                .map(|(k, a, _)| (k, a))
+                .collect(),
+        )
+    }
+
+    fn changes(&self, vhost: &str) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.0.upgrade()?.vhost(vhost)?.changes())
+    }
+
+    fn blocked(&self) -> bool {
+        self.0.upgrade().is_some_and(|b| b.alarms.any())
+    }
+
+    fn publish(&self, vhost: &str, msgs: &[Arc<Message>]) -> std::result::Result<Synced, String> {
+        let b = self.0.upgrade().ok_or("the broker stopped")?;
+        let vh = b
+            .vhost(vhost)
+            .ok_or_else(|| format!("no vhost '{vhost}'"))?;
+        let mut scratch = Default::default();
+        let mut routes = Vec::new();
+        let mut stored = false;
+        for msg in msgs {
+            routes.clear();
+            let routed = vh
+                .route(msg, &mut scratch, &mut routes)
+                .map_err(|e| e.text)?;
+            let admitted = scratch.take_admitted();
+            match routed {
+                Routed::Hold(delay_ms) => {
+                    if let Err(e) = vh.hold(msg, delay_ms) {
+                        if let Some(a) = admitted {
+                            a.forget();
+                        }
+                        return Err(e.to_string());
+                    }
+                    stored = true;
+                    continue;
+                }
+                Routed::Duplicate { durable } => {
+                    stored |= durable;
+                    continue;
+                }
+                Routed::Queues => {}
+            }
+            let mut failed = None;
+            for q in routes.drain(..) {
+                match q.push(msg) {
+                    Ok(p) if p.rejected => {
+                        stored |= p.stored;
+                        failed =
+                            Some("a queue refused the message (overflow reject-publish)".into());
+                    }
+                    Ok(p) => stored |= p.stored,
+                    Err(e) => {
+                        failed = Some(e.to_string());
+                        break;
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                if let Some(a) = admitted {
+                    a.forget();
+                }
+                return Err(e);
+            }
+        }
+        let store = Arc::clone(&b.store);
+        Ok(Box::pin(async move {
+            if stored {
+                store.sync().await.map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }))
+    }
+}
