@@ -4,8 +4,9 @@
 //! for the bindings made here and no others; an unbind stops the flow;
 //! messages published while the downstream is away wait upstream; a
 //! ring of three stops each message where it began (and at max-hops);
-//! the API lists the links and refuses bad upstreams and policies in
-//! RabbitMQ's words.
+//! queue federation moves messages to where the consumers are; the API
+//! lists the links and refuses bad upstreams and policies in RabbitMQ's
+//! words.
 
 mod common;
 
@@ -489,10 +490,6 @@ async fn upstreams_and_policies_are_checked_and_a_deleted_upstream_stops_its_lin
             json!({"pattern": ".", "apply-to": "exchanges", "definition": {"federation-upstream-pattern": "("}}),
             "could not compile pattern",
         ),
-        (
-            json!({"pattern": ".", "definition": {"federation-upstream": "a"}}),
-            "apply-to 'exchanges'",
-        ),
     ] {
         let (s, body) = call(&down, "PUT", "/policies/%2f/p", Some(policy)).await;
         assert_eq!(s, 400, "{body}");
@@ -616,4 +613,112 @@ async fn upstreams_and_policies_are_checked_and_a_deleted_upstream_stops_its_lin
     );
     wait_keys(&up, "fed.z", &[]).await;
     drop(up_conn);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn queue_federation_moves_work_to_where_the_consumers_are() {
+    let up = broker("up").await;
+    let down = broker("down").await;
+    let (up_conn, up_ch) = up.channel().await;
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    up_ch
+        .queue_declare("work".into(), durable, FieldTable::default())
+        .await
+        .expect("queue");
+    publish(&up_ch, "", "work", 1000).await;
+    let value = json!({"value": {"uri": up.uri(), "prefetch-count": 100}});
+    assert_eq!(
+        call(
+            &down,
+            "PUT",
+            "/parameters/federation-upstream/%2f/up",
+            Some(value)
+        )
+        .await
+        .0,
+        201
+    );
+    let policy = json!({"pattern": "^work$", "apply-to": "queues",
+        "definition": {"federation-upstream": "up"}});
+    assert_eq!(
+        call(&down, "PUT", "/policies/%2f/work", Some(policy))
+            .await
+            .0,
+        201
+    );
+    let (down_conn, down_ch) = down.channel().await;
+    down_ch
+        .queue_declare("work".into(), durable, FieldTable::default())
+        .await
+        .expect("queue");
+    let links = wait_api(&down, "/federation-links", |v| v[0]["status"] == "running").await;
+    let link = &links[0];
+    assert_eq!(link["type"], "queue", "{links}");
+    assert_eq!(
+        (link["queue"].as_str(), link["upstream_queue"].as_str()),
+        (Some("work"), Some("work"))
+    );
+    assert_eq!(link["consumer_tag"], "federation-link-up");
+
+    // No consumer here: the work stays upstream.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(count(&up_conn, "work").await, 1000);
+    assert_eq!(count(&down_conn, "work").await, 0);
+
+    // A consumer here: the work comes, each message once.
+    down_ch
+        .basic_qos(50, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let mut consumer = down_ch
+        .basic_consume(
+            "work".into(),
+            "c".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    let mut seen = std::collections::HashSet::new();
+    let mut first = None;
+    while seen.len() < 1000 {
+        let d = tokio::time::timeout(
+            Duration::from_secs(30),
+            futures::StreamExt::next(&mut consumer),
+        )
+        .await
+        .expect("a delivery within 30 s")
+        .expect("a delivery")
+        .expect("a delivery");
+        let id = u64::from_be_bytes(d.data[..8].try_into().expect("8 bytes"));
+        assert!(seen.insert(id), "message {id} came twice");
+        if first.is_none() {
+            first = d.properties.headers().clone();
+        }
+        d.acker.ack(BasicAckOptions::default()).await.expect("ack");
+    }
+    assert_eq!(wait_count(&up_conn, "work", 0).await, 0);
+    let headers = first.expect("headers");
+    let hops = received_from(&headers);
+    assert_eq!(hops.len(), 1);
+    assert_eq!(text(&hops[0], "queue"), "work");
+    assert_eq!(
+        hops[0].inner().get("visit-count"),
+        Some(&AMQPValue::LongLongInt(1))
+    );
+    assert_eq!(text(&headers, "x-original-routing-key"), "work");
+
+    // Its consumer gone, the link stops pulling: later work stays upstream.
+    down_ch
+        .basic_cancel("c".into(), BasicCancelOptions::default())
+        .await
+        .expect("cancel");
+    drop(consumer);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    publish(&up_ch, "", "work", 10).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(count(&up_conn, "work").await, 10);
 }

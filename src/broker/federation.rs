@@ -9,11 +9,12 @@ use amq_protocol::types::FieldTable;
 
 use super::Broker;
 use crate::federation::params::{self, UPSTREAM, UPSTREAM_SET};
-use crate::federation::{Choice, Downstream, Federated, Survey, Synced};
+use crate::federation::{Choice, Downstream, Federated, Kind, Survey, Synced};
 use crate::message::Message;
 use crate::policy::Target;
 use crate::store::ParameterDef;
 use crate::vhost::error::{Error, Result};
+use crate::vhost::policies::queue_type;
 use crate::vhost::routing::Routed;
 
 /// Whether `component` is one of federation's parameters.
@@ -127,7 +128,8 @@ impl Downstream for Side {
             else {
                 continue;
             };
-            survey.exchanges.push(Federated {
+            survey.federated.push(Federated {
+                kind: Kind::Exchange,
                 name: x.name.clone(),
                 type_name: x.type_name.clone(),
                 durable: x.durable,
@@ -138,7 +140,33 @@ impl Downstream for Side {
                 choice,
             });
         }
-        survey.exchanges.sort_by(|a, b| a.name.cmp(&b.name));
+        for q in vh.queues() {
+            let args = &q.config.arguments;
+            if args.inner().contains_key("x-internal-purpose") || q.stream().is_some() {
+                // Exchange federation's own queues, and streams, are not
+                // federated (as RabbitMQ).
+                continue;
+            }
+            let applied = policies.apply(q.name(), Target::Queue(&queue_type(&q)));
+            let (Some(policy), Some(choice)) = (applied.policy, Choice::of(&applied.definition))
+            else {
+                continue;
+            };
+            survey.federated.push(Federated {
+                kind: Kind::Queue,
+                name: q.name().to_string(),
+                type_name: queue_type(&q),
+                durable: q.config.durable,
+                auto_delete: q.config.auto_delete,
+                internal: false,
+                arguments: args.clone(),
+                policy,
+                choice,
+            });
+        }
+        survey
+            .federated
+            .sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
         Some(survey)
     }
 
@@ -156,6 +184,10 @@ impl Downstream for Side {
 
     fn changes(&self, vhost: &str) -> Option<tokio::sync::watch::Receiver<u64>> {
         Some(self.0.upgrade()?.vhost(vhost)?.changes())
+    }
+
+    fn queue_wants(&self, vhost: &str, queue: &str) -> Option<bool> {
+        Some(self.0.upgrade()?.vhost(vhost)?.queue(queue)?.wants_more())
     }
 
     fn blocked(&self) -> bool {

@@ -70,6 +70,85 @@ pub fn received(
     p
 }
 
+/// What a queue link writes: where the message was (uri and the queue
+/// here), with a visit count, since a message may move back and forth
+/// between federated queues. The first time, its original exchange and
+/// routing key are kept aside; a `CC` header is renamed so it does not
+/// route again.
+pub struct QueueSource<'a> {
+    pub uri: &'a str,
+    /// The queue here.
+    pub queue: &'a str,
+    pub exchange: &'a str,
+    pub routing_key: &'a str,
+}
+
+/// `props` as a queue link republishes the message.
+pub fn received_in_queue(
+    props: &BasicProperties,
+    from: &QueueSource<'_>,
+    redelivered: bool,
+    trust_user_id: bool,
+) -> BasicProperties {
+    let mut headers = props.headers().clone().unwrap_or_default();
+    let old = match headers.inner().get(RECEIVED_FROM) {
+        Some(AMQPValue::FieldArray(a)) => Some(a.as_slice().to_vec()),
+        _ => None,
+    };
+    let old = match old {
+        Some(o) => o,
+        None => {
+            headers.insert("x-original-exchange".into(), long(from.exchange));
+            headers.insert("x-original-routing-key".into(), long(from.routing_key));
+            Vec::new()
+        }
+    };
+    let field = |t: &FieldTable, k: &str| t.inner().get(k).and_then(warren_plugin_api::value::text);
+    let mut visits = 0i64;
+    let mut rest = Vec::with_capacity(old.len());
+    for e in old {
+        match &e {
+            AMQPValue::FieldTable(t)
+                if field(t, "uri").as_deref() == Some(from.uri)
+                    && field(t, "queue").as_deref() == Some(from.queue) =>
+            {
+                visits = t
+                    .inner()
+                    .get("visit-count")
+                    .and_then(warren_plugin_api::value::int)
+                    .unwrap_or(0);
+            }
+            _ => rest.push(e),
+        }
+    }
+    let mut entry = FieldTable::default();
+    entry.insert("uri".into(), long(from.uri));
+    entry.insert("queue".into(), long(from.queue));
+    entry.insert("redelivered".into(), AMQPValue::Boolean(redelivered));
+    entry.insert("visit-count".into(), AMQPValue::LongLongInt(visits + 1));
+    let mut hops = vec![AMQPValue::FieldTable(entry)];
+    hops.extend(rest);
+    headers.insert(
+        RECEIVED_FROM.into(),
+        AMQPValue::FieldArray(FieldArray::from(hops)),
+    );
+    if let Some(cc) = headers.inner().get("CC").cloned() {
+        let mut h = FieldTable::default();
+        for (k, v) in headers.inner() {
+            if k.as_str() != "CC" {
+                h.insert(k.clone(), v.clone());
+            }
+        }
+        h.insert("x-original-cc".into(), cc);
+        headers = h;
+    }
+    let mut p = props.clone().with_headers(headers);
+    if !trust_user_id && p.user_id().is_some() {
+        p = without_user_id(p);
+    }
+    p
+}
+
 /// `p` without its user_id (the builder cannot clear a field).
 fn without_user_id(p: BasicProperties) -> BasicProperties {
     let mut out = BasicProperties::default();
@@ -219,6 +298,43 @@ mod tests {
         // Out of hops.
         let one = bound_from(&FieldTable::default(), 1, Some("up"), "/", &me()).unwrap();
         assert!(bound_from(&one, 5, Some("z"), "/", &next).is_none());
+    }
+
+    #[test]
+    fn a_queue_counts_visits_and_keeps_the_original_route() {
+        let mut h = FieldTable::default();
+        h.insert(
+            "CC".into(),
+            AMQPValue::FieldArray(FieldArray::from(vec![long("k2")])),
+        );
+        let props = BasicProperties::default().with_headers(h);
+        let from = QueueSource {
+            uri: "amqp://h/",
+            queue: "q",
+            exchange: "x",
+            routing_key: "k",
+        };
+        let once = received_in_queue(&props, &from, false, false);
+        let twice = received_in_queue(&once, &from, true, false);
+        let h = twice.headers().clone().unwrap();
+        let h = h.inner();
+        assert!(h.get("CC").is_none() && h.get("x-original-cc").is_some());
+        assert_eq!(h.get("x-original-routing-key"), Some(&long("k")));
+        match h.get(RECEIVED_FROM) {
+            Some(AMQPValue::FieldArray(a)) => {
+                assert_eq!(a.as_slice().len(), 1, "one entry per (uri, queue)");
+                match &a.as_slice()[0] {
+                    AMQPValue::FieldTable(t) => {
+                        assert_eq!(
+                            t.inner().get("visit-count"),
+                            Some(&AMQPValue::LongLongInt(2))
+                        )
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

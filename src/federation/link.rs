@@ -1,4 +1,4 @@
-//! One exchange link: from an upstream exchange into the exchange of the
+//! One exchange link (a queue link is queue_link.rs): from an upstream exchange into the exchange of the
 //! same vhost here, as RabbitMQ's federation does it. On the upstream
 //! (lapin, over its URI) the link declares a durable queue named
 //! `federation: X -> <this cluster>` and an internal exchange of type
@@ -25,7 +25,7 @@ use lapin::{Channel, Connection, ExchangeKind};
 use parking_lot::Mutex;
 
 use super::headers::{self, Source};
-use super::{Downstream, LinkSpec, State, Status, Stop};
+use super::{Downstream, Kind, LinkSpec, State, Status, Stop};
 use crate::message::Message;
 use crate::plugins::federation_upstream::may_forward;
 use crate::shovel::client;
@@ -41,24 +41,24 @@ pub struct Context {
 }
 
 /// How one run ended.
-enum Ended {
+pub(super) enum Ended {
     Stopped,
     /// The status word and why.
     Failed(&'static str, String),
 }
 
-fn failed(e: impl std::fmt::Display) -> Ended {
+pub(super) fn failed(e: impl std::fmt::Display) -> Ended {
     Ended::Failed("error", e.to_string())
 }
 
 /// Resolves once the link is asked to stop.
-async fn stopped(stop: &tokio::sync::watch::Receiver<Stop>) {
+pub(super) async fn stopped(stop: &tokio::sync::watch::Receiver<Stop>) {
     let mut stop = stop.clone();
     let _ = stop.wait_for(|s| *s != Stop::Run).await;
 }
 
 /// Most deliveries published here together.
-const BATCH: usize = 256;
+pub(super) const BATCH: usize = 256;
 /// How often the upstream's internal exchange is looked for (RabbitMQ's
 /// `internal_exchange_check_interval`).
 const CHECK_EVERY: Duration = Duration::from_secs(90);
@@ -67,11 +67,15 @@ const CHECK_EVERY: Duration = Duration::from_secs(90);
 /// the upstream's reconnect delay.
 pub async fn supervise(spec: Arc<LinkSpec>, ctx: Context) {
     loop {
-        match run(&spec, &ctx).await {
+        let ended = match spec.object.kind {
+            Kind::Exchange => run(&spec, &ctx).await,
+            Kind::Queue => super::queue_link::run(&spec, &ctx).await,
+        };
+        match ended {
             Ended::Stopped => return,
             Ended::Failed(word, why) => {
                 tracing::warn!(
-                    vhost = %spec.vhost, exchange = %spec.exchange.name,
+                    vhost = %spec.vhost, kind = spec.object.kind.name(), name = %spec.object.name,
                     upstream = %spec.upstream.name, "federation link failed: {why}"
                 );
                 ctx.status.lock().set(State::Failed(word, why));
@@ -103,7 +107,7 @@ struct Names {
 /// colon when they differ from upstream's, as RabbitMQ names it.
 fn upstream_names(spec: &LinkSpec, cluster: &str, upstream_vhost: &str) -> (String, String) {
     let ux = spec.upstream_exchange();
-    let dx = &spec.exchange.name;
+    let dx = &spec.object.name;
     let suffix = if upstream_vhost == spec.vhost && ux == dx {
         String::new()
     } else if upstream_vhost == spec.vhost {
@@ -119,7 +123,7 @@ fn upstream_names(spec: &LinkSpec, cluster: &str, upstream_vhost: &str) -> (Stri
 
 /// The upstream URIs: credentials required, the vhost this exchange's
 /// when the URI names none.
-fn uris(spec: &LinkSpec) -> Result<Vec<Uri>, String> {
+pub(super) fn uris(spec: &LinkSpec) -> Result<Vec<Uri>, String> {
     spec.upstream
         .uris
         .iter()
@@ -142,7 +146,7 @@ async fn run(spec: &LinkSpec, ctx: &Context) -> Ended {
     };
     let conn_name = format!(
         "Federation link (upstream: {}, policy: {})",
-        spec.upstream.name, spec.exchange.policy
+        spec.upstream.name, spec.object.policy
     );
     let (conn, uri) = tokio::select! {
         c = client::connect(&uris, ctx.own, &conn_name) => match c {
@@ -241,7 +245,7 @@ async fn declare(
     names: &mut Names,
 ) -> Result<Channel, String> {
     let up = &spec.upstream;
-    let x = &spec.exchange;
+    let x = &spec.object;
     let e = |what: &str, err: lapin::Error| format!("upstream: {what}: {err}");
     if !exists(conn, &names.exchange).await? {
         let ch = conn
@@ -371,17 +375,14 @@ fn wanted(
     upstream_cluster: Option<&str>,
     upstream_vhost: &str,
 ) -> Option<Bound> {
-    let label = format!(
-        "{}:{} {}",
-        spec.vhost, spec.exchange.name, spec.upstream.name
-    );
+    let label = format!("{}:{} {}", spec.vhost, spec.object.name, spec.upstream.name);
     let me = headers::Downstream {
         cluster,
         vhost: &spec.vhost,
         exchange: &label,
     };
     let mut out = Bound::new();
-    for (key, args) in ctx.down.bindings_of(&spec.vhost, &spec.exchange.name)? {
+    for (key, args) in ctx.down.bindings_of(&spec.vhost, &spec.object.name)? {
         let Some(args) = headers::bound_from(
             &args,
             spec.upstream.max_hops,
@@ -504,7 +505,7 @@ async fn work(
     let redacted = uri.redacted();
     let from = Source {
         uri: &redacted,
-        exchange: &spec.exchange.name,
+        exchange: &spec.object.name,
         cluster: upstream_cluster,
         vhost: &uri.vhost,
     };
@@ -586,7 +587,7 @@ async fn forward(
         let meta = crate::message::read_meta(&raw)
             .map_err(|e| failed(format!("a message's properties: {e:?}")))?;
         msgs.push(Arc::new(Message::new(
-            spec.exchange.name.as_bytes(),
+            spec.object.name.as_bytes(),
             d.routing_key.as_str().as_bytes(),
             &raw,
             &d.data,
@@ -645,7 +646,7 @@ async fn forward(
 
 /// An ack upstream: lapin says false when the channel had closed first
 /// (the upstream then gives the messages back).
-fn settle(r: lapin::Result<bool>) -> Result<(), Ended> {
+pub(super) fn settle(r: lapin::Result<bool>) -> Result<(), Ended> {
     match r {
         Ok(true) => Ok(()),
         Ok(false) => Err(Ended::Failed(

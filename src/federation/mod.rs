@@ -15,6 +15,7 @@
 pub mod headers;
 mod link;
 pub mod params;
+mod queue_link;
 mod resolve;
 
 use std::collections::{BTreeMap, HashMap};
@@ -46,6 +47,9 @@ pub trait Downstream: Send + Sync + 'static {
     fn bindings_of(&self, vhost: &str, exchange: &str) -> Option<Vec<(String, FieldTable)>>;
     /// Ticks after each change to `vhost`'s topology.
     fn changes(&self, vhost: &str) -> Option<tokio::sync::watch::Receiver<u64>>;
+    /// Whether queue `queue` of `vhost` is empty with a consumer ready
+    /// (queue federation pulls then); None if it is gone.
+    fn queue_wants(&self, vhost: &str, queue: &str) -> Option<bool>;
     /// Routes `msgs` in `vhost` (each to its own exchange); what makes
     /// them durable.
     fn publish(&self, vhost: &str, msgs: &[Arc<Message>]) -> Result<Synced, String>;
@@ -53,9 +57,26 @@ pub trait Downstream: Send + Sync + 'static {
     fn blocked(&self) -> bool;
 }
 
-/// An exchange a policy federates.
+/// What a policy federates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Exchange,
+    Queue,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Exchange => "exchange",
+            Kind::Queue => "queue",
+        }
+    }
+}
+
+/// An exchange or a queue a policy federates.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Federated {
+    pub kind: Kind,
     pub name: String,
     pub type_name: String,
     pub durable: bool,
@@ -74,28 +95,50 @@ pub struct Survey {
     pub upstreams: BTreeMap<String, Value>,
     /// `federation-upstream-set` parameters: name -> value.
     pub sets: BTreeMap<String, Value>,
-    /// Every exchange whose policy carries a federation key.
-    pub exchanges: Vec<Federated>,
+    /// Every exchange and queue whose policy carries a federation key.
+    pub federated: Vec<Federated>,
     /// Whether any policy of the vhost carries one (a new exchange may
     /// match it).
     pub federating: bool,
 }
 
-/// What a link is: an exchange of a vhost and one upstream's settings.
+/// What a link is: an exchange or a queue of a vhost, and one upstream's
+/// settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinkSpec {
     pub vhost: String,
-    pub exchange: Federated,
+    pub object: Federated,
     pub upstream: Upstream,
 }
 
 impl LinkSpec {
-    /// The upstream exchange's name.
+    /// The upstream exchange's name (an exchange link's).
     pub fn upstream_exchange(&self) -> &str {
         self.upstream
             .exchange
             .as_deref()
-            .unwrap_or(&self.exchange.name)
+            .unwrap_or(&self.object.name)
+    }
+
+    /// The upstream queue's name (a queue link's).
+    pub fn upstream_queue(&self) -> &str {
+        self.upstream.queue.as_deref().unwrap_or(&self.object.name)
+    }
+
+    /// A queue link's consumer tag upstream.
+    pub fn consumer_tag(&self) -> String {
+        match &self.upstream.consumer_tag {
+            Some(t) => t.clone(),
+            None => format!("federation-link-{}", self.upstream.name),
+        }
+    }
+
+    /// The upstream object's name.
+    fn upstream_object(&self) -> &str {
+        match self.object.kind {
+            Kind::Exchange => self.upstream_exchange(),
+            Kind::Queue => self.upstream_queue(),
+        }
     }
 
     /// RabbitMQ's link id: 8 hex digits of a hash of what the link joins,
@@ -105,10 +148,10 @@ impl LinkSpec {
         let mut h = sha2::Sha256::new();
         for part in [
             self.vhost.as_str(),
-            "exchange",
-            &self.exchange.name,
+            self.object.kind.name(),
+            &self.object.name,
             &self.upstream.name,
-            self.upstream_exchange(),
+            self.upstream_object(),
         ] {
             h.update((part.len() as u32).to_be_bytes());
             h.update(part.as_bytes());
@@ -158,8 +201,8 @@ pub enum Stop {
     CleanUp,
 }
 
-/// Key of a link: (vhost, exchange, upstream).
-type Key = (String, String, String);
+/// Key of a link: (vhost, what, its name, upstream).
+type Key = (String, Kind, String, String);
 
 struct Entry {
     spec: Arc<LinkSpec>,
@@ -304,7 +347,7 @@ impl Federation {
         };
         let survey = setup.down.survey(vhost).unwrap_or_default();
         let mut want: BTreeMap<Key, LinkSpec> = BTreeMap::new();
-        for x in &survey.exchanges {
+        for x in &survey.federated {
             for (name, overrides) in resolve::upstreams(&x.choice, &survey) {
                 let Some(value) = survey.upstreams.get(&name) else {
                     continue;
@@ -313,10 +356,10 @@ impl Federation {
                     continue;
                 };
                 want.insert(
-                    (vhost.to_string(), x.name.clone(), name),
+                    (vhost.to_string(), x.kind, x.name.clone(), name),
                     LinkSpec {
                         vhost: vhost.to_string(),
-                        exchange: x.clone(),
+                        object: x.clone(),
                         upstream,
                     },
                 );
@@ -501,16 +544,23 @@ impl Federation {
             .map(|(_, e)| {
                 let st = e.status.lock().clone();
                 let spec = &e.spec;
-                let mut o = json!({
-                    "node": node,
-                    "exchange": spec.exchange.name,
-                    "upstream_exchange": spec.upstream_exchange(),
-                    "type": "exchange",
-                    "vhost": spec.vhost,
-                    "upstream": spec.upstream.name,
-                    "id": e.id,
-                    "status": status_word(&st.state),
-                });
+                let mut o = json!({"node": node});
+                match spec.object.kind {
+                    Kind::Exchange => {
+                        o["exchange"] = json!(spec.object.name);
+                        o["upstream_exchange"] = json!(spec.upstream_exchange());
+                    }
+                    Kind::Queue => {
+                        o["queue"] = json!(spec.object.name);
+                        o["upstream_queue"] = json!(spec.upstream_queue());
+                        o["consumer_tag"] = json!(spec.consumer_tag());
+                    }
+                }
+                o["type"] = json!(spec.object.kind.name());
+                o["vhost"] = json!(spec.vhost);
+                o["upstream"] = json!(spec.upstream.name);
+                o["id"] = json!(e.id);
+                o["status"] = json!(status_word(&st.state));
                 match &st.state {
                     State::Starting => {}
                     State::Running(conn) => o["local_connection"] = json!(conn),

@@ -128,20 +128,6 @@ impl Policy {
             ));
         }
         keys::validate(&definition, operator)?;
-        let federates = [
-            "federation-upstream",
-            "federation-upstream-set",
-            "federation-upstream-pattern",
-        ]
-        .iter()
-        .any(|k| definition.contains_key(*k));
-        if federates && apply_to != ApplyTo::Exchanges {
-            return Err(format!(
-                "'{}' applies to queues, and Warren federates exchanges only so far: \
-                 a federation policy must have apply-to 'exchanges'",
-                apply_to.as_str()
-            ));
-        }
         Ok(Policy {
             vhost: vhost.to_string(),
             name: name.to_string(),

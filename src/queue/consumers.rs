@@ -105,6 +105,12 @@ struct Handover {
 }
 
 impl Consumers {
+    /// Whether a consumer of priority `min` or higher can take a delivery
+    /// now (not parked: it has credit, its outbox has room).
+    pub fn any_ready_from(&self, min: i32) -> bool {
+        self.levels.iter().any(|(p, l)| *p >= min && l.ready > 0)
+    }
+
     /// How many there are.
     pub fn len(&self) -> usize {
         self.all.len()

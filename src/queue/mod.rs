@@ -464,6 +464,18 @@ impl Queue {
         self.state.lock().ready.len() as u32
     }
 
+    /// Whether the queue is empty and a consumer of priority 0 or more
+    /// could take a message now: when queue federation pulls from
+    /// upstream (a federation link consumes at priority -1, so links
+    /// never pull for each other). Never for a stream.
+    pub fn wants_more(&self) -> bool {
+        if self.stream.is_some() {
+            return false;
+        }
+        let state = self.state.lock();
+        state.ready.len() == 0 && state.consumers.any_ready_from(0)
+    }
+
     /// Active consumers.
     pub fn consumer_count(&self) -> u32 {
         if let Some(s) = &self.stream {

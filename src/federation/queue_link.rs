@@ -1,0 +1,275 @@
+//! One queue link: messages move from an upstream queue into the queue of
+//! the same name here, and only while this queue is empty and one of its
+//! consumers (of priority 0 or more) could take a message: then the link
+//! consumes upstream at priority -1, so the upstream's own consumers come
+//! first, and it cancels that consumer as soon as the queue here has a
+//! backlog or no consumer ready. Work moves to where the consumers are.
+//! What arrives is published here to the queue through the default
+//! exchange and acked upstream once durable (on-confirm); nothing is
+//! deleted upstream when the link stops.
+
+use std::time::Duration;
+
+use amq_protocol::types::{AMQPValue, FieldTable};
+use futures::{FutureExt, StreamExt};
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
+    QueueDeclareOptions,
+};
+use lapin::{Channel, Connection};
+use std::sync::Arc;
+
+use super::headers::{self, QueueSource};
+use super::link::{failed, settle, stopped, uris, Context, Ended, BATCH};
+use super::{LinkSpec, State};
+use crate::message::Message;
+use crate::shovel::client;
+use crate::shovel::spec::AckMode;
+
+/// How often the queue here is asked whether it wants more.
+const LOOK_EVERY: Duration = Duration::from_millis(100);
+
+pub(super) async fn run(spec: &LinkSpec, ctx: &Context) -> Ended {
+    ctx.status.lock().set(State::Starting);
+    let uris = match uris(spec) {
+        Ok(u) => u,
+        Err(e) => return Ended::Failed("error", e),
+    };
+    let conn_name = format!(
+        "Federation link (upstream: {}, policy: {})",
+        spec.upstream.name, spec.object.policy
+    );
+    let (conn, uri) = tokio::select! {
+        c = client::connect(&uris, ctx.own, &conn_name) => match c {
+            Ok(c) => c,
+            Err(e) => return failed(e),
+        },
+        _ = stopped(&ctx.stop) => return Ended::Stopped,
+    };
+    ctx.status.lock().uri = uri.redacted();
+    // Consumer priorities are what keeps the upstream's own consumers
+    // first: an upstream without them is refused, as RabbitMQ refuses it.
+    let priorities = client::server_properties(&uri, ctx.own)
+        .await
+        .ok()
+        .and_then(|p| match p.inner().get("capabilities") {
+            Some(AMQPValue::FieldTable(c)) => c.inner().get("consumer_priorities").cloned(),
+            _ => None,
+        });
+    let ended = match priorities {
+        Some(AMQPValue::Boolean(true)) => work(spec, ctx, &conn, &uri.redacted(), &conn_name).await,
+        _ => Ended::Failed("error", "upstream_lacks_consumer_priorities".into()),
+    };
+    let _ = conn.close(200, "".into()).await;
+    ended
+}
+
+/// Declares the upstream queue unless it exists, as the queue here is.
+async fn ensure_queue(spec: &LinkSpec, conn: &Connection) -> Result<(), String> {
+    let name = spec.upstream_queue();
+    let probe = conn.create_channel().await.map_err(|e| e.to_string())?;
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    if probe
+        .queue_declare(name.into(), passive, FieldTable::default())
+        .await
+        .is_ok()
+    {
+        let _ = probe.close(200, "".into()).await;
+        return Ok(());
+    }
+    let ch = conn.create_channel().await.map_err(|e| e.to_string())?;
+    let opts = QueueDeclareOptions {
+        durable: spec.object.durable,
+        auto_delete: spec.object.auto_delete,
+        ..Default::default()
+    };
+    ch.queue_declare(name.into(), opts, spec.object.arguments.clone())
+        .await
+        .map_err(|e| format!("upstream: declaring queue '{name}': {e}"))?;
+    let _ = ch.close(200, "".into()).await;
+    Ok(())
+}
+
+async fn consume(spec: &LinkSpec, ch: &Channel) -> Result<lapin::Consumer, Ended> {
+    let mut args = FieldTable::default();
+    args.insert("x-priority".into(), AMQPValue::LongInt(-1));
+    ch.basic_consume(
+        spec.upstream_queue().into(),
+        spec.consumer_tag().as_str().into(),
+        BasicConsumeOptions {
+            no_ack: spec.upstream.ack_mode == AckMode::NoAck,
+            ..Default::default()
+        },
+        args,
+    )
+    .await
+    .map_err(|e| {
+        failed(format!(
+            "upstream: consuming '{}': {e}",
+            spec.upstream_queue()
+        ))
+    })
+}
+
+async fn work(
+    spec: &LinkSpec,
+    ctx: &Context,
+    conn: &Connection,
+    uri: &str,
+    conn_name: &str,
+) -> Ended {
+    if let Err(e) = ensure_queue(spec, conn).await {
+        return Ended::Failed("error", e);
+    }
+    let ch = match conn.create_channel().await {
+        Ok(c) => c,
+        Err(e) => return failed(e),
+    };
+    if spec.upstream.ack_mode != AckMode::NoAck {
+        if let Err(e) = ch
+            .basic_qos(spec.upstream.prefetch, BasicQosOptions::default())
+            .await
+        {
+            return failed(e);
+        }
+    }
+    ctx.status.lock().set(State::Running(conn_name.to_string()));
+    let mut look = tokio::time::interval(LOOK_EVERY);
+    let mut consumer: Option<lapin::Consumer> = None;
+    // Cancelled by this link (the queue here has enough): what was in
+    // flight still comes, then the stream ends.
+    let mut cancelling = false;
+    let mut batch = Vec::with_capacity(BATCH);
+    loop {
+        let next = match consumer.as_mut() {
+            Some(c) => tokio::select! {
+                next = c.next() => Some(next),
+                _ = look.tick() => None,
+                _ = stopped(&ctx.stop) => return Ended::Stopped,
+            },
+            None => tokio::select! {
+                _ = look.tick() => None,
+                _ = stopped(&ctx.stop) => return Ended::Stopped,
+            },
+        };
+        let Some(next) = next else {
+            // Time to look at the queue here, and the connection.
+            if !conn.status().connected() {
+                return Ended::Failed("error", "upstream: the connection was lost".into());
+            }
+            let Some(wants) = ctx.down.queue_wants(&spec.vhost, &spec.object.name) else {
+                // The queue went: the set stops the link.
+                continue;
+            };
+            match (wants, consumer.is_some(), cancelling) {
+                (true, false, _) => match consume(spec, &ch).await {
+                    Ok(c) => {
+                        consumer = Some(c);
+                        cancelling = false;
+                    }
+                    Err(e) => return e,
+                },
+                (false, true, false) => {
+                    let nowait = BasicCancelOptions { nowait: false };
+                    if let Err(e) = ch
+                        .basic_cancel(spec.consumer_tag().as_str().into(), nowait)
+                        .await
+                    {
+                        return failed(format!("upstream: cancelling: {e}"));
+                    }
+                    cancelling = true;
+                }
+                _ => {}
+            }
+            continue;
+        };
+        batch.clear();
+        let mut next = Some(next);
+        let mut ended = false;
+        while let Some(n) = next.take() {
+            match n {
+                Some(Ok(d)) => batch.push(d),
+                Some(Err(e)) => return failed(format!("upstream: {e}")),
+                None => ended = true,
+            }
+            if !ended && batch.len() < BATCH {
+                next = consumer.as_mut().and_then(|c| c.next().now_or_never());
+            }
+        }
+        if let Err(e) = forward(spec, ctx, uri, &batch).await {
+            return e;
+        }
+        if ended {
+            if !cancelling {
+                // Cancelled upstream: the queue there was deleted.
+                return Ended::Failed("error", "basic_cancel".into());
+            }
+            consumer = None;
+            cancelling = false;
+        }
+    }
+}
+
+/// Publishes `batch` to the queue here, then acks it upstream as the ack
+/// mode says.
+async fn forward(
+    spec: &LinkSpec,
+    ctx: &Context,
+    uri: &str,
+    batch: &[lapin::message::Delivery],
+) -> Result<(), Ended> {
+    let Some(last) = batch.last() else {
+        return Ok(());
+    };
+    let up = &spec.upstream;
+    let mut msgs = Vec::with_capacity(batch.len());
+    for d in batch {
+        let from = QueueSource {
+            uri,
+            queue: &spec.object.name,
+            exchange: d.exchange.as_str(),
+            routing_key: d.routing_key.as_str(),
+        };
+        let props =
+            headers::received_in_queue(&d.properties, &from, d.redelivered, up.trust_user_id);
+        let raw = crate::message::encode_properties(&props);
+        let meta = crate::message::read_meta(&raw)
+            .map_err(|e| failed(format!("a message's properties: {e:?}")))?;
+        msgs.push(Arc::new(Message::new(
+            b"",
+            spec.object.name.as_bytes(),
+            &raw,
+            &d.data,
+            meta,
+        )));
+    }
+    while ctx.down.blocked() {
+        tokio::select! {
+            _ = tokio::time::sleep(LOOK_EVERY) => {}
+            _ = stopped(&ctx.stop) => return Err(Ended::Stopped),
+        }
+    }
+    let synced = ctx
+        .down
+        .publish(&spec.vhost, &msgs)
+        .map_err(|e| failed(format!("downstream: {e}")))?;
+    let all = BasicAckOptions { multiple: true };
+    match up.ack_mode {
+        AckMode::NoAck => Ok(()),
+        AckMode::OnPublish => settle(last.acker.ack(all).await),
+        AckMode::OnConfirm => match synced.await {
+            Ok(()) => settle(last.acker.ack(all).await),
+            Err(e) => {
+                let back = BasicNackOptions {
+                    multiple: true,
+                    requeue: true,
+                };
+                let _ = last.acker.nack(back).await;
+                Err(failed(format!("downstream: {e}")))
+            }
+        },
+    }
+}
