@@ -151,6 +151,29 @@ impl RabbitNode {
         serde_json::from_str(&r.text().await.ok()?).ok()
     }
 
+    /// A request to its management API as guest: (status, body).
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, String) {
+        let url = format!("http://127.0.0.1:{}/api{path}", self.api);
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+        let mut req = reqwest::Client::new()
+            .request(method, &url)
+            .basic_auth("guest", Some("guest"))
+            .timeout(Duration::from_secs(10));
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let r = req.send().await.expect("RabbitMQ's API answers");
+        let status = r.status().as_u16();
+        (status, r.text().await.unwrap_or_default())
+    }
+
     /// What the start script and the node wrote, for failure messages.
     pub fn output(&self) -> String {
         let out = std::fs::read_to_string(self.dir.path().join("server.out")).unwrap_or_default();
