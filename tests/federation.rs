@@ -12,7 +12,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::api::{call, get_json};
+use common::api::{call, get_json, metrics};
 use common::TestBroker;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
@@ -231,6 +231,11 @@ async fn bindings_made_here_pull_messages_from_upstream() {
         "{link}"
     );
     wait_keys(&up, "fed.x", &["a.*"]).await;
+    let scraped = metrics(&down).await;
+    assert!(
+        scraped.contains("rabbitmq_federation_links{status=\"running\"} 1"),
+        "{scraped}"
+    );
 
     // Published upstream: what the binding here matches comes, once.
     publish(&up_ch, "fed.x", "a.b", 1000).await;

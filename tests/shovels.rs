@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::api::{call, get_json};
+use common::api::{call, get_json, metrics};
 use common::TestBroker;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
@@ -414,15 +414,6 @@ async fn an_imported_shovel_runs_and_runs_again_after_a_restart() {
 }
 
 /// GET /metrics of the broker's Prometheus listener.
-async fn metrics(b: &TestBroker) -> String {
-    let addr = b.metrics.expect("the Prometheus listener runs");
-    let r = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .expect("an answer");
-    assert_eq!(r.status().as_u16(), 200);
-    r.text().await.expect("a body")
-}
-
 /// Pause and resume (LavinMQ's API): a paused shovel moves nothing and
 /// says so in its status and in Prometheus; resumed, it moves what
 /// waited. Pausing twice, resuming a running shovel and either on an

@@ -247,6 +247,7 @@ fn render(api: &Api, per_object: bool) -> String {
     );
     message_sizes(&mut o, &c.sizes);
     shovel_metrics(&mut o, &api.broker.shovels);
+    federation_metrics(&mut o, &api.broker.federation);
     if per_object {
         queue_series(&mut o, &per_queue);
         stream_series(&mut o, &per_stream);
@@ -535,6 +536,23 @@ fn shovel_metrics(o: &mut Out, shovels: &crate::shovel::Shovels) {
             &[("vhost", vhost), ("shovel", name)],
             n,
         );
+    }
+}
+
+/// rabbitmq_federation_prometheus's gauge (RabbitMQ 4.1): the links by
+/// status; left out when there are none.
+fn federation_metrics(o: &mut Out, federation: &crate::federation::Federation) {
+    let counts = federation.counts();
+    if counts.is_empty() {
+        return;
+    }
+    o.family(
+        "rabbitmq_federation_links",
+        "gauge",
+        "Number of federation links",
+    );
+    for (status, n) in &counts {
+        o.value("rabbitmq_federation_links", &[("status", status)], n);
     }
 }
 

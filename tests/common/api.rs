@@ -1,4 +1,5 @@
-//! The management API as a test calls it: as guest, JSON in and out.
+//! The management API as a test calls it (as guest, JSON in and out),
+//! and the Prometheus listener's /metrics.
 
 use serde_json::Value;
 
@@ -26,4 +27,14 @@ pub async fn get_json(b: &TestBroker, path: &str) -> Value {
     let (s, body) = call(b, "GET", path, None).await;
     assert_eq!(s, 200, "{path}: {body}");
     serde_json::from_str(&body).expect("json")
+}
+
+/// What `b`'s Prometheus listener says at /metrics.
+pub async fn metrics(b: &TestBroker) -> String {
+    let addr = b.metrics.expect("the Prometheus listener runs");
+    let r = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .expect("an answer");
+    assert_eq!(r.status().as_u16(), 200);
+    r.text().await.expect("a body")
 }
