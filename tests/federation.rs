@@ -727,3 +727,72 @@ async fn queue_federation_moves_work_to_where_the_consumers_are() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(count(&up_conn, "work").await, 10);
 }
+
+/// A message the exchange here refuses (a full queue that rejects
+/// publishes) is nacked back upstream, and only it: what came before it
+/// in the same batch is acked upstream, and the rest stays there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_message_goes_back_upstream_alone() {
+    let up = broker("up").await;
+    let down = broker("down").await;
+    let (up_conn, up_ch) = up.channel().await;
+    let (down_conn, down_ch) = down.channel().await;
+    topic(&down_ch, "fed.full").await;
+    let mut args = FieldTable::default();
+    args.insert("x-max-length".into(), AMQPValue::LongInt(5));
+    args.insert(
+        "x-overflow".into(),
+        AMQPValue::LongString("reject-publish".into()),
+    );
+    down_ch
+        .queue_declare(
+            "limited".into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            args,
+        )
+        .await
+        .expect("queue");
+    down_ch
+        .queue_bind(
+            "limited".into(),
+            "fed.full".into(),
+            "#".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("bind");
+    federate(&down, &up, "up", 1).await;
+    wait_keys(&up, "fed.full", &["#"]).await;
+    publish(&up_ch, "fed.full", "k", 10).await;
+    assert_eq!(wait_count(&down_conn, "limited", 5).await, 5);
+    let links = wait_api(&down, "/federation-links", |v| v[0]["status"] == "error").await;
+    assert!(
+        links[0]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("refused the message"),
+        "{links}"
+    );
+    let queue = "federation: fed.full -> down";
+    let until = Instant::now() + Duration::from_secs(10);
+    while count(&up_conn, queue).await != 5 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        count(&up_conn, queue).await,
+        5,
+        "the five that fit were acked upstream"
+    );
+    for want in 0..5u64 {
+        let got = down_ch
+            .basic_get("limited".into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("get")
+            .expect("a message");
+        assert_eq!(u64::from_be_bytes(got.data[..8].try_into().unwrap()), want);
+    }
+}

@@ -9,7 +9,7 @@ use amq_protocol::types::FieldTable;
 
 use super::Broker;
 use crate::federation::params::{self, UPSTREAM, UPSTREAM_SET};
-use crate::federation::{Choice, Downstream, Federated, Kind, Survey, Synced};
+use crate::federation::{Choice, Downstream, Federated, Kind, Published, Survey};
 use crate::message::Message;
 use crate::policy::Target;
 use crate::store::ParameterDef;
@@ -194,65 +194,101 @@ impl Downstream for Side {
         self.0.upgrade().is_some_and(|b| b.alarms.any())
     }
 
-    fn publish(&self, vhost: &str, msgs: &[Arc<Message>]) -> std::result::Result<Synced, String> {
-        let b = self.0.upgrade().ok_or("the broker stopped")?;
-        let vh = b
-            .vhost(vhost)
-            .ok_or_else(|| format!("no vhost '{vhost}'"))?;
+    fn publish(&self, vhost: &str, msgs: &[Arc<Message>]) -> Published {
+        let refused = |e: String| Published {
+            done: 0,
+            error: Some(e),
+            synced: Box::pin(async { Ok(()) }),
+        };
+        let Some(b) = self.0.upgrade() else {
+            return refused("the broker stopped".into());
+        };
+        let Some(vh) = b.vhost(vhost) else {
+            return refused(format!("no vhost '{vhost}'"));
+        };
         let mut scratch = Default::default();
         let mut routes = Vec::new();
         let mut stored = false;
+        let mut done = 0;
+        let mut error = None;
         for msg in msgs {
-            routes.clear();
-            let routed = vh
-                .route(msg, &mut scratch, &mut routes)
-                .map_err(|e| e.text)?;
-            let admitted = scratch.take_admitted();
-            match routed {
-                Routed::Hold(delay_ms) => {
-                    if let Err(e) = vh.hold(msg, delay_ms) {
-                        if let Some(a) = admitted {
-                            a.forget();
-                        }
-                        return Err(e.to_string());
-                    }
-                    stored = true;
-                    continue;
-                }
-                Routed::Duplicate { durable } => {
-                    stored |= durable;
-                    continue;
-                }
-                Routed::Queues => {}
-            }
-            let mut failed = None;
-            for q in routes.drain(..) {
-                match q.push(msg) {
-                    Ok(p) if p.rejected => {
-                        stored |= p.stored;
-                        failed =
-                            Some("a queue refused the message (overflow reject-publish)".into());
-                    }
-                    Ok(p) => stored |= p.stored,
-                    Err(e) => {
-                        failed = Some(e.to_string());
-                        break;
-                    }
+            match route_one(&vh, msg, &mut scratch, &mut routes) {
+                Ok(s) => stored |= s,
+                Err((s, e)) => {
+                    stored |= s;
+                    error = Some(e);
+                    break;
                 }
             }
-            if let Some(e) = failed {
-                if let Some(a) = admitted {
-                    a.forget();
-                }
-                return Err(e);
-            }
+            done += 1;
         }
         let store = Arc::clone(&b.store);
-        Ok(Box::pin(async move {
-            if stored {
-                store.sync().await.map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        }))
+        Published {
+            done,
+            error,
+            synced: Box::pin(async move {
+                if stored {
+                    store.sync().await.map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }),
+        }
     }
+}
+
+/// Routes one message in `vh` as a publish does (BCC taken out); whether
+/// it stored anything, or why it was refused (and whether it stored
+/// anything before).
+fn route_one(
+    vh: &crate::vhost::VHost,
+    msg: &Arc<Message>,
+    scratch: &mut crate::vhost::routing::RouteScratch,
+    routes: &mut Vec<Arc<crate::queue::Queue>>,
+) -> std::result::Result<bool, (bool, String)> {
+    routes.clear();
+    let routed = vh
+        .route(msg, scratch, routes)
+        .map_err(|e| (false, e.text))?;
+    let admitted = scratch.take_admitted();
+    let msg = match crate::vhost::routing::strip_bcc(msg) {
+        Some(stripped) => Arc::new(stripped),
+        None => Arc::clone(msg),
+    };
+    let forget = |admitted: Option<crate::vhost::routing::Admitted>| {
+        if let Some(a) = admitted {
+            a.forget();
+        }
+    };
+    match routed {
+        Routed::Hold(delay_ms) => {
+            if let Err(e) = vh.hold(&msg, delay_ms) {
+                forget(admitted);
+                return Err((false, e.to_string()));
+            }
+            return Ok(true);
+        }
+        Routed::Duplicate { durable } => return Ok(durable),
+        Routed::Queues => {}
+    }
+    let mut stored = false;
+    for q in routes.drain(..) {
+        match q.push(&msg) {
+            Ok(p) if p.rejected => {
+                forget(admitted);
+                return Err((
+                    stored | p.stored,
+                    format!(
+                        "queue '{}' refused the message (its overflow rejects publishes)",
+                        q.name()
+                    ),
+                ));
+            }
+            Ok(p) => stored |= p.stored,
+            Err(e) => {
+                forget(admitted);
+                return Err((stored, e.to_string()));
+            }
+        }
+    }
+    Ok(stored)
 }

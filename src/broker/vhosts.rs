@@ -72,8 +72,9 @@ impl Broker {
         let messages = vh.close()?;
         self.users.forget_vhost(name);
         self.shovels.stop_vhost(name);
-        self.federation.stop_vhost(name);
         drop(vhosts);
+        // Outside the map's lock: federation looks vhosts up under its own.
+        self.federation.stop_vhost(name);
         tracing::info!(
             vhost = name,
             connections = closed,

@@ -17,13 +17,14 @@ use std::time::Duration;
 use amq_protocol::types::{AMQPValue, FieldTable, LongString};
 use futures::{FutureExt, StreamExt};
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, ExchangeBindOptions,
-    ExchangeDeclareOptions, ExchangeDeleteOptions, ExchangeUnbindOptions, QueueBindOptions,
-    QueueDeclareOptions, QueueDeleteOptions,
+    BasicConsumeOptions, BasicQosOptions, ExchangeBindOptions, ExchangeDeclareOptions,
+    ExchangeDeleteOptions, ExchangeUnbindOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
 };
 use lapin::{Channel, Connection, ExchangeKind};
 use parking_lot::Mutex;
 
+use super::deliver::{deliver, refuse, Built};
 use super::headers::{self, Source};
 use super::{Downstream, Kind, LinkSpec, State, Status, Stop};
 use crate::message::Message;
@@ -57,6 +58,10 @@ pub(super) async fn stopped(stop: &tokio::sync::watch::Receiver<Stop>) {
     let _ = stop.wait_for(|s| *s != Stop::Run).await;
 }
 
+/// How long a stopping link may spend on deleting its upstream queue and
+/// exchange, and on closing.
+const CLEAN_UP_WITHIN: Duration = Duration::from_secs(4);
+
 /// Most deliveries published here together.
 pub(super) const BATCH: usize = 256;
 /// How often the upstream's internal exchange is looked for (RabbitMQ's
@@ -66,7 +71,16 @@ const CHECK_EVERY: Duration = Duration::from_secs(90);
 /// Runs a link until it is stopped, starting a failed run again after
 /// the upstream's reconnect delay.
 pub async fn supervise(spec: Arc<LinkSpec>, ctx: Context) {
+    let mut quick_at: Option<tokio::time::Instant> = None;
     loop {
+        // Without acks nothing bounds what the upstream sends, so a no-ack
+        // link does not connect while a resource alarm holds publishers.
+        while spec.upstream.ack_mode == AckMode::NoAck && ctx.down.blocked() {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = stopped(&ctx.stop) => return,
+            }
+        }
         let ended = match spec.object.kind {
             Kind::Exchange => run(&spec, &ctx).await,
             Kind::Queue => super::queue_link::run(&spec, &ctx).await,
@@ -78,9 +92,19 @@ pub async fn supervise(spec: Arc<LinkSpec>, ctx: Context) {
                     vhost = %spec.vhost, kind = spec.object.kind.name(), name = %spec.object.name,
                     upstream = %spec.upstream.name, "federation link failed: {why}"
                 );
+                // A link that was running starts again at once (as
+                // RabbitMQ's supervisor does), once per reconnect delay;
+                // otherwise it waits the delay, at least a second.
+                let was_running = matches!(ctx.status.lock().state, State::Running(_));
                 ctx.status.lock().set(State::Failed(word, why));
-                let Some(delay) = spec.upstream.reconnect_delay else {
-                    return;
+                let delay = spec.upstream.reconnect_delay.max(Duration::from_secs(1));
+                let quick = was_running && quick_at.is_none_or(|t| t.elapsed() >= delay);
+                let delay = match quick {
+                    true => {
+                        quick_at = Some(tokio::time::Instant::now());
+                        Duration::ZERO
+                    }
+                    false => delay,
                 };
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
@@ -158,10 +182,20 @@ async fn run(spec: &LinkSpec, ctx: &Context) -> Ended {
     ctx.status.lock().uri = uri.redacted();
     // RabbitMQ reads the upstream's cluster name from its connection's
     // server properties, which lapin does not keep: a look of its own.
-    let upstream_cluster = client::server_properties(&uri, ctx.own)
-        .await
-        .ok()
-        .and_then(|p| client::text_property(&p, "cluster_name"));
+    let props = tokio::select! {
+        p = client::server_properties(&uri, ctx.own) => p,
+        _ = stopped(&ctx.stop) => {
+            let _ = conn.close(200, "".into()).await;
+            return Ended::Stopped;
+        }
+    };
+    let upstream_cluster = match props {
+        Ok(p) => client::text_property(&p, "cluster_name"),
+        Err(e) => {
+            let _ = conn.close(200, "".into()).await;
+            return failed(format!("upstream: reading its server properties: {e}"));
+        }
+    };
     let cluster = ctx.down.cluster_name();
     let (exchange, queue) = upstream_names(spec, &cluster, &uri.vhost);
     let mut names = Names {
@@ -184,9 +218,10 @@ async fn run(spec: &LinkSpec, ctx: &Context) -> Ended {
         && *ctx.stop.borrow() == Stop::CleanUp
         && !spec.upstream.keep_upstream;
     if clean {
-        clean_up(&conn, &names).await;
+        // Bounded well inside the grace a stopped link has.
+        let _ = tokio::time::timeout(CLEAN_UP_WITHIN, clean_up(&conn, &names)).await;
     }
-    let _ = conn.close(200, "".into()).await;
+    let _ = tokio::time::timeout(CLEAN_UP_WITHIN, conn.close(200, "".into())).await;
     ended
 }
 
@@ -549,24 +584,30 @@ async fn work(
         };
         batch.clear();
         let mut next = Some(next);
+        let mut cancelled = false;
         while let Some(n) = next.take() {
             match n {
                 Some(Ok(d)) => batch.push(d),
                 Some(Err(e)) => return failed(format!("upstream: {e}")),
-                None => return Ended::Failed("error", "basic_cancel".into()),
+                None => cancelled = true,
             }
-            if batch.len() < BATCH {
+            if !cancelled && batch.len() < BATCH {
                 next = consumer.next().now_or_never();
             }
         }
+        // What came before a cancel goes on first.
         if let Err(e) = forward(spec, ctx, &cluster, &from, &batch).await {
             return e;
+        }
+        if cancelled {
+            return Ended::Failed("error", "basic_cancel".into());
         }
     }
 }
 
-/// Publishes what may go on of `batch` into the exchange here, then acks
-/// the whole batch upstream as the ack mode says.
+/// Makes what may go on of `batch` into messages for the exchange here
+/// (what has been here, or is out of hops, is acked and dropped), then
+/// publishes and settles it.
 async fn forward(
     spec: &LinkSpec,
     ctx: &Context,
@@ -575,84 +616,27 @@ async fn forward(
     batch: &[lapin::message::Delivery],
 ) -> Result<(), Ended> {
     let up = &spec.upstream;
-    let mut msgs = Vec::with_capacity(batch.len());
-    for d in batch {
+    let mut built = Built::with_capacity(batch.len());
+    for (i, d) in batch.iter().enumerate() {
         let hdrs = d.properties.headers().as_ref();
         if !may_forward(hdrs, u64::from(up.max_hops), cluster, &spec.vhost) {
-            // Been here, or out of hops: acked and dropped.
             continue;
         }
         let props = headers::received(&d.properties, from, d.redelivered, up.trust_user_id);
         let raw = crate::message::encode_properties(&props);
-        let meta = crate::message::read_meta(&raw)
-            .map_err(|e| failed(format!("a message's properties: {e:?}")))?;
-        msgs.push(Arc::new(Message::new(
-            spec.object.name.as_bytes(),
-            d.routing_key.as_str().as_bytes(),
-            &raw,
-            &d.data,
-            meta,
-        )));
-    }
-    // A resource alarm holds this link as it holds publishers: nothing is
-    // acked meanwhile, and the upstream keeps the rest.
-    while ctx.down.blocked() {
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-            _ = stopped(&ctx.stop) => return Err(Ended::Stopped),
+        match crate::message::read_meta(&raw) {
+            Ok(meta) => built.push(
+                i,
+                Message::new(
+                    spec.object.name.as_bytes(),
+                    d.routing_key.as_str().as_bytes(),
+                    &raw,
+                    &d.data,
+                    meta,
+                ),
+            ),
+            Err(e) => refuse(spec, d, &format!("its properties: {e:?}")).await?,
         }
     }
-    let synced = match msgs.is_empty() {
-        true => None,
-        false => Some(
-            ctx.down
-                .publish(&spec.vhost, &msgs)
-                .map_err(|e| failed(format!("downstream: {e}"))),
-        ),
-    };
-    let Some(last) = batch.last() else {
-        return Ok(());
-    };
-    let all = BasicAckOptions { multiple: true };
-    match up.ack_mode {
-        AckMode::NoAck => {
-            synced.transpose()?;
-        }
-        AckMode::OnPublish => {
-            synced.transpose()?;
-            settle(last.acker.ack(all).await)?;
-        }
-        AckMode::OnConfirm => {
-            let durable = match synced {
-                None => Ok(()),
-                Some(Ok(s)) => s.await,
-                Some(Err(e)) => return Err(e),
-            };
-            match durable {
-                Ok(()) => settle(last.acker.ack(all).await)?,
-                Err(e) => {
-                    let back = BasicNackOptions {
-                        multiple: true,
-                        requeue: true,
-                    };
-                    let _ = last.acker.nack(back).await;
-                    return Err(failed(format!("downstream: {e}")));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// An ack upstream: lapin says false when the channel had closed first
-/// (the upstream then gives the messages back).
-pub(super) fn settle(r: lapin::Result<bool>) -> Result<(), Ended> {
-    match r {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(Ended::Failed(
-            "error",
-            "upstream: the channel closed before the ack".into(),
-        )),
-        Err(e) => Err(failed(format!("upstream: ack: {e}"))),
-    }
+    deliver(spec, ctx, batch, built).await
 }

@@ -12,6 +12,7 @@
 //! side (what exchanges there are, their bindings, publishing into them)
 //! is the `Downstream` it is given.
 
+mod deliver;
 pub mod headers;
 mod link;
 pub mod params;
@@ -36,6 +37,16 @@ use crate::message::Message;
 /// What makes published messages durable; Err says why they are not.
 pub type Synced = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
+/// What came of publishing a batch here.
+pub struct Published {
+    /// How many of the messages, from the first, were routed.
+    pub done: usize,
+    /// Why the next one was refused, if one was (the rest were not tried).
+    pub error: Option<String>,
+    /// What makes the routed ones durable.
+    pub synced: Synced,
+}
+
 /// What federation needs of the broker it runs in.
 pub trait Downstream: Send + Sync + 'static {
     /// The cluster name this broker announces.
@@ -50,9 +61,9 @@ pub trait Downstream: Send + Sync + 'static {
     /// Whether queue `queue` of `vhost` is empty with a consumer ready
     /// (queue federation pulls then); None if it is gone.
     fn queue_wants(&self, vhost: &str, queue: &str) -> Option<bool>;
-    /// Routes `msgs` in `vhost` (each to its own exchange); what makes
-    /// them durable.
-    fn publish(&self, vhost: &str, msgs: &[Arc<Message>]) -> Result<Synced, String>;
+    /// Routes `msgs` in `vhost` (each to its own exchange), in order,
+    /// until one is refused.
+    fn publish(&self, vhost: &str, msgs: &[Arc<Message>]) -> Published;
     /// Whether a resource alarm holds publishers back.
     fn blocked(&self) -> bool;
 }
@@ -367,6 +378,15 @@ impl Federation {
         }
         self.watch(&setup, vhost, survey.federating);
         let mut links = self.links.lock();
+        // Stopped, or the vhost deleted, since the survey: nothing starts.
+        let current = self
+            .setup
+            .lock()
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, &setup));
+        if !current || setup.down.changes(vhost).is_none() {
+            want.clear();
+        }
         let stale: Vec<Key> = links
             .keys()
             .filter(|k| k.0 == vhost && !want.contains_key(*k))
@@ -401,10 +421,16 @@ impl Federation {
     /// Watches `vhost`'s topology while a policy of it federates (a new
     /// exchange may match one), and not otherwise.
     fn watch(self: &Arc<Self>, setup: &Arc<Setup>, vhost: &str, on: bool) {
+        // Subscribed before the lock: the broker's vhost map is not taken
+        // under it (a vhost's deletion holds that map, then takes this).
+        let rx = match on && !self.watched.lock().contains_key(vhost) {
+            true => setup.down.changes(vhost),
+            false => None,
+        };
         let mut watched = self.watched.lock();
         match (on, watched.contains_key(vhost)) {
             (true, false) => {
-                let Some(mut rx) = setup.down.changes(vhost) else {
+                let Some(mut rx) = rx else {
                     return;
                 };
                 let me = Arc::downgrade(self);
@@ -453,7 +479,9 @@ impl Federation {
         let task = tokio::spawn(async move {
             let _done = DoneOnDrop(done_tx);
             if let Some(mut before) = before {
-                let _ = tokio::time::timeout(CLOSE_GRACE, before.wait_for(|d| *d)).await;
+                // Past the old run's abort: it is gone by then either way.
+                let wait = CLOSE_GRACE + std::time::Duration::from_secs(1);
+                let _ = tokio::time::timeout(wait, before.wait_for(|d| *d)).await;
             }
             link::supervise(run, ctx).await;
         });

@@ -65,8 +65,8 @@ pub struct Upstream {
     pub name: String,
     pub uris: Vec<Uri>,
     pub prefetch: u16,
-    /// None: a failed link is not started again.
-    pub reconnect_delay: Option<Duration>,
+    /// How long a failed link waits before it starts again.
+    pub reconnect_delay: Duration,
     pub ack_mode: AckMode,
     pub trust_user_id: bool,
     /// The upstream exchange (default: the federated exchange's name).
@@ -153,8 +153,11 @@ fn check_key(key: &str, v: &Value) -> Result<(), String> {
         "expires" => int(u64::from(u32::MAX >> 1), 1),
         "message-ttl" => int(u64::from(u32::MAX >> 1), 0),
         "reconnect-delay" => match v.as_f64() {
-            Some(f) if v.is_number() && f.is_finite() => Ok(()),
-            _ => Err(format!(
+            Some(f) if (0.0..=MAX_DELAY).contains(&f) => Ok(()),
+            Some(_) => Err(format!(
+                "{key} should be a number of seconds from 0 to {MAX_DELAY}, actually was {v}"
+            )),
+            None => Err(format!(
                 "{key} should be a number, actually was {}",
                 erlang(v)
             )),
@@ -299,7 +302,8 @@ impl Upstream {
             name: name.to_string(),
             uris,
             prefetch: int("prefetch-count").map_or(PREFETCH, |n| n as u16),
-            reconnect_delay: (reconnect >= 1.0).then(|| Duration::from_secs_f64(reconnect)),
+            reconnect_delay: Duration::try_from_secs_f64(reconnect.clamp(0.0, MAX_DELAY))
+                .unwrap_or(Duration::from_secs(5)),
             ack_mode: match text("ack-mode").as_deref() {
                 Some("no-ack") => AckMode::NoAck,
                 Some("on-publish") => AckMode::OnPublish,
@@ -319,6 +323,9 @@ impl Upstream {
         })
     }
 }
+
+/// The longest `reconnect-delay` taken, in seconds (a day).
+const MAX_DELAY: f64 = 86_400.0;
 
 /// The default `prefetch-count`.
 const PREFETCH: u16 = 1000;
@@ -385,6 +392,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!((u.max_hops, u.prefetch), (2, 10));
-        assert_eq!(u.reconnect_delay, Some(Duration::from_secs(5)));
+        assert_eq!(u.reconnect_delay, Duration::from_secs(5));
+        assert!(
+            check_upstream("up", &json!({"uri": "amqp://h", "reconnect-delay": 1e20}))
+                .unwrap_err()
+                .contains("reconnect-delay should be a number of seconds from 0 to 86400")
+        );
     }
 }

@@ -13,14 +13,13 @@ use std::time::Duration;
 use amq_protocol::types::{AMQPValue, FieldTable};
 use futures::{FutureExt, StreamExt};
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
-    QueueDeclareOptions,
+    BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions,
 };
 use lapin::{Channel, Connection};
-use std::sync::Arc;
 
+use super::deliver::{deliver, refuse, Built};
 use super::headers::{self, QueueSource};
-use super::link::{failed, settle, stopped, uris, Context, Ended, BATCH};
+use super::link::{failed, stopped, uris, Context, Ended, BATCH};
 use super::{LinkSpec, State};
 use crate::message::Message;
 use crate::shovel::client;
@@ -49,18 +48,29 @@ pub(super) async fn run(spec: &LinkSpec, ctx: &Context) -> Ended {
     ctx.status.lock().uri = uri.redacted();
     // Consumer priorities are what keeps the upstream's own consumers
     // first: an upstream without them is refused, as RabbitMQ refuses it.
-    let priorities = client::server_properties(&uri, ctx.own)
-        .await
-        .ok()
-        .and_then(|p| match p.inner().get("capabilities") {
-            Some(AMQPValue::FieldTable(c)) => c.inner().get("consumer_priorities").cloned(),
-            _ => None,
-        });
+    let props = tokio::select! {
+        p = client::server_properties(&uri, ctx.own) => p,
+        _ = stopped(&ctx.stop) => {
+            let _ = conn.close(200, "".into()).await;
+            return Ended::Stopped;
+        }
+    };
+    let props = match props {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = conn.close(200, "".into()).await;
+            return failed(format!("upstream: reading its server properties: {e}"));
+        }
+    };
+    let priorities = match props.inner().get("capabilities") {
+        Some(AMQPValue::FieldTable(c)) => c.inner().get("consumer_priorities").cloned(),
+        _ => None,
+    };
     let ended = match priorities {
         Some(AMQPValue::Boolean(true)) => work(spec, ctx, &conn, &uri.redacted(), &conn_name).await,
         _ => Ended::Failed("error", "upstream_lacks_consumer_priorities".into()),
     };
-    let _ = conn.close(200, "".into()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(4), conn.close(200, "".into())).await;
     ended
 }
 
@@ -213,20 +223,17 @@ async fn work(
     }
 }
 
-/// Publishes `batch` to the queue here, then acks it upstream as the ack
-/// mode says.
+/// Makes `batch` into messages for the queue here, then publishes and
+/// settles it.
 async fn forward(
     spec: &LinkSpec,
     ctx: &Context,
     uri: &str,
     batch: &[lapin::message::Delivery],
 ) -> Result<(), Ended> {
-    let Some(last) = batch.last() else {
-        return Ok(());
-    };
     let up = &spec.upstream;
-    let mut msgs = Vec::with_capacity(batch.len());
-    for d in batch {
+    let mut built = Built::with_capacity(batch.len());
+    for (i, d) in batch.iter().enumerate() {
         let from = QueueSource {
             uri,
             queue: &spec.object.name,
@@ -236,40 +243,13 @@ async fn forward(
         let props =
             headers::received_in_queue(&d.properties, &from, d.redelivered, up.trust_user_id);
         let raw = crate::message::encode_properties(&props);
-        let meta = crate::message::read_meta(&raw)
-            .map_err(|e| failed(format!("a message's properties: {e:?}")))?;
-        msgs.push(Arc::new(Message::new(
-            b"",
-            spec.object.name.as_bytes(),
-            &raw,
-            &d.data,
-            meta,
-        )));
-    }
-    while ctx.down.blocked() {
-        tokio::select! {
-            _ = tokio::time::sleep(LOOK_EVERY) => {}
-            _ = stopped(&ctx.stop) => return Err(Ended::Stopped),
+        match crate::message::read_meta(&raw) {
+            Ok(meta) => built.push(
+                i,
+                Message::new(b"", spec.object.name.as_bytes(), &raw, &d.data, meta),
+            ),
+            Err(e) => refuse(spec, d, &format!("its properties: {e:?}")).await?,
         }
     }
-    let synced = ctx
-        .down
-        .publish(&spec.vhost, &msgs)
-        .map_err(|e| failed(format!("downstream: {e}")))?;
-    let all = BasicAckOptions { multiple: true };
-    match up.ack_mode {
-        AckMode::NoAck => Ok(()),
-        AckMode::OnPublish => settle(last.acker.ack(all).await),
-        AckMode::OnConfirm => match synced.await {
-            Ok(()) => settle(last.acker.ack(all).await),
-            Err(e) => {
-                let back = BasicNackOptions {
-                    multiple: true,
-                    requeue: true,
-                };
-                let _ = last.acker.nack(back).await;
-                Err(failed(format!("downstream: {e}")))
-            }
-        },
-    }
+    deliver(spec, ctx, batch, built).await
 }

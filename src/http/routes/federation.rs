@@ -33,15 +33,26 @@ fn listed(
     if only_down {
         all.retain(|l| !matches!(l["status"].as_str(), Some("running" | "starting")));
     }
+    // An exchange link's object is its exchange, a queue link's its queue.
+    let object = |l: &Value| {
+        l["exchange"]
+            .as_str()
+            .or(l["queue"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
     let text = |l: &Value, k: &str| l[k].as_str().unwrap_or_default().to_string();
-    all.sort_by_key(|l| (text(l, "vhost"), text(l, "exchange"), text(l, "upstream")));
+    all.sort_by_key(|l| (text(l, "vhost"), object(l), text(l, "upstream")));
     respond(
         all,
         q,
         |l| {
             (
                 l["vhost"].as_str().unwrap_or_default(),
-                l["exchange"].as_str().unwrap_or_default(),
+                l["exchange"]
+                    .as_str()
+                    .or(l["queue"].as_str())
+                    .unwrap_or_default(),
             )
         },
         Value::clone,
