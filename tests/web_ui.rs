@@ -556,6 +556,67 @@ async fn the_ui_manages_the_broker_in_a_real_browser() {
     flashed(&c, "Shovel ui-move deleted").await;
     wait_text(&c, "main", |t| t.contains("No shovels.")).await;
 
+    // Admin › Federation: an upstream made with the form (this broker,
+    // another exchange), a policy that federates an exchange from it, the
+    // link running and restarted, then the upstream deleted.
+    ch.exchange_declare(
+        "ui-fed".into(),
+        lapin::ExchangeKind::Fanout,
+        ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    go(&c, &base, "#/admin/federation").await;
+    let uri = b.uri();
+    submit(
+        &c,
+        "add-upstream",
+        &[
+            ("vhost", "/"),
+            ("name", "ui-up"),
+            ("uri", uri.as_str()),
+            ("exchange", "ui-upx"),
+        ],
+    )
+    .await;
+    flashed(&c, "Upstream ui-up added").await;
+    go(&c, &base, "#/admin/policies").await;
+    submit(
+        &c,
+        "add-policy",
+        &[
+            ("vhost", "/"),
+            ("name", "ui-fed"),
+            ("pattern", "^ui-fed$"),
+            ("apply_to", "exchanges"),
+            ("definition", "federation-upstream=ui-up"),
+        ],
+    )
+    .await;
+    flashed(&c, "Policy ui-fed set").await;
+    go(&c, &base, "#/admin/federation").await;
+    wait_text(&c, "main", |t| {
+        t.contains("exchange ui-fed") && t.contains("running")
+    })
+    .await;
+    shot(&c, "federation").await;
+    let restart = c
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::XPath("//button[normalize-space()='Restart']"))
+        .await
+        .expect("the Restart button");
+    restart.click().await.unwrap();
+    flashed(&c, "restarted").await;
+    wait_text(&c, "main", |t| t.contains("running")).await;
+    click_confirmed(&c, "Delete").await;
+    flashed(&c, "Upstream ui-up deleted").await;
+    wait_text(&c, "main", |t| t.contains("No federation links.")).await;
+
     // A user with a permission, and a monitoring user.
     go(&c, &base, "#/admin/users").await;
     submit(

@@ -33,6 +33,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../ui/js/pages/exchanges.js"),
     ),
     (
+        "js/pages/federation.js",
+        JS,
+        include_str!("../../ui/js/pages/federation.js"),
+    ),
+    (
         "js/pages/overview.js",
         JS,
         include_str!("../../ui/js/pages/overview.js"),

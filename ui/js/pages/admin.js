@@ -1,16 +1,18 @@
 // Admin: users (tags, password, permissions, topic permissions), vhosts,
 // policies and operator policies, vhost and user limits, shovels
-// (shovels.js).
+// (shovels.js), federation (federation.js).
 
 import { api, get, seg, vhostNames } from "../api.js";
 import { h, fill, num, table, form, link, parseArgs, args } from "../dom.js";
 import { pagedList } from "../list.js";
 import { act } from "../app.js";
 import * as shovels from "./shovels.js";
+import * as federation from "./federation.js";
 
 const TABS = [
   ["users", "Users"], ["vhosts", "Virtual hosts"], ["policies", "Policies"],
   ["operator-policies", "Operator policies"], ["limits", "Limits"], ["shovels", "Shovels"],
+  ["federation", "Federation"],
 ];
 
 const del = (label, path, done) => h("button", { class: "danger", onclick: () => act(() => api("DELETE", path), done) }, label);
@@ -179,6 +181,7 @@ export async function page(view, params) {
     case "operator-policies": return policies(body, true);
     case "limits": return limits(body);
     case "shovels": return shovels.page(body);
+    case "federation": return federation.page(body);
     default: return users(body, params.slice(1));
   }
 }
