@@ -13,10 +13,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::api::{call, get_json, metrics};
+use common::counts::{count, publish_ids, wait_count};
 use common::TestBroker;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
+use lapin::{Channel, ExchangeKind};
 use serde_json::{json, Value};
 
 /// A broker with the API on, going by `cluster` as its cluster name.
@@ -80,60 +81,6 @@ async fn bound_queue(ch: &Channel, queue: &str, exchange: &str, key: &str) {
     )
     .await
     .expect("bind");
-}
-
-/// Publishes `n` persistent messages to `exchange` with `key`, confirmed.
-async fn publish(ch: &Channel, exchange: &str, key: &str, n: u64) {
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .expect("confirms");
-    let mut pending = Vec::new();
-    for id in 0..n {
-        pending.push(
-            ch.basic_publish(
-                exchange.into(),
-                key.into(),
-                BasicPublishOptions::default(),
-                &id.to_be_bytes(),
-                BasicProperties::default().with_delivery_mode(2),
-            )
-            .await
-            .expect("publish"),
-        );
-    }
-    for c in pending {
-        assert!(c.await.expect("confirm").is_ack());
-    }
-}
-
-/// Messages ready in `queue` (0 if it does not exist).
-async fn count(conn: &Connection, queue: &str) -> u32 {
-    let ch = conn.create_channel().await.expect("channel");
-    let passive = QueueDeclareOptions {
-        passive: true,
-        ..Default::default()
-    };
-    let n = match ch
-        .queue_declare(queue.into(), passive, FieldTable::default())
-        .await
-    {
-        Ok(q) => q.message_count(),
-        Err(_) => return 0,
-    };
-    let _ = ch.close(200, "".into()).await;
-    n
-}
-
-/// Waits until `queue` holds at least `n` messages (or 30 s pass).
-async fn wait_count(conn: &Connection, queue: &str, n: u32) -> u32 {
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        let c = count(conn, queue).await;
-        if c >= n || Instant::now() > until {
-            return c;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Waits until `f` holds of what GET `path` answers (or 30 s pass).
@@ -238,8 +185,8 @@ async fn bindings_made_here_pull_messages_from_upstream() {
     );
 
     // Published upstream: what the binding here matches comes, once.
-    publish(&up_ch, "fed.x", "a.b", 1000).await;
-    publish(&up_ch, "fed.x", "c.d", 10).await;
+    publish_ids(&up_ch, "fed.x", "a.b", 1000).await;
+    publish_ids(&up_ch, "fed.x", "c.d", 10).await;
     assert_eq!(wait_count(&down_conn, "here", 1000).await, 1000);
     let got = down_ch
         .basic_get("here".into(), BasicGetOptions { no_ack: true })
@@ -276,7 +223,7 @@ async fn bindings_made_here_pull_messages_from_upstream() {
             .expect("unbind");
     }
     wait_keys(&up, "fed.x", &[]).await;
-    publish(&up_ch, "fed.x", "a.b", 10).await;
+    publish_ids(&up_ch, "fed.x", "a.b", 10).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(count(&down_conn, "here").await, 999);
     assert_eq!(
@@ -324,14 +271,14 @@ async fn messages_wait_upstream_while_the_downstream_is_away() {
     }
     federate(&down, &up, "up", 1).await;
     wait_keys(&up, "fed.y", &["#"]).await;
-    publish(&up_ch, "fed.y", "k", 500).await;
+    publish_ids(&up_ch, "fed.y", "k", 500).await;
     let down_conn = down.connect().await;
     assert_eq!(wait_count(&down_conn, "kept", 500).await, 500);
     drop(down_conn);
 
     // Away: the upstream queue collects.
     down.stop().await;
-    publish(&up_ch, "fed.y", "k", 2000).await;
+    publish_ids(&up_ch, "fed.y", "k", 2000).await;
     assert_eq!(
         wait_count(&up_conn, "federation: fed.y -> down", 2000).await,
         2000
@@ -375,7 +322,7 @@ async fn a_ring_of_three_delivers_each_message_once_and_max_hops_shortens_it() {
         // next broker's comes back here, and stops: a cycle).
         wait_keys(x, "fed.ring", &["#", "#"]).await;
     }
-    publish(&conns[0].1, "fed.ring", "k", 1).await;
+    publish_ids(&conns[0].1, "fed.ring", "k", 1).await;
     for (conn, _) in &conns {
         assert_eq!(wait_count(conn, "mine", 1).await, 1);
     }
@@ -407,7 +354,7 @@ async fn a_ring_of_three_delivers_each_message_once_and_max_hops_shortens_it() {
         wait_keys(x, "fed.ring", &["#"]).await;
         wait_api(x, "/federation-links", |v| v[0]["status"] == "running").await;
     }
-    publish(&conns[0].1, "fed.ring", "k", 1).await;
+    publish_ids(&conns[0].1, "fed.ring", "k", 1).await;
     assert_eq!(wait_count(&conns[1].0, "mine", 1).await, 1);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(count(&conns[0].0, "mine").await, 1, "a: its own");
@@ -582,7 +529,7 @@ async fn upstreams_and_policies_are_checked_and_a_deleted_upstream_stops_its_lin
     wait_api(&down, "/federation-links", |v| v[0]["status"] == "running").await;
     let (up_conn, up_ch) = up.channel().await;
     wait_keys(&up, "fed.z", &["k"]).await;
-    publish(&up_ch, "fed.z", "k", 5).await;
+    publish_ids(&up_ch, "fed.z", "k", 5).await;
     let down_conn = down.connect().await;
     assert_eq!(wait_count(&down_conn, "z", 5).await, 5);
     assert_eq!(
@@ -633,7 +580,7 @@ async fn queue_federation_moves_work_to_where_the_consumers_are() {
         .queue_declare("work".into(), durable, FieldTable::default())
         .await
         .expect("queue");
-    publish(&up_ch, "", "work", 1000).await;
+    publish_ids(&up_ch, "", "work", 1000).await;
     let value = json!({"value": {"uri": up.uri(), "prefetch-count": 100}});
     assert_eq!(
         call(
@@ -723,7 +670,7 @@ async fn queue_federation_moves_work_to_where_the_consumers_are() {
         .expect("cancel");
     drop(consumer);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    publish(&up_ch, "", "work", 10).await;
+    publish_ids(&up_ch, "", "work", 10).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(count(&up_conn, "work").await, 10);
 }
@@ -767,7 +714,7 @@ async fn a_refused_message_goes_back_upstream_alone() {
         .expect("bind");
     federate(&down, &up, "up", 1).await;
     wait_keys(&up, "fed.full", &["#"]).await;
-    publish(&up_ch, "fed.full", "k", 10).await;
+    publish_ids(&up_ch, "fed.full", "k", 10).await;
     assert_eq!(wait_count(&down_conn, "limited", 5).await, 5);
     let links = wait_api(&down, "/federation-links", |v| v[0]["status"] == "error").await;
     assert!(

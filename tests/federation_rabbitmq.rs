@@ -16,10 +16,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::api::{call, get_json};
+use common::counts::{publish_ids, wait_count};
 use common::rabbitmq::{self, RabbitNode};
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
+use lapin::{Channel, ExchangeKind};
 use serde_json::{json, Value};
 
 const N: u64 = 1000;
@@ -59,57 +60,6 @@ async fn durable_queue(ch: &Channel, queue: &str) {
     )
     .await
     .expect("queue");
-}
-
-async fn publish(ch: &Channel, exchange: &str, key: &str, n: u64) {
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .expect("confirms");
-    let mut pending = Vec::new();
-    for id in 0..n {
-        pending.push(
-            ch.basic_publish(
-                exchange.into(),
-                key.into(),
-                BasicPublishOptions::default(),
-                &id.to_be_bytes(),
-                BasicProperties::default().with_delivery_mode(2),
-            )
-            .await
-            .expect("publish"),
-        );
-    }
-    for c in pending {
-        assert!(c.await.expect("confirm").is_ack());
-    }
-}
-
-async fn count(conn: &Connection, queue: &str) -> u32 {
-    let ch = conn.create_channel().await.expect("channel");
-    let passive = QueueDeclareOptions {
-        passive: true,
-        ..Default::default()
-    };
-    let n = match ch
-        .queue_declare(queue.into(), passive, FieldTable::default())
-        .await
-    {
-        Ok(q) => q.message_count(),
-        Err(_) => return 0,
-    };
-    let _ = ch.close(200, "".into()).await;
-    n
-}
-
-async fn wait_count(conn: &Connection, queue: &str, n: u32) -> u32 {
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        let c = count(conn, queue).await;
-        if c >= n || Instant::now() > until {
-            return c;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Waits until `exchange`'s bindings (as `bindings` reads them) include
@@ -207,8 +157,8 @@ async fn federation_runs_both_ways_between_rabbitmq_and_warren() {
         rabbit.get("/exchanges/%2f/fed.rw/bindings/source")
     })
     .await;
-    publish(&rch, "fed.rw", "k.1", N).await;
-    publish(&rch, "fed.rw", "other", 10).await;
+    publish_ids(&rch, "fed.rw", "k.1", N).await;
+    publish_ids(&rch, "fed.rw", "other", 10).await;
     assert_eq!(wait_count(&wconn, "from-rabbit", N as u32).await, N as u32);
     let got = wch
         .basic_get("from-rabbit".into(), BasicGetOptions { no_ack: true })
@@ -262,8 +212,8 @@ async fn federation_runs_both_ways_between_rabbitmq_and_warren() {
             .any(|x| x["type"] == "x-federation-upstream"),
         "RabbitMQ's link declared its exchange type here: {internal:?}"
     );
-    publish(&wch, "fed.wr", "k.2", N).await;
-    publish(&wch, "fed.wr", "other", 10).await;
+    publish_ids(&wch, "fed.wr", "k.2", N).await;
+    publish_ids(&wch, "fed.wr", "other", 10).await;
     assert_eq!(wait_count(&rconn, "from-warren", N as u32).await, N as u32);
     let got = rch
         .basic_get("from-warren".into(), BasicGetOptions { no_ack: true })
@@ -277,7 +227,7 @@ async fn federation_runs_both_ways_between_rabbitmq_and_warren() {
 
     // RabbitMQ's queue pulls from Warren's queue once it has a consumer.
     durable_queue(&wch, "work").await;
-    publish(&wch, "", "work", N).await;
+    publish_ids(&wch, "", "work", N).await;
     durable_queue(&rch, "work").await;
     let cch = rconn.create_channel().await.expect("channel");
     cch.basic_qos(100, BasicQosOptions::default())

@@ -11,10 +11,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::api::{call, get_json, metrics};
+use common::counts::{count, wait_count};
 use common::TestBroker;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection};
+use lapin::{BasicProperties, Channel};
 use serde_json::{json, Value};
 
 async fn durable_queue(ch: &Channel, name: &str) {
@@ -51,37 +52,6 @@ async fn publish(ch: &Channel, queue: &str, from: u64, to: u64) {
     }
     for c in pending {
         assert!(c.await.expect("confirm").is_ack());
-    }
-}
-
-/// Messages ready in `queue`; 0 while it does not exist (a passive
-/// declare on a channel of its own, which a 404 closes).
-async fn count(conn: &Connection, queue: &str) -> u32 {
-    let passive = QueueDeclareOptions {
-        passive: true,
-        ..Default::default()
-    };
-    let ch = conn.create_channel().await.expect("channel");
-    let n = match ch
-        .queue_declare(queue.into(), passive, FieldTable::default())
-        .await
-    {
-        Ok(q) => q.message_count(),
-        Err(_) => return 0,
-    };
-    let _ = ch.close(200, "".into()).await;
-    n
-}
-
-/// Waits until `queue` holds `n` messages (or 60 s pass).
-async fn wait_count(conn: &Connection, queue: &str, n: u32) -> u32 {
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        let c = count(conn, queue).await;
-        if c >= n || Instant::now() > until {
-            return c;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -162,40 +162,66 @@ pub(super) fn uris(spec: &LinkSpec) -> Result<Vec<Uri>, String> {
         .collect()
 }
 
-async fn run(spec: &LinkSpec, ctx: &Context) -> Ended {
+/// A link's upstream connection, open: its name, the URI it reached and
+/// the server properties the upstream announces (lapin keeps them to
+/// itself, so they are read from a connection.start of their own).
+pub(super) struct Opened {
+    pub conn: Connection,
+    pub uri: Uri,
+    pub name: String,
+    pub props: FieldTable,
+}
+
+/// Connects to the upstream (a stop meanwhile ends it).
+pub(super) async fn open(spec: &LinkSpec, ctx: &Context) -> Result<Opened, Ended> {
     ctx.status.lock().set(State::Starting);
-    let uris = match uris(spec) {
-        Ok(u) => u,
-        Err(e) => return Ended::Failed("error", e),
-    };
-    let conn_name = format!(
+    let uris = uris(spec).map_err(|e| Ended::Failed("error", e))?;
+    let name = format!(
         "Federation link (upstream: {}, policy: {})",
         spec.upstream.name, spec.object.policy
     );
     let (conn, uri) = tokio::select! {
-        c = client::connect(&uris, ctx.own, &conn_name) => match c {
-            Ok(c) => c,
-            Err(e) => return failed(e),
-        },
-        _ = stopped(&ctx.stop) => return Ended::Stopped,
+        c = client::connect(&uris, ctx.own, &name) => c.map_err(failed)?,
+        _ = stopped(&ctx.stop) => return Err(Ended::Stopped),
     };
     ctx.status.lock().uri = uri.redacted();
-    // RabbitMQ reads the upstream's cluster name from its connection's
-    // server properties, which lapin does not keep: a look of its own.
     let props = tokio::select! {
-        p = client::server_properties(&uri, ctx.own) => p,
-        _ = stopped(&ctx.stop) => {
-            let _ = conn.close(200, "".into()).await;
-            return Ended::Stopped;
+        p = client::server_properties(&uri, ctx.own) => {
+            p.map_err(|e| failed(format!("upstream: reading its server properties: {e}")))
         }
+        _ = stopped(&ctx.stop) => Err(Ended::Stopped),
     };
-    let upstream_cluster = match props {
-        Ok(p) => client::text_property(&p, "cluster_name"),
+    match props {
+        Ok(props) => Ok(Opened {
+            conn,
+            uri,
+            name,
+            props,
+        }),
         Err(e) => {
-            let _ = conn.close(200, "".into()).await;
-            return failed(format!("upstream: reading its server properties: {e}"));
+            close(&conn).await;
+            Err(e)
         }
+    }
+}
+
+/// Closes a link's connection, bounded.
+pub(super) async fn close(conn: &Connection) {
+    let _ = tokio::time::timeout(CLEAN_UP_WITHIN, conn.close(200, "".into())).await;
+}
+
+async fn run(spec: &LinkSpec, ctx: &Context) -> Ended {
+    let Opened {
+        conn,
+        uri,
+        name: conn_name,
+        props,
+    } = match open(spec, ctx).await {
+        Ok(u) => u,
+        Err(e) => return e,
     };
+    // RabbitMQ tells brokers apart by the cluster name they announce.
+    let upstream_cluster = client::text_property(&props, "cluster_name");
     let cluster = ctx.down.cluster_name();
     let (exchange, queue) = upstream_names(spec, &cluster, &uri.vhost);
     let mut names = Names {
@@ -221,7 +247,7 @@ async fn run(spec: &LinkSpec, ctx: &Context) -> Ended {
         // Bounded well inside the grace a stopped link has.
         let _ = tokio::time::timeout(CLEAN_UP_WITHIN, clean_up(&conn, &names)).await;
     }
-    let _ = tokio::time::timeout(CLEAN_UP_WITHIN, conn.close(200, "".into())).await;
+    close(&conn).await;
     ended
 }
 

@@ -19,49 +19,26 @@ use lapin::{Channel, Connection};
 
 use super::deliver::{deliver, refuse, Built};
 use super::headers::{self, QueueSource};
-use super::link::{failed, stopped, uris, Context, Ended, BATCH};
+use super::link::{close, failed, open, stopped, Context, Ended, Opened, BATCH};
 use super::{LinkSpec, State};
 use crate::message::Message;
-use crate::shovel::client;
 use crate::shovel::spec::AckMode;
 
 /// How often the queue here is asked whether it wants more.
 const LOOK_EVERY: Duration = Duration::from_millis(100);
 
 pub(super) async fn run(spec: &LinkSpec, ctx: &Context) -> Ended {
-    ctx.status.lock().set(State::Starting);
-    let uris = match uris(spec) {
+    let Opened {
+        conn,
+        uri,
+        name: conn_name,
+        props,
+    } = match open(spec, ctx).await {
         Ok(u) => u,
-        Err(e) => return Ended::Failed("error", e),
+        Err(e) => return e,
     };
-    let conn_name = format!(
-        "Federation link (upstream: {}, policy: {})",
-        spec.upstream.name, spec.object.policy
-    );
-    let (conn, uri) = tokio::select! {
-        c = client::connect(&uris, ctx.own, &conn_name) => match c {
-            Ok(c) => c,
-            Err(e) => return failed(e),
-        },
-        _ = stopped(&ctx.stop) => return Ended::Stopped,
-    };
-    ctx.status.lock().uri = uri.redacted();
     // Consumer priorities are what keeps the upstream's own consumers
     // first: an upstream without them is refused, as RabbitMQ refuses it.
-    let props = tokio::select! {
-        p = client::server_properties(&uri, ctx.own) => p,
-        _ = stopped(&ctx.stop) => {
-            let _ = conn.close(200, "".into()).await;
-            return Ended::Stopped;
-        }
-    };
-    let props = match props {
-        Ok(p) => p,
-        Err(e) => {
-            let _ = conn.close(200, "".into()).await;
-            return failed(format!("upstream: reading its server properties: {e}"));
-        }
-    };
     let priorities = match props.inner().get("capabilities") {
         Some(AMQPValue::FieldTable(c)) => c.inner().get("consumer_priorities").cloned(),
         _ => None,
@@ -70,7 +47,7 @@ pub(super) async fn run(spec: &LinkSpec, ctx: &Context) -> Ended {
         Some(AMQPValue::Boolean(true)) => work(spec, ctx, &conn, &uri.redacted(), &conn_name).await,
         _ => Ended::Failed("error", "upstream_lacks_consumer_priorities".into()),
     };
-    let _ = tokio::time::timeout(Duration::from_secs(4), conn.close(200, "".into())).await;
+    close(&conn).await;
     ended
 }
 

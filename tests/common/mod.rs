@@ -41,6 +41,8 @@ impl Drop for TestBroker {
 
 /// The management API, called as guest.
 pub mod api;
+/// Queue depths and numbered messages.
+pub mod counts;
 /// Records panics raised in the broker's code.
 pub mod forged;
 pub mod panics;
