@@ -743,3 +743,96 @@ async fn a_refused_message_goes_back_upstream_alone() {
         assert_eq!(u64::from_be_bytes(got.data[..8].try_into().unwrap()), want);
     }
 }
+
+/// rabbitmq_http_client (what rabbitmqadmin v2 is built on) declares an
+/// upstream, reads it back as it was sent, updates and deletes it (a
+/// second delete is a 404), and lists a running link, as its own suite
+/// does against RabbitMQ.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_http_api_client_manages_upstreams_and_lists_links() {
+    use rabbitmq_http_client::api::Client;
+    use rabbitmq_http_client::commons::MessageTransferAcknowledgementMode as Ack;
+    use rabbitmq_http_client::requests::{
+        ExchangeFederationParams, FederationUpstreamParams, QueueFederationParams,
+    };
+    use rabbitmq_http_client::responses::FederationType;
+
+    let up = broker("up").await;
+    let down = broker("down").await;
+    let endpoint = format!("http://{}/api", down.api.expect("the API is on"));
+    let client = Client::new(endpoint, "guest".to_string(), "guest".to_string());
+    // As the client's suite sends it: a URI without credentials is stored.
+    let uri = "amqp://localhost:5672/%2f";
+    let params = FederationUpstreamParams::new_queue_federation_upstream(
+        "/",
+        "qf",
+        uri,
+        QueueFederationParams::new("test-queue"),
+    );
+    client.declare_federation_upstream(params).await.expect("declared");
+    let all = client.list_federation_upstreams().await.expect("listed");
+    let u = all
+        .iter()
+        .find(|u| u.name == "qf" && u.vhost == "/")
+        .expect("listed");
+    assert_eq!((u.uri.as_str(), u.queue.as_deref()), (uri, Some("test-queue")));
+    assert_eq!(u.ack_mode, Ack::WhenConfirmed);
+
+    let mut params = FederationUpstreamParams::new_queue_federation_upstream(
+        "/",
+        "qf",
+        uri,
+        QueueFederationParams::new_with_consumer_tag("updated-queue", "updated-tag"),
+    );
+    params.ack_mode = Ack::WhenPublished;
+    params.trust_user_id = true;
+    params.reconnect_delay = 15;
+    params.prefetch_count = 2000;
+    client.declare_federation_upstream(params).await.expect("updated");
+    let u = client.get_federation_upstream("/", "qf").await.expect("read");
+    assert_eq!(u.ack_mode, Ack::WhenPublished);
+    assert_eq!(
+        (u.trust_user_id, u.reconnect_delay, u.prefetch_count),
+        (Some(true), Some(15), Some(2000))
+    );
+    assert_eq!(
+        (u.queue.as_deref(), u.consumer_tag.as_deref()),
+        (Some("updated-queue"), Some("updated-tag"))
+    );
+    client
+        .delete_federation_upstream("/", "qf", false)
+        .await
+        .expect("deleted");
+    client
+        .delete_federation_upstream("/", "qf", true)
+        .await
+        .expect("idempotent");
+    assert!(client
+        .delete_federation_upstream("/", "qf", false)
+        .await
+        .is_err());
+
+    // An exchange upstream, a policy, and the link it runs, listed.
+    let upstream_uri = up.uri();
+    let params = FederationUpstreamParams::new_exchange_federation_upstream(
+        "/",
+        "xf",
+        &upstream_uri,
+        ExchangeFederationParams {
+            max_hops: Some(2),
+            ..Default::default()
+        },
+    );
+    client.declare_federation_upstream(params).await.expect("declared");
+    let policy = json!({"pattern": "^fed\\.c$", "apply-to": "exchanges",
+        "definition": {"federation-upstream": "xf"}});
+    assert_eq!(call(&down, "PUT", "/policies/%2f/c", Some(policy)).await.0, 201);
+    let (_conn, ch) = down.channel().await;
+    topic(&ch, "fed.c").await;
+    wait_api(&down, "/federation-links", |v| v[0]["status"] == "running").await;
+    let links = client.list_federation_links().await.expect("links");
+    assert_eq!(links.len(), 1, "{links:?}");
+    assert_eq!((links[0].typ.clone(), links[0].upstream.as_str()), (FederationType::Exchange, "xf"));
+    assert_eq!(links[0].status, "running");
+    assert!(!links[0].uri.contains("guest"), "{}", links[0].uri);
+}

@@ -173,7 +173,7 @@ impl Uri {
                 "password" if !tls => {}
                 k if NOT_YET.contains(&k) => {
                     return Err(bad(&format!(
-                        "Warren does not take the TLS option '{k}' in a shovel URI yet \
+                        "Warren does not take the TLS option '{k}' in a shovel or federation URI yet \
                          (amqps:// verifies the server against the public roots)"
                     )))
                 }
