@@ -74,7 +74,10 @@ impl Broker {
         self.shovels.stop_vhost(name);
         drop(vhosts);
         // Outside the map's lock: federation looks vhosts up under its own.
+        // A vhost of the same name made meanwhile gets its links back at
+        // the next look.
         self.federation.stop_vhost(name);
+        self.federation.changed(name);
         tracing::info!(
             vhost = name,
             connections = closed,

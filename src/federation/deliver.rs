@@ -18,11 +18,14 @@ use super::LinkSpec;
 use crate::message::Message;
 use crate::shovel::spec::AckMode;
 
-/// A batch's messages for here: each with the index of its delivery.
+/// A batch's messages for here: each with the index of its delivery, and
+/// which deliveries were rejected upstream already (their tags are no
+/// longer the upstream's to ack).
 #[derive(Default)]
 pub(super) struct Built {
     msgs: Vec<Arc<Message>>,
     from: Vec<usize>,
+    rejected: Vec<usize>,
 }
 
 impl Built {
@@ -30,12 +33,24 @@ impl Built {
         Built {
             msgs: Vec::with_capacity(n),
             from: Vec::with_capacity(n),
+            rejected: Vec::new(),
         }
     }
 
     pub(super) fn push(&mut self, delivery: usize, msg: Message) {
         self.msgs.push(Arc::new(msg));
         self.from.push(delivery);
+    }
+
+    /// Delivery `delivery` was rejected upstream (`refuse`).
+    pub(super) fn rejected(&mut self, delivery: usize) {
+        self.rejected.push(delivery);
+    }
+
+    /// The last delivery before `end` that is still the upstream's to
+    /// settle: a `multiple` ack of it settles every earlier one too.
+    fn last_before(&self, end: usize) -> Option<usize> {
+        (0..end).rev().find(|i| !self.rejected.contains(i))
     }
 }
 
@@ -58,7 +73,8 @@ pub(super) async fn deliver(
     batch: &[Delivery],
     built: Built,
 ) -> Result<(), Ended> {
-    let Some(last) = batch.last() else {
+    let Some(last) = built.last_before(batch.len()).map(|i| &batch[i]) else {
+        // Nothing left to settle (every delivery was rejected).
         return Ok(());
     };
     // A resource alarm holds a link as it holds publishers: nothing is
@@ -101,8 +117,8 @@ pub(super) async fn deliver(
         },
         (Some(e), Some(at)) => {
             if mode != AckMode::NoAck {
-                if at > 0 {
-                    settle(batch[at - 1].acker.ack(all).await)?;
+                if let Some(before) = built.last_before(at) {
+                    settle(batch[before].acker.ack(all).await)?;
                 }
                 let back = BasicNackOptions {
                     multiple: false,
@@ -126,5 +142,22 @@ pub(super) fn settle(r: lapin::Result<bool>) -> Result<(), Ended> {
             "upstream: the channel closed before the ack".into(),
         )),
         Err(e) => Err(failed(format!("upstream: ack: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Built;
+
+    #[test]
+    fn a_rejected_delivery_is_not_the_one_acked() {
+        let mut b = Built::with_capacity(4);
+        assert_eq!(b.last_before(4), Some(3));
+        b.rejected(3);
+        b.rejected(1);
+        assert_eq!(b.last_before(4), Some(2));
+        assert_eq!(b.last_before(2), Some(0));
+        b.rejected(0);
+        assert_eq!(b.last_before(2), None);
     }
 }

@@ -661,7 +661,10 @@ async fn forward(
                     meta,
                 ),
             ),
-            Err(e) => refuse(spec, d, &format!("its properties: {e:?}")).await?,
+            Err(e) => {
+                refuse(spec, d, &format!("its properties: {e:?}")).await?;
+                built.rejected(i);
+            }
         }
     }
     deliver(spec, ctx, batch, built).await

@@ -225,7 +225,10 @@ async fn forward(
                 i,
                 Message::new(b"", spec.object.name.as_bytes(), &raw, &d.data, meta),
             ),
-            Err(e) => refuse(spec, d, &format!("its properties: {e:?}")).await?,
+            Err(e) => {
+                refuse(spec, d, &format!("its properties: {e:?}")).await?;
+                built.rejected(i);
+            }
         }
     }
     deliver(spec, ctx, batch, built).await
