@@ -378,13 +378,17 @@ impl Federation {
         }
         self.watch(&setup, vhost, survey.federating);
         let mut links = self.links.lock();
-        // Stopped, or the vhost deleted, since the survey: nothing starts.
+        // Stopped since the survey: the set is not this survey's to touch.
         let current = self
             .setup
             .lock()
             .as_ref()
             .is_some_and(|s| Arc::ptr_eq(s, &setup));
-        if !current || setup.down.changes(vhost).is_none() {
+        if !current {
+            return;
+        }
+        // The vhost deleted since the survey: nothing starts.
+        if setup.down.changes(vhost).is_none() {
             want.clear();
         }
         let stale: Vec<Key> = links
