@@ -186,8 +186,8 @@ impl Downstream for Side {
         Some(self.0.upgrade()?.vhost(vhost)?.changes())
     }
 
-    fn queue_wants(&self, vhost: &str, queue: &str) -> Option<bool> {
-        Some(self.0.upgrade()?.vhost(vhost)?.queue(queue)?.wants_more())
+    fn queue_demand(&self, vhost: &str, queue: &str) -> Option<crate::queue::Demand> {
+        self.0.upgrade()?.vhost(vhost)?.queue(queue)?.demand()
     }
 
     fn blocked(&self) -> bool {

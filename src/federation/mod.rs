@@ -58,9 +58,9 @@ pub trait Downstream: Send + Sync + 'static {
     fn bindings_of(&self, vhost: &str, exchange: &str) -> Option<Vec<(String, FieldTable)>>;
     /// Ticks after each change to `vhost`'s topology.
     fn changes(&self, vhost: &str) -> Option<tokio::sync::watch::Receiver<u64>>;
-    /// Whether queue `queue` of `vhost` is empty with a consumer ready
-    /// (queue federation pulls then); None if it is gone.
-    fn queue_wants(&self, vhost: &str, queue: &str) -> Option<bool>;
+    /// What queue `queue` of `vhost` holds and who consumes it (queue
+    /// federation pulls by it); None if it is gone.
+    fn queue_demand(&self, vhost: &str, queue: &str) -> Option<crate::queue::Demand>;
     /// Routes `msgs` in `vhost` (each to its own exchange), in order,
     /// until one is refused.
     fn publish(&self, vhost: &str, msgs: &[Arc<Message>]) -> Published;

@@ -1,9 +1,13 @@
 //! One queue link: messages move from an upstream queue into the queue of
-//! the same name here, and only while this queue is empty and one of its
-//! consumers (of priority 0 or more) could take a message: then the link
-//! consumes upstream at priority -1, so the upstream's own consumers come
-//! first, and it cancels that consumer as soon as the queue here has a
-//! backlog or no consumer ready. Work moves to where the consumers are.
+//! the same name here when this queue's consumers (of priority 0 or more)
+//! run out of work. The link starts consuming upstream, at priority -1 so
+//! the upstream's own consumers come first, once the queue here is empty
+//! and one of its consumers could take a message; it cancels that
+//! consumer once the queue here has no consumer, or a backlog beyond the
+//! link's own prefetch (its consumers are not keeping up). Stopping only
+//! then, rather than whenever the queue here is briefly not empty, keeps
+//! a busy queue fed without a stop and start per prefetch. Work moves to
+//! where the consumers are.
 //! What arrives is published here to the queue through the default
 //! exchange and acked upstream once durable (on-confirm); nothing is
 //! deleted upstream when the link stops.
@@ -24,8 +28,8 @@ use super::{LinkSpec, State};
 use crate::message::Message;
 use crate::shovel::spec::AckMode;
 
-/// How often the queue here is asked whether it wants more.
-const LOOK_EVERY: Duration = Duration::from_millis(100);
+/// How often the queue here is looked at.
+const LOOK_EVERY: Duration = Duration::from_millis(50);
 
 pub(super) async fn run(spec: &LinkSpec, ctx: &Context) -> Ended {
     let Opened {
@@ -147,19 +151,21 @@ async fn work(
             if !conn.status().connected() {
                 return Ended::Failed("error", "upstream: the connection was lost".into());
             }
-            let Some(wants) = ctx.down.queue_wants(&spec.vhost, &spec.object.name) else {
+            let Some(d) = ctx.down.queue_demand(&spec.vhost, &spec.object.name) else {
                 // The queue went: the set stops the link.
                 continue;
             };
-            match (wants, consumer.is_some(), cancelling) {
-                (true, false, _) => match consume(spec, &ch).await {
+            let start = d.ready == 0 && d.idle;
+            let stop = !d.consumed || d.ready > usize::from(spec.upstream.prefetch);
+            match (consumer.is_some(), cancelling) {
+                (false, _) if start => match consume(spec, &ch).await {
                     Ok(c) => {
                         consumer = Some(c);
                         cancelling = false;
                     }
                     Err(e) => return e,
                 },
-                (false, true, false) => {
+                (true, false) if stop => {
                     let nowait = BasicCancelOptions { nowait: false };
                     if let Err(e) = ch
                         .basic_cancel(spec.consumer_tag().as_str().into(), nowait)

@@ -111,6 +111,12 @@ impl Consumers {
         self.levels.iter().any(|(p, l)| *p >= min && l.ready > 0)
     }
 
+    /// Whether a consumer of priority `min` or higher is subscribed, ready
+    /// or not.
+    pub fn any_from(&self, min: i32) -> bool {
+        self.levels.iter().any(|(p, l)| *p >= min && l.subscribed > 0)
+    }
+
     /// How many there are.
     pub fn len(&self) -> usize {
         self.all.len()

@@ -79,6 +79,17 @@ pub struct QueueConfig {
     pub store_id: u64,
 }
 
+/// What queue federation asks of a queue (`Queue::demand`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Demand {
+    /// Messages ready.
+    pub ready: usize,
+    /// A consumer of priority 0 or more is subscribed.
+    pub consumed: bool,
+    /// One of them could take a message now.
+    pub idle: bool,
+}
+
 /// A queue.
 pub struct Queue {
     pub config: QueueConfig,
@@ -464,16 +475,21 @@ impl Queue {
         self.state.lock().ready.len() as u32
     }
 
-    /// Whether the queue is empty and a consumer of priority 0 or more
-    /// could take a message now: when queue federation pulls from
-    /// upstream (a federation link consumes at priority -1, so links
-    /// never pull for each other). Never for a stream.
-    pub fn wants_more(&self) -> bool {
+    /// What queue federation asks of the queue: its ready messages, and
+    /// whether a consumer of priority 0 or more is subscribed, and whether
+    /// one could take a message now (a federation link consumes at
+    /// priority -1, so links never pull for each other). None for a
+    /// stream.
+    pub fn demand(&self) -> Option<Demand> {
         if self.stream.is_some() {
-            return false;
+            return None;
         }
         let state = self.state.lock();
-        state.ready.len() == 0 && state.consumers.any_ready_from(0)
+        Some(Demand {
+            ready: state.ready.len(),
+            consumed: state.consumers.any_from(0),
+            idle: state.consumers.any_ready_from(0),
+        })
     }
 
     /// Active consumers.
