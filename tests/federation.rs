@@ -769,13 +769,19 @@ async fn the_http_api_client_manages_upstreams_and_lists_links() {
         uri,
         QueueFederationParams::new("test-queue"),
     );
-    client.declare_federation_upstream(params).await.expect("declared");
+    client
+        .declare_federation_upstream(params)
+        .await
+        .expect("declared");
     let all = client.list_federation_upstreams().await.expect("listed");
     let u = all
         .iter()
         .find(|u| u.name == "qf" && u.vhost == "/")
         .expect("listed");
-    assert_eq!((u.uri.as_str(), u.queue.as_deref()), (uri, Some("test-queue")));
+    assert_eq!(
+        (u.uri.as_str(), u.queue.as_deref()),
+        (uri, Some("test-queue"))
+    );
     assert_eq!(u.ack_mode, Ack::WhenConfirmed);
 
     let mut params = FederationUpstreamParams::new_queue_federation_upstream(
@@ -788,8 +794,14 @@ async fn the_http_api_client_manages_upstreams_and_lists_links() {
     params.trust_user_id = true;
     params.reconnect_delay = 15;
     params.prefetch_count = 2000;
-    client.declare_federation_upstream(params).await.expect("updated");
-    let u = client.get_federation_upstream("/", "qf").await.expect("read");
+    client
+        .declare_federation_upstream(params)
+        .await
+        .expect("updated");
+    let u = client
+        .get_federation_upstream("/", "qf")
+        .await
+        .expect("read");
     assert_eq!(u.ack_mode, Ack::WhenPublished);
     assert_eq!(
         (u.trust_user_id, u.reconnect_delay, u.prefetch_count),
@@ -823,16 +835,25 @@ async fn the_http_api_client_manages_upstreams_and_lists_links() {
             ..Default::default()
         },
     );
-    client.declare_federation_upstream(params).await.expect("declared");
+    client
+        .declare_federation_upstream(params)
+        .await
+        .expect("declared");
     let policy = json!({"pattern": "^fed\\.c$", "apply-to": "exchanges",
         "definition": {"federation-upstream": "xf"}});
-    assert_eq!(call(&down, "PUT", "/policies/%2f/c", Some(policy)).await.0, 201);
+    assert_eq!(
+        call(&down, "PUT", "/policies/%2f/c", Some(policy)).await.0,
+        201
+    );
     let (_conn, ch) = down.channel().await;
     topic(&ch, "fed.c").await;
     wait_api(&down, "/federation-links", |v| v[0]["status"] == "running").await;
     let links = client.list_federation_links().await.expect("links");
     assert_eq!(links.len(), 1, "{links:?}");
-    assert_eq!((links[0].typ.clone(), links[0].upstream.as_str()), (FederationType::Exchange, "xf"));
+    assert_eq!(
+        (links[0].typ.clone(), links[0].upstream.as_str()),
+        (FederationType::Exchange, "xf")
+    );
     assert_eq!(links[0].status, "running");
     assert!(!links[0].uri.contains("guest"), "{}", links[0].uri);
 }

@@ -114,7 +114,9 @@ impl Consumers {
     /// Whether a consumer of priority `min` or higher is subscribed, ready
     /// or not.
     pub fn any_from(&self, min: i32) -> bool {
-        self.levels.iter().any(|(p, l)| *p >= min && l.subscribed > 0)
+        self.levels
+            .iter()
+            .any(|(p, l)| *p >= min && l.subscribed > 0)
     }
 
     /// How many there are.
