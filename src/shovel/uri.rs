@@ -171,10 +171,12 @@ impl Uri {
                 },
                 // The TLS key's password: nothing to a plain connection.
                 "password" if !tls => {}
-                k if NOT_YET.contains(&k) => return Err(bad(&format!(
+                k if NOT_YET.contains(&k) => {
+                    return Err(bad(&format!(
                     "Warren does not take the TLS option '{k}' in a shovel or federation URI yet \
                          (amqps:// verifies the server against the public roots)"
-                ))),
+                )))
+                }
                 // RabbitMQ ignores what it does not know.
                 _ => {}
             }
