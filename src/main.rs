@@ -31,7 +31,7 @@ fn main() {
     };
     // Before anything starts: a cluster member serves its static shovels
     // only once it leads.
-    if let Err(e) = warren::shovel::check_static(&config.shovels) {
+    if let Err(e) = warren::shovel::check_static(&config) {
         eprintln!("warren: {e}");
         std::process::exit(2);
     }

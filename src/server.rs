@@ -242,7 +242,7 @@ impl Server {
     /// Imports `load_definitions` into `broker`, binds the listeners and
     /// starts serving.
     pub async fn serve(broker: Arc<Broker>) -> Result<Server, String> {
-        let static_shovels = crate::shovel::check_static(&broker.config.shovels)?;
+        let static_shovels = crate::shovel::check_static(&broker.config)?;
         if let Some(path) = broker.config.load_definitions.clone() {
             let done = crate::definitions::load_file(&broker, &path).await?;
             info!(file = %path.display(), ?done, "definitions imported");
@@ -375,8 +375,10 @@ impl Server {
         let api = crate::http::Api::new(Arc::clone(&broker), listeners, all_tls.clone());
         // Shovels start once this broker listens: a URI without a host
         // connects to its own AMQP listener.
+        let reach =
+            crate::shovel::client::Reach::new(amqp_addr, broker.config.link_tls_dir.as_ref());
         broker.shovels.configure(
-            amqp_addr,
+            reach.clone(),
             &api.node,
             &crate::http::cluster_name(&api),
             Broker::shovel_finished(&Arc::downgrade(&broker)),
@@ -388,7 +390,7 @@ impl Server {
         broker.federation.start(
             Broker::federation_side(&broker),
             &api.node,
-            amqp_addr,
+            reach,
             broker.vhosts().iter().map(|v| v.name.clone()).collect(),
         );
         for (name, spec) in static_shovels {

@@ -294,7 +294,7 @@ async fn a_bad_definition_is_refused_whole_and_nothing_runs() {
         ),
         (
             json!({"src-uri": "amqp://h?cacertfile=/ca.pem", "src-queue": "a", "dest-uri": "amqp://h"}),
-            "does not take the TLS option 'cacertfile'",
+            "the TLS option 'cacertfile' on an amqp:// URI",
         ),
         (
             json!({"src-uri": "amqp://h", "src-queue": "a", "dest-uri": "amqp://h", "src-predeclared": true}),

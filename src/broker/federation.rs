@@ -36,6 +36,8 @@ impl Broker {
             return Err(Error::not_found(format!("no vhost '{vhost}'")));
         }
         check_federation_parameter(component, name, value).map_err(Error::precondition_failed)?;
+        self.check_link_tls_files(component, value)
+            .map_err(Error::precondition_failed)?;
         self.store.put_parameter(&ParameterDef {
             vhost: vhost.to_string(),
             component: component.to_string(),
@@ -57,6 +59,24 @@ impl Broker {
         self.store.delete_parameter(vhost, component, name)?;
         self.federation.changed(vhost);
         Ok(())
+    }
+
+    /// Whether the TLS files a federation or shovel parameter's URIs name
+    /// lie where this broker reads them from (`link_tls_dir`); the value
+    /// is a checked one.
+    pub fn check_link_tls_files(
+        &self,
+        component: &str,
+        value: &serde_json::Value,
+    ) -> std::result::Result<(), String> {
+        let dir = self.config.link_tls_dir.as_deref();
+        match component {
+            UPSTREAM => params::check_upstream_files(value, dir),
+            crate::shovel::COMPONENT => {
+                crate::shovel::Spec::parse("", value).and_then(|spec| spec.check_tls_files(dir))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// What federation sees of this broker.

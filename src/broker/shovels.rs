@@ -33,6 +33,8 @@ impl Broker {
             return Err(Error::not_found(format!("no vhost '{vhost}'")));
         }
         let spec = Spec::parse(name, value).map_err(Error::precondition_failed)?;
+        spec.check_tls_files(self.config.link_tls_dir.as_deref())
+            .map_err(Error::precondition_failed)?;
         self.store.put_parameter(&ParameterDef {
             vhost: vhost.to_string(),
             component: COMPONENT.to_string(),

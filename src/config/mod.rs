@@ -141,6 +141,11 @@ pub struct Config {
     /// definition), started with the broker (on a cluster's leader); the
     /// broker checks them before it starts (crate::shovel::check_static).
     pub shovels: std::collections::BTreeMap<String, serde_json::Value>,
+    /// The directory under which a shovel or federation URI may name TLS
+    /// files (`cacertfile`, `certfile`, `keyfile`); none: no URI may name
+    /// one. A URI is set by a vhost's policymakers, who must not make the
+    /// broker present its own key.
+    pub link_tls_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -188,6 +193,7 @@ impl Default for Config {
             consumer_timeout: 1_800_000,
             load_definitions: None,
             shovels: std::collections::BTreeMap::new(),
+            link_tls_dir: None,
         }
     }
 }

@@ -481,6 +481,19 @@ fn check(broker: &Broker, plan: &Plan) -> Result<(), String> {
             return Err(format!("{at}: no such destination"));
         }
     }
+    let shovels = plan
+        .shovels
+        .iter()
+        .map(|(v, n, value)| (crate::shovel::COMPONENT, v, n, value));
+    let upstreams = plan
+        .federation
+        .iter()
+        .map(|(c, v, n, value)| (c.as_str(), v, n, value));
+    for (component, vhost, name, value) in shovels.chain(upstreams) {
+        broker
+            .check_link_tls_files(component, value)
+            .map_err(|e| format!("parameters '{vhost}' {component} '{name}': {e}"))?;
+    }
     Ok(())
 }
 

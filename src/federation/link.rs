@@ -29,14 +29,14 @@ use super::headers::{self, Source};
 use super::{Downstream, Kind, LinkSpec, State, Status, Stop};
 use crate::message::Message;
 use crate::plugins::federation_upstream::may_forward;
-use crate::shovel::client;
+use crate::shovel::client::{self, Reach};
 use crate::shovel::spec::AckMode;
 use crate::shovel::uri::Uri;
 
 /// What a link needs besides its spec.
 pub struct Context {
     pub down: Arc<dyn Downstream>,
-    pub own: Option<std::net::SocketAddr>,
+    pub reach: Reach,
     pub status: Arc<Mutex<Status>>,
     pub stop: tokio::sync::watch::Receiver<Stop>,
 }
@@ -181,12 +181,12 @@ pub(super) async fn open(spec: &LinkSpec, ctx: &Context) -> Result<Opened, Ended
         spec.upstream.name, spec.object.policy
     );
     let (conn, uri) = tokio::select! {
-        c = client::connect(&uris, ctx.own, &name) => c.map_err(failed)?,
+        c = client::connect(&uris, &ctx.reach, &name) => c.map_err(failed)?,
         _ = stopped(&ctx.stop) => return Err(Ended::Stopped),
     };
     ctx.status.lock().uri = uri.redacted();
     let props = tokio::select! {
-        p = client::server_properties(&uri, ctx.own) => {
+        p = client::server_properties(&uri, &ctx.reach) => {
             p.map_err(|e| failed(format!("upstream: reading its server properties: {e}")))
         }
         _ = stopped(&ctx.stop) => Err(Ended::Stopped),
@@ -302,7 +302,7 @@ async fn declare(
     conn: &Connection,
     uri: &Uri,
     cluster: &str,
-    own: Option<std::net::SocketAddr>,
+    reach: &Reach,
     names: &mut Names,
 ) -> Result<Channel, String> {
     let up = &spec.upstream;
@@ -361,14 +361,14 @@ async fn declare(
     hop_args.insert("x-downstream-name".into(), long(cluster));
     hop_args.insert("x-downstream-vhost".into(), long(&spec.vhost));
     hop_args.insert("x-internal-purpose".into(), long("federation"));
-    if declare_internal(uri, own, names, "x-federation-upstream", hop_args)
+    if declare_internal(uri, reach, names, "x-federation-upstream", hop_args)
         .await
         .is_err()
     {
         // No federation there: a fanout does, and the link filters.
         let mut plain = FieldTable::default();
         plain.insert("x-internal-purpose".into(), long("federation"));
-        declare_internal(uri, own, names, "fanout", plain).await?;
+        declare_internal(uri, reach, names, "fanout", plain).await?;
     }
     ch.queue_bind(
         names.queue.as_str().into(),
@@ -386,14 +386,14 @@ async fn declare(
 /// a connection of its own.
 async fn declare_internal(
     uri: &Uri,
-    own: Option<std::net::SocketAddr>,
+    reach: &Reach,
     names: &Names,
     kind: &str,
     args: FieldTable,
 ) -> Result<(), String> {
     let (conn, _) = client::connect(
         std::slice::from_ref(uri),
-        own,
+        reach,
         "Disposable exchange federation link connection",
     )
     .await?;
@@ -512,7 +512,7 @@ async fn work(
     let Some(mut changes) = ctx.down.changes(&spec.vhost) else {
         return Ended::Stopped;
     };
-    let ch = match declare(spec, conn, uri, &cluster, ctx.own, names).await {
+    let ch = match declare(spec, conn, uri, &cluster, &ctx.reach, names).await {
         Ok(c) => c,
         Err(e) => return Ended::Failed("error", e),
     };

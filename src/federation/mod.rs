@@ -21,7 +21,6 @@ mod resolve;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -33,6 +32,7 @@ pub use params::Upstream;
 pub use resolve::Choice;
 
 use crate::message::Message;
+use crate::shovel::client::Reach;
 
 /// What makes published messages durable; Err says why they are not.
 pub type Synced = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -267,7 +267,7 @@ const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 struct Setup {
     down: Arc<dyn Downstream>,
     node: String,
-    own: Option<SocketAddr>,
+    reach: Reach,
     /// Tells the reconciler which vhost changed.
     changed: tokio::sync::mpsc::UnboundedSender<String>,
 }
@@ -299,20 +299,14 @@ impl Federation {
         self: &Arc<Self>,
         down: Arc<dyn Downstream>,
         node: &str,
-        own: Option<SocketAddr>,
+        reach: Reach,
         vhosts: Vec<String>,
     ) {
-        let own = own.map(|mut a| {
-            if a.ip().is_unspecified() {
-                a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-            }
-            a
-        });
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         *self.setup.lock() = Some(Arc::new(Setup {
             down,
             node: node.to_string(),
-            own,
+            reach,
             changed: tx,
         }));
         tokio::spawn(Self::reconciler(Arc::downgrade(self), rx));
@@ -473,7 +467,7 @@ impl Federation {
         let (stop, stop_rx) = tokio::sync::watch::channel(Stop::Run);
         let ctx = link::Context {
             down: Arc::clone(&setup.down),
-            own: setup.own,
+            reach: setup.reach.clone(),
             status: Arc::clone(&status),
             stop: stop_rx,
         };

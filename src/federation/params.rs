@@ -271,6 +271,29 @@ pub fn check_set(name: &str, value: &Value) -> Result<(), String> {
     }
 }
 
+/// The URIs of a checked upstream's `uri`.
+fn uris_of(v: &Value) -> Option<Vec<Uri>> {
+    match v {
+        Value::String(s) => Some(vec![Uri::parse_any(s).ok()?]),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().and_then(|s| Uri::parse_any(s).ok()))
+            .collect(),
+        _ => None,
+    }
+}
+
+/// Whether every TLS file a checked upstream's URIs name lies under
+/// `dir` (the config's `link_tls_dir`).
+pub fn check_upstream_files(value: &Value, dir: Option<&std::path::Path>) -> Result<(), String> {
+    let uris = value.get("uri").and_then(uris_of).unwrap_or_default();
+    uris.iter().try_for_each(|u| {
+        u.tls_options
+            .check_files(dir)
+            .map_err(|e| format!("{}: {e}", u.redacted()))
+    })
+}
+
 /// Refuses every `federation` parameter, as RabbitMQ does.
 pub fn check_leftover(name: &str) -> String {
     refusal(&[format!(
@@ -287,14 +310,7 @@ impl Upstream {
         let get = |k: &str| overrides.get(k).or_else(|| base.get(k));
         let text = |k: &str| get(k).and_then(Value::as_str).map(str::to_string);
         let int = |k: &str| get(k).and_then(Value::as_u64);
-        let uris = match base.get("uri")? {
-            Value::String(s) => vec![Uri::parse_any(s).ok()?],
-            Value::Array(items) => items
-                .iter()
-                .map(|i| i.as_str().and_then(|s| Uri::parse_any(s).ok()))
-                .collect::<Option<Vec<_>>>()?,
-            _ => return None,
-        };
+        let uris = uris_of(base.get("uri")?)?;
         let reconnect = get("reconnect-delay")
             .and_then(Value::as_f64)
             .unwrap_or(RECONNECT);

@@ -1,19 +1,51 @@
 //! Connecting to an AMQP 0-9-1 broker as a client, for shovels and
 //! federation links: lapin (the AMQP client Warren's tests already drive)
-//! with a URI's settings, the URIs tried in turn, the handshake bounded;
-//! and the server properties a broker announces (lapin keeps them to
-//! itself), read from a connection.start of their own.
+//! with a URI's settings and TLS options (tls.rs), the URIs tried in turn,
+//! the handshake bounded; and the server properties a broker announces
+//! (lapin keeps them to itself), read from a connection.start of their
+//! own.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use amq_protocol::types::{AMQPValue, FieldTable, LongString};
+use lapin::tcp::{AsyncTcpStream, RustlsConnector};
 use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
 use lapin::{Connection, ConnectionProperties};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::uri::Uri;
+
+/// What a link's URIs reach on this broker: its own AMQP listener (a URI
+/// without a host) and the directory a URI's TLS files must be under.
+#[derive(Debug, Clone, Default)]
+pub struct Reach {
+    /// Loopback when the listener takes every address.
+    pub own: Option<SocketAddr>,
+    /// The config's `link_tls_dir`; none: no URI may name a file.
+    pub tls_dir: Option<Arc<Path>>,
+}
+
+impl Reach {
+    pub fn new(own: Option<SocketAddr>, tls_dir: Option<&PathBuf>) -> Reach {
+        let own = own.map(|mut a| {
+            if a.ip().is_unspecified() {
+                a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            a
+        });
+        Reach {
+            own,
+            tls_dir: tls_dir.map(|d| Arc::from(d.as_path())),
+        }
+    }
+
+    fn dir(&self) -> Option<&Path> {
+        self.tls_dir.as_deref()
+    }
+}
 
 /// The connection lapin makes for `uri`; `own` is this broker's AMQP
 /// listener (a URI without a host).
@@ -70,21 +102,16 @@ fn within(uri: &Uri) -> Duration {
 
 /// Connects to the first of `uris` that answers (in a random order, as
 /// RabbitMQ tries them), naming the connection `name`; the one it reached.
-pub async fn connect(
-    uris: &[Uri],
-    own: Option<SocketAddr>,
-    name: &str,
-) -> Result<(Connection, Uri), String> {
+pub async fn connect(uris: &[Uri], reach: &Reach, name: &str) -> Result<(Connection, Uri), String> {
     let mut order: Vec<&Uri> = uris.iter().collect();
     let start = (crate::util::now_ms() as usize) % order.len().max(1);
     order.rotate_left(start);
     let mut last = String::from("no URI");
     for uri in order {
         let props = ConnectionProperties::default().with_connection_name(LongString::from(name));
-        let target = lapin_uri(uri, own)?;
         // lapin bounds only the TCP connect.
         let within = within(uri);
-        match tokio::time::timeout(within, Connection::connect_uri(target, props)).await {
+        match tokio::time::timeout(within, open(uri, reach, props)).await {
             Ok(Ok(c)) => return Ok((c, uri.clone())),
             Ok(Err(e)) => last = format!("{}: {e}", uri.redacted()),
             Err(_) => last = format!("{}: no handshake within {within:?}", uri.redacted()),
@@ -93,29 +120,65 @@ pub async fn connect(
     Err(last)
 }
 
+/// Opens a connection to `uri`: plain, or over TLS as its options say.
+async fn open(uri: &Uri, reach: &Reach, props: ConnectionProperties) -> Result<Connection, String> {
+    let target = lapin_uri(uri, reach.own)?;
+    let Some((config, name)) = tls_config(uri, reach)? else {
+        return Connection::connect_uri(target, props)
+            .await
+            .map_err(|e| e.to_string());
+    };
+    let connector = RustlsConnector::from(config);
+    let domain = name.to_str().into_owned();
+    let runtime = lapin::runtime::default_runtime().map_err(|e| e.to_string())?;
+    Connection::connector(
+        target,
+        runtime,
+        async move |to: AMQPUri, rt| {
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((to.authority.host.as_str(), to.authority.port))
+                    .await?
+                    .collect();
+            let tcp = AsyncTcpStream::connect(&rt, addrs).await?;
+            Ok(tcp.into_rustls(&connector, &domain).await?)
+        },
+        props,
+    )
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// The TLS configuration and server name of a connection to `uri`; none
+/// for plain AMQP (a URI without a host reaches this broker over
+/// loopback, without TLS).
+fn tls_config(
+    uri: &Uri,
+    reach: &Reach,
+) -> Result<
+    Option<(
+        Arc<rustls::ClientConfig>,
+        rustls::pki_types::ServerName<'static>,
+    )>,
+    String,
+> {
+    match (&uri.host, uri.tls) {
+        (Some(host), true) => uri.tls_options.client_config(host, reach.dir()).map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// The server properties the broker at `uri` announces in its
 /// connection.start (a connection of its own, closed at once).
-pub async fn server_properties(uri: &Uri, own: Option<SocketAddr>) -> Result<FieldTable, String> {
-    let (host, port) = endpoint(uri, own)?;
+pub async fn server_properties(uri: &Uri, reach: &Reach) -> Result<FieldTable, String> {
+    let (host, port) = endpoint(uri, reach.own)?;
     let read = async {
         let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
             .await
             .map_err(|e| e.to_string())?;
-        if !(uri.tls && uri.host.is_some()) {
+        let Some((config, name)) = tls_config(uri, reach)? else {
             return start_properties(tcp).await;
-        }
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let name =
-            rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        };
+        let tls = tokio_rustls::TlsConnector::from(config)
             .connect(name, tcp)
             .await
             .map_err(|e| e.to_string())?;

@@ -10,11 +10,11 @@
 mod acker;
 pub mod client;
 pub mod spec;
+pub mod tls;
 pub mod uri;
 mod worker;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -47,13 +47,14 @@ impl Kind {
 
 /// Reads the config file's static shovels: every one, or the faults of
 /// the first bad one, named.
-pub fn check_static(
-    shovels: &BTreeMap<String, serde_json::Value>,
-) -> Result<Vec<(String, Spec)>, String> {
-    shovels
+pub fn check_static(config: &crate::config::Config) -> Result<Vec<(String, Spec)>, String> {
+    let dir = config.link_tls_dir.as_deref();
+    config
+        .shovels
         .iter()
         .map(|(name, value)| {
             Spec::parse(name, value)
+                .and_then(|spec| spec.check_tls_files(dir).map(|()| spec))
                 .map(|spec| (name.clone(), spec))
                 .map_err(|e| format!("static shovel '{name}' (shovels.{name}): {e}"))
         })
@@ -173,8 +174,9 @@ struct Done {
 /// One broker's shovels.
 pub struct Shovels {
     running: Mutex<BTreeMap<(String, String), Entry>>,
-    /// This broker's AMQP listener, once it is bound.
-    own: Mutex<Option<SocketAddr>>,
+    /// This broker's AMQP listener, once it is bound, and where a URI's
+    /// TLS files may be.
+    reach: Mutex<client::Reach>,
     node: Mutex<String>,
     cluster: Mutex<String>,
     finished: Mutex<Option<Arc<Finished>>>,
@@ -184,7 +186,7 @@ impl Default for Shovels {
     fn default() -> Shovels {
         Shovels {
             running: Mutex::new(BTreeMap::new()),
-            own: Mutex::new(None),
+            reach: Mutex::new(client::Reach::default()),
             node: Mutex::new(String::new()),
             cluster: Mutex::new(String::new()),
             finished: Mutex::new(None),
@@ -199,22 +201,11 @@ fn timestamp(secs: u64) -> String {
 }
 
 impl Shovels {
-    /// Where this broker listens for AMQP (a URI without a host), its
-    /// node name and its cluster name; what a finished shovel calls.
-    pub fn configure(
-        &self,
-        own: Option<SocketAddr>,
-        node: &str,
-        cluster: &str,
-        finished: Finished,
-    ) {
-        let own = own.map(|mut a| {
-            if a.ip().is_unspecified() {
-                a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-            }
-            a
-        });
-        *self.own.lock() = own;
+    /// What this broker's URIs reach (its AMQP listener for a URI without
+    /// a host, the directory of TLS files), its node name and its cluster
+    /// name; what a finished shovel calls.
+    pub fn configure(&self, reach: client::Reach, node: &str, cluster: &str, finished: Finished) {
+        *self.reach.lock() = reach;
         *self.node.lock() = node.to_string();
         *self.cluster.lock() = cluster.to_string();
         *self.finished.lock() = Some(Arc::new(finished));
@@ -255,7 +246,7 @@ impl Shovels {
             stop: stop_rx,
             name: name.to_string(),
             vhost: vhost.to_string(),
-            own: *self.own.lock(),
+            reach: self.reach.lock().clone(),
             cluster: self.cluster.lock().clone(),
             status: Arc::clone(&status),
             forwarded: Arc::clone(&forwarded),

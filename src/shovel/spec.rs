@@ -453,6 +453,21 @@ impl Spec {
     }
 }
 
+impl Spec {
+    /// Whether every TLS file its URIs name lies under `dir` (the
+    /// config's `link_tls_dir`).
+    pub fn check_tls_files(&self, dir: Option<&std::path::Path>) -> Result<(), String> {
+        self.src_uris
+            .iter()
+            .chain(&self.dest_uris)
+            .try_for_each(|u| {
+                u.tls_options
+                    .check_files(dir)
+                    .map_err(|e| format!("{}: {e}", u.redacted()))
+            })
+    }
+}
+
 /// RabbitMQ's form of a parameter refused.
 fn refusal(errors: &[String]) -> String {
     let mut out = "Validation failed\n\n".to_string();

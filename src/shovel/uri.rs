@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use super::tls::{self, TlsOptions};
+
 /// What a shovel connects to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Uri {
@@ -27,20 +29,9 @@ pub struct Uri {
     pub channel_max: Option<u16>,
     pub frame_max: Option<u32>,
     pub auth_mechanism: Option<String>,
+    /// An amqps URI's TLS options (shovel/tls.rs).
+    pub tls_options: TlsOptions,
 }
-
-/// Query parameters RabbitMQ takes that Warren does not act on yet: a
-/// URI naming one is refused rather than connected without it.
-const NOT_YET: &[&str] = &[
-    "cacertfile",
-    "certfile",
-    "keyfile",
-    "verify",
-    "fail_if_no_peer_cert",
-    "password",
-    "server_name_indication",
-    "depth",
-];
 
 fn decode(s: &str) -> Result<String, String> {
     let bytes = s.as_bytes();
@@ -152,6 +143,7 @@ impl Uri {
             channel_max: None,
             frame_max: None,
             auth_mechanism: None,
+            tls_options: TlsOptions::default(),
         };
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -169,18 +161,26 @@ impl Uri {
                     }
                     other => return Err(bad(&format!("unknown auth_mechanism '{other}'"))),
                 },
-                // The TLS key's password: nothing to a plain connection.
+                // The TLS key's password: RabbitMQ ignores it on a plain
+                // connection (its issue 8129), and so does Warren.
                 "password" if !tls => {}
-                k if NOT_YET.contains(&k) => {
+                k if tls::KEYS.contains(&k) && !tls => {
                     return Err(bad(&format!(
-                    "Warren does not take the TLS option '{k}' in a shovel or federation URI yet \
-                         (amqps:// verifies the server against the public roots)"
-                )))
+                        "the TLS option '{k}' on an amqp:// URI (amqps:// is TLS)"
+                    )))
                 }
+                k if tls::KEYS.contains(&k) && uri.host.is_none() => {
+                    return Err(bad(&format!(
+                        "the TLS option '{k}' on a URI without a host (this broker, \
+                         reached over loopback without TLS)"
+                    )))
+                }
+                k if tls::KEYS.contains(&k) => uri.tls_options.take(k, &v).map_err(|e| bad(&e))?,
                 // RabbitMQ ignores what it does not know.
                 _ => {}
             }
         }
+        uri.tls_options.check().map_err(|e| bad(&e))?;
         if uri.vhost.len() > 255 {
             return Err(bad("a vhost longer than 255 bytes"));
         }
@@ -294,7 +294,10 @@ mod tests {
             "amqp://h/a/b",
             "amqp://",
             "amqp://u@/v",
-            "amqp://h?cacertfile=/x",
+            "amqp://u:p@h?cacertfile=/x",
+            "amqps://u:p@/v?cacertfile=/x",
+            "amqps://u:p@h?cacertfile=x",
+            "amqps://u:p@h?verify=none",
             "amqp://h?heartbeat=x",
             "amqp://:5672",
             "amqp://h",
@@ -307,5 +310,15 @@ mod tests {
             Uri::parse("amqp://u:p@h?password=x").is_ok(),
             "ignored, as RabbitMQ does"
         );
+        let t = Uri::parse(
+            "amqps://u:p@h?cacertfile=%2Fcerts%2Fca.pem&verify=verify_peer&server_name_indication=disable",
+        )
+        .unwrap();
+        assert_eq!(
+            t.tls_options.cacertfile.as_deref(),
+            Some(std::path::Path::new("/certs/ca.pem"))
+        );
+        assert_eq!(t.tls_options.sni, tls::Sni::Disabled);
+        assert_eq!(t.redacted(), "amqps://h/%2F");
     }
 }

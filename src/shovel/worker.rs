@@ -42,7 +42,7 @@ pub struct Context {
     pub name: String,
     pub vhost: String,
     /// This broker's own AMQP listener (a URI without a host).
-    pub own: Option<std::net::SocketAddr>,
+    pub reach: super::client::Reach,
     /// The cluster name, for `x-shovelled`'s `shovelled-by`.
     pub cluster: String,
     pub status: Arc<parking_lot::Mutex<Status>>,
@@ -293,14 +293,14 @@ pub async fn run(spec: &Spec, ctx: &Context) -> Ended {
     let conn_name = format!("Shovel {}", ctx.name);
     // A connection under way is dropped if the shovel must stop.
     let (src_conn, src_uri) = tokio::select! {
-        c = client::connect(&spec.src_uris, ctx.own, &conn_name) => match c {
+        c = client::connect(&spec.src_uris, &ctx.reach, &conn_name) => match c {
             Ok(c) => c,
             Err(e) => return Ended::Failed(format!("source connection failed: {e}")),
         },
         _ = stopped(ctx) => return Ended::Stopped,
     };
     let dest = tokio::select! {
-        c = client::connect(&spec.dest_uris, ctx.own, &conn_name) => Some(c),
+        c = client::connect(&spec.dest_uris, &ctx.reach, &conn_name) => Some(c),
         _ = stopped(ctx) => None,
     };
     let (dest_conn, dest_uri) = match dest {

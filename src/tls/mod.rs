@@ -117,7 +117,7 @@ pub fn client_trusting(ca: &std::path::Path) -> Result<Arc<rustls::ClientConfig>
     Ok(Arc::new(config))
 }
 
-fn certificates(
+pub(crate) fn certificates(
     path: &std::path::Path,
     what: &str,
 ) -> Result<Vec<CertificateDer<'static>>, String> {

@@ -41,6 +41,8 @@ impl Drop for TestBroker {
 
 /// The management API, called as guest.
 pub mod api;
+/// Certificates of a CA made by the test, and AMQPS brokers.
+pub mod certs;
 /// Queue depths and numbered messages.
 pub mod counts;
 /// Records panics raised in the broker's code.
