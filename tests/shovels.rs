@@ -513,3 +513,63 @@ async fn a_static_shovel_runs_with_the_broker_and_a_bad_one_stops_it() {
         "{e}"
     );
 }
+
+/// A no-ack shovel whose destination takes nothing (its publishers held
+/// by the free-disk alarm) reads no further ahead than its prefetch: the
+/// rest stays at the source rather than in the shovel's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_no_ack_shovel_reads_no_further_ahead_than_its_prefetch() {
+    const N: usize = 2000;
+    let src = common::start_with_api().await;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut c = common::config(tmp.path());
+    c.management_port = warren::config::Port::On(0);
+    c.prometheus_port = warren::config::Port::On(0);
+    // A limit no disk is under: publishers are held from the start.
+    c.disk_free_limit = warren::config::DiskFreeLimit::Absolute(1 << 60);
+    let dest = common::start_in(tmp, c).await;
+    let (sc, sch) = src.channel().await;
+    durable_queue(&sch, "src").await;
+    // 32 KiB each: many more than the prefetch and the sockets' buffers
+    // hold.
+    let body = vec![7u8; 32 << 10];
+    sch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    for _ in 0..N {
+        sch.basic_publish(
+            "".into(),
+            "src".into(),
+            BasicPublishOptions::default(),
+            &body,
+            BasicProperties::default(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    }
+    let def = shovel_from(
+        &src,
+        json!({"ack-mode": "no-ack", "src-prefetch-count": 10}),
+    );
+    let (s, body) = call(&dest, "PUT", "/parameters/shovel/%2f/held", Some(def)).await;
+    assert_eq!(s, 201, "{body}");
+    let until = Instant::now() + Duration::from_secs(20);
+    while count(&sc, "src").await as usize == N && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Given time to take more, it does not.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let left = count(&sc, "src").await as usize;
+    assert!(left < N, "the shovel read nothing");
+    assert!(
+        left >= N * 3 / 4,
+        "{} of {N} messages left the source for a destination that takes none",
+        N - left
+    );
+    // The status says why it does not move.
+    let status = get_json(&dest, "/shovels").await;
+    assert_eq!(status[0]["state"], "running", "{status}");
+    assert_eq!(status[0]["blocked_status"], "blocked", "{status}");
+}

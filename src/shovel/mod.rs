@@ -66,6 +66,9 @@ pub fn check_static(config: &crate::config::Config) -> Result<Vec<(String, Spec)
 pub struct Ends {
     pub src: String,
     pub dest: String,
+    /// The destination connection's state: whether its broker blocked
+    /// its publishers (connection.blocked), read when the status is.
+    pub dest_conn: lapin::ConnectionStatus,
 }
 
 /// A shovel's state, as RabbitMQ's status shows it.
@@ -473,7 +476,10 @@ impl Shovels {
                     }
                     State::Running(ends) => {
                         o["state"] = json!("running");
-                        o["blocked_status"] = json!("running");
+                        // RabbitMQ's word for a destination that blocked
+                        // the shovel's publishes (its resource alarms).
+                        let blocked = ends.dest_conn.blocked();
+                        o["blocked_status"] = json!(if blocked { "blocked" } else { "running" });
                         o["src_uri"] = json!(ends.src);
                         o["dest_uri"] = json!(ends.dest);
                         o["src_protocol"] = json!("amqp091");

@@ -253,20 +253,18 @@ async fn open_source(
         // would take messages it then drops).
         return Ok(None);
     }
-    let no_ack = spec.ack_mode == AckMode::NoAck;
-    if !no_ack {
-        ch.basic_qos(spec.prefetch, BasicQosOptions::default())
-            .await
-            .map_err(|e| failed("basic.qos", e))?;
-    }
+    // Every mode consumes with acks and the prefetch: no-ack acks what it
+    // reads as it reads it (run, below), so a destination that takes
+    // nothing leaves at most the prefetch in this broker's memory, where
+    // an automatic-ack consumer would let the source push everything.
+    ch.basic_qos(spec.prefetch, BasicQosOptions::default())
+        .await
+        .map_err(|e| failed("basic.qos", e))?;
     let consumer = ch
         .basic_consume(
             queue.as_str().into(),
             "".into(),
-            BasicConsumeOptions {
-                no_ack,
-                ..Default::default()
-            },
+            BasicConsumeOptions::default(),
             table(&spec.consumer_args),
         )
         .await
@@ -350,6 +348,7 @@ async fn forward(
     ctx.status.lock().set_running(Ends {
         src: src_uri.redacted(),
         dest: dest_uri.redacted(),
+        dest_conn: dest_conn.status().clone(),
     });
     let forward_header = spec
         .forward_headers
@@ -398,6 +397,15 @@ async fn forward(
             }
             if batch.len() < want {
                 next = consumer.next().now_or_never();
+            }
+        }
+        if spec.ack_mode == AckMode::NoAck {
+            // Gone from the source once read, as with automatic acks.
+            if let Some(last) = batch.last() {
+                let all = BasicAckOptions { multiple: true };
+                if let Err(e) = settled(last.acker.ack(all).await) {
+                    break 'run Ended::Failed(e);
+                }
             }
         }
         let publishes = batch.iter().map(|d| {
