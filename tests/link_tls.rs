@@ -21,15 +21,18 @@ use lapin::ExchangeKind;
 use serde_json::{json, Value};
 use warren::config::Port;
 
-/// The one name the AMQPS broker's certificate carries: a link to it
-/// through `localhost` must say so with `server_name_indication`.
+/// The name the AMQPS broker's certificate carries (with a wildcard, and
+/// not localhost): a link to it through `localhost` must say so with
+/// `server_name_indication`.
 const SERVER_NAME: &str = "rabbit.example";
+const WILDCARD: &str = "*.wild.example";
 
-/// A CA, and a directory holding its ca.pem and a server certificate for
-/// `SERVER_NAME` alone (cert.pem, key.pem).
+/// A directory holding the CA's ca.pem and a server certificate for
+/// `SERVER_NAME` and `WILDCARD` (cert.pem, key.pem).
 fn server_files(ca: &Ca) -> tempfile::TempDir {
     let key = rcgen::KeyPair::generate().unwrap();
-    let mut p = rcgen::CertificateParams::new(vec![SERVER_NAME.to_string()]).unwrap();
+    let names = vec![SERVER_NAME.to_string(), WILDCARD.to_string()];
+    let mut p = rcgen::CertificateParams::new(names).unwrap();
     p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let cert = p.signed_by(&key, &ca.cert, &ca.key).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -53,14 +56,18 @@ fn encrypted(key_pem: &str, password: &str) -> String {
         .to_string()
 }
 
-/// The link files: ca.pem, a client certificate (client.pem) with its
-/// key in the clear (client.key) and encrypted with "s3cret"
-/// (client-enc.key).
+/// The link files: ca.pem, another CA's other-ca.pem, a client
+/// certificate (client.pem) with its key in the clear (client.key),
+/// encrypted with "s3cret" (client-enc.key), and both in one file
+/// (client-both.pem).
 fn link_files(ca: &Ca) -> tempfile::TempDir {
     let client = ca.issue("link-client", false, false);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(d.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(d.join("other-ca.pem"), Ca::new("other").pem()).unwrap();
+    let both = format!("{}{}", client.cert, client.key);
+    std::fs::write(d.join("client-both.pem"), both).unwrap();
     std::fs::write(d.join("client.pem"), &client.cert).unwrap();
     std::fs::write(d.join("client.key"), &client.key).unwrap();
     std::fs::write(d.join("client-enc.key"), encrypted(&client.key, "s3cret")).unwrap();
@@ -151,6 +158,38 @@ async fn shovels_over_amqps_use_the_uris_ca_name_and_client_certificate() {
         ),
         // No name checked: the chain still is.
         ("no-sni", uri(&format!("{mtls}&server_name_indication=disable")), true),
+        (
+            "no-sni-other-ca",
+            uri(&format!(
+                "cacertfile={d}/other-ca.pem&certfile={d}/client.pem&keyfile={d}/client.key\
+                 &server_name_indication=disable"
+            )),
+            false,
+        ),
+        // The certificate and its key in one file, as OTP reads a
+        // certfile without a keyfile.
+        (
+            "combined",
+            uri(&format!(
+                "cacertfile={d}/ca.pem&certfile={d}/client-both.pem\
+                 &server_name_indication={SERVER_NAME}"
+            )),
+            true,
+        ),
+        // A name only a wildcard matches: refused unless asked for, as
+        // OTP's default check does.
+        (
+            "wildcard",
+            uri(&format!("{mtls}&server_name_indication=a.wild.example")),
+            false,
+        ),
+        (
+            "wildcard-https",
+            uri(&format!(
+                "{mtls}&server_name_indication=a.wild.example&customize_hostname_check=https"
+            )),
+            true,
+        ),
         // Nothing checked; the client certificate still goes.
         (
             "verify-none",
@@ -230,28 +269,22 @@ async fn shovels_over_amqps_use_the_uris_ca_name_and_client_certificate() {
     assert!(r.contains("password does not open the key"), "{r}");
     let r = reason("no-password").await;
     assert!(r.contains("the key is encrypted"), "{r}");
-    // Nothing the failed ones had reached the destination.
-    let (_dc2, dch2) = dest.channel().await;
-    for (name, _, moves) in cases.iter().filter(|c| !c.2) {
-        let q = format!("{name}-out");
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        };
-        if let Ok(q) = dch2
-            .queue_declare(q.as_str().into(), passive, FieldTable::default())
-            .await
-        {
-            assert_eq!(q.message_count(), 0, "{name} moved={moves}");
-        }
+    let r = reason("no-sni-other-ca").await;
+    assert!(r.contains("UnknownIssuer"), "{r}");
+    let r = reason("wildcard").await;
+    assert!(r.contains("only by a wildcard"), "{r}");
+    let r = reason("no-client-cert").await;
+    assert!(r.contains("CertificateRequired"), "{r}");
+    // Nothing of the failed ones reached the destination: their queues
+    // were never made there.
+    let queues = get_json(&dest, "/queues").await.to_string();
+    for (name, _, _) in cases.iter().filter(|c| !c.2) {
+        let q = format!("\"{name}-out\"");
+        assert!(!queues.contains(&q), "{name}: {queues}");
     }
-    // The URI's CA is read at each connect: every shovel that ran is
-    // still running and nothing was shown of the query.
+    // The key's password is shown nowhere.
     let shown = get_json(&src, "/shovels").await.to_string();
-    assert!(
-        !shown.contains("s3cret") && !shown.contains("client.key"),
-        "{shown}"
-    );
+    assert!(!shown.contains("s3cret"), "{shown}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -267,7 +300,16 @@ async fn tls_files_are_read_only_under_link_tls_dir() {
         ),
         (format!("cacertfile={d}/../ca.pem"), "without '..'"),
         ("cacertfile=ca.pem".to_string(), "absolute path"),
-        (format!("certfile={d}/c.pem"), "certfile needs a keyfile"),
+        (format!("keyfile={d}/k.pem"), "keyfile needs a certfile"),
+        // The public roots and no name: anything public would pass.
+        (
+            "server_name_indication=disable".to_string(),
+            "checks no name",
+        ),
+        (
+            "fail_if_no_peer_cert=true".to_string(),
+            "a TLS server's option",
+        ),
         (
             "verify=verify_sometimes".to_string(),
             "verify_peer or verify_none",
@@ -302,13 +344,10 @@ async fn tls_files_are_read_only_under_link_tls_dir() {
     let (s, body) = shovel(&other, "refused", &bad(&format!("cacertfile={d}/ca.pem"))).await;
     assert_eq!(s, 400, "{body}");
     assert!(body.contains("link_tls_dir names the directory"), "{body}");
-    let (s, body) = shovel(
-        &other,
-        "fine",
-        &bad("verify=verify_none&server_name_indication=disable"),
-    )
-    .await;
+    let (s, body) = shovel(&other, "fine", &bad("verify=verify_none")).await;
     assert_eq!(s, 201, "{body}");
+    let (s, body) = call(&other, "DELETE", "/shovels/vhost/%2f/fine", None).await;
+    assert_eq!(s, 204, "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -144,7 +144,7 @@ pub struct Config {
     /// The directory under which a shovel or federation URI may name TLS
     /// files (`cacertfile`, `certfile`, `keyfile`); none: no URI may name
     /// one. A URI is set by a vhost's policymakers, who must not make the
-    /// broker present its own key.
+    /// broker present its own key; every vhost's share the directory.
     pub link_tls_dir: Option<PathBuf>,
 }
 

@@ -109,7 +109,7 @@ pub async fn connect(uris: &[Uri], reach: &Reach, name: &str) -> Result<(Connect
     let mut last = String::from("no URI");
     for uri in order {
         let props = ConnectionProperties::default().with_connection_name(LongString::from(name));
-        // lapin bounds only the TCP connect.
+        // lapin bounds only a plain connection's TCP connect.
         let within = within(uri);
         match tokio::time::timeout(within, open(uri, reach, props)).await {
             Ok(Ok(c)) => return Ok((c, uri.clone())),
@@ -131,16 +131,29 @@ async fn open(uri: &Uri, reach: &Reach, props: ConnectionProperties) -> Result<C
     let connector = RustlsConnector::from(config);
     let domain = name.to_str().into_owned();
     let runtime = lapin::runtime::default_runtime().map_err(|e| e.to_string())?;
+    // lapin runs this on its own I/O thread, which the caller's timeout
+    // does not stop: it is bounded here too.
+    let within = within(uri);
     Connection::connector(
         target,
         runtime,
         async move |to: AMQPUri, rt| {
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((to.authority.host.as_str(), to.authority.port))
-                    .await?
-                    .collect();
-            let tcp = AsyncTcpStream::connect(&rt, addrs).await?;
-            Ok(tcp.into_rustls(&connector, &domain).await?)
+            let dial = async {
+                let addrs: Vec<SocketAddr> =
+                    tokio::net::lookup_host((to.authority.host.as_str(), to.authority.port))
+                        .await?
+                        .collect();
+                let tcp = AsyncTcpStream::connect(&rt, addrs).await?;
+                tcp.into_rustls(&connector, &domain).await
+            };
+            match tokio::time::timeout(within, dial).await {
+                Ok(r) => Ok(r?),
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no TLS connection within {within:?}"),
+                )
+                .into()),
+            }
         },
         props,
     )

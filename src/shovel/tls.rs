@@ -8,7 +8,8 @@
 //! by the next run. They are read only under the directory the config's
 //! `link_tls_dir` names (unset: none): a URI is set over the HTTP API by
 //! any policymaker of a vhost, who must not be able to make the broker
-//! present its own key (or another tenant's) to a server of their choice.
+//! present its own key to a server of their choice (the directory is
+//! shared by every vhost's).
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -62,8 +63,12 @@ pub struct TlsOptions {
     /// verify_peer (the default); false: verify_none.
     pub verify: bool,
     pub sni: Sni,
-    /// The most intermediate CA certificates the server may present.
+    /// The most intermediate CA certificates between the server's
+    /// certificate and a trusted one (verify_peer only).
     pub depth: Option<usize>,
+    /// `customize_hostname_check=https`: a wildcard name in the server's
+    /// certificate may match (OTP's default check takes none).
+    pub wildcards: bool,
 }
 
 impl Default for TlsOptions {
@@ -76,6 +81,7 @@ impl Default for TlsOptions {
             verify: true,
             sni: Sni::Host,
             depth: None,
+            wildcards: false,
         }
     }
 }
@@ -109,15 +115,21 @@ impl TlsOptions {
                     }
                 }
             }
-            // A server option in OTP; a TLS server always presents a
-            // certificate, so true holds and false asks nothing.
-            "fail_if_no_peer_cert" => {
-                if !matches!(value, "true" | "false") {
-                    return Err(format!(
-                        "fail_if_no_peer_cert must be true or false, not '{value}'"
-                    ));
+            // A TLS server's option: OTP takes false on a client (what a
+            // client does anyway) and refuses true, and so does Warren.
+            "fail_if_no_peer_cert" => match value {
+                "false" => {}
+                "true" => {
+                    return Err("fail_if_no_peer_cert=true is a TLS server's option \
+                                (OTP refuses it on a client: {option,server_only,...})"
+                        .into())
                 }
-            }
+                other => {
+                    return Err(format!(
+                        "fail_if_no_peer_cert must be true or false, not '{other}'"
+                    ))
+                }
+            },
             "server_name_indication" => {
                 self.sni = match value {
                     "disable" => Sni::Disabled,
@@ -130,18 +142,19 @@ impl TlsOptions {
                 }
             }
             "depth" => {
-                self.depth = Some(value.parse().map_err(|_| {
-                    format!("depth must be a number of certificates, not '{value}'")
-                })?)
+                let d: u8 = value.parse().map_err(|_| {
+                    format!("depth must be a number of certificates from 0 to 255, not '{value}'")
+                })?;
+                self.depth = Some(usize::from(d));
             }
-            // OTP's HTTPS match (wildcards in the leftmost label) is what
-            // rustls's name check does.
+            // OTP's HTTPS match: a wildcard in the leftmost label.
             "customize_hostname_check" => {
                 if value != "https" {
                     return Err(format!(
                         "customize_hostname_check takes only 'https', not '{value}'"
                     ));
                 }
+                self.wildcards = true;
             }
             other => return Err(format!("'{other}' is not a TLS option")),
         }
@@ -150,15 +163,34 @@ impl TlsOptions {
 
     /// Whether the options agree with each other.
     pub fn check(&self) -> Result<(), String> {
-        match (&self.certfile, &self.keyfile) {
-            (Some(_), None) => return Err("certfile needs a keyfile".into()),
-            (None, Some(_)) => return Err("keyfile needs a certfile".into()),
-            _ => {}
+        if self.keyfile.is_some() && self.certfile.is_none() {
+            return Err("keyfile needs a certfile".into());
         }
-        if self.password.is_some() && self.keyfile.is_none() {
-            return Err("password is the keyfile's passphrase, and no keyfile is named".into());
+        if self.password.is_some() && self.certfile.is_none() {
+            return Err(
+                "password is the key's passphrase, and no certfile or keyfile is named".into(),
+            );
+        }
+        if self.verify && self.sni == Sni::Disabled && self.cacertfile.is_none() {
+            return Err(
+                "server_name_indication=disable checks no name, so with the public \
+                        roots any publicly trusted certificate would pass: name the \
+                        cacertfile the server's certificate chains to"
+                    .into(),
+            );
+        }
+        if !self.verify && self.depth.is_some() {
+            return Err(
+                "depth bounds the chain verify_peer verifies; verify_none verifies none".into(),
+            );
         }
         Ok(())
+    }
+
+    /// The key's file: `keyfile`, else `certfile` (a PEM holding both, as
+    /// OTP reads it).
+    fn key_path(&self) -> Option<&Path> {
+        self.keyfile.as_deref().or(self.certfile.as_deref())
     }
 
     fn files(&self) -> impl Iterator<Item = (&'static str, &Path)> {
@@ -198,6 +230,7 @@ impl TlsOptions {
     ) -> Result<(Arc<ClientConfig>, ServerName<'static>), String> {
         self.check()?;
         let provider = provider();
+        let mut trusted = None;
         let webpki = if self.verify {
             let mut roots = rustls::RootCertStore::empty();
             match &self.cacertfile {
@@ -211,7 +244,9 @@ impl TlsOptions {
                 }
                 None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
             }
-            let v = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            let roots = Arc::new(roots);
+            trusted = Some(Arc::clone(&roots));
+            let v = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
                 .build()
                 .map_err(|e| format!("cacertfile: {e}"))?;
             Some(v)
@@ -226,7 +261,8 @@ impl TlsOptions {
         let check = Check {
             webpki,
             names: self.sni != Sni::Disabled,
-            depth: self.depth,
+            wildcards: self.wildcards,
+            depth: self.depth.zip(trusted),
             algorithms: provider.signature_verification_algorithms,
         };
         let builder = ClientConfig::builder_with_provider(provider)
@@ -234,7 +270,7 @@ impl TlsOptions {
             .map_err(|e| format!("TLS versions: {e}"))?
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(check));
-        let mut config = match (&self.certfile, &self.keyfile) {
+        let mut config = match (&self.certfile, self.key_path()) {
             (Some(cert), Some(key)) => {
                 let cert = resolve("certfile", cert, dir)?;
                 let key = resolve("keyfile", key, dir)?;
@@ -337,21 +373,84 @@ fn private_key(path: &Path, password: Option<&str>) -> Result<PrivateKeyDer<'sta
 
 /// How a link checks the server's certificate: webpki's chain and name
 /// check (or none, for verify_none), the name check left out when SNI is
-/// disabled, and `depth`.
+/// disabled, a wildcard name refused unless allowed, and `depth`.
 #[derive(Debug)]
 struct Check {
     webpki: Option<Arc<WebPkiServerVerifier>>,
     names: bool,
-    depth: Option<usize>,
+    wildcards: bool,
+    /// The most intermediates, and the trusted roots a path ends at.
+    depth: Option<(usize, Arc<rustls::RootCertStore>)>,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
-/// Whether `der` is a certificate its own subject issued (a root; OTP's
-/// depth counts only the others).
-fn self_issued(der: &CertificateDer<'_>) -> Result<bool, Error> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der)
+fn bad_cert(why: String) -> Error {
+    Error::InvalidCertificate(CertificateError::Other(rustls::OtherError(Arc::new(
+        std::io::Error::other(why),
+    ))))
+}
+
+/// Whether the certificate names `name` exactly (not by a wildcard): the
+/// match OTP makes without customize_hostname_check=https.
+fn names_exactly(end_entity: &CertificateDer<'_>, name: &ServerName<'_>) -> Result<(), Error> {
+    let ServerName::DnsName(dns) = name else {
+        return Ok(());
+    };
+    let (_, cert) = x509_parser::parse_x509_certificate(end_entity)
         .map_err(|_| Error::InvalidCertificate(CertificateError::BadEncoding))?;
-    Ok(cert.subject().as_raw() == cert.issuer().as_raw())
+    let exact = cert
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .is_some_and(|san| {
+            san.value.general_names.iter().any(|g| {
+                matches!(g, x509_parser::extensions::GeneralName::DNSName(n)
+                    if n.eq_ignore_ascii_case(dns.as_ref()))
+            })
+        });
+    match exact {
+        true => Ok(()),
+        false => Err(bad_cert(format!(
+            "the certificate names {} only by a wildcard, which \
+             customize_hostname_check=https allows",
+            dns.as_ref()
+        ))),
+    }
+}
+
+/// Whether a path from `end_entity` to one of `roots` has at most
+/// `depth` intermediate certificates (webpki looks for one among every
+/// path the presented certificates make).
+fn within_depth(
+    end_entity: &CertificateDer<'_>,
+    intermediates: &[CertificateDer<'_>],
+    roots: &rustls::RootCertStore,
+    depth: usize,
+    now: UnixTime,
+    algorithms: &WebPkiSupportedAlgorithms,
+) -> Result<(), Error> {
+    let cert = webpki::EndEntityCert::try_from(end_entity)
+        .map_err(|_| Error::InvalidCertificate(CertificateError::BadEncoding))?;
+    let short = |p: &webpki::VerifiedPath<'_>| match p.intermediate_certificates().count() {
+        n if n <= depth => Ok(()),
+        _ => Err(webpki::Error::MaximumPathDepthExceeded),
+    };
+    cert.verify_for_usage(
+        algorithms.all,
+        &roots.roots,
+        intermediates,
+        now,
+        webpki::KeyUsage::server_auth(),
+        None,
+        Some(&short),
+    )
+    .map(|_| ())
+    .map_err(|_| {
+        bad_cert(format!(
+            "no chain to a trusted certificate with at most {depth} intermediate \
+             certificates (depth)"
+        ))
+    })
 }
 
 impl ServerCertVerifier for Check {
@@ -363,29 +462,32 @@ impl ServerCertVerifier for Check {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, Error> {
-        if let Some(depth) = self.depth {
-            let mut cas = 0;
-            for c in intermediates {
-                if !self_issued(c)? {
-                    cas += 1;
-                }
-            }
-            if cas > depth {
-                return Err(Error::General(format!(
-                    "the server presented {cas} intermediate certificates, more than depth {depth}"
-                )));
-            }
-        }
         let Some(webpki) = &self.webpki else {
             return Ok(ServerCertVerified::assertion());
         };
         match webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
         {
+            // rustls checks the name last: the chain has passed.
             Err(Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) if !self.names => Ok(ServerCertVerified::assertion()),
-            r => r,
+            )) if !self.names => {}
+            Err(e) => return Err(e),
+            Ok(_) => {}
         }
+        if self.names && !self.wildcards {
+            names_exactly(end_entity, server_name)?;
+        }
+        if let Some((depth, roots)) = &self.depth {
+            within_depth(
+                end_entity,
+                intermediates,
+                roots,
+                *depth,
+                now,
+                &self.algorithms,
+            )?;
+        }
+        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
@@ -433,16 +535,22 @@ mod tests {
             ("password", "s3cret"),
             ("verify", "verify_none"),
             ("server_name_indication", "rabbit.example"),
-            ("depth", "2"),
-            ("fail_if_no_peer_cert", "true"),
+            ("fail_if_no_peer_cert", "false"),
             ("customize_hostname_check", "https"),
         ])
         .unwrap();
-        assert!(!o.verify);
+        assert!(!o.verify && o.wildcards);
         assert_eq!(o.sni, Sni::Name("rabbit.example".into()));
-        assert_eq!(o.depth, Some(2));
+        assert_eq!(opts(&[("depth", "2")]).unwrap().depth, Some(2));
+        let combined = opts(&[("certfile", "/c.pem"), ("password", "x")]).unwrap();
+        assert_eq!(combined.key_path(), Some(Path::new("/c.pem")));
         assert_eq!(
-            opts(&[("server_name_indication", "disable")]).unwrap().sni,
+            opts(&[
+                ("server_name_indication", "disable"),
+                ("cacertfile", "/ca.pem")
+            ])
+            .unwrap()
+            .sni,
             Sni::Disabled
         );
         for bad in [
@@ -450,10 +558,13 @@ mod tests {
             &[("cacertfile", "/etc/../ca.pem")],
             &[("verify", "verify_maybe")],
             &[("depth", "-1")],
+            &[("depth", "256")],
+            &[("depth", "1"), ("verify", "verify_none")],
+            &[("server_name_indication", "disable")],
             &[("fail_if_no_peer_cert", "yes")],
+            &[("fail_if_no_peer_cert", "true")],
             &[("customize_hostname_check", "ldap")],
             &[("server_name_indication", "not a name")],
-            &[("certfile", "/c.pem")],
             &[("keyfile", "/k.pem")],
             &[("password", "x")],
         ] {
@@ -481,30 +592,67 @@ mod tests {
         (c, key)
     }
 
+    /// A check of certificates chaining to `root`.
+    fn checking(
+        root: &(rcgen::Certificate, rcgen::KeyPair),
+        depth: Option<usize>,
+        wildcards: bool,
+    ) -> Check {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(root.0.der().clone()).unwrap();
+        let roots = Arc::new(roots);
+        Check {
+            webpki: Some(
+                WebPkiServerVerifier::builder_with_provider(Arc::clone(&roots), provider())
+                    .build()
+                    .unwrap(),
+            ),
+            names: true,
+            wildcards,
+            depth: depth.map(|d| (d, roots)),
+            algorithms: provider().signature_verification_algorithms,
+        }
+    }
+
     #[test]
-    fn depth_bounds_the_intermediates_a_server_presents() {
+    fn depth_bounds_the_verified_chain_and_wildcards_need_https() {
         let root = cert("root", true, None);
         let mid = cert("mid", true, Some(&root));
+        let stranger = cert("stranger", true, None);
         let leaf = cert("server.example", false, Some(&mid));
         let der = |c: &(rcgen::Certificate, rcgen::KeyPair)| c.0.der().clone();
-        let check = |depth| Check {
-            webpki: None,
-            names: true,
-            depth: Some(depth),
-            algorithms: provider().signature_verification_algorithms,
-        };
         let name = ServerName::try_from("server.example").unwrap();
         let verify = |depth, chain: &[CertificateDer<'static>]| {
-            check(depth).verify_server_cert(&der(&leaf), chain, &name, &[], UnixTime::now())
+            checking(&root, Some(depth), false).verify_server_cert(
+                &der(&leaf),
+                chain,
+                &name,
+                &[],
+                UnixTime::now(),
+            )
         };
         assert!(
             verify(0, &[der(&mid)]).is_err(),
             "one intermediate, depth 0"
         );
         assert!(verify(1, &[der(&mid)]).is_ok());
-        // A root sent along is not counted.
-        assert!(verify(1, &[der(&mid), der(&root)]).is_ok());
-        assert!(verify(0, &[]).is_ok());
+        // Neither the root sent along nor a stranger counts.
+        assert!(verify(1, &[der(&mid), der(&root), der(&stranger)]).is_ok());
+
+        let wild = cert("*.wild.example", false, Some(&root));
+        let host = ServerName::try_from("a.wild.example").unwrap();
+        let verify = |wildcards| {
+            checking(&root, None, wildcards).verify_server_cert(
+                &der(&wild),
+                &[],
+                &host,
+                &[],
+                UnixTime::now(),
+            )
+        };
+        let e = verify(false).unwrap_err().to_string();
+        assert!(e.contains("only by a wildcard"), "{e}");
+        assert!(verify(true).is_ok());
     }
 
     #[test]

@@ -86,7 +86,7 @@ impl Uri {
 
     /// Parses `text`, with or without credentials.
     pub fn parse_any(text: &str) -> Result<Uri, String> {
-        let shown = without_userinfo(text);
+        let shown = without_secrets(text);
         let bad = |why: &str| format!("\"{shown}\" not a valid URI: {why}");
         let (scheme, rest) = text
             .split_once("://")
@@ -145,9 +145,15 @@ impl Uri {
             auth_mechanism: None,
             tls_options: TlsOptions::default(),
         };
+        let mut seen: Vec<&str> = Vec::new();
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             let v = decode(v).map_err(|e| bad(&e))?;
+            // The first of a repeated key counts, as RabbitMQ reads them.
+            if seen.contains(&k) {
+                continue;
+            }
+            seen.push(k);
             match k {
                 "heartbeat" => uri.heartbeat = Some(number(k, &v).map_err(|e| bad(&e))?),
                 "connection_timeout" => {
@@ -209,16 +215,28 @@ impl fmt::Display for Uri {
 }
 
 /// `text` with any credentials between the scheme and the host taken
-/// out, for an error that quotes it (and so a log that keeps it).
-fn without_userinfo(text: &str) -> String {
+/// out, and the key file's `password` in the query hidden, for an error
+/// that quotes it (and so a log that keeps it).
+fn without_secrets(text: &str) -> String {
     let Some((scheme, rest)) = text.split_once("://") else {
         return text.to_string();
     };
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    match rest[..end].rfind('@') {
-        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
-        None => text.to_string(),
-    }
+    let rest = match rest[..end].rfind('@') {
+        Some(at) => &rest[at + 1..],
+        None => rest,
+    };
+    let Some((before, query)) = rest.split_once('?') else {
+        return format!("{scheme}://{rest}");
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some(("password", _)) => "password=...".to_string(),
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{scheme}://{before}?{}", query.join("&"))
 }
 
 /// Percent-encodes what a path segment may not hold.
@@ -306,6 +324,10 @@ mod tests {
         }
         let e = Uri::parse("amqp://user:secret@h:0").unwrap_err();
         assert!(!e.contains("secret") && e.contains("amqp://h:0"), "{e}");
+        let e = Uri::parse("amqps://u:p@h?password=hush&depth=x").unwrap_err();
+        assert!(!e.contains("hush") && e.contains("password=..."), "{e}");
+        let first = Uri::parse("amqp://u:p@h?heartbeat=5&heartbeat=7").unwrap();
+        assert_eq!(first.heartbeat, Some(5), "the first counts, as in RabbitMQ");
         assert!(
             Uri::parse("amqp://u:p@h?password=x").is_ok(),
             "ignored, as RabbitMQ does"
