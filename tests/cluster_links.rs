@@ -74,22 +74,27 @@ async fn wait_count(c: &Cluster, i: usize, queue: &str, n: u32) -> u32 {
     }
 }
 
-/// Every id (8-byte body) in `queue` of node `i`, taken off it; how
-/// often each came.
-async fn drain_ids(c: &Cluster, i: usize, queue: &str) -> Vec<u64> {
+/// The ids (8-byte bodies) taken off `queue` of node `i`, once each
+/// copy, until `done` holds of them (what may still be on its way, as a
+/// message redelivered at the source, keeps coming) or 30 s pass.
+async fn drain_ids(c: &Cluster, i: usize, queue: &str, done: impl Fn(&[u64]) -> bool) -> Vec<u64> {
     let conn = c
         .connect(i, Duration::from_secs(30))
         .await
         .expect("connect");
     let ch = conn.create_channel().await.expect("channel");
     let mut ids = Vec::new();
-    while let Some(m) = ch
-        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
-        .await
-        .expect("get")
-    {
-        let d = m.delivery;
-        ids.push(u64::from_be_bytes(d.data[..8].try_into().expect("8 bytes")));
+    let until = Instant::now() + Duration::from_secs(30);
+    while !done(&ids) && Instant::now() < until {
+        while let Some(m) = ch
+            .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("get")
+        {
+            let d = m.delivery;
+            ids.push(u64::from_be_bytes(d.data[..8].try_into().expect("8 bytes")));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     ids
 }
@@ -146,8 +151,8 @@ async fn a_shovel_resumes_on_the_new_leader_and_loses_nothing() {
     c.kill(leader);
     let left = common::counts::count(&sc, "src").await;
     assert!(left > 0, "the shovel was done before its leader died");
+    // The old leader stays down until the end: the next one keeps leading.
     let (next, _) = c.wait_leader(term, Duration::from_secs(30)).await;
-    c.spawn(leader);
     let status = wait_leader_json(&c, "/api/shovels", Duration::from_secs(30), |v| {
         v[0]["state"] == "running"
     })
@@ -166,11 +171,13 @@ async fn a_shovel_resumes_on_the_new_leader_and_loses_nothing() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(common::counts::count(&sc, "src").await, 0);
-    let ids = drain_ids(&c, next, "dst").await;
+    let every = |ids: &[u64]| ids.iter().copied().collect::<BTreeSet<u64>>().len() as u64 == N;
+    let ids = drain_ids(&c, next, "dst", every).await;
     let distinct: BTreeSet<u64> = ids.iter().copied().collect();
     assert_eq!(distinct, (0..N).collect(), "every message arrived");
     // At most what was in flight (the prefetch) comes twice.
     assert!(ids.len() as u64 <= N + 100, "{} copies", ids.len());
+    c.spawn(leader);
     c.assert_no_panics();
 }
 
@@ -262,8 +269,8 @@ async fn a_federation_link_resumes_on_the_new_leader() {
     // link's queue there, and the new leader's link brings it.
     c.kill(leader);
     publish_ids(&uch, "fed.x", "k", 500).await;
+    // The old leader stays down until the end: the next one keeps leading.
     let (next, _) = c.wait_leader(term, Duration::from_secs(30)).await;
-    c.spawn(leader);
     let links = wait_leader_json(
         &c,
         "/api/federation-links",
@@ -280,11 +287,14 @@ async fn a_federation_link_resumes_on_the_new_leader() {
     // Ids 0..1000, then 0..500 again: each as often at least (a message
     // stored here but not yet acked upstream when the leader died comes
     // once more).
-    let ids = drain_ids(&c, next, "here").await;
+    let copies = |ids: &[u64], id: u64| ids.iter().filter(|&&i| i == id).count();
+    let want = |id: u64| if id < 500 { 2 } else { 1 };
+    let all = |ids: &[u64]| (0..1000u64).all(|id| copies(ids, id) >= want(id));
+    let ids = drain_ids(&c, next, "here", all).await;
     for id in 0..1000u64 {
-        let want = if id < 500 { 2 } else { 1 };
-        let got = ids.iter().filter(|&&i| i == id).count();
-        assert!(got >= want, "id {id}: {got} copies");
+        let got = copies(&ids, id);
+        assert!(got >= want(id), "id {id}: {got} copies");
     }
+    c.spawn(leader);
     c.assert_no_panics();
 }

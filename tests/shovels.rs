@@ -297,8 +297,8 @@ async fn a_bad_definition_is_refused_whole_and_nothing_runs() {
             "the TLS option 'cacertfile' on an amqp:// URI",
         ),
         (
-            json!({"src-uri": "amqp://h", "src-queue": "a", "dest-uri": "amqp://h", "src-predeclared": true}),
-            "Unrecognised terms",
+            json!({"src-uri": "amqp://h", "src-queue": "a", "dest-uri": "amqp://h", "src-predeclared": "yes"}),
+            "src-predeclared should be boolean",
         ),
         // guest would be used: refused (RabbitMQ logs in as guest).
         (
@@ -572,4 +572,68 @@ async fn a_no_ack_shovel_reads_no_further_ahead_than_its_prefetch() {
     let status = get_json(&dest, "/shovels").await;
     assert_eq!(status[0]["state"], "running", "{status}");
     assert_eq!(status[0]["blocked_status"], "blocked", "{status}");
+}
+
+/// `src-predeclared` and `dest-predeclared` (RabbitMQ 3.13's, sent by
+/// rabbitmqadmin v2): the shovel leaves declaring the queue to others,
+/// says what it waits for, and moves once the queue is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_predeclared_queue_is_waited_for_not_declared() {
+    let src = common::start_with_api().await;
+    let dest = common::start_with_api().await;
+    let (sc, sch) = src.channel().await;
+    let def = shovel_from(
+        &src,
+        json!({"src-predeclared": true, "dest-predeclared": true, "reconnect-delay": 1}),
+    );
+    let (s, body) = call(&dest, "PUT", "/parameters/shovel/%2f/waits", Some(def)).await;
+    assert_eq!(s, 201, "{body}");
+    let waits_for = |q: &'static str| {
+        move |v: &Value| {
+            v[0]["reason"]
+                .to_string()
+                .contains(&format!("no queue '{q}' yet"))
+        }
+    };
+    let status = wait_status(&dest, waits_for("dst")).await;
+    assert_eq!(status[0]["state"], "terminated", "{status}");
+    assert!(
+        status[0]["reason"].to_string().contains("dest-predeclared"),
+        "{status}"
+    );
+    // Neither end made a queue of its own.
+    for (b, q) in [(&src, "src"), (&dest, "dst")] {
+        let (s, _) = call(b, "GET", &format!("/queues/%2f/{q}"), None).await;
+        assert_eq!(s, 404, "{q} was declared");
+    }
+    // The destination's queue comes: now the source's is waited for.
+    let (dc, dch) = dest.channel().await;
+    durable_queue(&dch, "dst").await;
+    let status = wait_status(&dest, waits_for("src")).await;
+    assert!(
+        status[0]["reason"].to_string().contains("src-predeclared"),
+        "{status}"
+    );
+    let (s, _) = call(&src, "GET", "/queues/%2f/src", None).await;
+    assert_eq!(s, 404, "src was declared");
+    durable_queue(&sch, "src").await;
+    publish(&sch, "src", 0, 10).await;
+    assert_eq!(wait_count(&dc, "dst", 10).await, 10);
+    let until = Instant::now() + Duration::from_secs(30);
+    while count(&sc, "src").await > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(count(&sc, "src").await, 0);
+}
+
+/// Waits until `f` holds of `/api/shovels` (or 30 s pass); that answer.
+async fn wait_status(b: &TestBroker, f: impl Fn(&Value) -> bool) -> Value {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = get_json(b, "/shovels").await;
+        if f(&v) || Instant::now() > until {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -1,8 +1,8 @@
 //! A dynamic shovel's definition: the value of a `shovel` runtime
 //! parameter, read and checked as RabbitMQ's shovel plugin does (every
 //! error collected, then refused together: "Validation failed" and one
-//! line each). Keys of what Warren does not do (AMQP 1.0 ends, 4.x's
-//! predeclared topology) are refused, never stored as if they ran.
+//! line each). Keys of what Warren does not do (AMQP 1.0 ends) are
+//! refused, never stored as if they ran.
 
 use std::time::Duration;
 
@@ -84,6 +84,11 @@ pub struct Spec {
     /// Basic properties set on every message.
     pub publish_properties: Map<String, Value>,
     pub consumer_args: Map<String, Value>,
+    /// `src-predeclared` / `dest-predeclared` (RabbitMQ 4.0's): the
+    /// queue is someone else's to declare; a run waits for it (fails and
+    /// tries again) rather than declaring it.
+    pub src_predeclared: bool,
+    pub dest_predeclared: bool,
 }
 
 /// Keys RabbitMQ 3.x takes for AMQP 0-9-1 ends.
@@ -113,6 +118,8 @@ const KEYS: &[&str] = &[
     "add-timestamp-header",
     "dest-publish-properties",
     "publish-properties",
+    "src-predeclared",
+    "dest-predeclared",
 ];
 
 const STRING_PROPS: &[&str] = &[
@@ -261,15 +268,8 @@ impl Spec {
             .map(|k| format!("\"{k}\""))
             .collect();
         if !unknown.is_empty() {
-            let why = match unknown.iter().any(|k| k.contains("predeclared")) {
-                true => {
-                    " (src-predeclared and dest-predeclared are RabbitMQ 4's; Warren \
-                          declares a missing queue as RabbitMQ 3 does)"
-                }
-                false => "",
-            };
             r.errors.push(format!(
-                "Unrecognised terms [{}] in {name}{why}",
+                "Unrecognised terms [{}] in {name}",
                 unknown.join(",")
             ));
         }
@@ -408,6 +408,8 @@ impl Spec {
             },
         };
         let forward_headers = r.boolean("dest-add-forward-headers", "add-forward-headers");
+        let src_predeclared = r.boolean("src-predeclared", "src-predeclared");
+        let dest_predeclared = r.boolean("dest-predeclared", "dest-predeclared");
         let timestamp_header = r.boolean("dest-add-timestamp-header", "add-timestamp-header");
         let publish_properties = r.object("dest-publish-properties", Some("publish-properties"));
         for (k, v) in &publish_properties {
@@ -449,6 +451,8 @@ impl Spec {
             timestamp_header,
             publish_properties,
             consumer_args,
+            src_predeclared,
+            dest_predeclared,
         })
     }
 }
@@ -484,9 +488,12 @@ pub fn redacted(value: &Value) -> Value {
     let mut v = value.clone();
     if let Some(map) = v.as_object_mut() {
         for key in ["src-uri", "dest-uri"] {
-            let hide = |u: &Value| match u.as_str().map(Uri::parse) {
-                Some(Ok(uri)) => Value::String(uri.redacted()),
-                _ => u.clone(),
+            let hide = |u: &Value| match u.as_str() {
+                Some(text) => Value::String(match Uri::parse(text) {
+                    Ok(uri) => uri.redacted(),
+                    Err(_) => super::uri::shown_unread(text),
+                }),
+                None => u.clone(),
             };
             if let Some(u) = map.get_mut(key) {
                 let shown = match &*u {

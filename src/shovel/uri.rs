@@ -149,8 +149,10 @@ impl Uri {
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             let v = decode(v).map_err(|e| bad(&e))?;
-            // The first of a repeated key counts, as RabbitMQ reads them.
-            if seen.contains(&k) {
+            // The first of a repeated key counts, as RabbitMQ reads them;
+            // every auth_mechanism is checked (RabbitMQ offers each in
+            // turn; lapin takes one, the first).
+            if seen.contains(&k) && k != "auth_mechanism" {
                 continue;
             }
             seen.push(k);
@@ -163,7 +165,7 @@ impl Uri {
                 "frame_max" => uri.frame_max = Some(number(k, &v).map_err(|e| bad(&e))?),
                 "auth_mechanism" => match v.to_ascii_lowercase().as_str() {
                     m @ ("plain" | "amqplain" | "external") => {
-                        uri.auth_mechanism = Some(m.to_string())
+                        uri.auth_mechanism.get_or_insert_with(|| m.to_string());
                     }
                     other => return Err(bad(&format!("unknown auth_mechanism '{other}'"))),
                 },
@@ -214,15 +216,15 @@ impl fmt::Display for Uri {
     }
 }
 
-/// `text` with any credentials between the scheme and the host taken
-/// out, and the key file's `password` in the query hidden, for an error
-/// that quotes it (and so a log that keeps it).
+/// `text` with anything up to its last `@` taken out (credentials, even
+/// a password holding an unescaped `/` or `?`), and the key file's
+/// `password` in the query hidden, for an error that quotes it (and so a
+/// log that keeps it).
 fn without_secrets(text: &str) -> String {
     let Some((scheme, rest)) = text.split_once("://") else {
         return text.to_string();
     };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let rest = match rest[..end].rfind('@') {
+    let rest = match rest.rfind('@') {
         Some(at) => &rest[at + 1..],
         None => rest,
     };
@@ -237,6 +239,16 @@ fn without_secrets(text: &str) -> String {
         })
         .collect();
     format!("{scheme}://{before}?{}", query.join("&"))
+}
+
+/// What may be shown of a URI that no longer reads (stored by an older
+/// build): the scheme and what follows the last `@`, without the query.
+pub fn shown_unread(text: &str) -> String {
+    let shown = without_secrets(text);
+    match shown.split_once('?') {
+        Some((before, _)) => before.to_string(),
+        None => shown,
+    }
 }
 
 /// Percent-encodes what a path segment may not hold.
@@ -274,7 +286,9 @@ fn split_host_port(s: &str) -> Result<(Option<String>, Option<u16>), String> {
     let port = match port {
         None => None,
         Some(p) => match p.parse::<u16>() {
-            Ok(0) | Err(_) => return Err(format!("port '{p}' out of range")),
+            // Not echoed: a password with an unescaped '/' or '?' ends up
+            // read as the port.
+            Ok(0) | Err(_) => return Err("a port out of range".to_string()),
             Ok(n) => Some(n),
         },
     };
@@ -326,6 +340,15 @@ mod tests {
         assert!(!e.contains("secret") && e.contains("amqp://h:0"), "{e}");
         let e = Uri::parse("amqps://u:p@h?password=hush&depth=x").unwrap_err();
         assert!(!e.contains("hush") && e.contains("password=..."), "{e}");
+        let e = Uri::parse("amqp://u:pa?ss/x@h:0").unwrap_err();
+        assert!(!e.contains("pa") && !e.contains("ss"), "{e}");
+        assert_eq!(
+            shown_unread("amqps://u:p/w@h:1/v?password=x"),
+            "amqps://h:1/v"
+        );
+        let two = Uri::parse("amqp://u:p@h?auth_mechanism=external&auth_mechanism=plain").unwrap();
+        assert_eq!(two.auth_mechanism.as_deref(), Some("external"));
+        assert!(Uri::parse("amqp://u:p@h?auth_mechanism=plain&auth_mechanism=crdemo").is_err());
         let first = Uri::parse("amqp://u:p@h?heartbeat=5&heartbeat=7").unwrap();
         assert_eq!(first.heartbeat, Some(5), "the first counts, as in RabbitMQ");
         assert!(

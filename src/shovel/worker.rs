@@ -82,24 +82,34 @@ fn table(map: &Map<String, Value>) -> FieldTable {
 }
 
 /// Declares queue `name` unless it exists: a passive declare first (on
-/// its own channel, which a 404 closes), then a durable one with `args`.
-/// Its message count.
+/// its own channel, which a 404 closes), then a durable one with `args`,
+/// unless `predeclared` (the key that says so) leaves it to others. Its
+/// message count.
 async fn ensure_queue(
     conn: &Connection,
     name: &str,
     args: &Map<String, Value>,
+    predeclared: Option<&str>,
 ) -> Result<u32, String> {
     let probe = conn.create_channel().await.map_err(|e| e.to_string())?;
     let passive = QueueDeclareOptions {
         passive: true,
         ..Default::default()
     };
-    if let Ok(q) = probe
+    let missing = match probe
         .queue_declare(name.into(), passive, FieldTable::default())
         .await
     {
-        let _ = probe.close(200, "".into()).await;
-        return Ok(q.message_count());
+        Ok(q) => {
+            let _ = probe.close(200, "".into()).await;
+            return Ok(q.message_count());
+        }
+        Err(e) => e,
+    };
+    if let Some(key) = predeclared {
+        return Err(format!(
+            "no queue '{name}' yet, and {key} leaves declaring it to others ({missing})"
+        ));
     }
     let ch = conn.create_channel().await.map_err(|e| e.to_string())?;
     let durable = QueueDeclareOptions {
@@ -210,7 +220,10 @@ async fn open_source(
     let failed = |what: &str, e: lapin::Error| format!("source: {what}: {e}");
     let (queue, length) = match &spec.source {
         Source::Queue { name, args } => {
-            let n = ensure_queue(conn, name, args).await?;
+            let predeclared = spec.src_predeclared.then_some("src-predeclared");
+            let n = ensure_queue(conn, name, args, predeclared)
+                .await
+                .map_err(|e| format!("source: {e}"))?;
             (name.clone(), n)
         }
         Source::Exchange { .. } => (String::new(), 0),
@@ -249,14 +262,15 @@ async fn open_source(
         DeleteAfter::Count(n) => Some(n),
     };
     if left == Some(0) {
-        // Done before it began: nothing is consumed (a no-ack consumer
-        // would take messages it then drops).
+        // Done before it began: nothing is consumed (a consumer would
+        // be sent messages the run then leaves unacked).
         return Ok(None);
     }
     // Every mode consumes with acks and the prefetch: no-ack acks what it
-    // reads as it reads it (run, below), so a destination that takes
-    // nothing leaves at most the prefetch in this broker's memory, where
-    // an automatic-ack consumer would let the source push everything.
+    // reads as it reads it (forward, below), so a destination that takes
+    // nothing leaves at most the prefetch and the batch being published
+    // in this broker's memory, where an automatic-ack consumer would let
+    // the source push everything.
     ch.basic_qos(spec.prefetch, BasicQosOptions::default())
         .await
         .map_err(|e| failed("basic.qos", e))?;
@@ -327,7 +341,8 @@ async fn forward(
     dest_uri: &Uri,
 ) -> Ended {
     if let Dest::Queue { name, args } = &spec.dest {
-        if let Err(e) = ensure_queue(dest_conn, name, args).await {
+        let predeclared = spec.dest_predeclared.then_some("dest-predeclared");
+        if let Err(e) = ensure_queue(dest_conn, name, args, predeclared).await {
             return Ended::Failed(format!("destination: {e}"));
         }
     }
