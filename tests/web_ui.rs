@@ -136,9 +136,24 @@ async fn wait_text(c: &Client, css: &str, ok: impl Fn(&str) -> bool) -> String {
     }
 }
 
-/// Waits until some flash message contains `text`.
+/// Waits until some flash message contains `text`, and checks that a
+/// click where it shows reaches the page under it: a flash never stands
+/// between the user and a button.
 async fn flashed(c: &Client, text: &str) {
     wait_text(c, "#flash", |t| t.contains(text)).await;
+    let hit = c
+        .execute(
+            "const f = document.getElementById('flash');
+             const m = f.lastElementChild;
+             if (!m) return 'gone';
+             const r = m.getBoundingClientRect();
+             const e = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+             return f.contains(e) ? 'flash' : 'page';",
+            vec![],
+        )
+        .await
+        .expect("run the hit test");
+    assert_ne!(hit, "flash", "the flash {text:?} takes the clicks under it");
 }
 
 /// Fills form `id`'s fields and submits it.
