@@ -1,6 +1,6 @@
 //! Entry points for the fuzz targets under `fuzz/` (cargo-fuzz, on the
 //! nightly toolchain) and for the stable test that replays their corpus
-//! (`tests/fuzz_corpus.rs`). Each takes arbitrary bytes and must neither
+//! (`tests/broker/fuzz_corpus.rs`). Each takes arbitrary bytes and must neither
 //! panic nor hang; what a target checks beyond that is said at its entry.
 
 use std::io::{Read, Write};

@@ -382,7 +382,7 @@ impl Outbox {
 
 /// How long the `outbox-before-write` fail point holds a write of
 /// deliveries (`return(MS)`), for tests of a node paused with deliveries
-/// buffered (tests/cluster_paused_leader.rs).
+/// buffered (tests/cluster/cluster_paused_leader.rs).
 fn held_by_fail_point() -> Option<Duration> {
     fail::fail_point!("outbox-before-write", |ms: Option<String>| {
         ms.and_then(|ms| ms.parse().ok()).map(Duration::from_millis)

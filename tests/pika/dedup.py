@@ -1,6 +1,6 @@
 """Queue and exchange deduplication (x-message-deduplication) as pika
-sees it. Driven by tests/deduplication.rs and
-tests/cluster_deduplication.rs, which start the brokers:
+sees it. Driven by tests/broker/deduplication.rs and
+tests/cluster/cluster_deduplication.rs, which start the brokers:
 
     python3 dedup.py URI behaviour
     python3 dedup.py URI before NAME   # declare NAME, publish k0..k9
