@@ -5,7 +5,6 @@
 //! A depth's `rate` is its change between the last two samples.
 
 use crate::common;
-use crate::helpers;
 
 use std::time::{Duration, Instant};
 

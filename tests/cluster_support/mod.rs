@@ -17,21 +17,7 @@ use std::time::Duration;
 
 use lapin::{Connection, ConnectionProperties};
 
-/// A port that was free a moment ago.
-/// Never the same one twice in this process (the kernel may hand a
-/// released port out again at once).
-pub fn free_port() -> u16 {
-    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = l.local_addr().unwrap().port();
-        let mut given = GIVEN.lock().unwrap();
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
-        }
-    }
-}
+pub use super::common::child::free_port;
 
 /// One node.
 pub struct Node {

@@ -5,6 +5,7 @@
 //! skip).
 
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Whether a test without namespaces must fail rather than skip.
 pub fn required() -> bool {
@@ -36,9 +37,14 @@ impl Net {
 
     /// `count` namespaces on a bridge (see `new`).
     pub fn with(count: usize) -> Option<Net> {
+        // Named for this process and this net within it: the cluster
+        // tests share one process, and two of them may make nets at once.
+        static MADE: AtomicU32 = AtomicU32::new(0);
+        let n = MADE.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
-        let tag = format!("{}", pid % 100_000);
-        let prefix = format!("10.{}.{}", 200 + pid % 50, (pid / 50) % 250);
+        let letter = char::from(b'a' + (n % 26) as u8);
+        let tag = format!("{}{letter}", pid % 100_000);
+        let prefix = format!("10.{}.{}", 200 + pid % 50, ((pid / 50) + n) % 250);
         let mut net = Net {
             tag: tag.clone(),
             prefix: prefix.clone(),

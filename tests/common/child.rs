@@ -5,15 +5,38 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lapin::{Connection, ConnectionProperties};
 
-/// A port that was free a moment ago (bind 127.0.0.1:0, read, drop).
+/// A port that was free a moment ago, for a listener that a child
+/// process (or a broker started later) binds on 127.0.0.1. It is taken
+/// below the kernel's ephemeral range, where the kernel hands out no port
+/// of its own: a port the kernel picked (bind 127.0.0.1:0) could go, in
+/// the time before the child binds it, to another test's listener or to
+/// an outgoing connection's local end, and the child would fail to
+/// listen. Never the same port twice in this process; a process starts
+/// at a place drawn from its pid, so two at once rarely meet.
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 10_000;
+    let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768)
+        .clamp(LOW + 1_000, 65_536);
+    let span = high - LOW;
+    let start = std::process::id() * 7_919 % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (start + n) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{high}")
 }
 
 /// A `warren` child process.
