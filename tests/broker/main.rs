@@ -1,5 +1,5 @@
 //! The single-node tests, one test binary: each module is one concern,
-//! and each test starts its own broker on ephemeral ports with a temp
+//! and each test starts its own broker on free ports with a temp
 //! dir. One binary, not one per file: linking a test binary per file cost
 //! CI most of its build time.
 

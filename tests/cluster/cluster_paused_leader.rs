@@ -5,7 +5,7 @@
 //! frees prefetch credit. It used to deliver the next messages at once,
 //! unflagged, before Raft told it it no longer led: the same messages
 //! went out from two nodes, the later delivery without the redelivered
-//! flag (found by tests/cluster/cluster_nemesis.rs). Two faults: delivery was not
+//! flag (found by tests/cluster_nemesis.rs). Two faults: delivery was not
 //! checked against the leadership lease, and a watchdog whose first tick
 //! came only after the pause took that tick for the term's first
 //! confirmation. Now a queue hands out nothing replicated unless the

@@ -1,7 +1,11 @@
 //! The cluster tests, one test binary: each module is one concern, and
 //! starts its own nodes (child processes of the release binary) on
-//! ephemeral ports with temp dirs. One binary, not one per file: linking
-//! a test binary per file cost CI most of its build time.
+//! free ports with temp dirs. One binary, not one per file: linking
+//! a test binary per file cost CI most of its build time. Two cluster
+//! tests are binaries of their own, to run alone (cargo runs one test
+//! binary at a time): tests/cluster_nemesis.rs loads the machine on
+//! purpose, and tests/cluster_large_message.rs, a 100 MiB message over
+//! slow links, lost its election deadline beside it.
 
 #[path = "../cluster_support/mod.rs"]
 mod cluster_support;
@@ -20,9 +24,7 @@ mod cluster_commit_delivery;
 mod cluster_deduplication;
 mod cluster_join;
 mod cluster_journal;
-mod cluster_large_message;
 mod cluster_links;
-mod cluster_nemesis;
 mod cluster_ops;
 mod cluster_paging;
 mod cluster_partition;

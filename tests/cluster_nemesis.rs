@@ -32,7 +32,9 @@
 //! About two minutes by default (.ci/run); WARREN_NEMESIS_SECS sets the
 //! length, WARREN_NEMESIS_SEED replays a run's draw of faults.
 
-use crate::cluster_support;
+mod cluster_support;
+#[allow(unused)] // cluster_support takes its ports from common
+mod common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

@@ -8,7 +8,9 @@
 //! every member holds it, and after the leader is killed the new leader
 //! delivers it intact, with a small message published after it.
 
-use crate::cluster_support;
+mod cluster_support;
+#[allow(unused)] // cluster_support takes its ports from common
+mod common;
 
 use std::time::Duration;
 
