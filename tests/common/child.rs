@@ -28,7 +28,8 @@ pub fn free_port() -> u16 {
         .unwrap_or(32_768)
         .clamp(LOW + 1_000, 65_536);
     let span = high - LOW;
-    let start = std::process::id() * 7_919 % span;
+    // u64: a pid above about 540,000 times 7,919 leaves u32.
+    let start = (u64::from(std::process::id()) * 7_919 % u64::from(span)) as u32;
     for _ in 0..span {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let port = (LOW + (start + n) % span) as u16;
