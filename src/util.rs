@@ -40,11 +40,40 @@ pub fn coarse_now_ms() -> u64 {
     clock_ms(libc::CLOCK_MONOTONIC_COARSE)
 }
 
-/// Milliseconds since the epoch on the coarse wall clock
-/// (CLOCK_REALTIME_COARSE: read without a syscall, a few milliseconds of
-/// resolution): the time a message record was stored.
-pub fn coarse_wall_ms() -> u64 {
-    clock_ms(libc::CLOCK_REALTIME_COARSE)
+/// Milliseconds since the epoch: the time a message record was stored.
+/// The coarse wall clock (CLOCK_REALTIME_COARSE, about 7 ns against 28
+/// for the precise one here) lags the true time by up to a tick (4 ms
+/// here), so within two ticks of a second's end it may still name the
+/// second before; there the precise clock is read. A reader that starts
+/// at a time (second precision) thus never misses a message that
+/// arrived after the time it took.
+pub fn record_ms() -> u64 {
+    let coarse = clock_ms(libc::CLOCK_REALTIME_COARSE);
+    if coarse % 1000 + 2 * coarse_tick_ms() < 1000 {
+        coarse
+    } else {
+        clock_ms(libc::CLOCK_REALTIME)
+    }
+}
+
+/// The coarse wall clock's resolution in whole milliseconds (at least 1).
+fn coarse_tick_ms() -> u64 {
+    static TICK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TICK.get_or_init(|| {
+        let mut res = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_getres writes the timespec it is given.
+        let ok = unsafe { libc::clock_getres(libc::CLOCK_REALTIME_COARSE, &mut res) } == 0;
+        let ns = if ok {
+            res.tv_sec as u64 * 1_000_000_000 + res.tv_nsec as u64
+        } else {
+            // An unknown resolution: the precise clock near every second's end.
+            100_000_000
+        };
+        ns.div_ceil(1_000_000).clamp(1, 250)
+    })
 }
 
 /// Clock `id` in milliseconds.
@@ -121,6 +150,32 @@ impl Drop for SourceSlot {
             *n -= 1;
             if *n == 0 {
                 open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Across second boundaries, a record's time never names a second
+    /// before the precise clock's reading taken just before it.
+    #[test]
+    fn a_record_time_is_never_in_an_earlier_second() {
+        for _ in 0..3 {
+            // Spin from 30 ms before a second's end to 30 ms after it.
+            let to_end = 1000 - super::now_ms() % 1000;
+            std::thread::sleep(std::time::Duration::from_millis(to_end.saturating_sub(30)));
+            let until = super::now_ms() + 60;
+            loop {
+                let before = super::now_ms();
+                let stamped = super::record_ms();
+                assert!(
+                    stamped / 1000 >= before / 1000,
+                    "stamped {stamped} after reading {before}"
+                );
+                if before >= until {
+                    break;
+                }
             }
         }
     }

@@ -158,7 +158,7 @@ impl Queue {
                 from_seq: if *had { source.seq } else { 0 },
                 to_seq: e.seq,
                 deadline: e.deadline,
-                time: crate::util::coarse_wall_ms(),
+                time: crate::util::record_ms(),
                 message: &e.msg,
             })
             .collect();

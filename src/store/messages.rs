@@ -602,9 +602,9 @@ mod tests {
     #[test]
     fn a_stored_message_has_its_time() {
         let s = Store::temporary().unwrap();
-        let before = crate::util::coarse_wall_ms();
+        let before = crate::util::record_ms();
         s.put_message(5, 1, &msg(b"a"), 0).unwrap();
-        let after = crate::util::coarse_wall_ms();
+        let after = crate::util::record_ms();
         let m = s.messages(5).next().unwrap().unwrap();
         // The coarse clock may lag the call by its resolution.
         assert!(

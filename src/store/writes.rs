@@ -125,7 +125,7 @@ impl Store {
                 seq,
                 deadline,
                 paged: false,
-                time: crate::util::coarse_wall_ms(),
+                time: crate::util::record_ms(),
                 message: msg,
             })
             .map(drop)
@@ -140,7 +140,7 @@ impl Store {
                 seq,
                 deadline,
                 paged: !msg.persistent() || super::local::is_local(queue_id),
-                time: crate::util::coarse_wall_ms(),
+                time: crate::util::record_ms(),
                 message: msg,
             })
             .map(drop)
@@ -158,7 +158,7 @@ impl Store {
             seq,
             deadline,
             paged,
-            time: crate::util::coarse_wall_ms(),
+            time: crate::util::record_ms(),
             message,
         })
         .map(drop)

@@ -434,7 +434,7 @@ pub fn chunk(id: u8, batch: &[(u64, Arc<Message>)], committed: Option<u64>) -> B
         o.put_u8(0); // a user chunk
         o.put_u16(batch.len() as u16);
         o.put_u32(batch.len() as u32);
-        o.put_i64(crate::util::coarse_wall_ms() as i64);
+        o.put_i64(crate::util::record_ms() as i64);
         o.put_u64(1); // epoch
         o.put_u64(first);
         let crc_at = o.len();

@@ -321,7 +321,7 @@ pub fn watch_retention(queue: &Arc<Queue>) {
                 return;
             };
             let live = limits(&q.state.lock().live);
-            if let Err(e) = s.enforce(&q, live, crate::util::coarse_wall_ms()) {
+            if let Err(e) = s.enforce(&q, live, crate::util::record_ms()) {
                 tracing::error!(stream = %q.config.name, "retention failed: {e}");
             }
         }
@@ -397,7 +397,7 @@ impl Stream {
             } else {
                 Arc::new(msg.with_header("x-stream-offset", AMQPValue::LongLongInt(offset as i64)))
             };
-            let time = crate::util::coarse_wall_ms();
+            let time = crate::util::record_ms();
             queue
                 .store
                 .put_message(queue.config.store_id, seq_of(offset), &msg, 0)?;

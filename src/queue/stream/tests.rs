@@ -117,7 +117,7 @@ fn a_failed_retention_removal_fails_no_publish_and_is_retried() {
 
     // The next round (the timer's) removes what is left behind.
     failing.store(false, Ordering::SeqCst);
-    s.enforce(&q, super::limits(&q.args), crate::util::coarse_wall_ms())
+    s.enforce(&q, super::limits(&q.args), crate::util::record_ms())
         .unwrap();
     assert_eq!(stored(&store, 7) as u64, kept.messages());
 }
