@@ -180,6 +180,28 @@ pub(super) fn record_meta(raw: &[u8]) -> Option<(u32, u64)> {
     Some((u32::try_from(body).ok()?, deadline))
 }
 
+/// A message record's property bytes and body, read off it without
+/// decoding it; None if it is not a message record.
+pub fn record_parts(raw: &[u8]) -> Option<(&[u8], &[u8])> {
+    let kind = *raw.first()?;
+    if !matches!(kind_of(kind), PERSISTENT | PAGED) {
+        return None;
+    }
+    let mut at = 1;
+    if kind & HAS_DEADLINE != 0 {
+        at += 8;
+    }
+    if kind & HAS_TIME != 0 {
+        at += 8;
+    }
+    at += 1 + *raw.get(at)? as usize;
+    at += 1 + *raw.get(at)? as usize;
+    let props = u32::from_be_bytes(raw.get(at..at + 4)?.try_into().ok()?) as usize;
+    at += 4;
+    let end = at.checked_add(props)?;
+    Some((raw.get(at..end)?, raw.get(end..)?))
+}
+
 /// Decodes a message record. `raw` is kept as the backing buffer: no copy.
 pub fn decode_message(raw: Bytes) -> Result<Message> {
     decode_record(raw).map(|d| d.message)
@@ -451,6 +473,31 @@ impl Store {
         Ok(read)
     }
 
+    /// Calls `f` with each message `load_range_within` reads, in order:
+    /// from the segment log, as its record's bytes where the read left
+    /// them (msglog/range.rs).
+    pub fn visit_range_within(
+        &self,
+        queue_id: u64,
+        from: u64,
+        n: usize,
+        max_bytes: u64,
+        mut f: impl FnMut(u64, super::Found<'_>) -> Result<()>,
+    ) -> Result<()> {
+        if let Some(log) = self
+            .applier
+            .log
+            .as_ref()
+            .filter(|_| !self.applier.is_staging())
+        {
+            return log.visit_range_within(queue_id, from, n, max_bytes, f);
+        }
+        for (seq, m) in self.load_range_within(queue_id, from, n, max_bytes)? {
+            f(seq, super::Found::Message(m))?;
+        }
+        Ok(())
+    }
+
     /// Up to `n` messages of a queue from sequence `from` on (paging in).
     pub fn load_range(
         &self,
@@ -612,6 +659,21 @@ mod tests {
             "{before} {} {after}",
             m.time
         );
+    }
+
+    #[test]
+    fn a_records_parts_are_its_properties_and_body() {
+        let m = Message::new(b"ex", b"key", &[0, 0], b"body", Meta::default());
+        for (deadline, time) in [(0, 0), (7, 0), (0, 9), (7, 9)] {
+            let mut out = BytesMut::new();
+            encode_record(&m, false, deadline, time, &mut out);
+            assert_eq!(
+                record_parts(&out),
+                Some((&[0u8, 0][..], &b"body"[..])),
+                "{deadline} {time}"
+            );
+            assert!(record_parts(&out[..out.len() - 5]).is_none());
+        }
     }
 
     #[test]

@@ -44,17 +44,7 @@ const MAGIC: &[u8; 8] = b"WSEG0001";
 const HEADER: usize = 9;
 /// A record's header bytes, before its payload.
 pub const RECORD_HEADER: u64 = HEADER as u64;
-/// The most bytes `read_many` reads at once (records further apart are
-/// read with another read).
-const SPAN_BYTES: u64 = 1 << 20;
-/// A thread keeps its `read_many` buffer up to this size (a large record
-/// can make one larger, for that read).
-const SPAN_KEPT: usize = 2 << 20;
-
-thread_local! {
-    /// `read_many`'s buffer, kept by each thread that reads.
-    static SPAN: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
+pub use spans::Spans;
 /// The file naming the last position a finished sync covered.
 const SYNCED: &str = "synced";
 /// The largest payload a record may carry.
@@ -459,72 +449,10 @@ impl SegmentLog {
         read_at(&file, base, pos)
     }
 
-    /// The records at `positions` (ascending), each as `read` gives it,
-    /// with as few reads as their spacing allows: the records of one
-    /// segment that lie within `SPAN_BYTES` of the first of them are read
-    /// with one pread (a reader going through a stream or a backlog reads
-    /// a run of neighbours; one read each was three syscalls a record).
-    /// `ends` gives, per position, how far past it the record reaches at
-    /// least (its header and the part of its payload wanted); a record
-    /// that reaches further than what was read, or fails its checksum
-    /// there, is read on its own.
+    /// The records at `positions` (ascending), each as `read` gives it
+    /// (`read_spans`, copied out).
     pub fn read_many(&self, positions: &[u64], ends: &[u64]) -> Vec<io::Result<Record>> {
-        let mut out = Vec::with_capacity(positions.len());
-        let mut i = 0;
-        while i < positions.len() {
-            let first = positions[i];
-            let seg = {
-                let inner = self.inner.lock();
-                (first < inner.written)
-                    .then(|| {
-                        let mut after = inner.segments.range(first + 1..);
-                        let next = after.next().map_or(inner.written, |(&b, _)| b);
-                        inner
-                            .segments
-                            .range(..=first)
-                            .next_back()
-                            .map(|(&base, f)| (base, Arc::clone(f), next.min(inner.written)))
-                    })
-                    .flatten()
-            };
-            let Some((base, file, seg_end)) = seg else {
-                out.push(self.read(first));
-                i += 1;
-                continue;
-            };
-            let mut j = i;
-            let mut end = first;
-            while j < positions.len() && positions[j] < seg_end && positions[j] - first < SPAN_BYTES
-            {
-                end = end.max(ends[j].min(seg_end));
-                j += 1;
-            }
-            // The thread's span buffer, reused: a new megabyte each time
-            // cost page faults and their zeroing, on every read.
-            let mut buf = SPAN.with(|b| std::mem::take(&mut *b.borrow_mut()));
-            let want = (end - first) as usize;
-            if buf.len() < want {
-                buf.resize(want, 0);
-            }
-            let at = first - base + MAGIC.len() as u64;
-            match read_full_at(&file, &mut buf[..want], at) {
-                Ok(n) => {
-                    for &pos in &positions[i..j] {
-                        let rel = (pos - first) as usize;
-                        match buf[..n].get(rel..).and_then(parse) {
-                            Some((r, _)) => out.push(Ok(r)),
-                            None => out.push(read_at(&file, base, pos)),
-                        }
-                    }
-                }
-                Err(_) => out.extend(positions[i..j].iter().map(|&p| self.read(p))),
-            }
-            if buf.len() <= SPAN_KEPT {
-                SPAN.with(|b| *b.borrow_mut() = buf);
-            }
-            i = j;
-        }
-        out
+        self.read_spans(positions, ends).into_records()
     }
 
     /// Calls `f` with every record from `from` (a record's position) on,
@@ -647,18 +575,23 @@ impl SegmentLog {
 /// The record at the start of `buf`, and its size; None unless it is
 /// whole and its checksum holds.
 fn parse(buf: &[u8]) -> Option<(Record, usize)> {
+    let (kind, len) = whole(buf)?;
+    Some((
+        Record {
+            kind,
+            payload: buf[HEADER..HEADER + len].to_vec(),
+        },
+        HEADER + len,
+    ))
+}
+
+/// The kind and payload length of the whole record at the start of
+/// `buf`, if it passes its checksum.
+fn whole(buf: &[u8]) -> Option<(u8, usize)> {
     let h: [u8; HEADER] = buf.get(..HEADER)?.try_into().ok()?;
     let len = u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize;
     let payload = buf.get(HEADER..HEADER + len)?;
-    (header(h[8], payload) == h).then(|| {
-        (
-            Record {
-                kind: h[8],
-                payload: payload.to_vec(),
-            },
-            HEADER + len,
-        )
-    })
+    (header(h[8], payload) == h).then_some((h[8], len))
 }
 
 /// Reads into `buf` from `at` until it is full or the file ends; how
@@ -750,5 +683,6 @@ impl Read for ReadAt<'_> {
 }
 
 mod reaper;
+mod spans;
 #[cfg(test)]
 mod tests;

@@ -15,6 +15,7 @@
 //! bounded queue (out.rs). Every bad frame gets the protocol's response
 //! code, or ends the connection where the protocol has no answer for it.
 
+pub(crate) mod chunk;
 pub(crate) mod codes;
 mod conn;
 mod groups;

@@ -3,10 +3,9 @@
 //! them. A chunk is what was readable at once (at most `CHUNK_MESSAGES`
 //! messages and about the frame max of bytes): Warren's log has no
 //! chunks of its own, so a reader gets batches as large as it lets it
-//! have. An entry is a message's AMQP 1.0 bytes: as stored when it came
-//! over this protocol, written from its AMQP 0-9-1 form otherwise
-//! (message/amqp10.rs). The chunk's CRC is the CRC-32 of its entries, as
-//! clients that check it expect. At the end of the stream the task waits
+//! have. An unfiltered reader writes each chunk (chunk.rs) as it reads
+//! it: what was read back from the log goes from the read's buffer into
+//! the frame, one copy. At the end of the stream the task waits
 //! for the next append (in a cluster, its commit); a stream deleted under
 //! it ends it (its connection drops it and sends a MetadataUpdate). A
 //! subscription with `filter.N` properties gets only the messages labelled with one of those values
@@ -20,22 +19,21 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::BufMut;
 use tokio::sync::Semaphore;
 
+use super::chunk::ChunkFrame;
 use super::codes::*;
 use super::groups::{Inbox, Membership};
 use super::out::Out;
 use super::wire;
-use crate::message::{amqp10, Message};
+use crate::message::Message;
 use crate::queue::stream::{Filter, Start};
 use crate::queue::Queue;
 use crate::store::Store;
 
 /// At most this many messages go in one chunk.
 pub(crate) const CHUNK_MESSAGES: usize = 512;
-/// The chunk header's magic and version (osiris: 5, 0).
-const MAGIC_VERSION: u8 = 0x50;
 
 /// A subscription: its credit, and the task that reads for it (a single
 /// active consumer that is not active has one that only watches for
@@ -304,8 +302,9 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
     let budget = (frame_max as usize).saturating_sub(1024).max(1024);
     let mut committed = store.flushed();
     let after_commit = store.delivers_after_commit();
-    // Read and not sent yet: filtered, runs of consecutive offsets, each
-    // sent as a chunk of its own (a chunk's offsets have no gaps).
+    // Read and not sent yet (a filtered reader's): runs of consecutive
+    // offsets, each sent as a chunk of its own (a chunk's offsets have no
+    // gaps).
     let mut pending: Vec<(u64, Arc<Message>)> = Vec::new();
     loop {
         // Without credit it still notices its stream go (each second).
@@ -328,31 +327,49 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
         let Ok(permit) = permit else {
             return;
         };
-        while pending.is_empty() {
+        let c = loop {
             let Some(stream) = queue.stream().filter(|s| !s.is_gone()) else {
                 went(&target);
                 return;
             };
+            if !pending.is_empty() {
+                break next_run(id, v2, &mut pending);
+            }
             let (q, f) = (Arc::clone(queue), filter.clone());
             let at = cursor;
-            // Read and filtered off the runtime: the last offset read, and
-            // what of it the filter keeps.
+            // Read off the runtime: unfiltered, a chunk written as it is
+            // read; filtered, the last offset read and what the filter
+            // keeps of it.
             let read = tokio::task::spawn_blocking(move || {
                 let s = q.stream()?;
-                Some(
-                    s.peek(&q, Start::Offset(at), CHUNK_MESSAGES, budget)
-                        .map(|mut batch| {
-                            let last = batch.last().map(|&(o, _)| o);
-                            if let Some(f) = &f {
+                Some(match f {
+                    None => {
+                        let mut c = ChunkFrame::new(id, v2, budget);
+                        s.visit(&q, Start::Offset(at), CHUNK_MESSAGES, budget, |o, found| {
+                            c.push_found(o, found)
+                        })
+                        .map(|_| Read::Chunk(c))
+                    }
+                    Some(f) => {
+                        s.peek(&q, Start::Offset(at), CHUNK_MESSAGES, budget)
+                            .map(|mut batch| {
+                                let last = batch.last().map(|&(o, _)| o);
                                 batch.retain(|(_, m)| f.matches(m));
-                            }
-                            (last, batch)
-                        }),
-                )
+                                Read::Filtered(last, batch)
+                            })
+                    }
+                })
             })
             .await;
-            let (last, kept) = match read {
-                Ok(Some(Ok(read))) => read,
+            match read {
+                Ok(Some(Ok(Read::Chunk(c)))) if !c.is_empty() => break c,
+                Ok(Some(Ok(Read::Filtered(Some(last), kept)))) => {
+                    cursor = last + 1;
+                    // All filtered out: read on.
+                    pending = kept;
+                    continue;
+                }
+                Ok(Some(Ok(_))) => {}
                 Ok(Some(Err(e))) => {
                     // The client is told the stream is not available (it
                     // may subscribe again), rather than left waiting.
@@ -365,12 +382,6 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
                     went(&target);
                     return;
                 }
-            };
-            if let Some(last) = last {
-                cursor = last + 1;
-                // All filtered out: read on.
-                pending = kept;
-                continue;
             }
             // Nothing readable: wait for an append, a commit (in a
             // cluster, what was appended becomes readable at its commit),
@@ -384,25 +395,45 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
             if out.closed() {
                 return;
             }
-        }
-        let run = pending
-            .windows(2)
-            .position(|w| w[1].0 != w[0].0 + 1)
-            .map_or(pending.len(), |i| i + 1);
+        };
+        let (n, last) = (c.len(), c.last());
+        cursor = cursor.max(last + 1);
         // Deliver 2 names what is committed: at least what is sent.
-        let committed = v2.then(|| {
-            let end = queue.stream().map_or(0, |s| s.readable_end(queue));
-            end.saturating_sub(1).max(pending[run - 1].0)
-        });
-        let frame = chunk(id, &pending[..run], committed);
-        let last = pending[run - 1].0;
-        pending.drain(..run);
-        if !out.send(frame).await {
+        let end = match v2 {
+            true => queue.stream().map_or(0, |s| s.readable_end(queue)),
+            false => 0,
+        };
+        if !out.send(c.finish(end.saturating_sub(1).max(last))).await {
             return;
         }
         permit.forget();
-        target.stats.sent(run as u64, last);
+        target.stats.sent(n as u64, last);
     }
+}
+
+/// What a reader read: a chunk, or (filtered) the last offset read and
+/// the messages the filter kept.
+enum Read {
+    Chunk(ChunkFrame),
+    Filtered(Option<u64>, Vec<(u64, Arc<Message>)>),
+}
+
+/// The chunk of the first run of consecutive offsets in `pending`, taken
+/// out of it.
+fn next_run(id: u8, v2: bool, pending: &mut Vec<(u64, Arc<Message>)>) -> ChunkFrame {
+    let run = pending
+        .windows(2)
+        .position(|w| w[1].0 != w[0].0 + 1)
+        .map_or(pending.len(), |i| i + 1);
+    let bytes = pending[..run]
+        .iter()
+        .map(|(_, m)| m.body().len() + 256)
+        .sum();
+    let mut c = ChunkFrame::new(id, v2, bytes);
+    for (offset, msg) in pending.drain(..run) {
+        c.push(offset, &msg);
+    }
+    c
 }
 
 /// Tells the client its stream is no more.
@@ -416,104 +447,12 @@ pub async fn gone(out: &Out, name: &str) {
     .await;
 }
 
-/// A Deliver frame of subscription `id` holding `batch` (consecutive
-/// offsets) as one chunk: version 2 with `committed` (the last offset
-/// committed, which Deliver 2 names as the committed chunk id: every
-/// offset up to it is), version 1 without.
-pub fn chunk(id: u8, batch: &[(u64, Arc<Message>)], committed: Option<u64>) -> Bytes {
-    let size: usize = batch.iter().map(|(_, m)| m.body().len() + 256).sum();
-    let mut o = BytesMut::with_capacity(size + 64);
-    let first = batch.first().map_or(0, |&(at, _)| at);
-    let version = if committed.is_some() { 2 } else { 1 };
-    wire::frame(&mut o, DELIVER, version, |o| {
-        o.put_u8(id);
-        if let Some(c) = committed {
-            o.put_u64(c);
-        }
-        o.put_u8(MAGIC_VERSION);
-        o.put_u8(0); // a user chunk
-        o.put_u16(batch.len() as u16);
-        o.put_u32(batch.len() as u32);
-        o.put_i64(crate::util::record_ms() as i64);
-        o.put_u64(1); // epoch
-        o.put_u64(first);
-        let crc_at = o.len();
-        o.put_u32(0); // CRC, filled in below
-        o.put_u32(0); // data length
-        o.put_u32(0); // trailer length
-        o.put_u32(0); // bloom filter size, reserved
-        let data_at = o.len();
-        for (_, msg) in batch {
-            if amqp10::is_amqp10(msg) {
-                o.put_u32(msg.body().len() as u32);
-                o.put_slice(msg.body());
-            } else {
-                let at = o.len();
-                o.put_u32(0);
-                amqp10::encode_091(msg, &[b"x-stream-offset"], o);
-                let len = (o.len() - at - 4) as u32;
-                o[at..at + 4].copy_from_slice(&len.to_be_bytes());
-            }
-        }
-        let data = &o[data_at..];
-        let crc = crc32fast::hash(data);
-        let len = data.len() as u32;
-        o[crc_at..crc_at + 4].copy_from_slice(&crc.to_be_bytes());
-        o[crc_at + 4..crc_at + 8].copy_from_slice(&len.to_be_bytes());
-    });
-    o.freeze()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Meta;
-    use rabbitmq_stream_protocol::codec::Decoder;
-    use rabbitmq_stream_protocol::commands::deliver::DeliverCommand;
 
     #[test]
-    fn a_chunk_reads_back_as_rabbitmqs_clients_read_it() {
-        let stored = Message::new(
-            b"",
-            b"s",
-            amqp10::STORED_PROPS,
-            &[0x00, 0x53, 0x75, 0xa0, 2, b'h', b'i'],
-            Meta::default(),
-        );
-        let plain = Message::new(b"", b"s", &[0, 0], b"there", Meta::default());
-        let batch = vec![(7, Arc::new(stored)), (8, Arc::new(plain))];
-        let frame = chunk(3, &batch, None);
-        let size = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
-        assert_eq!(size, frame.len() - 4);
-        assert_eq!(&frame[4..8], &[0, 8, 0, 1], "deliver, version 1");
-        let (rest, d) = DeliverCommand::decode(&frame[8..]).expect("decodes");
-        assert!(rest.is_empty());
-        assert_eq!((d.subscription_id, d.chunk_first_offset), (3, 7));
-        let bodies: Vec<_> = d
-            .messages
-            .iter()
-            .map(|m| m.data().map(<[u8]>::to_vec))
-            .collect();
-        assert_eq!(bodies, vec![Some(b"hi".to_vec()), Some(b"there".to_vec())]);
-        // The CRC covers the entries (after the 48-byte chunk header).
-        let data = &frame[9 + 48..];
-        let crc = u32::from_be_bytes(frame[9 + 32..9 + 36].try_into().unwrap());
-        assert_eq!(crc, crc32fast::hash(data));
-    }
-
-    #[test]
-    fn deliver_2_names_the_committed_offset_before_the_chunk() {
-        let plain = Message::new(b"", b"s", &[0, 0], b"there", Meta::default());
-        let batch = vec![(7, Arc::new(plain))];
-        let v1 = chunk(3, &batch, None);
-        let v2 = chunk(3, &batch, Some(9));
-        assert_eq!(&v2[4..8], &[0, 8, 0, 2], "deliver, version 2");
-        assert_eq!(v2[8], 3);
-        assert_eq!(u64::from_be_bytes(v2[9..17].try_into().unwrap()), 9);
-        // The same chunk after it (its timestamp aside).
-        assert_eq!(v2.len(), v1.len() + 8);
-        assert_eq!(&v2[17..27], &v1[9..19]);
-        assert_eq!(&v2[35..], &v1[27..]);
+    fn deliver_2_is_for_clients_that_list_it() {
         assert!(speaks_deliver_v2(&[(DELIVER, 1, 2)]));
         assert!(!speaks_deliver_v2(&[(DELIVER, 1, 1), (PUBLISH, 1, 2)]));
     }

@@ -63,7 +63,11 @@ pub fn stored_props_with(filter: &[u8], out: &mut Vec<u8>) {
 /// AMQP 0-9-1 message is stored with an `x-stream-offset` header added
 /// last, so none is stored with either list, whatever its publisher set.
 pub fn is_amqp10(msg: &Message) -> bool {
-    let p = msg.properties();
+    is_stored_props(msg.properties())
+}
+
+/// Whether `p` is a property list `is_amqp10` recognises.
+pub fn is_stored_props(p: &[u8]) -> bool {
     if p == STORED_PROPS {
         return true;
     }

@@ -38,7 +38,7 @@ use parking_lot::Mutex;
 
 use super::{Consumer, Entry, Queue, Refused, Settle, Unacked};
 use crate::message::{amqp10, Message};
-use crate::store;
+use crate::store::{self, Found};
 pub use filter::Filter;
 pub use offset::Start;
 use retention::{Limits, Segments};
@@ -532,6 +532,32 @@ impl Stream {
         count: usize,
         max_bytes: usize,
     ) -> store::Result<Vec<(u64, Arc<Message>)>> {
+        let mut all = Vec::new();
+        self.visit(queue, start, count, max_bytes, |o, found| {
+            let m = match found {
+                Found::Record(r) => {
+                    Arc::new(store::decode_message(bytes::Bytes::copy_from_slice(r))?)
+                }
+                Found::Message(m) => m,
+            };
+            all.push((o, m));
+            Ok(())
+        })?;
+        Ok(all)
+    }
+
+    /// Calls `f` with each message `peek` would return, in order: those
+    /// read back from the log as their records where the read left them,
+    /// the newest as kept in memory; stops at the first error `f`
+    /// returns.
+    pub fn visit(
+        &self,
+        queue: &Queue,
+        start: Start,
+        count: usize,
+        max_bytes: usize,
+        mut f: impl FnMut(u64, Found<'_>) -> store::Result<()>,
+    ) -> store::Result<()> {
         let start = self.seek(queue, start)?;
         let (from, end, tail_first, from_tail) = {
             let mut log = self.log.lock();
@@ -544,27 +570,48 @@ impl Stream {
                 .collect();
             (from, end, tail_first, from_tail)
         };
+        let mut budget = Budget {
+            max: max_bytes as u64,
+            taken: 0,
+            bytes: 0,
+        };
         // What is older than the tail is read back, outside the lock.
-        let mut all = Vec::new();
-        let (mut at, mut bytes) = (from, 0usize);
-        while at < tail_first.min(end) && bytes < max_bytes {
-            let want = (tail_first.min(end) - at).min(READ_BATCH as u64) as usize;
-            let budget = (max_bytes - bytes.min(max_bytes)) as u64;
-            let read = self.read_back(queue, at, want, budget)?;
-            let Some(&(last, _)) = read.back() else { break };
-            for (o, m) in read.into_iter().take_while(|(o, _)| *o < end) {
-                bytes += m.body().len();
-                all.push((o, m));
+        let mut at = from;
+        let older = tail_first.min(end);
+        while at < older && (budget.taken == 0 || budget.left() > 0) {
+            let want = (older - at).min(READ_BATCH as u64) as usize;
+            let (mut last, mut full) = (None, false);
+            queue.store.visit_range_within(
+                queue.config.store_id,
+                seq_of(at),
+                want,
+                budget.left(),
+                |seq, found| {
+                    let o = seq.saturating_sub(1);
+                    last = Some(o);
+                    if full || o >= end {
+                        return Ok(());
+                    }
+                    if !budget.fits(body_len(&found)?) {
+                        full = true;
+                        return Ok(());
+                    }
+                    f(o, found)
+                },
+            )?;
+            let Some(last) = last else { break };
+            if full {
+                return Ok(());
             }
             at = last + 1;
         }
-        all.extend(from_tail.into_iter().filter(|(o, _)| *o >= at));
-        let fit = store::within_bytes(
-            all.iter().map(|(_, m)| m.body().len() as u64),
-            max_bytes as u64,
-        );
-        all.truncate(fit);
-        Ok(all)
+        for (o, m) in from_tail.into_iter().filter(|(o, _)| *o >= at) {
+            if !budget.fits(m.body().len() as u64) {
+                break;
+            }
+            f(o, Found::Message(m))?;
+        }
+        Ok(())
     }
 
     /// The offset a reader starting at `start` reads first.
@@ -892,6 +939,40 @@ impl Stream {
             .into_iter()
             .map(|(seq, m)| (seq.saturating_sub(1), m))
             .collect())
+    }
+}
+
+/// What a read may still take: at least one message, about `max` bytes
+/// of bodies.
+struct Budget {
+    max: u64,
+    taken: usize,
+    bytes: u64,
+}
+
+impl Budget {
+    /// Whether a body of `len` bytes fits (it is then counted).
+    fn fits(&mut self, len: u64) -> bool {
+        let fit = self.taken == 0 || self.bytes + len <= self.max;
+        if fit {
+            self.taken += 1;
+            self.bytes += len;
+        }
+        fit
+    }
+
+    fn left(&self) -> u64 {
+        self.max.saturating_sub(self.bytes)
+    }
+}
+
+/// The body length of what a range read found.
+fn body_len(found: &Found<'_>) -> store::Result<u64> {
+    match found {
+        Found::Record(r) => store::record_parts(r)
+            .map(|(_, body)| body.len() as u64)
+            .ok_or_else(|| store::Error::Corrupt("message record".into())),
+        Found::Message(m) => Ok(m.body().len() as u64),
     }
 }
 

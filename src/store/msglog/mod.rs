@@ -29,6 +29,7 @@ mod compact;
 mod held;
 mod index;
 mod open;
+mod range;
 mod record;
 mod slots;
 mod summary;
@@ -47,6 +48,7 @@ use parking_lot::Mutex;
 
 use self::held::{Held, HeldPut};
 use self::index::{Index, Loc};
+pub use self::range::Found;
 use self::record::{Rec, PUT_MESSAGE_AT};
 use self::summary::{Entry, Summary, Writer};
 use super::messages::{decode_record, record_len, Decoded, StoredMessage};
@@ -498,104 +500,6 @@ impl MessageLog {
         let mut last = None;
         let found = self.read_current(queue, seq, loc, &mut last)?;
         Ok(found.map(|d| d.message))
-    }
-
-    /// Up to `n` messages of `queue` from `from` on, in order.
-    pub fn range(&self, queue: u64, from: u64, n: usize) -> Result<Vec<(u64, Arc<Message>)>> {
-        self.range_within(queue, from, n, u64::MAX)
-    }
-
-    /// The same, and no more than about `max_bytes` of bodies (at least
-    /// one message): the index knows each body's length before a read.
-    pub fn range_within(
-        &self,
-        queue: u64,
-        from: u64,
-        n: usize,
-        max_bytes: u64,
-    ) -> Result<Vec<(u64, Arc<Message>)>> {
-        if let Some(held) = self.held_from(queue, from, n, max_bytes) {
-            return Ok(held);
-        }
-        let mut locs = self.released()?.index.range(queue, from, n);
-        let fit = super::messages::within_bytes(
-            locs.iter().map(|(_, loc)| u64::from(loc.body_len)),
-            max_bytes,
-        );
-        locs.truncate(fit);
-        // The records holding them, read together (neighbours in a
-        // segment share a read); one that cannot be read that way is read
-        // as before, which also finds one that compaction moved.
-        let mut bodies: Vec<(u64, u64)> = locs
-            .iter()
-            .map(|(_, l)| {
-                (
-                    l.body,
-                    l.body + RECORD_HEADER + u64::from(l.at) + u64::from(l.len),
-                )
-            })
-            .collect();
-        bodies.sort_unstable();
-        bodies.dedup_by(|b, a| {
-            let same = a.0 == b.0;
-            if same {
-                a.1 = a.1.max(b.1);
-            }
-            same
-        });
-        let (positions, ends): (Vec<u64>, Vec<u64>) = bodies.into_iter().unzip();
-        let records = self.log.read_many(&positions, &ends);
-        let payloads: Vec<Option<Bytes>> = records
-            .into_iter()
-            .map(|r| r.ok().map(|r| Bytes::from(r.payload)))
-            .collect();
-        let mut out = Vec::with_capacity(locs.len());
-        for (seq, loc) in locs {
-            let mut last = positions
-                .binary_search(&loc.body)
-                .ok()
-                .and_then(|i| payloads[i].clone())
-                .map(|p| (loc.body, p));
-            if let Some(d) = self.read_current(queue, seq, loc, &mut last)? {
-                out.push((seq, Arc::new(d.message)));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Messages `from`, `from + 1`, ... of `queue` while they are held
-    /// back and nothing of the queue from `from` on is in the log: a
-    /// stream's newest messages, read by a member's reader at the tail
-    /// (server/follow_reads) without writing what is held; nothing if
-    /// nothing of the queue from `from` on is held or in the log. None
-    /// where it cannot tell without writing what is held.
-    fn held_from(
-        &self,
-        queue: u64,
-        from: u64,
-        n: usize,
-        max_bytes: u64,
-    ) -> Option<Vec<(u64, Arc<Message>)>> {
-        let st = self.state.lock();
-        if !st.index.range(queue, from, 1).is_empty() {
-            return None;
-        }
-        if !st.held.may_hold_from(queue, from) {
-            return Some(Vec::new());
-        }
-        let mut out = Vec::new();
-        let mut bytes = 0u64;
-        for seq in from.. {
-            let Some(p) = st.held.get(queue, seq) else {
-                break;
-            };
-            bytes += p.msg.body().len() as u64;
-            if out.len() == n || (!out.is_empty() && bytes > max_bytes) {
-                break;
-            }
-            out.push((seq, Arc::new(p.msg.clone())));
-        }
-        (!out.is_empty()).then_some(out)
     }
 
     /// Where each stored message of `queue` from `from` on lies, in

@@ -18,6 +18,7 @@ use crate::message::Message;
 use crate::queue::stream::{offset_of, Filter, Start};
 use crate::server::follow_reads::reader::{blocking, start_offset, CATCH_UP, STILL_THERE};
 use crate::server::follow_reads::Reads;
+use crate::stream_protocol::chunk;
 use crate::stream_protocol::codes::{INTERNAL_ERROR, OK, SUBSCRIBE};
 use crate::stream_protocol::out::Out;
 use crate::stream_protocol::subscribe::{self, Subscribe, CHUNK_MESSAGES};
@@ -152,7 +153,7 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, out: Out, sub:
         // Deliver 2 names what is committed: here, all that is applied,
         // which is at least what was read.
         let committed = sub.v2.then_some(cursor.saturating_sub(1));
-        let frame = subscribe::chunk(sub.id, &pending[..run], committed);
+        let frame = chunk::chunk(sub.id, &pending[..run], committed);
         pending.drain(..run);
         // Counted as it goes out (a client may ask the metrics once it
         // has the chunk).

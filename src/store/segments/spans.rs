@@ -1,0 +1,153 @@
+//! Records read together: the records at a list of positions, read with
+//! as few reads as their spacing allows into one buffer, each handed out
+//! as a slice of it (a reader going through a stream or a backlog reads
+//! a run of neighbours; one read each was three syscalls a record, and a
+//! copy each was as much CPU again as the read).
+
+use std::io;
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::{read_at, read_full_at, whole, Record, SegmentLog, HEADER, MAGIC};
+
+/// The most bytes one read takes (records further apart are read with
+/// another read).
+const SPAN_BYTES: u64 = 1 << 20;
+/// A thread keeps its buffer up to this size (a large record can make one
+/// larger, for that read).
+const SPAN_KEPT: usize = 2 << 20;
+
+thread_local! {
+    /// The buffer of `read_spans`, kept by each thread that reads: a new
+    /// megabyte each time cost page faults and their zeroing, every read.
+    static SPAN: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// What `read_spans` found: per position, the record's kind and where its
+/// payload lies in one buffer, or why it could not be read.
+pub struct Spans {
+    buf: Vec<u8>,
+    found: Vec<io::Result<(u8, Range<usize>)>>,
+}
+
+impl Spans {
+    /// The kind and payload of the `i`th position's record, if it was read.
+    pub fn get(&self, i: usize) -> Option<(u8, &[u8])> {
+        match self.found.get(i)? {
+            Ok((kind, r)) => Some((*kind, self.buf.get(r.clone())?)),
+            Err(_) => None,
+        }
+    }
+
+    /// Each position's record, copied out (`SegmentLog::read_many`).
+    pub fn into_records(mut self) -> Vec<io::Result<Record>> {
+        let found = std::mem::take(&mut self.found);
+        found
+            .into_iter()
+            .map(|f| {
+                f.map(|(kind, r)| Record {
+                    kind,
+                    payload: self.buf[r].to_vec(),
+                })
+            })
+            .collect()
+    }
+
+    /// Adds a record read on its own.
+    fn push(&mut self, used: &mut usize, r: io::Result<Record>) {
+        self.found.push(r.map(|r| {
+            let at = *used;
+            let end = at + r.payload.len();
+            if self.buf.len() < end {
+                self.buf.resize(end, 0);
+            }
+            self.buf[at..end].copy_from_slice(&r.payload);
+            *used = end;
+            (r.kind, at..end)
+        }));
+    }
+}
+
+impl Drop for Spans {
+    fn drop(&mut self) {
+        if self.buf.len() <= SPAN_KEPT {
+            let buf = std::mem::take(&mut self.buf);
+            SPAN.with(|b| *b.borrow_mut() = buf);
+        }
+    }
+}
+
+impl SegmentLog {
+    /// The records at `positions` (ascending), each as `read` gives it:
+    /// the records of one segment that lie within `SPAN_BYTES` of the
+    /// first of them are read with one pread. `ends` gives, per position,
+    /// how far past it the record reaches at least (its header and the
+    /// part of its payload wanted); a record that reaches further than
+    /// what was read, or fails its checksum there, is read on its own.
+    pub fn read_spans(&self, positions: &[u64], ends: &[u64]) -> Spans {
+        let mut spans = Spans {
+            buf: SPAN.with(|b| std::mem::take(&mut *b.borrow_mut())),
+            found: Vec::with_capacity(positions.len()),
+        };
+        // The buffer keeps its length between reads (no zeroing); `used`
+        // is how much of it this read filled.
+        let mut used = 0;
+        let mut i = 0;
+        while i < positions.len() {
+            let first = positions[i];
+            let seg = {
+                let inner = self.inner.lock();
+                (first < inner.written)
+                    .then(|| {
+                        let mut after = inner.segments.range(first + 1..);
+                        let next = after.next().map_or(inner.written, |(&b, _)| b);
+                        inner
+                            .segments
+                            .range(..=first)
+                            .next_back()
+                            .map(|(&base, f)| (base, Arc::clone(f), next.min(inner.written)))
+                    })
+                    .flatten()
+            };
+            let Some((base, file, seg_end)) = seg else {
+                spans.push(&mut used, self.read(first));
+                i += 1;
+                continue;
+            };
+            let mut j = i;
+            let mut end = first;
+            while j < positions.len() && positions[j] < seg_end && positions[j] - first < SPAN_BYTES
+            {
+                end = end.max(ends[j].min(seg_end));
+                j += 1;
+            }
+            let want = (end - first) as usize;
+            let at = used;
+            if spans.buf.len() < at + want {
+                spans.buf.resize(at + want, 0);
+            }
+            let from = first - base + MAGIC.len() as u64;
+            match read_full_at(&file, &mut spans.buf[at..at + want], from) {
+                Ok(n) => {
+                    used = at + n;
+                    for &pos in &positions[i..j] {
+                        let rel = at + (pos - first) as usize;
+                        match spans.buf[..at + n].get(rel..).and_then(whole) {
+                            Some((kind, len)) => spans
+                                .found
+                                .push(Ok((kind, rel + HEADER..rel + HEADER + len))),
+                            None => spans.push(&mut used, read_at(&file, base, pos)),
+                        }
+                    }
+                }
+                Err(_) => {
+                    for &pos in &positions[i..j] {
+                        spans.push(&mut used, self.read(pos));
+                    }
+                }
+            }
+            i = j;
+        }
+        spans
+    }
+}

@@ -1,0 +1,241 @@
+//! A Deliver frame: one chunk of consecutive offsets, as RabbitMQ's
+//! stream clients read it (osiris's chunk header, then the entries, each
+//! a message's AMQP 1.0 bytes behind its length). An entry is written
+//! straight into the frame: as stored when the message came over this
+//! protocol (from its record where a read left it, no other copy), or
+//! written from its AMQP 0-9-1 form (message/amqp10.rs). The chunk's CRC
+//! is the CRC-32 of its entries, as clients that check it expect.
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::codes::DELIVER;
+use crate::message::{amqp10, Message};
+use crate::store::{self, Found};
+
+/// The chunk header's magic and version (osiris: 5, 0).
+const MAGIC_VERSION: u8 = 0x50;
+
+/// A Deliver frame being written.
+pub struct ChunkFrame {
+    o: BytesMut,
+    /// Where Deliver 2's committed offset goes (None: version 1).
+    committed_at: Option<usize>,
+    /// Where the chunk header's fields from the entry count on begin.
+    header_at: usize,
+    /// Where the entries begin.
+    data_at: usize,
+    first: u64,
+    entries: u16,
+}
+
+impl ChunkFrame {
+    /// A frame of subscription `id` (`v2`: Deliver version 2) with room
+    /// for about `bytes` of entries.
+    pub fn new(id: u8, v2: bool, bytes: usize) -> Self {
+        let mut o = BytesMut::with_capacity(bytes + 96);
+        o.put_u32(0); // the frame's size, filled in at the end
+        o.put_u16(DELIVER);
+        o.put_u16(if v2 { 2 } else { 1 });
+        o.put_u8(id);
+        let committed_at = v2.then(|| {
+            let at = o.len();
+            o.put_u64(0);
+            at
+        });
+        o.put_u8(MAGIC_VERSION);
+        o.put_u8(0); // a user chunk
+        let header_at = o.len();
+        o.put_u16(0); // entries
+        o.put_u32(0); // records
+        o.put_i64(crate::util::record_ms() as i64);
+        o.put_u64(1); // epoch
+        o.put_u64(0); // the first offset
+        o.put_u32(0); // CRC
+        o.put_u32(0); // data length
+        o.put_u32(0); // trailer length
+        o.put_u32(0); // bloom filter size, reserved
+        let data_at = o.len();
+        ChunkFrame {
+            o,
+            committed_at,
+            header_at,
+            data_at,
+            first: 0,
+            entries: 0,
+        }
+    }
+
+    /// How many entries it holds.
+    pub fn len(&self) -> usize {
+        usize::from(self.entries)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    /// The offset of its last entry (its first with none).
+    pub fn last(&self) -> u64 {
+        self.first + u64::from(self.entries.saturating_sub(1))
+    }
+
+    /// Adds the message at `offset` (the next after the last).
+    pub fn push(&mut self, offset: u64, msg: &Message) {
+        self.begin(offset);
+        let o = &mut self.o;
+        if amqp10::is_amqp10(msg) {
+            o.put_u32(msg.body().len() as u32);
+            o.put_slice(msg.body());
+        } else {
+            let at = o.len();
+            o.put_u32(0);
+            amqp10::encode_091(msg, &[b"x-stream-offset"], o);
+            let len = (o.len() - at - 4) as u32;
+            o[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        }
+    }
+
+    /// Adds what a range read found at `offset`.
+    pub fn push_found(&mut self, offset: u64, found: Found<'_>) -> store::Result<()> {
+        match found {
+            Found::Message(m) => self.push(offset, &m),
+            Found::Record(r) => match store::record_parts(r) {
+                Some((props, body)) if amqp10::is_stored_props(props) => {
+                    self.begin(offset);
+                    self.o.put_u32(body.len() as u32);
+                    self.o.put_slice(body);
+                }
+                _ => {
+                    let m = store::decode_message(Bytes::copy_from_slice(r))?;
+                    self.push(offset, &m);
+                }
+            },
+        }
+        Ok(())
+    }
+
+    fn begin(&mut self, offset: u64) {
+        if self.entries == 0 {
+            self.first = offset;
+        }
+        self.entries += 1;
+    }
+
+    /// The frame, naming `committed` (Deliver 2: every offset up to it is
+    /// committed) if it is version 2.
+    pub fn finish(mut self, committed: u64) -> Bytes {
+        let o = &mut self.o;
+        let size = (o.len() - 4) as u32;
+        o[..4].copy_from_slice(&size.to_be_bytes());
+        if let Some(at) = self.committed_at {
+            o[at..at + 8].copy_from_slice(&committed.to_be_bytes());
+        }
+        let h = self.header_at;
+        let n = self.entries;
+        o[h..h + 2].copy_from_slice(&n.to_be_bytes());
+        o[h + 2..h + 6].copy_from_slice(&u32::from(n).to_be_bytes());
+        // After the timestamp and the epoch.
+        o[h + 22..h + 30].copy_from_slice(&self.first.to_be_bytes());
+        let data = &o[self.data_at..];
+        let crc = crc32fast::hash(data);
+        let len = data.len() as u32;
+        o[h + 30..h + 34].copy_from_slice(&crc.to_be_bytes());
+        o[h + 34..h + 38].copy_from_slice(&len.to_be_bytes());
+        self.o.freeze()
+    }
+}
+
+/// A Deliver frame of subscription `id` holding `batch` (consecutive
+/// offsets) as one chunk: version 2 with `committed` (the last offset
+/// committed, which Deliver 2 names as the committed chunk id: every
+/// offset up to it is), version 1 without.
+pub fn chunk(id: u8, batch: &[(u64, Arc<Message>)], committed: Option<u64>) -> Bytes {
+    let size: usize = batch.iter().map(|(_, m)| m.body().len() + 256).sum();
+    let mut c = ChunkFrame::new(id, committed.is_some(), size);
+    for (offset, msg) in batch {
+        c.push(*offset, msg);
+    }
+    c.finish(committed.unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Meta;
+    use rabbitmq_stream_protocol::codec::Decoder;
+    use rabbitmq_stream_protocol::commands::deliver::DeliverCommand;
+
+    /// A message as the stream protocol's publish stores it ("hi").
+    fn stored() -> Message {
+        Message::new(
+            b"",
+            b"s",
+            amqp10::STORED_PROPS,
+            &[0x00, 0x53, 0x75, 0xa0, 2, b'h', b'i'],
+            Meta::default(),
+        )
+    }
+
+    #[test]
+    fn a_chunk_reads_back_as_rabbitmqs_clients_read_it() {
+        let stored = stored();
+        let plain = Message::new(b"", b"s", &[0, 0], b"there", Meta::default());
+        let batch = vec![(7, Arc::new(stored)), (8, Arc::new(plain))];
+        let frame = chunk(3, &batch, None);
+        let size = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
+        assert_eq!(size, frame.len() - 4);
+        assert_eq!(&frame[4..8], &[0, 8, 0, 1], "deliver, version 1");
+        let (rest, d) = DeliverCommand::decode(&frame[8..]).expect("decodes");
+        assert!(rest.is_empty());
+        assert_eq!((d.subscription_id, d.chunk_first_offset), (3, 7));
+        let bodies: Vec<_> = d
+            .messages
+            .iter()
+            .map(|m| m.data().map(<[u8]>::to_vec))
+            .collect();
+        assert_eq!(bodies, vec![Some(b"hi".to_vec()), Some(b"there".to_vec())]);
+        // The CRC covers the entries (after the 48-byte chunk header).
+        let data = &frame[9 + 48..];
+        let crc = u32::from_be_bytes(frame[9 + 32..9 + 36].try_into().unwrap());
+        assert_eq!(crc, crc32fast::hash(data));
+    }
+
+    #[test]
+    fn deliver_2_names_the_committed_offset_before_the_chunk() {
+        let plain = Message::new(b"", b"s", &[0, 0], b"there", Meta::default());
+        let batch = vec![(7, Arc::new(plain))];
+        let v1 = chunk(3, &batch, None);
+        let v2 = chunk(3, &batch, Some(9));
+        assert_eq!(&v2[4..8], &[0, 8, 0, 2], "deliver, version 2");
+        assert_eq!(v2[8], 3);
+        assert_eq!(u64::from_be_bytes(v2[9..17].try_into().unwrap()), 9);
+        // The same chunk after it (its timestamp aside).
+        assert_eq!(v2.len(), v1.len() + 8);
+        assert_eq!(&v2[17..27], &v1[9..19]);
+        assert_eq!(&v2[35..], &v1[27..]);
+    }
+
+    /// A message read back as its record goes into a chunk as the same
+    /// bytes as the message itself.
+    #[test]
+    fn a_record_makes_the_same_entry_as_its_message() {
+        let stored = stored();
+        let plain = Message::new(b"x", b"s", &[0, 0], b"there", Meta::default());
+        let (mut a, mut b) = (ChunkFrame::new(1, true, 0), ChunkFrame::new(1, true, 0));
+        for (offset, m) in [(4, &stored), (5, &plain)] {
+            let mut record = BytesMut::new();
+            store::encode_message(m, false, &mut record);
+            a.push(offset, m);
+            b.push_found(offset, Found::Record(&record)).unwrap();
+        }
+        assert_eq!((b.len(), b.last()), (2, 5));
+        let (a, b) = (a.finish(9), b.finish(9));
+        // All but the timestamp (after the committed offset, the magic,
+        // the chunk type, and the counts).
+        let ts = 4 + 4 + 1 + 8 + 2 + 6;
+        assert_eq!((&a[..ts], &a[ts + 8..]), (&b[..ts], &b[ts + 8..]));
+        assert!(store::record_parts(b"\x09not a record").is_none());
+    }
+}
