@@ -307,26 +307,10 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
     // gaps).
     let mut pending: Vec<(u64, Arc<Message>)> = Vec::new();
     loop {
-        // Without credit it still notices its stream go (each second).
-        let permit = loop {
-            tokio::select! {
-                p = credit.acquire() => break p,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {
-                    if queue.stream().is_none_or(|s| s.is_gone()) {
-                        went(&target);
-                        return;
-                    }
-                    if out.closed() {
-                        return;
-                    }
-                }
-            }
-        };
-        // Held until its chunk is sent: a reader stopped before that gives
-        // it back.
-        let Ok(permit) = permit else {
-            return;
-        };
+        // The next chunk is read before its credit comes: RabbitMQ's
+        // clients subscribe with one credit and give one back as they
+        // finish a chunk, so a read after that left the client idle while
+        // it ran.
         let c = loop {
             let Some(stream) = queue.stream().filter(|s| !s.is_gone()) else {
                 went(&target);
@@ -395,6 +379,26 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
             if out.closed() {
                 return;
             }
+        };
+        // Without credit it still notices its stream go (each second).
+        let permit = loop {
+            tokio::select! {
+                p = credit.acquire() => break p,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                    if queue.stream().is_none_or(|s| s.is_gone()) {
+                        went(&target);
+                        return;
+                    }
+                    if out.closed() {
+                        return;
+                    }
+                }
+            }
+        };
+        // Held until its chunk is sent: a reader stopped before that gives
+        // it back.
+        let Ok(permit) = permit else {
+            return;
         };
         let (n, last) = (c.len(), c.last());
         cursor = cursor.max(last + 1);
