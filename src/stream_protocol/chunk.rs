@@ -17,36 +17,25 @@ use crate::store::{self, Found};
 /// The chunk header's magic and version (osiris: 5, 0).
 const MAGIC_VERSION: u8 = 0x50;
 
-/// A Deliver frame being written.
+/// A chunk being written: the osiris chunk header and its entries, all
+/// of a Deliver frame but its head (frame size, key, version,
+/// subscription, committed offset), so that readers of the same offsets
+/// can share it (`Chunk::frame`).
 pub struct ChunkFrame {
     o: BytesMut,
-    /// Where Deliver 2's committed offset goes (None: version 1).
-    committed_at: Option<usize>,
-    /// Where the chunk header's fields from the entry count on begin.
-    header_at: usize,
-    /// Where the entries begin.
-    data_at: usize,
     first: u64,
     entries: u16,
 }
 
+/// The chunk header's length.
+const HEADER: usize = 48;
+
 impl ChunkFrame {
-    /// A frame of subscription `id` (`v2`: Deliver version 2) with room
-    /// for about `bytes` of entries.
-    pub fn new(id: u8, v2: bool, bytes: usize) -> Self {
-        let mut o = BytesMut::with_capacity(bytes + 96);
-        o.put_u32(0); // the frame's size, filled in at the end
-        o.put_u16(DELIVER);
-        o.put_u16(if v2 { 2 } else { 1 });
-        o.put_u8(id);
-        let committed_at = v2.then(|| {
-            let at = o.len();
-            o.put_u64(0);
-            at
-        });
+    /// A chunk with room for about `bytes` of entries.
+    pub fn new(bytes: usize) -> Self {
+        let mut o = BytesMut::with_capacity(bytes + HEADER + 64);
         o.put_u8(MAGIC_VERSION);
         o.put_u8(0); // a user chunk
-        let header_at = o.len();
         o.put_u16(0); // entries
         o.put_u32(0); // records
         o.put_i64(crate::util::record_ms() as i64);
@@ -56,29 +45,11 @@ impl ChunkFrame {
         o.put_u32(0); // data length
         o.put_u32(0); // trailer length
         o.put_u32(0); // bloom filter size, reserved
-        let data_at = o.len();
         ChunkFrame {
             o,
-            committed_at,
-            header_at,
-            data_at,
             first: 0,
             entries: 0,
         }
-    }
-
-    /// How many entries it holds.
-    pub fn len(&self) -> usize {
-        usize::from(self.entries)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries == 0
-    }
-
-    /// The offset of its last entry (its first with none).
-    pub fn last(&self) -> u64 {
-        self.first + u64::from(self.entries.saturating_sub(1))
     }
 
     /// Adds the message at `offset` (the next after the last).
@@ -123,41 +94,67 @@ impl ChunkFrame {
         self.entries += 1;
     }
 
-    /// The frame, naming `committed` (Deliver 2: every offset up to it is
-    /// committed) if it is version 2.
-    pub fn finish(mut self, committed: u64) -> Bytes {
+    /// The chunk, its header filled in.
+    pub fn finish(mut self) -> Chunk {
         let o = &mut self.o;
-        let size = (o.len() - 4) as u32;
-        o[..4].copy_from_slice(&size.to_be_bytes());
-        if let Some(at) = self.committed_at {
-            o[at..at + 8].copy_from_slice(&committed.to_be_bytes());
-        }
-        let h = self.header_at;
         let n = self.entries;
-        o[h..h + 2].copy_from_slice(&n.to_be_bytes());
-        o[h + 2..h + 6].copy_from_slice(&u32::from(n).to_be_bytes());
-        // After the timestamp and the epoch.
-        o[h + 22..h + 30].copy_from_slice(&self.first.to_be_bytes());
-        let data = &o[self.data_at..];
+        o[2..4].copy_from_slice(&n.to_be_bytes());
+        o[4..8].copy_from_slice(&u32::from(n).to_be_bytes());
+        o[24..32].copy_from_slice(&self.first.to_be_bytes());
+        let data = &o[HEADER..];
         let crc = crc32fast::hash(data);
         let len = data.len() as u32;
-        o[h + 30..h + 34].copy_from_slice(&crc.to_be_bytes());
-        o[h + 34..h + 38].copy_from_slice(&len.to_be_bytes());
-        self.o.freeze()
+        o[32..36].copy_from_slice(&crc.to_be_bytes());
+        o[36..40].copy_from_slice(&len.to_be_bytes());
+        Chunk {
+            bytes: self.o.freeze(),
+            first: self.first,
+            entries: n,
+        }
+    }
+}
+
+/// A finished chunk; cloning it shares its bytes.
+#[derive(Clone)]
+pub struct Chunk {
+    bytes: Bytes,
+    pub first: u64,
+    pub entries: u16,
+}
+
+impl Chunk {
+    /// The offset of its last entry (its first with none).
+    pub fn last(&self) -> u64 {
+        self.first + u64::from(self.entries.saturating_sub(1))
+    }
+
+    /// Its Deliver frame to subscription `id` as (head, chunk): version 2
+    /// with `committed` (the last offset committed, which Deliver 2
+    /// names as the committed chunk id: every offset up to it is),
+    /// version 1 without.
+    pub fn frame(&self, id: u8, committed: Option<u64>) -> (Bytes, Bytes) {
+        let mut head = BytesMut::with_capacity(17);
+        let rest = 4 + 1 + if committed.is_some() { 8 } else { 0 } + self.bytes.len();
+        head.put_u32(rest as u32);
+        head.put_u16(DELIVER);
+        head.put_u16(if committed.is_some() { 2 } else { 1 });
+        head.put_u8(id);
+        if let Some(c) = committed {
+            head.put_u64(c);
+        }
+        (head.freeze(), self.bytes.clone())
     }
 }
 
 /// A Deliver frame of subscription `id` holding `batch` (consecutive
-/// offsets) as one chunk: version 2 with `committed` (the last offset
-/// committed, which Deliver 2 names as the committed chunk id: every
-/// offset up to it is), version 1 without.
-pub fn chunk(id: u8, batch: &[(u64, Arc<Message>)], committed: Option<u64>) -> Bytes {
+/// offsets) as one chunk, as (head, chunk) (`Chunk::frame`).
+pub fn chunk(id: u8, batch: &[(u64, Arc<Message>)], committed: Option<u64>) -> (Bytes, Bytes) {
     let size: usize = batch.iter().map(|(_, m)| m.body().len() + 256).sum();
-    let mut c = ChunkFrame::new(id, committed.is_some(), size);
+    let mut c = ChunkFrame::new(size);
     for (offset, msg) in batch {
         c.push(*offset, msg);
     }
-    c.finish(committed.unwrap_or(0))
+    c.finish().frame(id, committed)
 }
 
 #[cfg(test)]
@@ -178,12 +175,17 @@ mod tests {
         )
     }
 
+    /// A frame in one piece.
+    fn whole((head, chunk): (Bytes, Bytes)) -> Vec<u8> {
+        [&head[..], &chunk[..]].concat()
+    }
+
     #[test]
     fn a_chunk_reads_back_as_rabbitmqs_clients_read_it() {
         let stored = stored();
         let plain = Message::new(b"", b"s", &[0, 0], b"there", Meta::default());
         let batch = vec![(7, Arc::new(stored)), (8, Arc::new(plain))];
-        let frame = chunk(3, &batch, None);
+        let frame = whole(chunk(3, &batch, None));
         let size = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
         assert_eq!(size, frame.len() - 4);
         assert_eq!(&frame[4..8], &[0, 8, 0, 1], "deliver, version 1");
@@ -206,8 +208,8 @@ mod tests {
     fn deliver_2_names_the_committed_offset_before_the_chunk() {
         let plain = Message::new(b"", b"s", &[0, 0], b"there", Meta::default());
         let batch = vec![(7, Arc::new(plain))];
-        let v1 = chunk(3, &batch, None);
-        let v2 = chunk(3, &batch, Some(9));
+        let v1 = whole(chunk(3, &batch, None));
+        let v2 = whole(chunk(3, &batch, Some(9)));
         assert_eq!(&v2[4..8], &[0, 8, 0, 2], "deliver, version 2");
         assert_eq!(v2[8], 3);
         assert_eq!(u64::from_be_bytes(v2[9..17].try_into().unwrap()), 9);
@@ -223,15 +225,16 @@ mod tests {
     fn a_record_makes_the_same_entry_as_its_message() {
         let stored = stored();
         let plain = Message::new(b"x", b"s", &[0, 0], b"there", Meta::default());
-        let (mut a, mut b) = (ChunkFrame::new(1, true, 0), ChunkFrame::new(1, true, 0));
+        let (mut a, mut b) = (ChunkFrame::new(0), ChunkFrame::new(0));
         for (offset, m) in [(4, &stored), (5, &plain)] {
             let mut record = BytesMut::new();
             store::encode_message(m, false, &mut record);
             a.push(offset, m);
             b.push_found(offset, Found::Record(&record)).unwrap();
         }
-        assert_eq!((b.len(), b.last()), (2, 5));
-        let (a, b) = (a.finish(9), b.finish(9));
+        let (a, b) = (a.finish(), b.finish());
+        assert_eq!((b.entries, b.last()), (2, 5));
+        let (a, b) = (whole(a.frame(1, Some(9))), whole(b.frame(1, Some(9))));
         // All but the timestamp (after the committed offset, the magic,
         // the chunk type, and the counts).
         let ts = 4 + 4 + 1 + 8 + 2 + 6;

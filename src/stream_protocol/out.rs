@@ -24,14 +24,21 @@ const MAX_SLICES: usize = 64;
 /// The sending side; cloned by each task that writes.
 #[derive(Clone)]
 pub struct Out {
-    tx: mpsc::Sender<Bytes>,
+    /// Each frame in one or two parts (the second empty for one).
+    tx: mpsc::Sender<(Bytes, Bytes)>,
 }
 
 impl Out {
     /// Queues a frame; false once the writer is gone (the connection
     /// ended).
     pub async fn send(&self, frame: Bytes) -> bool {
-        self.tx.send(frame).await.is_ok()
+        self.tx.send((frame, Bytes::new())).await.is_ok()
+    }
+
+    /// Queues a frame made of `head` then `body` (a body shared with
+    /// other connections goes out with no copy).
+    pub async fn send_parts(&self, head: Bytes, body: Bytes) -> bool {
+        self.tx.send((head, body)).await.is_ok()
     }
 
     /// Queues the frames `write` puts into a buffer.
@@ -60,20 +67,16 @@ pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
     mut w: W,
     send_timeout: Duration,
 ) -> (Out, tokio::task::JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::channel::<Bytes>(QUEUED);
+    let (tx, mut rx) = mpsc::channel::<(Bytes, Bytes)>(QUEUED);
     let task = tokio::spawn(async move {
         let vectored = w.is_write_vectored();
         let mut frames: Vec<Bytes> = Vec::with_capacity(MAX_SLICES);
         let mut batch = BytesMut::new();
         while let Some(first) = rx.recv().await {
-            let mut bytes = first.len();
-            frames.push(first);
-            while bytes < WRITE_BATCH && frames.len() < MAX_SLICES {
+            let mut bytes = add(&mut frames, first);
+            while bytes < WRITE_BATCH && frames.len() + 2 <= MAX_SLICES {
                 match rx.try_recv() {
-                    Ok(f) => {
-                        bytes += f.len();
-                        frames.push(f);
-                    }
+                    Ok(f) => bytes += add(&mut frames, f),
                     Err(_) => break,
                 }
             }
@@ -97,6 +100,16 @@ pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
         let _ = w.shutdown().await;
     });
     (Out { tx }, task)
+}
+
+/// Adds a frame's parts to `frames`; its length.
+fn add(frames: &mut Vec<Bytes>, (head, body): (Bytes, Bytes)) -> usize {
+    let len = head.len() + body.len();
+    frames.push(head);
+    if !body.is_empty() {
+        frames.push(body);
+    }
+    len
 }
 
 /// Writes all of `frames` with vectored writes; false as `write_all`.

@@ -22,13 +22,13 @@ use std::time::{Duration, Instant};
 use bytes::BufMut;
 use tokio::sync::Semaphore;
 
-use super::chunk::ChunkFrame;
+use super::chunk::{Chunk, ChunkFrame};
 use super::codes::*;
 use super::groups::{Inbox, Membership};
 use super::out::Out;
 use super::wire;
 use crate::message::Message;
-use crate::queue::stream::{Filter, Start};
+use crate::queue::stream::{Filter, Start, Stream};
 use crate::queue::Queue;
 use crate::store::Store;
 
@@ -317,7 +317,7 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
                 return;
             };
             if !pending.is_empty() {
-                break next_run(id, v2, &mut pending);
+                break next_run(&mut pending);
             }
             let (q, f) = (Arc::clone(queue), filter.clone());
             let at = cursor;
@@ -327,13 +327,7 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
             let read = tokio::task::spawn_blocking(move || {
                 let s = q.stream()?;
                 Some(match f {
-                    None => {
-                        let mut c = ChunkFrame::new(id, v2, budget);
-                        s.visit(&q, Start::Offset(at), CHUNK_MESSAGES, budget, |o, found| {
-                            c.push_found(o, found)
-                        })
-                        .map(|_| Read::Chunk(c))
-                    }
+                    None => read_chunk(&q, s, at, budget).map(Read::Chunk),
                     Some(f) => {
                         s.peek(&q, Start::Offset(at), CHUNK_MESSAGES, budget)
                             .map(|mut batch| {
@@ -346,7 +340,7 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
             })
             .await;
             match read {
-                Ok(Some(Ok(Read::Chunk(c)))) if !c.is_empty() => break c,
+                Ok(Some(Ok(Read::Chunk(c)))) if c.entries > 0 => break c,
                 Ok(Some(Ok(Read::Filtered(Some(last), kept)))) => {
                     cursor = last + 1;
                     // All filtered out: read on.
@@ -400,14 +394,15 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
         let Ok(permit) = permit else {
             return;
         };
-        let (n, last) = (c.len(), c.last());
+        let (n, last) = (c.entries, c.last());
         cursor = cursor.max(last + 1);
         // Deliver 2 names what is committed: at least what is sent.
-        let end = match v2 {
-            true => queue.stream().map_or(0, |s| s.readable_end(queue)),
-            false => 0,
-        };
-        if !out.send(c.finish(end.saturating_sub(1).max(last))).await {
+        let committed = v2.then(|| {
+            let end = queue.stream().map_or(0, |s| s.readable_end(queue));
+            end.saturating_sub(1).max(last)
+        });
+        let (head, body) = c.frame(id, committed);
+        if !out.send_parts(head, body).await {
             return;
         }
         permit.forget();
@@ -418,13 +413,38 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
 /// What a reader read: a chunk, or (filtered) the last offset read and
 /// the messages the filter kept.
 enum Read {
-    Chunk(ChunkFrame),
+    Chunk(Chunk),
     Filtered(Option<u64>, Vec<(u64, Arc<Message>)>),
+}
+
+/// The chunk from offset `at` of stream `s` (of `queue`): at most to the
+/// next multiple of `CHUNK_MESSAGES` and about `budget` bytes of bodies,
+/// so that readers that started anywhere meet at the same chunks after
+/// their first. One another reader of the stream made is taken as it
+/// is; one this reader makes is shared if it is whole (more could not
+/// have gone in).
+fn read_chunk(queue: &Queue, s: &Stream, at: u64, budget: usize) -> crate::store::Result<Chunk> {
+    let key = budget as u64;
+    if let Some(c) = s.shared.get(at, key) {
+        if let Some(c) = c.downcast_ref::<Chunk>() {
+            return Ok(c.clone());
+        }
+    }
+    let count = CHUNK_MESSAGES - (at % CHUNK_MESSAGES as u64) as usize;
+    let mut c = ChunkFrame::new(budget);
+    let full = s.visit(queue, Start::Offset(at), count, budget, |o, found| {
+        c.push_found(o, found)
+    })?;
+    let c = c.finish();
+    if c.entries > 0 && (full || usize::from(c.entries) == count) {
+        s.shared.put(c.first, key, Arc::new(c.clone()));
+    }
+    Ok(c)
 }
 
 /// The chunk of the first run of consecutive offsets in `pending`, taken
 /// out of it.
-fn next_run(id: u8, v2: bool, pending: &mut Vec<(u64, Arc<Message>)>) -> ChunkFrame {
+fn next_run(pending: &mut Vec<(u64, Arc<Message>)>) -> Chunk {
     let run = pending
         .windows(2)
         .position(|w| w[1].0 != w[0].0 + 1)
@@ -433,11 +453,11 @@ fn next_run(id: u8, v2: bool, pending: &mut Vec<(u64, Arc<Message>)>) -> ChunkFr
         .iter()
         .map(|(_, m)| m.body().len() + 256)
         .sum();
-    let mut c = ChunkFrame::new(id, v2, bytes);
+    let mut c = ChunkFrame::new(bytes);
     for (offset, msg) in pending.drain(..run) {
         c.push(offset, &msg);
     }
-    c
+    c.finish()
 }
 
 /// Tells the client its stream is no more.

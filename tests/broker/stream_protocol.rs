@@ -321,6 +321,46 @@ async fn stored_offsets_and_credit() {
     assert_eq!(again.query_offset().await.unwrap(), 41);
 }
 
+/// Readers of one stream share the chunks one of them read, and a chunk
+/// ends at a multiple of 512 offsets or at the frame's budget, so readers
+/// that start anywhere meet at the same chunks. 1,300 messages of 8 KiB
+/// (more than the 8 MiB a stream keeps in memory, so the oldest are read
+/// back from the log): two readers from the first offset and one from
+/// the middle of a chunk each get exactly their offsets, in order, with
+/// their bodies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_of_one_stream_share_its_chunks_and_each_reads_all_in_order() {
+    let b = start_streams().await;
+    let env = env(&b).await;
+    env.stream_creator().create("shared").await.unwrap();
+    let big = |i: u64| format!("{i:08}").repeat(1000).into_bytes();
+    let producer = env.producer().build("shared").await.unwrap();
+    for from in (0..1300u64).step_by(100) {
+        let batch = (from..from + 100)
+            .map(|i| Message::builder().body(big(i)).build())
+            .collect();
+        let statuses = producer.batch_send_with_confirm(batch).await.unwrap();
+        assert!(statuses.iter().all(|s| s.confirmed()));
+    }
+    producer.close().await.unwrap();
+    let mut readers = Vec::new();
+    for start in [0, 0, 700] {
+        let spec = match start {
+            0 => OffsetSpecification::First,
+            n => OffsetSpecification::Offset(n),
+        };
+        let c = env.consumer().offset(spec).build("shared").await.unwrap();
+        readers.push((start, c));
+    }
+    for (start, mut c) in readers {
+        let want: Vec<_> = (start..1300).map(|i| (i, big(i))).collect();
+        let got = take(&mut c, want.len()).await;
+        let first_wrong = got.iter().zip(&want).position(|(g, w)| g != w);
+        assert_eq!(first_wrong, None, "reader from {start}");
+        assert_nothing_more(&mut c).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_have_the_protocols_codes() {
     let b = start_streams().await;

@@ -25,6 +25,7 @@ pub mod filter;
 pub mod offset;
 mod recovery;
 mod retention;
+pub mod shared;
 pub mod tracking;
 
 use std::collections::VecDeque;
@@ -83,6 +84,8 @@ pub struct Stream {
     /// Held while a named stream protocol publisher checks its ids
     /// against the highest stored and appends (`dedup_guard`).
     dedup: Mutex<()>,
+    /// What its readers encoded last, for the others (shared.rs).
+    pub shared: shared::Shared,
 }
 
 /// Wakes the tasks waiting for a stream's next append, costing an append
@@ -451,6 +454,7 @@ impl Stream {
     /// publisher whose append rolled the segment is not to blame) and
     /// the next round, a second later at most, goes on from it.
     fn forget(&self, queue: &Queue, dropped: Range<u64>) {
+        self.shared.forget_below(dropped.end);
         let mut removed = self.removed.lock();
         // From where removals got to (a failed one left some behind; a
         // later round may have gone past this one's range).
@@ -549,7 +553,7 @@ impl Stream {
     /// Calls `f` with each message `peek` would return, in order: those
     /// read back from the log as their records where the read left them,
     /// the newest as kept in memory; stops at the first error `f`
-    /// returns.
+    /// returns. Whether it stopped for `max_bytes` (more was readable).
     pub fn visit(
         &self,
         queue: &Queue,
@@ -557,7 +561,7 @@ impl Stream {
         count: usize,
         max_bytes: usize,
         mut f: impl FnMut(u64, Found<'_>) -> store::Result<()>,
-    ) -> store::Result<()> {
+    ) -> store::Result<bool> {
         let start = self.seek(queue, start)?;
         let (from, end, tail_first, from_tail) = {
             let mut log = self.log.lock();
@@ -601,17 +605,17 @@ impl Stream {
             )?;
             let Some(last) = last else { break };
             if full {
-                return Ok(());
+                return Ok(true);
             }
             at = last + 1;
         }
         for (o, m) in from_tail.into_iter().filter(|(o, _)| *o >= at) {
             if !budget.fits(m.body().len() as u64) {
-                break;
+                return Ok(true);
             }
             f(o, Found::Message(m))?;
         }
-        Ok(())
+        Ok(budget.taken > 0 && budget.left() == 0)
     }
 
     /// The offset a reader starting at `start` reads first.

@@ -153,7 +153,7 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, out: Out, sub:
         // Deliver 2 names what is committed: here, all that is applied,
         // which is at least what was read.
         let committed = sub.v2.then_some(cursor.saturating_sub(1));
-        let frame = chunk::chunk(sub.id, &pending[..run], committed);
+        let (head, body) = chunk::chunk(sub.id, &pending[..run], committed);
         pending.drain(..run);
         // Counted as it goes out (a client may ask the metrics once it
         // has the chunk).
@@ -161,7 +161,7 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, out: Out, sub:
             .cluster
             .stream_reads
             .fetch_add(run as u64, Ordering::Relaxed);
-        if !out.send(frame).await {
+        if !out.send_parts(head, body).await {
             return;
         }
         permit.forget();
