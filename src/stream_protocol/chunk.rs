@@ -106,8 +106,16 @@ impl ChunkFrame {
         let len = data.len() as u32;
         o[32..36].copy_from_slice(&crc.to_be_bytes());
         o[36..40].copy_from_slice(&len.to_be_bytes());
+        // A chunk much smaller than the room it was given (a reader at
+        // the end of its stream) keeps no more memory than it needs,
+        // queued or shared.
+        let bytes = if self.o.capacity() > 4 * self.o.len() + 4096 {
+            Bytes::copy_from_slice(&self.o)
+        } else {
+            self.o.freeze()
+        };
         Chunk {
-            bytes: self.o.freeze(),
+            bytes,
             first: self.first,
             entries: n,
         }
@@ -123,6 +131,11 @@ pub struct Chunk {
 }
 
 impl Chunk {
+    /// Its length in bytes.
+    pub fn size(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// The offset of its last entry (its first with none).
     pub fn last(&self) -> u64 {
         self.first + u64::from(self.entries.saturating_sub(1))
@@ -240,5 +253,18 @@ mod tests {
         let ts = 4 + 4 + 1 + 8 + 2 + 6;
         assert_eq!((&a[..ts], &a[ts + 8..]), (&b[..ts], &b[ts + 8..]));
         assert!(store::record_parts(b"\x09not a record").is_none());
+    }
+
+    /// A small chunk built with a large budget keeps only what it needs.
+    #[test]
+    fn a_small_chunk_keeps_no_more_than_it_needs() {
+        for (room, kept) in [(1 << 20, 4096), (0, 4096)] {
+            let mut c = ChunkFrame::new(room);
+            c.push(0, &stored());
+            let bytes = c.finish().bytes;
+            assert!(bytes.len() < 100);
+            let capacity = bytes.try_into_mut().expect("unshared").capacity();
+            assert!(capacity < kept, "{capacity} bytes kept of {room}");
+        }
     }
 }

@@ -306,6 +306,9 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
     // offsets, each sent as a chunk of its own (a chunk's offsets have no
     // gaps).
     let mut pending: Vec<(u64, Arc<Message>)> = Vec::new();
+    // The room a chunk is built in: the last one's size (a chunk that
+    // outgrows it grows; one much smaller is copied out, chunk.rs).
+    let mut room = 64 << 10;
     loop {
         // The next chunk is read before its credit comes: RabbitMQ's
         // clients subscribe with one credit and give one back as they
@@ -327,7 +330,7 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
             let read = tokio::task::spawn_blocking(move || {
                 let s = q.stream()?;
                 Some(match f {
-                    None => read_chunk(&q, s, at, budget).map(Read::Chunk),
+                    None => read_chunk(&q, s, at, budget, room).map(Read::Chunk),
                     Some(f) => {
                         s.peek(&q, Start::Offset(at), CHUNK_MESSAGES, budget)
                             .map(|mut batch| {
@@ -396,6 +399,7 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
         };
         let (n, last) = (c.entries, c.last());
         cursor = cursor.max(last + 1);
+        room = c.size();
         // Deliver 2 names what is committed: at least what is sent.
         let committed = v2.then(|| {
             let end = queue.stream().map_or(0, |s| s.readable_end(queue));
@@ -421,9 +425,15 @@ enum Read {
 /// next multiple of `CHUNK_MESSAGES` and about `budget` bytes of bodies,
 /// so that readers that started anywhere meet at the same chunks after
 /// their first. One another reader of the stream made is taken as it
-/// is; one this reader makes is shared if it is whole (more could not
-/// have gone in).
-fn read_chunk(queue: &Queue, s: &Stream, at: u64, budget: usize) -> crate::store::Result<Chunk> {
+/// is; one this reader makes (in `room` bytes to begin with) is shared
+/// if it is whole (more could not have gone in).
+fn read_chunk(
+    queue: &Queue,
+    s: &Stream,
+    at: u64,
+    budget: usize,
+    room: usize,
+) -> crate::store::Result<Chunk> {
     let key = budget as u64;
     if let Some(c) = s.shared.get(at, key) {
         if let Some(c) = c.downcast_ref::<Chunk>() {
@@ -431,7 +441,7 @@ fn read_chunk(queue: &Queue, s: &Stream, at: u64, budget: usize) -> crate::store
         }
     }
     let count = CHUNK_MESSAGES - (at % CHUNK_MESSAGES as u64) as usize;
-    let mut c = ChunkFrame::new(budget);
+    let mut c = ChunkFrame::new(room.min(budget));
     let full = s.visit(queue, Start::Offset(at), count, budget, |o, found| {
         c.push_found(o, found)
     })?;
