@@ -451,6 +451,7 @@ impl SegmentLog {
 
     /// The records at `positions` (ascending), each as `read` gives it
     /// (`read_spans`, copied out).
+    #[cfg(test)]
     pub fn read_many(&self, positions: &[u64], ends: &[u64]) -> Vec<io::Result<Record>> {
         self.read_spans(positions, ends).into_records()
     }

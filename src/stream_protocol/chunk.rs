@@ -57,8 +57,7 @@ impl ChunkFrame {
         self.begin(offset);
         let o = &mut self.o;
         if amqp10::is_amqp10(msg) {
-            o.put_u32(msg.body().len() as u32);
-            o.put_slice(msg.body());
+            put_entry(o, msg.body());
         } else {
             let at = o.len();
             o.put_u32(0);
@@ -75,8 +74,7 @@ impl ChunkFrame {
             Found::Record(r) => match store::record_parts(r) {
                 Some((props, body)) if amqp10::is_stored_props(props) => {
                     self.begin(offset);
-                    self.o.put_u32(body.len() as u32);
-                    self.o.put_slice(body);
+                    put_entry(&mut self.o, body);
                 }
                 _ => {
                     let m = store::decode_message(Bytes::copy_from_slice(r))?;
@@ -120,6 +118,12 @@ impl ChunkFrame {
             entries: n,
         }
     }
+}
+
+/// Writes an entry holding `body` as it is.
+fn put_entry(o: &mut BytesMut, body: &[u8]) {
+    o.put_u32(body.len() as u32);
+    o.put_slice(body);
 }
 
 /// A finished chunk; cloning it shares its bytes.

@@ -40,6 +40,7 @@ impl Spans {
     }
 
     /// Each position's record, copied out (`SegmentLog::read_many`).
+    #[cfg(test)]
     pub fn into_records(mut self) -> Vec<io::Result<Record>> {
         let found = std::mem::take(&mut self.found);
         found
