@@ -12,7 +12,9 @@
 //! (`MessageLog::commit_older`): each is a generation, and a put is kept
 //! back for one whole interval at least.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 
 use crate::message::Message;
 
@@ -43,12 +45,12 @@ pub(super) struct Held {
     /// How many puts left the front of `puts`: `at` counts from the first.
     gone: usize,
     /// Where each held message is in `puts` (plus `gone`).
-    at: HashMap<(u64, u64), usize>,
+    at: FxHashMap<(u64, u64), usize>,
     bytes: usize,
     generation: u64,
     /// The highest seq held of each queue since none was held (it may
     /// name one taken back or written since: an upper bound).
-    highest: HashMap<u64, u64>,
+    highest: FxHashMap<u64, u64>,
 }
 
 impl Held {

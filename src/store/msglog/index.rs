@@ -2,7 +2,9 @@
 //! queue lies, and how many live messages each segment holds. Built by
 //! reading the log at open, kept by every write after.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 
 use super::slots::{Slots, Unpackable};
 
@@ -33,7 +35,7 @@ pub struct Seg {
 /// Every queue's stored messages, and every segment's live count.
 #[derive(Default)]
 pub struct Index {
-    queues: HashMap<u64, Slots>,
+    queues: FxHashMap<u64, Slots>,
     /// Every segment by its first position.
     segs: BTreeMap<u64, Seg>,
     live_bytes: u64,

@@ -36,7 +36,7 @@ mod summary;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -90,7 +90,7 @@ struct State {
     held: Held,
     /// The bodies written since the last commit, by their buffer: a
     /// message routed to several queues shares the first one's.
-    recent: HashMap<(usize, usize), Recent>,
+    recent: FxHashMap<(usize, usize), Recent>,
     /// The bytes `recent` pins.
     recent_bytes: usize,
     /// How far compaction went in the oldest segment (compact.rs).
@@ -228,7 +228,7 @@ impl MessageLog {
             state: Mutex::new(State {
                 index: opened.index,
                 held: Held::default(),
-                recent: HashMap::new(),
+                recent: FxHashMap::default(),
                 recent_bytes: 0,
                 compact: None,
                 compact_failed: false,
