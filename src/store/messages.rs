@@ -88,6 +88,13 @@ pub fn split_key(k: &[u8]) -> Option<(u64, u64)> {
     Some((u64::from_be_bytes(q), u64::from_be_bytes(s)))
 }
 
+/// Encodes a persistent message's record, stored at `time`, into `out`
+/// (the tests' records as a stream keeps them).
+#[cfg(test)]
+pub fn encode_record_at(msg: &Message, time: u64, out: &mut BytesMut) {
+    encode_record(msg, false, 0, time, out)
+}
+
 /// Encodes a message record into `out`.
 pub fn encode_message(msg: &Message, transient: bool, out: &mut BytesMut) {
     encode_record(msg, transient, 0, 0, out)
@@ -178,6 +185,20 @@ pub(super) fn record_meta(raw: &[u8]) -> Option<(u32, u64)> {
     at += 4 + props;
     let body = raw.len().checked_sub(at)?;
     Some((u32::try_from(body).ok()?, deadline))
+}
+
+/// When a message record's message was stored (ms since the epoch), read
+/// off its header; 0 if it does not say (written before records did) or
+/// it is not a message record.
+pub fn record_time(raw: &[u8]) -> u64 {
+    let Some(&kind) = raw.first() else { return 0 };
+    if !matches!(kind_of(kind), PERSISTENT | PAGED) || kind & HAS_TIME == 0 {
+        return 0;
+    }
+    let at = if kind & HAS_DEADLINE != 0 { 9 } else { 1 };
+    raw.get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_be_bytes)
 }
 
 /// A message record's property bytes and body, read off it without
@@ -493,7 +514,7 @@ impl Store {
             return log.visit_range_within(queue_id, from, n, max_bytes, f);
         }
         for (seq, m) in self.load_range_within(queue_id, from, n, max_bytes)? {
-            f(seq, super::Found::Message(m))?;
+            f(seq, super::Found::Message(m, 0))?;
         }
         Ok(())
     }
@@ -673,6 +694,8 @@ mod tests {
                 "{deadline} {time}"
             );
             assert!(record_parts(&out[..out.len() - 5]).is_none());
+            assert_eq!(record_time(&out), time, "{deadline} {time}");
+            assert_eq!(record_time(&out[..9]), if deadline == 0 { time } else { 0 });
         }
     }
 

@@ -42,7 +42,11 @@ pub use delayed::DueMessage;
 pub use delivered::Mark;
 pub use journal::{Journal, LocalJournal};
 pub use local::{is_local, local_queue_id};
-pub use messages::{decode_message, encode_message, record_parts, within_bytes, StoredMessage};
+#[cfg(test)]
+pub use messages::encode_record_at;
+pub use messages::{
+    decode_message, encode_message, record_parts, record_time, within_bytes, StoredMessage,
+};
 pub use msglog::Found;
 pub use op::{Applied, Moved, Op};
 pub use sync::{DiskSync, Flusher, LogSync, Syncer};

@@ -4,7 +4,9 @@
 //! straight into the frame: as stored when the message came over this
 //! protocol (from its record where a read left it, no other copy), or
 //! written from its AMQP 0-9-1 form (message/amqp10.rs). The chunk's CRC
-//! is the CRC-32 of its entries, as clients that check it expect.
+//! is the CRC-32 of its entries, as clients that check it expect. Its
+//! timestamp is when its newest message was stored: osiris stamps a
+//! chunk when it writes it, after its messages came.
 
 use std::sync::Arc;
 
@@ -25,6 +27,9 @@ pub struct ChunkFrame {
     o: BytesMut,
     first: u64,
     entries: u16,
+    /// The latest stored time of its messages (ms since the epoch; 0:
+    /// none recorded).
+    time: u64,
 }
 
 /// The chunk header's length.
@@ -38,7 +43,7 @@ impl ChunkFrame {
         o.put_u8(0); // a user chunk
         o.put_u16(0); // entries
         o.put_u32(0); // records
-        o.put_i64(crate::util::record_ms() as i64);
+        o.put_i64(0); // the timestamp (`finish`)
         o.put_u64(1); // epoch
         o.put_u64(0); // the first offset
         o.put_u32(0); // CRC
@@ -49,12 +54,14 @@ impl ChunkFrame {
             o,
             first: 0,
             entries: 0,
+            time: 0,
         }
     }
 
-    /// Adds the message at `offset` (the next after the last).
-    pub fn push(&mut self, offset: u64, msg: &Message) {
-        self.begin(offset);
+    /// Adds the message at `offset` (the next after the last), stored at
+    /// `time` (ms since the epoch; 0: not recorded).
+    pub fn push(&mut self, offset: u64, msg: &Message, time: u64) {
+        self.begin(offset, time);
         let o = &mut self.o;
         if amqp10::is_amqp10(msg) {
             put_entry(o, msg.body());
@@ -70,26 +77,27 @@ impl ChunkFrame {
     /// Adds what a range read found at `offset`.
     pub fn push_found(&mut self, offset: u64, found: Found<'_>) -> store::Result<()> {
         match found {
-            Found::Message(m) => self.push(offset, &m),
+            Found::Message(m, time) => self.push(offset, &m, time),
             Found::Record(r) => match store::record_parts(r) {
                 Some((props, body)) if amqp10::is_stored_props(props) => {
-                    self.begin(offset);
+                    self.begin(offset, store::record_time(r));
                     put_entry(&mut self.o, body);
                 }
                 _ => {
                     let m = store::decode_message(Bytes::copy_from_slice(r))?;
-                    self.push(offset, &m);
+                    self.push(offset, &m, store::record_time(r));
                 }
             },
         }
         Ok(())
     }
 
-    fn begin(&mut self, offset: u64) {
+    fn begin(&mut self, offset: u64, time: u64) {
         if self.entries == 0 {
             self.first = offset;
         }
         self.entries += 1;
+        self.time = self.time.max(time);
     }
 
     /// The chunk, its header filled in.
@@ -98,6 +106,12 @@ impl ChunkFrame {
         let n = self.entries;
         o[2..4].copy_from_slice(&n.to_be_bytes());
         o[4..8].copy_from_slice(&u32::from(n).to_be_bytes());
+        // Messages stored before records kept their time: now.
+        let time = match self.time {
+            0 => crate::util::record_ms(),
+            t => t,
+        };
+        o[8..16].copy_from_slice(&time.to_be_bytes());
         o[24..32].copy_from_slice(&self.first.to_be_bytes());
         let data = &o[HEADER..];
         let crc = crc32fast::hash(data);
@@ -165,11 +179,13 @@ impl Chunk {
 
 /// A Deliver frame of subscription `id` holding `batch` (consecutive
 /// offsets) as one chunk, as (head, chunk) (`Chunk::frame`).
-pub fn chunk(id: u8, batch: &[(u64, Arc<Message>)], committed: Option<u64>) -> (Bytes, Bytes) {
-    let size: usize = batch.iter().map(|(_, m)| m.body().len() + 256).sum();
+/// Each message with when it was stored (ms since the epoch; 0: not
+/// recorded).
+pub fn chunk(id: u8, batch: &[(u64, Arc<Message>, u64)], committed: Option<u64>) -> (Bytes, Bytes) {
+    let size: usize = batch.iter().map(|(_, m, _)| m.body().len() + 256).sum();
     let mut c = ChunkFrame::new(size);
-    for (offset, msg) in batch {
-        c.push(*offset, msg);
+    for (offset, msg, time) in batch {
+        c.push(*offset, msg, *time);
     }
     c.finish().frame(id, committed)
 }
@@ -201,7 +217,7 @@ mod tests {
     fn a_chunk_reads_back_as_rabbitmqs_clients_read_it() {
         let stored = stored();
         let plain = Message::new(b"", b"s", &[0, 0], b"there", Meta::default());
-        let batch = vec![(7, Arc::new(stored)), (8, Arc::new(plain))];
+        let batch = vec![(7, Arc::new(stored), 0), (8, Arc::new(plain), 0)];
         let frame = whole(chunk(3, &batch, None));
         let size = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
         assert_eq!(size, frame.len() - 4);
@@ -224,7 +240,7 @@ mod tests {
     #[test]
     fn deliver_2_names_the_committed_offset_before_the_chunk() {
         let plain = Message::new(b"", b"s", &[0, 0], b"there", Meta::default());
-        let batch = vec![(7, Arc::new(plain))];
+        let batch = vec![(7, Arc::new(plain), 0)];
         let v1 = whole(chunk(3, &batch, None));
         let v2 = whole(chunk(3, &batch, Some(9)));
         assert_eq!(&v2[4..8], &[0, 8, 0, 2], "deliver, version 2");
@@ -246,7 +262,7 @@ mod tests {
         for (offset, m) in [(4, &stored), (5, &plain)] {
             let mut record = BytesMut::new();
             store::encode_message(m, false, &mut record);
-            a.push(offset, m);
+            a.push(offset, m, 0);
             b.push_found(offset, Found::Record(&record)).unwrap();
         }
         let (a, b) = (a.finish(), b.finish());
@@ -259,12 +275,33 @@ mod tests {
         assert!(store::record_parts(b"\x09not a record").is_none());
     }
 
+    /// A chunk is stamped with the latest time its messages were stored,
+    /// from a record or as told; with none recorded, when it is built.
+    #[test]
+    fn a_chunk_is_stamped_with_its_newest_messages_time() {
+        let stamp = |c: Chunk| u64::from_be_bytes(c.bytes[8..16].try_into().unwrap());
+        let m = stored();
+        let mut c = ChunkFrame::new(0);
+        c.push(0, &m, 1_700_000_000_005);
+        let mut record = BytesMut::new();
+        store::encode_record_at(&m, 1_700_000_000_009, &mut record);
+        c.push_found(1, Found::Record(&record)).unwrap();
+        c.push_found(2, Found::Message(Arc::new(m.clone()), 1_700_000_000_007))
+            .unwrap();
+        assert_eq!(stamp(c.finish()), 1_700_000_000_009);
+        let before = crate::util::record_ms();
+        let mut c = ChunkFrame::new(0);
+        c.push(0, &m, 0);
+        let built = stamp(c.finish());
+        assert!((before..=crate::util::record_ms()).contains(&built));
+    }
+
     /// A small chunk built with a large budget keeps only what it needs.
     #[test]
     fn a_small_chunk_keeps_no_more_than_it_needs() {
         for (room, kept) in [(1 << 20, 4096), (0, 4096)] {
             let mut c = ChunkFrame::new(room);
-            c.push(0, &stored());
+            c.push(0, &stored(), 0);
             let bytes = c.finish().bytes;
             assert!(bytes.len() < 100);
             let capacity = bytes.try_into_mut().expect("unshared").capacity();

@@ -305,7 +305,7 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
     // Read and not sent yet (a filtered reader's): runs of consecutive
     // offsets, each sent as a chunk of its own (a chunk's offsets have no
     // gaps).
-    let mut pending: Vec<(u64, Arc<Message>)> = Vec::new();
+    let mut pending: Vec<(u64, Arc<Message>, u64)> = Vec::new();
     // The room a chunk is built in: the last one's size (a chunk that
     // outgrows it grows; one much smaller is copied out, chunk.rs).
     let mut room = 64 << 10;
@@ -334,8 +334,8 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
                     Some(f) => {
                         s.peek(&q, Start::Offset(at), CHUNK_MESSAGES, budget)
                             .map(|mut batch| {
-                                let last = batch.last().map(|&(o, _)| o);
-                                batch.retain(|(_, m)| f.matches(m));
+                                let last = batch.last().map(|&(o, ..)| o);
+                                batch.retain(|(_, m, _)| f.matches(m));
                                 Read::Filtered(last, batch)
                             })
                     }
@@ -418,7 +418,7 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
 /// the messages the filter kept.
 enum Read {
     Chunk(Chunk),
-    Filtered(Option<u64>, Vec<(u64, Arc<Message>)>),
+    Filtered(Option<u64>, Vec<(u64, Arc<Message>, u64)>),
 }
 
 /// The chunk from offset `at` of stream `s` (of `queue`): at most to the
@@ -454,18 +454,18 @@ fn read_chunk(
 
 /// The chunk of the first run of consecutive offsets in `pending`, taken
 /// out of it.
-fn next_run(pending: &mut Vec<(u64, Arc<Message>)>) -> Chunk {
+fn next_run(pending: &mut Vec<(u64, Arc<Message>, u64)>) -> Chunk {
     let run = pending
         .windows(2)
         .position(|w| w[1].0 != w[0].0 + 1)
         .map_or(pending.len(), |i| i + 1);
     let bytes = pending[..run]
         .iter()
-        .map(|(_, m)| m.body().len() + 256)
+        .map(|(_, m, _)| m.body().len() + 256)
         .sum();
     let mut c = ChunkFrame::new(bytes);
-    for (offset, msg) in pending.drain(..run) {
-        c.push(offset, &msg);
+    for (offset, msg, time) in pending.drain(..run) {
+        c.push(offset, &msg, time);
     }
     c.finish()
 }

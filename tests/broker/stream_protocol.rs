@@ -619,6 +619,48 @@ async fn deliver_2_names_the_committed_offset_for_a_client_that_takes_it() {
     }
 }
 
+/// A chunk's timestamp is when its messages were stored, as osiris
+/// stamps a chunk when it writes it: read a while later, and again after
+/// a restart, it still says when they came, not when they were read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_is_stamped_with_when_its_messages_were_stored() {
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    let mut b = start_streams().await;
+    let env = env(&b).await;
+    env.stream_creator().create("stamped").await.unwrap();
+    let before = now_ms();
+    publish_to(&env, "stamped", 0..3).await;
+    let after = now_ms();
+    drop(env);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for restarted in [false, true] {
+        if restarted {
+            b.restart().await;
+        }
+        let mut s = raw_open(&b).await;
+        let mut sub = vec![0, 0, 0, 9, 1];
+        sub.extend(string("stamped"));
+        sub.extend([0, 1]); // first
+        sub.extend([0, 1]); // one credit
+        sub.extend([0, 0, 0, 0]);
+        send_frame(&mut s, 7, &sub).await;
+        let ok = read_until(&mut s, 0x8007).await;
+        assert_eq!(&ok[..6], &[0, 0, 0, 9, 0, 1], "subscribed");
+        let d = read_until(&mut s, 8).await;
+        let chunk = &d[1..];
+        let stamp = i64::from_be_bytes(chunk[8..16].try_into().unwrap());
+        assert!(
+            (before..=after).contains(&stamp),
+            "restarted {restarted}: stamped {stamp}, stored in {before}..={after}"
+        );
+    }
+}
+
 /// Super streams: made with CreateSuperStream (a direct exchange and its
 /// partition streams, bound in order), routed by key (Route) and by hash
 /// (Partitions) by the Rust client's super stream producer, by the

@@ -634,7 +634,7 @@ async fn stream_get(
     let next = q.stream().map_or(0, |s| s.extent().next);
     let out = read
         .iter()
-        .map(|(o, m)| {
+        .map(|(o, m, _)| {
             let remaining = u32::try_from(next.saturating_sub(o + 1)).unwrap_or(u32::MAX);
             let m = crate::message::amqp10::readable(Arc::clone(m), *o);
             message::to_json(&m, false, remaining, base64, truncate)

@@ -160,8 +160,9 @@ struct Log {
     next: u64,
     /// Body bytes of the messages kept.
     bytes: u64,
-    /// The newest messages, oldest first, and their body bytes.
-    tail: VecDeque<Arc<Message>>,
+    /// The newest messages, oldest first, each with when it was stored
+    /// (ms since the epoch; 0: not recorded), and their body bytes.
+    tail: VecDeque<(Arc<Message>, u64)>,
     tail_bytes: usize,
     /// (second since the epoch, the offset of the first message stored
     /// in it), one per second that saw an append, oldest first.
@@ -230,11 +231,11 @@ impl Log {
         (READ_AHEAD_BYTES / average).clamp(1, READ_BATCH as u64) as usize
     }
 
-    fn keep_in_tail(&mut self, msg: Arc<Message>) {
+    fn keep_in_tail(&mut self, msg: Arc<Message>, time: u64) {
         self.tail_bytes += msg.body().len();
-        self.tail.push_back(msg);
+        self.tail.push_back((msg, time));
         while self.tail_bytes > TAIL_BYTES && self.tail.len() > 1 {
-            if let Some(old) = self.tail.pop_front() {
+            if let Some((old, _)) = self.tail.pop_front() {
                 self.tail_bytes -= old.body().len();
             }
         }
@@ -257,7 +258,7 @@ impl Log {
             self.marks.pop_front();
         }
         while !self.tail.is_empty() && self.tail_first() < first {
-            if let Some(m) = self.tail.pop_front() {
+            if let Some((m, _)) = self.tail.pop_front() {
                 self.tail_bytes -= m.body().len();
             }
         }
@@ -414,7 +415,7 @@ impl Stream {
             log.mark(offset, time);
             let segment_bytes = log.limits.segment_bytes;
             let rolled = log.segments.append(offset, bytes, time, segment_bytes);
-            log.keep_in_tail(msg);
+            log.keep_in_tail(msg, time);
             self.published.fetch_add(1, Ordering::Relaxed);
             self.deliver(queue, &mut log);
             self.appended.wake();
@@ -528,23 +529,19 @@ impl Stream {
 
     /// Up to `count` messages from `start` on, and about `max_bytes` of
     /// bodies at most (at least one), for a look at the stream (the
-    /// API's get): no reader, nothing moves.
+    /// API's get): no reader, nothing moves. Each with its offset and
+    /// when it was stored (ms since the epoch; 0: not recorded).
     pub fn peek(
         &self,
         queue: &Queue,
         start: Start,
         count: usize,
         max_bytes: usize,
-    ) -> store::Result<Vec<(u64, Arc<Message>)>> {
+    ) -> store::Result<Vec<(u64, Arc<Message>, u64)>> {
         let mut all = Vec::new();
         self.visit(queue, start, count, max_bytes, |o, found| {
-            let m = match found {
-                Found::Record(r) => {
-                    Arc::new(store::decode_message(bytes::Bytes::copy_from_slice(r))?)
-                }
-                Found::Message(m) => m,
-            };
-            all.push((o, m));
+            let (m, time) = found.into_message()?;
+            all.push((o, m, time));
             Ok(())
         })?;
         Ok(all)
@@ -570,7 +567,10 @@ impl Stream {
             let end = visible.min(from.saturating_add(count as u64));
             let tail_first = log.tail_first();
             let from_tail: Vec<_> = (from.max(tail_first)..end)
-                .map(|o| (o, Arc::clone(&log.tail[(o - tail_first) as usize])))
+                .map(|o| {
+                    let (m, time) = &log.tail[(o - tail_first) as usize];
+                    (o, Arc::clone(m), *time)
+                })
                 .collect();
             (from, end, tail_first, from_tail)
         };
@@ -609,11 +609,11 @@ impl Stream {
             }
             at = last + 1;
         }
-        for (o, m) in from_tail.into_iter().filter(|(o, _)| *o >= at) {
+        for (o, m, time) in from_tail.into_iter().filter(|(o, ..)| *o >= at) {
             if !budget.fits(m.body().len() as u64) {
                 return Ok(true);
             }
-            f(o, Found::Message(m))?;
+            f(o, Found::Message(m, time))?;
         }
         Ok(budget.taken > 0 && budget.left() == 0)
     }
@@ -901,7 +901,7 @@ impl Stream {
             }
             if r.cursor >= tail_first {
                 r.ahead.clear();
-                let msg = &log.tail[(r.cursor - tail_first) as usize];
+                let (msg, _) = &log.tail[(r.cursor - tail_first) as usize];
                 return Some((r.cursor, Arc::clone(msg)));
             }
             while r.ahead.front().is_some_and(|(at, _)| *at < r.cursor) {
@@ -976,7 +976,7 @@ fn body_len(found: &Found<'_>) -> store::Result<u64> {
         Found::Record(r) => store::record_parts(r)
             .map(|(_, body)| body.len() as u64)
             .ok_or_else(|| store::Error::Corrupt("message record".into())),
-        Found::Message(m) => Ok(m.body().len() as u64),
+        Found::Message(m, _) => Ok(m.body().len() as u64),
     }
 }
 

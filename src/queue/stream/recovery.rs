@@ -59,7 +59,7 @@ impl Stream {
         for item in store.messages_from(id, seq_of(tail_from)) {
             let m = item?;
             log.mark(m.seq.saturating_sub(1), m.time);
-            log.keep_in_tail(m.message);
+            log.keep_in_tail(m.message, m.time);
         }
         log.exact_from = log.next;
         *self.removed.lock() = log.first;
@@ -82,7 +82,7 @@ impl Stream {
             log.bytes += bytes;
             log.mark(offset, m.time);
             log.segments.append(offset, bytes, m.time, segment_bytes);
-            log.keep_in_tail(m.message);
+            log.keep_in_tail(m.message, m.time);
         }
         log.first = first.unwrap_or(log.next);
         *self.removed.lock() = log.first;

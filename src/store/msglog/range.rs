@@ -18,8 +18,23 @@ use crate::store::Result;
 pub enum Found<'a> {
     /// Its message record (store/messages.rs), where the read left it.
     Record(&'a [u8]),
-    /// The message, read another way (held back, or moved while read).
-    Message(Arc<Message>),
+    /// The message, read another way (held back, or moved while read),
+    /// and when it was stored (ms since the epoch; 0: not recorded).
+    Message(Arc<Message>, u64),
+}
+
+impl Found<'_> {
+    /// The message, decoded from its record if need be, and when it was
+    /// stored (ms since the epoch; 0: not recorded).
+    pub fn into_message(self) -> Result<(Arc<Message>, u64)> {
+        Ok(match self {
+            Found::Record(r) => {
+                let d = decode_record(Bytes::copy_from_slice(r))?;
+                (Arc::new(d.message), d.time)
+            }
+            Found::Message(m, time) => (m, time),
+        })
+    }
 }
 
 impl MessageLog {
@@ -39,11 +54,7 @@ impl MessageLog {
     ) -> Result<Vec<(u64, Arc<Message>)>> {
         let mut out = Vec::new();
         self.visit_range_within(queue, from, n, max_bytes, |seq, found| {
-            let m = match found {
-                Found::Record(r) => Arc::new(decode_record(Bytes::copy_from_slice(r))?.message),
-                Found::Message(m) => m,
-            };
-            out.push((seq, m));
+            out.push((seq, found.into_message()?.0));
             Ok(())
         })?;
         Ok(out)
@@ -60,8 +71,8 @@ impl MessageLog {
         mut f: impl FnMut(u64, Found<'_>) -> Result<()>,
     ) -> Result<()> {
         if let Some(held) = self.held_from(queue, from, n, max_bytes) {
-            for (seq, m) in held {
-                f(seq, Found::Message(m))?;
+            for (seq, m, time) in held {
+                f(seq, Found::Message(m, time))?;
             }
             return Ok(());
         }
@@ -107,7 +118,7 @@ impl MessageLog {
                 // which also finds one that compaction moved.
                 None => {
                     if let Some(d) = self.read_current(queue, seq, loc, &mut None)? {
-                        f(seq, Found::Message(Arc::new(d.message)))?;
+                        f(seq, Found::Message(Arc::new(d.message), d.time))?;
                     }
                 }
             }
@@ -127,7 +138,7 @@ impl MessageLog {
         from: u64,
         n: usize,
         max_bytes: u64,
-    ) -> Option<Vec<(u64, Arc<Message>)>> {
+    ) -> Option<Vec<(u64, Arc<Message>, u64)>> {
         let st = self.state.lock();
         if !st.index.range(queue, from, 1).is_empty() {
             return None;
@@ -145,7 +156,7 @@ impl MessageLog {
             if out.len() == n || (!out.is_empty() && bytes > max_bytes) {
                 break;
             }
-            out.push((seq, Arc::new(p.msg.clone())));
+            out.push((seq, Arc::new(p.msg.clone()), p.time));
         }
         (!out.is_empty()).then_some(out)
     }

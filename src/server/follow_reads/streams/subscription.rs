@@ -94,7 +94,8 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, out: Out, sub:
     }
     // Bodies in one chunk, about, as the leader's.
     let budget = (sub.frame_max as u64).saturating_sub(1024).max(1024);
-    let mut pending: Vec<(u64, Arc<Message>)> = Vec::new();
+    // Each with when it was stored (the chunk's timestamp).
+    let mut pending: Vec<(u64, Arc<Message>, u64)> = Vec::new();
     let mut checked = Instant::now();
     loop {
         // Without credit it still notices its stream go.
@@ -113,7 +114,15 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, out: Out, sub:
             applied.borrow_and_update();
             let store = Arc::clone(&reads.store);
             let from = cursor + 1;
-            let read = move || store.load_range_within(queue, from, CHUNK_MESSAGES, budget);
+            let read = move || {
+                let mut batch = Vec::new();
+                store.visit_range_within(queue, from, CHUNK_MESSAGES, budget, |seq, found| {
+                    let (m, time) = found.into_message()?;
+                    batch.push((seq, m, time));
+                    Ok(())
+                })?;
+                Ok::<_, crate::store::Error>(batch)
+            };
             let batch = match blocking(read).await {
                 Ok(b) => b,
                 Err(e) => {
@@ -121,14 +130,14 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, out: Out, sub:
                     return gone(&shared, &out, &sub).await;
                 }
             };
-            if let Some(&(last, _)) = batch.last() {
+            if let Some(&(last, ..)) = batch.last() {
                 // The cursor is the next offset: the last seq read.
                 cursor = last;
                 let wanted = |m: &Message| sub.plan.filter.as_ref().is_none_or(|f| f.matches(m));
                 pending = batch
                     .into_iter()
-                    .filter(|(_, m)| wanted(m))
-                    .map(|(seq, m)| (offset_of(seq), m))
+                    .filter(|(_, m, _)| wanted(m))
+                    .map(|(seq, m, time)| (offset_of(seq), m, time))
                     .collect();
                 continue;
             }
