@@ -582,6 +582,19 @@ async fn a_publisher_is_told_its_stream_went() {
     assert_eq!(&error[13..15], &[0, 0x12], "publisher does not exist");
 }
 
+/// Subscribes (subscription 1, correlation 9) to `stream` from its first
+/// offset with one credit, on a raw connection.
+async fn subscribe_first(s: &mut tokio::net::TcpStream, stream: &str) {
+    let mut sub = vec![0, 0, 0, 9, 1];
+    sub.extend(string(stream));
+    sub.extend([0, 1]); // first
+    sub.extend([0, 1]); // one credit
+    sub.extend([0, 0, 0, 0]);
+    send_frame(s, 7, &sub).await;
+    let ok = read_until(s, 0x8007).await;
+    assert_eq!(&ok[..6], &[0, 0, 0, 9, 0, 1], "subscribed");
+}
+
 /// A client that says it takes Deliver version 2 gets it, with the last
 /// committed offset before each chunk; one that does not gets version 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -595,14 +608,7 @@ async fn deliver_2_names_the_committed_offset_for_a_client_that_takes_it() {
         if v2 {
             assert_eq!(ask_deliver_v2(&mut s).await, (1, 2));
         }
-        let mut sub = vec![0, 0, 0, 9, 1];
-        sub.extend(string("committed"));
-        sub.extend([0, 1]); // first
-        sub.extend([0, 1]); // one credit
-        sub.extend([0, 0, 0, 0]);
-        send_frame(&mut s, 7, &sub).await;
-        let ok = read_until(&mut s, 0x8007).await;
-        assert_eq!(&ok[..6], &[0, 0, 0, 9, 0, 1], "subscribed");
+        subscribe_first(&mut s, "committed").await;
         let (version, d) = read_versioned(&mut s, 8).await;
         assert_eq!(d[0], 1, "subscription 1");
         let chunk = if v2 {
@@ -643,14 +649,7 @@ async fn a_chunk_is_stamped_with_when_its_messages_were_stored() {
             b.restart().await;
         }
         let mut s = raw_open(&b).await;
-        let mut sub = vec![0, 0, 0, 9, 1];
-        sub.extend(string("stamped"));
-        sub.extend([0, 1]); // first
-        sub.extend([0, 1]); // one credit
-        sub.extend([0, 0, 0, 0]);
-        send_frame(&mut s, 7, &sub).await;
-        let ok = read_until(&mut s, 0x8007).await;
-        assert_eq!(&ok[..6], &[0, 0, 0, 9, 0, 1], "subscribed");
+        subscribe_first(&mut s, "stamped").await;
         let d = read_until(&mut s, 8).await;
         let chunk = &d[1..];
         let stamp = i64::from_be_bytes(chunk[8..16].try_into().unwrap());
