@@ -33,7 +33,28 @@ use crate::queue::Queue;
 use crate::store::Store;
 
 /// At most this many messages go in one chunk.
-pub(crate) const CHUNK_MESSAGES: usize = 512;
+pub(crate) const CHUNK_MESSAGES: usize = 4096;
+/// An unfiltered reader's chunks end at multiples of this many offsets
+/// (or of a larger power of two of them, `chunk_unit`), or at its byte
+/// budget, so that readers that started anywhere meet at the same chunks.
+const CHUNK_UNIT: u64 = 512;
+
+/// The offsets an unfiltered chunk ends at multiples of: `CHUNK_UNIT`,
+/// doubled (up to `CHUNK_MESSAGES`) while that many messages of
+/// `average` body bytes fill at most half of `budget`. Small messages
+/// get large chunks: a chunk costs a credit round trip and a read off the
+/// runtime whatever it holds, and at 16 bytes 512 to a chunk was half a
+/// reader's CPU. Every unit divides the larger ones, so readers whose
+/// average differed still meet.
+fn chunk_unit(average: u64, budget: usize) -> u64 {
+    let mut unit = CHUNK_UNIT;
+    while unit * 2 <= CHUNK_MESSAGES as u64
+        && (unit * 2).saturating_mul(average.max(1)) <= budget as u64 / 2
+    {
+        unit *= 2;
+    }
+    unit
+}
 
 /// A subscription: its credit, and the task that reads for it (a single
 /// active consumer that is not active has one that only watches for
@@ -422,7 +443,7 @@ enum Read {
 }
 
 /// The chunk from offset `at` of stream `s` (of `queue`): at most to the
-/// next multiple of `CHUNK_MESSAGES` and about `budget` bytes of bodies,
+/// next multiple of `chunk_unit` and about `budget` bytes of bodies,
 /// so that readers that started anywhere meet at the same chunks after
 /// their first. One another reader of the stream made is taken as it
 /// is; one this reader makes (in `room` bytes to begin with) is shared
@@ -440,7 +461,8 @@ fn read_chunk(
             return Ok(c.clone());
         }
     }
-    let count = CHUNK_MESSAGES - (at % CHUNK_MESSAGES as u64) as usize;
+    let unit = chunk_unit(s.average_body_len(), budget);
+    let count = (unit - at % unit) as usize;
     let mut c = ChunkFrame::new(room.min(budget));
     let full = s.visit(queue, Start::Offset(at), count, budget, |o, found| {
         c.push_found(o, found)
@@ -497,5 +519,24 @@ mod tests {
         assert_eq!(start_of(4, 9), Some(Start::Offset(9)));
         assert_eq!(start_of(5, 1_000), Some(Start::Time(1_000)));
         assert_eq!(start_of(9, 0), None);
+    }
+
+    /// Small messages get larger chunks; every unit is a power-of-two
+    /// multiple of the least, so units that differ still line up.
+    #[test]
+    fn chunk_units_grow_for_small_messages_and_line_up() {
+        let budget = (1 << 20) - 1024;
+        for (average, unit) in [(0, 4096), (16, 4096), (100, 4096), (200, 2048)] {
+            assert_eq!(chunk_unit(average, budget), unit, "{average} bytes");
+        }
+        for average in [1024, 8192, 1 << 20] {
+            assert_eq!(chunk_unit(average, budget), CHUNK_UNIT, "{average} bytes");
+        }
+        for average in [0, 100, 200, 300, 600, 1024] {
+            let unit = chunk_unit(average, budget);
+            assert!(unit.is_power_of_two() && unit % CHUNK_UNIT == 0);
+            assert!(unit * average.max(1) <= budget as u64 / 2 || unit == CHUNK_UNIT);
+        }
+        assert_eq!(chunk_unit(16, 4096), CHUNK_UNIT, "a small frame max");
     }
 }

@@ -660,6 +660,43 @@ async fn a_chunk_is_stamped_with_when_its_messages_were_stored() {
     }
 }
 
+/// Small messages go 4,096 to a chunk (512 for large ones): a chunk
+/// costs a credit round trip whatever it holds. A reader from the start
+/// gets the first 4,096 in one chunk, and a client reading from offset
+/// 5,000 (mid-chunk) gets every message after it, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_messages_go_thousands_to_a_chunk() {
+    let b = start_streams().await;
+    let env = env(&b).await;
+    env.stream_creator().create("small").await.unwrap();
+    let producer = env.producer().build("small").await.unwrap();
+    for from in (0..9000u64).step_by(1000) {
+        let batch = (from..from + 1000)
+            .map(|i| Message::builder().body(i.to_string()).build())
+            .collect();
+        let statuses = producer.batch_send_with_confirm(batch).await.unwrap();
+        assert!(statuses.iter().all(|s| s.confirmed()));
+    }
+    producer.close().await.unwrap();
+    let mut s = raw_open(&b).await;
+    subscribe_first(&mut s, "small").await;
+    let d = read_until(&mut s, 8).await;
+    let entries = u16::from_be_bytes(d[1 + 2..1 + 4].try_into().unwrap());
+    let first = u64::from_be_bytes(d[1 + 24..1 + 32].try_into().unwrap());
+    assert_eq!((first, entries), (0, 4096), "the first chunk");
+    let mut c = env
+        .consumer()
+        .offset(OffsetSpecification::Offset(5000))
+        .build("small")
+        .await
+        .unwrap();
+    let got = take(&mut c, 4000).await;
+    let want: Vec<_> = (5000..9000)
+        .map(|i| (i, i.to_string().into_bytes()))
+        .collect();
+    assert_eq!(got, want);
+}
+
 /// Super streams: made with CreateSuperStream (a direct exchange and its
 /// partition streams, bound in order), routed by key (Route) and by hash
 /// (Partitions) by the Rust client's super stream producer, by the

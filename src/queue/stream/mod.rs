@@ -364,6 +364,12 @@ impl Stream {
         }
     }
 
+    /// The average body length of the messages kept (1 if none).
+    pub fn average_body_len(&self) -> u64 {
+        let log = self.log.lock();
+        (log.bytes / (log.next - log.first).max(1)).max(1)
+    }
+
     /// Puts its message counters in `c` (publish, deliver and ack).
     pub fn counters(&self, c: &mut super::stats::Counters) {
         c.publish = self.published.load(Ordering::Relaxed);
