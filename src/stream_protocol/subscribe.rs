@@ -534,7 +534,7 @@ mod tests {
         }
         for average in [0, 100, 200, 300, 600, 1024] {
             let unit = chunk_unit(average, budget);
-            assert!(unit.is_power_of_two() && unit % CHUNK_UNIT == 0);
+            assert!(unit.is_power_of_two() && unit.is_multiple_of(CHUNK_UNIT));
             assert!(unit * average.max(1) <= budget as u64 / 2 || unit == CHUNK_UNIT);
         }
         assert_eq!(chunk_unit(16, 4096), CHUNK_UNIT, "a small frame max");
