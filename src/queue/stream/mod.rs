@@ -367,7 +367,7 @@ impl Stream {
     /// The average body length of the messages kept (1 if none).
     pub fn average_body_len(&self) -> u64 {
         let log = self.log.lock();
-        (log.bytes / (log.next - log.first).max(1)).max(1)
+        (log.bytes / log.next.saturating_sub(log.first).max(1)).max(1)
     }
 
     /// Puts its message counters in `c` (publish, deliver and ack).
