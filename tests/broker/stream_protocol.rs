@@ -334,15 +334,7 @@ async fn readers_of_one_stream_share_its_chunks_and_each_reads_all_in_order() {
     let env = env(&b).await;
     env.stream_creator().create("shared").await.unwrap();
     let big = |i: u64| format!("{i:08}").repeat(1000).into_bytes();
-    let producer = env.producer().build("shared").await.unwrap();
-    for from in (0..1300u64).step_by(100) {
-        let batch = (from..from + 100)
-            .map(|i| Message::builder().body(big(i)).build())
-            .collect();
-        let statuses = producer.batch_send_with_confirm(batch).await.unwrap();
-        assert!(statuses.iter().all(|s| s.confirmed()));
-    }
-    producer.close().await.unwrap();
+    publish_batches(&env, "shared", 1300, 100, big).await;
     let mut readers = Vec::new();
     for start in [0, 0, 700] {
         let spec = match start {
@@ -582,6 +574,26 @@ async fn a_publisher_is_told_its_stream_went() {
     assert_eq!(&error[13..15], &[0, 0x12], "publisher does not exist");
 }
 
+/// Publishes messages 0..`n` to `stream` with `body(i)`, `batch` at a
+/// time, each batch confirmed.
+async fn publish_batches(
+    env: &Environment,
+    stream: &str,
+    n: u64,
+    batch: u64,
+    body: impl Fn(u64) -> Vec<u8>,
+) {
+    let producer = env.producer().build(stream).await.unwrap();
+    for from in (0..n).step_by(batch as usize) {
+        let messages = (from..(from + batch).min(n))
+            .map(|i| Message::builder().body(body(i)).build())
+            .collect();
+        let statuses = producer.batch_send_with_confirm(messages).await.unwrap();
+        assert!(statuses.iter().all(|s| s.confirmed()));
+    }
+    producer.close().await.unwrap();
+}
+
 /// Subscribes (subscription 1, correlation 9) to `stream` from its first
 /// offset with one credit, on a raw connection.
 async fn subscribe_first(s: &mut tokio::net::TcpStream, stream: &str) {
@@ -669,15 +681,7 @@ async fn small_messages_go_thousands_to_a_chunk() {
     let b = start_streams().await;
     let env = env(&b).await;
     env.stream_creator().create("small").await.unwrap();
-    let producer = env.producer().build("small").await.unwrap();
-    for from in (0..9000u64).step_by(1000) {
-        let batch = (from..from + 1000)
-            .map(|i| Message::builder().body(i.to_string()).build())
-            .collect();
-        let statuses = producer.batch_send_with_confirm(batch).await.unwrap();
-        assert!(statuses.iter().all(|s| s.confirmed()));
-    }
-    producer.close().await.unwrap();
+    publish_batches(&env, "small", 9000, 1000, |i| i.to_string().into_bytes()).await;
     let mut s = raw_open(&b).await;
     subscribe_first(&mut s, "small").await;
     let d = read_until(&mut s, 8).await;
