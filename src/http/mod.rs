@@ -261,7 +261,7 @@ where
 }
 
 /// The API's routes, as a listener serves them: the fuzz target's way in
-/// (src/fuzz.rs), which tags each request with its peer as conns.rs does.
+/// (src/fuzz/), which tags each request with its peer as conns.rs does.
 pub fn routes(api: Arc<Api>) -> axum::Router {
     routes::router(api)
 }

@@ -1,6 +1,6 @@
 //! Replays the fuzz corpus (fuzz/corpus/<target>/, the seeds that found
 //! something and a few made by hand) through the same entry points the
-//! cargo-fuzz targets call (src/fuzz.rs), on the stable toolchain: every
+//! cargo-fuzz targets call (src/fuzz/), on the stable toolchain: every
 //! input that once crashed the broker stays a regression test.
 
 use crate::common;
@@ -62,4 +62,14 @@ fn connection() {
 #[test]
 fn http_request() {
     replay("http_request", warren::fuzz::http_request);
+}
+
+#[test]
+fn stream_connection() {
+    replay("stream_connection", warren::fuzz::stream_connection);
+}
+
+#[test]
+fn amqp10_message() {
+    replay("amqp10_message", warren::fuzz::amqp10_message);
 }

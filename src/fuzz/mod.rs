@@ -13,6 +13,10 @@ use crate::amqp::assembler::{self, Assembler, Step};
 use crate::amqp::codec::{self, Frame};
 use crate::wire::{props, table};
 
+mod stream;
+
+pub use stream::{amqp10_message, stream_connection};
+
 /// Cuts frames from `data` until it runs out or is refused; the first
 /// octet picks frame_max. Cut frames must lie within the input.
 pub fn frame_cutter(data: &[u8]) {
@@ -134,11 +138,14 @@ pub fn method_parser(data: &[u8]) {
 }
 
 /// A broker in this process: one for `connection`, another for
-/// `http_request` (whose requests may change anything), so that neither
-/// target's inputs change what the other's meet.
+/// `http_request` (whose requests may change anything), and one for the
+/// stream protocol (stream.rs), so that no target's inputs change what
+/// another's meet.
 struct Harness {
     rt: tokio::runtime::Runtime,
     addr: std::net::SocketAddr,
+    /// Where the stream protocol listens (its harness only).
+    stream_addr: Option<std::net::SocketAddr>,
     _server: crate::Server,
 }
 
@@ -146,6 +153,12 @@ static AMQP_HARNESS: OnceLock<Harness> = OnceLock::new();
 static HTTP_HARNESS: OnceLock<Harness> = OnceLock::new();
 
 fn harness(slot: &'static OnceLock<Harness>, name: &str) -> &'static Harness {
+    harness_with(slot, name, false)
+}
+
+/// The harness in `slot`, started with the stream protocol's listener if
+/// `stream` (on an ephemeral port).
+fn harness_with(slot: &'static OnceLock<Harness>, name: &str, stream: bool) -> &'static Harness {
     slot.get_or_init(|| {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -164,6 +177,10 @@ fn harness(slot: &'static OnceLock<Harness>, name: &str) -> &'static Harness {
         if DIR.set(top.clone()).is_ok() {
             // SAFETY: registers a plain function to run at exit.
             unsafe { libc::atexit(remove_dir) };
+            // A fuzz target has no Rust `main` to ignore SIGPIPE: a write
+            // to a connection the broker closed would kill the fuzzer.
+            // SAFETY: sets a signal's disposition to ignore, nothing else.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
         }
         let dir = top.join(name);
         let config = crate::Config {
@@ -171,7 +188,11 @@ fn harness(slot: &'static OnceLock<Harness>, name: &str) -> &'static Harness {
             port: crate::config::Port::On(0),
             management_port: crate::config::Port::Off,
             prometheus_port: crate::config::Port::Off,
-            stream_port: crate::config::Port::Off,
+            stream_port: if stream {
+                crate::config::Port::On(0)
+            } else {
+                crate::config::Port::Off
+            },
             data_dir: dir,
             store_cache_mb: 16,
             handshake_close_delay_ms: 0,
@@ -182,6 +203,7 @@ fn harness(slot: &'static OnceLock<Harness>, name: &str) -> &'static Harness {
         Harness {
             rt,
             addr: server.addr,
+            stream_addr: server.stream_addr,
             _server: server,
         }
     })
@@ -224,28 +246,33 @@ pub fn connection(data: &[u8]) {
         return;
     };
     let h = harness(&AMQP_HARNESS, "amqp");
-    let Ok(mut s) = std::net::TcpStream::connect(h.addr) else {
-        return;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
     let mut bytes = if pick % 2 == 0 {
         handshake()
     } else {
         Vec::new()
     };
     bytes.extend_from_slice(rest);
-    let _ = s.write_all(&bytes);
+    talk(h, h.addr, &bytes);
+}
+
+/// Writes `bytes` to a new connection to `addr` (a listener of `h`'s
+/// broker), reads what the broker says until it closes or goes quiet,
+/// and checks that the listener still takes a connection.
+fn talk(h: &Harness, addr: std::net::SocketAddr, bytes: &[u8]) {
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    let _ = s.write_all(bytes);
     let _ = s.shutdown(std::net::Shutdown::Write);
-    // Read what the broker says until it closes or goes quiet.
     let mut sink = [0u8; 65_536];
     while let Ok(n) = s.read(&mut sink) {
         if n == 0 {
             break;
         }
     }
-    // The broker still answers a new connection.
     h.rt.block_on(async {
-        let probe = tokio::net::TcpStream::connect(h.addr).await;
+        let probe = tokio::net::TcpStream::connect(addr).await;
         assert!(probe.is_ok(), "the broker stopped accepting");
     });
 }
