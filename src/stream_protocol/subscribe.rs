@@ -343,6 +343,13 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
             if !pending.is_empty() {
                 break next_run(&mut pending);
             }
+            // A chunk another reader made is taken here: no hop to a
+            // blocking thread for a lookup.
+            if filter.is_none() {
+                if let Some(c) = shared_chunk(stream, cursor, budget) {
+                    break c;
+                }
+            }
             let (q, f) = (Arc::clone(queue), filter.clone());
             let at = cursor;
             // Read off the runtime: unfiltered, a chunk written as it is
@@ -398,20 +405,24 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
                 return;
             }
         };
-        // Without credit it still notices its stream go (each second).
-        let permit = loop {
-            tokio::select! {
-                p = credit.acquire() => break p,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {
-                    if queue.stream().is_none_or(|s| s.is_gone()) {
-                        went(&target);
-                        return;
-                    }
-                    if out.closed() {
-                        return;
+        // Without credit it still notices its stream go (each second);
+        // a credit already there is taken without a timer.
+        let permit = match credit.try_acquire() {
+            Ok(p) => Ok(p),
+            Err(_) => loop {
+                tokio::select! {
+                    p = credit.acquire() => break p,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                        if queue.stream().is_none_or(|s| s.is_gone()) {
+                            went(&target);
+                            return;
+                        }
+                        if out.closed() {
+                            return;
+                        }
                     }
                 }
-            }
+            },
         };
         // Held until its chunk is sent: a reader stopped before that gives
         // it back.
@@ -455,12 +466,10 @@ fn read_chunk(
     budget: usize,
     room: usize,
 ) -> crate::store::Result<Chunk> {
-    let key = budget as u64;
-    if let Some(c) = s.shared.get(at, key) {
-        if let Some(c) = c.downcast_ref::<Chunk>() {
-            return Ok(c.clone());
-        }
+    if let Some(c) = shared_chunk(s, at, budget) {
+        return Ok(c);
     }
+    let key = budget as u64;
     let unit = chunk_unit(s.average_body_len(), budget);
     let count = (unit - at % unit) as usize;
     let mut c = ChunkFrame::new(room.min(budget));
@@ -472,6 +481,13 @@ fn read_chunk(
         s.shared.put(c.first, key, Arc::new(c.clone()));
     }
     Ok(c)
+}
+
+/// The chunk from offset `at` for `budget` that another reader of `s`
+/// made, if it is kept.
+fn shared_chunk(s: &Stream, at: u64, budget: usize) -> Option<Chunk> {
+    let c = s.shared.get(at, budget as u64)?;
+    c.downcast_ref::<Chunk>().cloned()
 }
 
 /// The chunk of the first run of consecutive offsets in `pending`, taken
