@@ -383,7 +383,11 @@ impl MessageLog {
             deadline,
         } = put;
         let key = (msg.backing().as_ptr() as usize, msg.backing().len());
-        if let Some(r) = st.recent.get(&key) {
+        // A message published over the stream protocol goes to its one
+        // stream only: no later put can share its body, so it is neither
+        // looked up nor pinned in `recent`.
+        let shared = !msg.meta.amqp10;
+        if let Some(r) = shared.then(|| st.recent.get(&key)).flatten() {
             let payload = record::reference(queue, seq, deadline, paged, r.pos, r.len);
             if self.log.next_base(payload.len()) == r.base {
                 let (body, len) = (r.pos, r.len);
@@ -414,6 +418,9 @@ impl MessageLog {
         };
         let pos = self.append(st, record::PUT, buf, &e)?;
         open::insert_entry(&mut st.index, pos, &e)?;
+        if !shared {
+            return Ok(());
+        }
         if st.recent.len() >= RECENT_MAX || st.recent_bytes >= RECENT_BYTES {
             st.recent.clear();
             st.recent_bytes = 0;

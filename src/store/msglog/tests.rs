@@ -124,6 +124,37 @@ fn a_message_routed_to_ten_queues_is_written_once() {
 }
 
 #[test]
+fn a_stream_protocol_message_is_not_kept_for_fan_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 1 << 20);
+    let plain = Arc::new(msg(&[7u8; 1_000]));
+    log.put(1, 1, &plain, false, 0, 0).unwrap();
+    assert_eq!(
+        log.state.lock().recent.len(),
+        1,
+        "a plain message may fan out"
+    );
+    let mut meta = Meta::default().with_delivery_mode(2).as_amqp10();
+    meta.has_headers = true;
+    let stream = Arc::new(Message::new(
+        b"",
+        b"s",
+        crate::message::amqp10::STORED_PROPS,
+        &[8u8; 1_000],
+        meta,
+    ));
+    log.put(2, 1, &stream, false, 0, 0).unwrap();
+    let st = log.state.lock();
+    assert_eq!(st.recent.len(), 1, "neither looked up nor pinned");
+    assert_eq!(st.recent_bytes, plain.backing().len());
+    drop(st);
+    log.commit().unwrap();
+    drop(log);
+    let s = state(&open(dir.path(), 1 << 20));
+    assert_eq!(s[&(2, 1)].0, vec![8u8; 1_000], "it is stored as any put");
+}
+
+#[test]
 fn a_fan_out_across_a_segment_boundary_writes_the_body_again() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), 4096);
