@@ -109,6 +109,37 @@ impl Store {
     pub fn put_message(&self, queue_id: u64, seq: u64, msg: &Message, deadline: u64) -> Result<()> {
         self.submit_put(queue_id, seq, msg, false, deadline)
     }
+    /// Writes messages `first`, `first + 1`, ... of a durable queue, all
+    /// stored at `time`, as `put_message` writes each (a stream's batch).
+    /// A single node writes them in one record (a MOVE with no source);
+    /// a replicated journal as puts of their own, which its members hold
+    /// back from their logs as they hold any put (a MOVE would write
+    /// every put held before it).
+    pub fn put_batch(
+        &self,
+        queue_id: u64,
+        first: u64,
+        msgs: &[std::sync::Arc<Message>],
+        time: u64,
+    ) -> Result<()> {
+        if self.journal.applies_on_commit() {
+            for (seq, msg) in (first..).zip(msgs) {
+                self.put_message(queue_id, seq, msg, 0)?;
+            }
+            return Ok(());
+        }
+        let moves: Vec<super::op::Moved<'_>> = (first..)
+            .zip(msgs)
+            .map(|(to_seq, msg)| super::op::Moved {
+                from_seq: 0,
+                to_seq,
+                deadline: 0,
+                time,
+                message: msg,
+            })
+            .collect();
+        self.move_messages(queue_id, queue_id, &moves, &[])
+    }
     /// Writes a kept message (see `put_message`) whose body leaves memory
     /// now: readable at once, before it is committed (a journal that
     /// applies on commit stages it), and committed as `put_message` is.

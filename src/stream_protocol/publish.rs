@@ -1,5 +1,7 @@
-//! Publishers: a publish appends each message to its stream as it came
-//! (its AMQP 1.0 bytes, message/amqp10.rs) and is confirmed once the group
+//! Publishers: a publish appends its messages to their stream as they
+//! came (their AMQP 1.0 bytes, message/amqp10.rs), together (one append
+//! and one store write for the frame's messages, `Stream::push_batch`,
+//! unless the stream's queue deduplicates each), and is confirmed once the group
 //! commit that covers the batch is done (on a cluster, committed on a
 //! majority). A publisher declared with a reference is deduplicated by
 //! publishing id, as RabbitMQ does: a message whose id is not above the
@@ -84,6 +86,10 @@ impl Publisher {
             }
         }
         let mut moved = false;
+        // A stream's messages go to it in one append (store/writes.rs
+        // `put_batch`), unless its queue deduplicates each.
+        let batched = stream.is_some() && self.queue.dedup().is_none();
+        let mut batch: Vec<(u64, Message)> = Vec::new();
         for _ in 0..count {
             let id = f.u64()?;
             // Version 2 labels each message with a filter value (or null;
@@ -122,6 +128,14 @@ impl Publisher {
             let mut meta = Meta::default().with_delivery_mode(2).as_amqp10();
             meta.has_headers = true;
             let msg = Message::new(b"", self.stream.as_bytes(), props, body, meta);
+            if batched {
+                batch.push((id, msg));
+                if sequence.is_some() {
+                    // A later copy of this id in the batch is a duplicate.
+                    last = Some(id);
+                }
+                continue;
+            }
             match self.queue.push(&Arc::new(msg)) {
                 Ok(p) if p.stored => {
                     out.confirm.push(id);
@@ -135,6 +149,23 @@ impl Publisher {
                 Err(e) => {
                     tracing::error!(stream = %self.stream, "cannot append: {e}");
                     out.errors.push((id, INTERNAL_ERROR));
+                }
+            }
+        }
+        if let (false, Some(s)) = (batch.is_empty(), &stream) {
+            let (ids, msgs): (Vec<u64>, Vec<Message>) = batch.into_iter().unzip();
+            match s.push_batch(&self.queue, &msgs) {
+                Ok(true) => {
+                    out.confirm.extend_from_slice(&ids);
+                    moved = sequence.is_some();
+                }
+                Ok(false) => out
+                    .errors
+                    .extend(ids.iter().map(|&id| (id, STREAM_DOES_NOT_EXIST))),
+                Err(e) => {
+                    tracing::error!(stream = %self.stream, "cannot append: {e}");
+                    out.errors
+                        .extend(ids.iter().map(|&id| (id, INTERNAL_ERROR)));
                 }
             }
         }

@@ -37,7 +37,8 @@ pub(crate) const CHUNK_MESSAGES: usize = 4096;
 /// An unfiltered reader's chunks end at multiples of this many offsets
 /// (or of a larger power of two of them, `chunk_unit`), or at its byte
 /// budget, so that readers that started anywhere meet at the same chunks.
-const CHUNK_UNIT: u64 = 512;
+/// Batches are stored in records that end at these multiples too.
+const CHUNK_UNIT: u64 = crate::queue::stream::BATCH_ALIGN;
 
 /// The offsets an unfiltered chunk ends at multiples of: `CHUNK_UNIT`,
 /// doubled (up to `CHUNK_MESSAGES`) while that many messages of

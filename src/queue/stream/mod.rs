@@ -54,10 +54,31 @@ const READ_BATCH: usize = 256;
 /// ...and about this many bytes of bodies (each reader behind the tail
 /// keeps what it read ahead).
 const READ_AHEAD_BYTES: u64 = 512 << 10;
+/// A visit (a stream protocol reader's chunk, a peek) reads at most this
+/// many messages from the log at a time: a chunk's at once, so that a
+/// record holding a batch of them is read once for it, not once per part.
+const VISIT_BATCH: usize = 4096;
+/// A batch's record never holds offsets on both sides of a multiple of
+/// this: a stream protocol reader's chunks end at such multiples
+/// (stream_protocol/subscribe.rs), so each reads the records it needs
+/// and no part of the next chunk's.
+pub const BATCH_ALIGN: u64 = 512;
 /// A filtered reader passes over at most this many messages in one
 /// delivery round, then goes on in a later one (so a filter that
 /// matches little never holds the stream's lock for long).
 const SKIP_BUDGET: usize = 4096;
+
+/// `msg` as a stream keeps it at `offset`: an AMQP 1.0 message (the
+/// stream protocol's) as it came, its readers there have the offset in
+/// the chunk; any other with an `x-stream-offset` header.
+fn stored_form(msg: &Message, offset: u64) -> Arc<Message> {
+    match msg.meta.amqp10 {
+        true => Arc::new(msg.clone()),
+        false => {
+            Arc::new(msg.with_header("x-stream-offset", AMQPValue::LongLongInt(offset as i64)))
+        }
+    }
+}
 
 /// A stream's state, beside its queue's.
 #[derive(Default)]
@@ -394,35 +415,76 @@ impl Stream {
     /// Appends `msg` (durable at the next group commit) and delivers it
     /// to the readers waiting at the end.
     pub fn push(&self, queue: &Arc<Queue>, msg: &Message) -> store::Result<bool> {
+        self.append(queue, 1, |first, _| {
+            let msg = stored_form(msg, first);
+            queue
+                .store
+                .put_message(queue.config.store_id, seq_of(first), &msg, 0)?;
+            Ok([msg])
+        })
+    }
+
+    /// Appends `msgs` in order, as `push` appends each, with one write to
+    /// the store for them all (the stream protocol's Publish), or one per
+    /// part where they cross a multiple of `BATCH_ALIGN` offsets.
+    pub fn push_batch(&self, queue: &Arc<Queue>, msgs: &[Message]) -> store::Result<bool> {
+        self.append(queue, msgs.len(), |first, time| {
+            let msgs: Vec<Arc<Message>> = (first..)
+                .zip(msgs)
+                .map(|(offset, m)| stored_form(m, offset))
+                .collect();
+            let mut at = 0;
+            while at < msgs.len() {
+                let offset = first + at as u64;
+                let room = (BATCH_ALIGN - offset % BATCH_ALIGN) as usize;
+                let part = &msgs[at..msgs.len().min(at + room)];
+                let id = queue.config.store_id;
+                queue.store.put_batch(id, seq_of(offset), part, time)?;
+                at += part.len();
+            }
+            Ok(msgs)
+        })
+    }
+
+    /// Appends the `n` messages `write` stores (given the first offset and
+    /// the time), then delivers them to the readers waiting at the end;
+    /// false if the stream was deleted (nothing is written).
+    fn append<M>(
+        &self,
+        queue: &Arc<Queue>,
+        n: usize,
+        write: impl FnOnce(u64, u64) -> store::Result<M>,
+    ) -> store::Result<bool>
+    where
+        M: IntoIterator<Item = Arc<Message>>,
+    {
         let dropped = {
             let mut log = self.log.lock();
             if log.deleted {
                 return Ok(false);
             }
-            let offset = log.next;
-            // An AMQP 1.0 message (the stream protocol's) is kept as it
-            // came: its readers there have the offset in the chunk.
-            let msg = if msg.meta.amqp10 {
-                Arc::new(msg.clone())
-            } else {
-                Arc::new(msg.with_header("x-stream-offset", AMQPValue::LongLongInt(offset as i64)))
-            };
+            let first = log.next;
             let time = crate::util::record_ms();
-            queue
-                .store
-                .put_message(queue.config.store_id, seq_of(offset), &msg, 0)?;
+            let msgs = write(first, time)?;
             if queue.after_commit {
                 // Taken after the write: the commit that covers it.
-                log.uncommitted.push_back((offset, queue.store.ticket()));
+                let ticket = queue.store.ticket();
+                log.uncommitted
+                    .extend((first..first + n as u64).map(|o| (o, ticket)));
             }
-            let bytes = msg.body().len() as u64;
-            log.next += 1;
-            log.bytes += bytes;
-            log.mark(offset, time);
             let segment_bytes = log.limits.segment_bytes;
-            let rolled = log.segments.append(offset, bytes, time, segment_bytes);
-            log.keep_in_tail(msg, time);
-            self.published.fetch_add(1, Ordering::Relaxed);
+            let mut rolled = false;
+            for msg in msgs {
+                let offset = log.next;
+                let bytes = msg.body().len() as u64;
+                log.next += 1;
+                log.bytes += bytes;
+                log.mark(offset, time);
+                rolled |= log.segments.append(offset, bytes, time, segment_bytes);
+                log.keep_in_tail(msg, time);
+            }
+            self.published
+                .fetch_add(log.next - first, Ordering::Relaxed);
             self.deliver(queue, &mut log);
             self.appended.wake();
             if rolled {
@@ -589,7 +651,7 @@ impl Stream {
         let mut at = from;
         let older = tail_first.min(end);
         while at < older && (budget.taken == 0 || budget.left() > 0) {
-            let want = (older - at).min(READ_BATCH as u64) as usize;
+            let want = (older - at).min(VISIT_BATCH as u64) as usize;
             let (mut last, mut full) = (None, false);
             queue.store.visit_range_within(
                 queue.config.store_id,

@@ -176,3 +176,40 @@ async fn in_a_cluster_a_reader_gets_only_what_is_committed_and_is_woken_by_the_c
     commits.send_replace(4);
     assert_eq!(peek(&q), 4);
 }
+
+/// A batch (the stream protocol's Publish) takes consecutive offsets
+/// after what was appended before it, is stored whole, and reads back in
+/// order; on a store that commits later (a cluster's leader) it is read
+/// only once committed, as single appends are.
+#[tokio::test]
+async fn a_batch_takes_consecutive_offsets_and_reads_back_in_order() {
+    use crate::queue::testing::{consumer, TestSink};
+    for clustered in [false, true] {
+        let (commits, _) = watch::channel(0u64);
+        let store = TestJournal::store(Arc::default(), clustered.then(|| commits.clone()));
+        let host = Arc::new(TestHost::default());
+        let q = stream_over(Arc::clone(&store), &host);
+        let sink = Arc::new(TestSink::default());
+        q.add_consumer(consumer(&sink, "r", 100, 0)).unwrap();
+        let one = |b: &[u8]| Message::new(b"", b"s", &[0, 0], b, Meta::default().as_amqp10());
+        q.push(&Arc::new(one(b"a"))).unwrap();
+        let s = q.stream().unwrap();
+        let batch = [one(b"b"), one(b"c"), one(b"d")];
+        assert!(s.push_batch(&q, &batch).unwrap());
+        assert_eq!(stored(&store, 7), 4, "clustered {clustered}");
+        commits.send_replace(u64::MAX);
+        assert_eq!(seen(&sink, 4).await, 4, "clustered {clustered}");
+        let offsets: Vec<u64> = sink.seen.lock().iter().map(|(_, o, _)| *o).collect();
+        assert_eq!(offsets, [0, 1, 2, 3], "clustered {clustered}");
+        let read: Vec<Vec<u8>> = store
+            .messages(7)
+            .map(|m| m.unwrap().message.body().to_vec())
+            .collect();
+        assert_eq!(read, [b"a", b"b", b"c", b"d"], "clustered {clustered}");
+        s.delete();
+        assert!(
+            !s.push_batch(&q, &batch).unwrap(),
+            "a deleted stream takes none"
+        );
+    }
+}

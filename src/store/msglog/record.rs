@@ -15,12 +15,14 @@
 //! - MOVE: from queue, to queue, the moves (seq in `from`, 0 if it was not
 //!   stored there; seq in `to`; the message's length and the message),
 //!   then the seqs of `from` removed without a copy. One record, so a crash
-//!   leaves each message in exactly one of the queues.
+//!   leaves each message in exactly one of the queues. A MOVE with no
+//!   source (`from` = `to`, every seq in `from` 0, no removes) is a batch
+//!   of puts: a stream's batch (`Store::put_batch`), one record for all.
 
 use bytes::{BufMut, BytesMut};
 
 use crate::message::Message;
-use crate::store::messages::{append_record, encode_record, record_meta};
+use crate::store::messages::{append_record, record_meta};
 use crate::store::op::Moved;
 
 pub const PUT: u8 = 1;
@@ -139,21 +141,24 @@ pub fn moves(
     out.put_u64(to);
     out.put_u32(moved.len() as u32);
     let mut at = Vec::with_capacity(moved.len());
-    let mut one = BytesMut::new();
     for m in moved {
-        encode_record(m.message, false, m.deadline, m.time, &mut one);
         out.put_u64(m.from_seq);
         out.put_u64(m.to_seq);
-        out.put_u32(one.len() as u32);
+        // The length, once the message is written after it.
+        let len_at = out.len();
+        out.put_u32(0);
+        let start = out.len();
+        append_record(m.message, false, m.deadline, m.time, out);
+        let len = (out.len() - start) as u32;
+        out[len_at..start].copy_from_slice(&len.to_be_bytes());
         at.push(MovedAt {
             from_seq: m.from_seq,
             to_seq: m.to_seq,
-            at: out.len() as u32,
-            len: one.len() as u32,
+            at: start as u32,
+            len,
             body_len: m.message.body().len() as u32,
             timed: m.deadline != 0,
         });
-        out.extend_from_slice(&one);
     }
     out.put_u32(removes.len() as u32);
     for &seq in removes {

@@ -719,3 +719,70 @@ fn a_damaged_or_missing_summary_reads_its_segment_instead() {
     let log = open(dir.path(), 4096);
     assert_eq!(state(&log), model.durable());
 }
+
+/// A batch of puts to one queue (a MOVE with no source: a stream's
+/// publish, `Store::put_batch`) is one record; its messages read back in
+/// order after a reopen, from the records and from the summaries, and
+/// compaction moves the ones left as any others.
+#[test]
+fn a_batch_of_puts_is_one_record_and_reads_back_after_reopen_and_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = 16 * 1024;
+    let log = open(dir.path(), seg);
+    let mut model = State::new();
+    let mut seq = 0u64;
+    for batch in 0..60u64 {
+        let bodies: Vec<Vec<u8>> = (0..10).map(|i| vec![(batch * 10 + i) as u8; 100]).collect();
+        let msgs: Vec<Message> = bodies.iter().map(|b| msg(b)).collect();
+        let moves: Vec<Moved<'_>> = msgs
+            .iter()
+            .map(|m| {
+                seq += 1;
+                Moved {
+                    from_seq: 0,
+                    to_seq: seq,
+                    deadline: 0,
+                    time: 1_700_000_000_000 + batch,
+                    message: m,
+                }
+            })
+            .collect();
+        log.move_records(1, 1, &moves, &[]).unwrap();
+        for (m, body) in moves.iter().zip(bodies) {
+            model.insert((1, m.to_seq), (body, 0, m.time));
+        }
+        if batch == 0 {
+            let mut records = 0;
+            log.log
+                .scan(log.segments()[0], |_, _| {
+                    records += 1;
+                    true
+                })
+                .unwrap();
+            assert_eq!(records, 1, "ten messages, one record");
+        }
+    }
+    assert_eq!(state(&log), model);
+    check_meta(&log);
+    log.commit().unwrap();
+    drop(log);
+    // Finished segments from their summaries, the last from its records.
+    let log = open(dir.path(), seg);
+    assert_eq!(state(&log), model);
+    assert!(files(dir.path(), "idx").len() > 1, "summaries were written");
+    // Most go: compaction copies the rest forward and the space comes back.
+    for s in 1..=seq {
+        if s % 10 != 0 {
+            log.remove(1, s).unwrap();
+            model.remove(&(1, s));
+        }
+    }
+    let before = log.size_on_disk();
+    for _ in 0..100 {
+        log.commit().unwrap();
+    }
+    assert!(log.size_on_disk() < before / 2, "compacted");
+    assert_eq!(state(&log), model);
+    drop(log);
+    assert_eq!(state(&open(dir.path(), seg)), model);
+}

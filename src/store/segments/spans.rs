@@ -129,7 +129,25 @@ impl SegmentLog {
             }
             let from = first - base + MAGIC.len() as u64;
             match read_full_at(&file, &mut spans.buf[at..at + want], from) {
-                Ok(n) => {
+                Ok(mut n) => {
+                    // The last record may reach past what is wanted of it
+                    // (a batch of messages read for its first few): the
+                    // rest of it is read on, into the same buffer, rather
+                    // than the whole of it again on its own.
+                    let last = (positions[j - 1] - first) as usize;
+                    if let Some(h) = spans.buf[at..at + n].get(last..last + HEADER) {
+                        let len = u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize;
+                        let rec_end = last + HEADER + len;
+                        if rec_end > n && first + rec_end as u64 <= seg_end {
+                            if spans.buf.len() < at + rec_end {
+                                spans.buf.resize(at + rec_end, 0);
+                            }
+                            let rest = &mut spans.buf[at + n..at + rec_end];
+                            if let Ok(k) = read_full_at(&file, rest, from + n as u64) {
+                                n += k;
+                            }
+                        }
+                    }
                     used = at + n;
                     for &pos in &positions[i..j] {
                         let rel = at + (pos - first) as usize;
