@@ -82,6 +82,51 @@ impl Index {
         Ok(())
     }
 
+    /// Inserts messages of `queue` as `insert` does, each at its `Loc`,
+    /// all in the record at `rec` (one MOVE's), in ascending seq order
+    /// for speed (any order is right). Refused at the first that cannot
+    /// be kept; those before it stay.
+    pub fn insert_run(
+        &mut self,
+        queue: u64,
+        rec: u64,
+        run: impl IntoIterator<Item = (u64, Loc)>,
+    ) -> Result<(), Unpackable> {
+        let Index {
+            queues,
+            segs,
+            live_bytes,
+        } = self;
+        let (mut added, mut bytes, mut last) = (0u64, 0u64, 0u64);
+        let mut gone = Vec::new();
+        let slots = queues.entry(queue).or_default();
+        let done = slots.insert_run(
+            run.into_iter().inspect(|(_, loc)| {
+                last = u64::from(loc.len);
+                added += 1;
+                bytes += last;
+            }),
+            |old| gone.push(old),
+        );
+        if slots.is_empty() {
+            queues.remove(&queue);
+        }
+        if done.is_err() {
+            // The one refused was counted, and is not kept.
+            added -= 1;
+            bytes -= last;
+        }
+        // As `count` does for each: all are in the record at `rec`.
+        if let Some((_, seg)) = segs.range_mut(..=rec).next_back() {
+            seg.entries += added;
+            *live_bytes += bytes;
+        }
+        for old in gone {
+            self.count(&old, false);
+        }
+        done
+    }
+
     /// Forgets message `seq` of `queue`; whether it was stored.
     pub fn remove(&mut self, queue: u64, seq: u64) -> bool {
         let Some(q) = self.queues.get_mut(&queue) else {
@@ -206,6 +251,34 @@ mod tests {
             body_len: 4,
             timed: false,
         }
+    }
+
+    /// A run inserted at once counts as its messages inserted one by one,
+    /// replacements included.
+    #[test]
+    fn a_run_counts_as_its_messages_one_by_one() {
+        let build = || {
+            let mut ix = Index::default();
+            for base in [0, 1000, 2000] {
+                ix.segment(base);
+            }
+            for seq in 1..=10u64 {
+                ix.insert(7, seq, loc(seq)).unwrap();
+            }
+            ix
+        };
+        // Seqs 6..=25 in one record of the second segment: five replace.
+        let run = || (6..=25u64).map(|seq| (seq, loc(1500)));
+        let mut one_by_one = build();
+        for (seq, l) in run() {
+            one_by_one.insert(7, seq, l).unwrap();
+        }
+        let mut at_once = build();
+        at_once.insert_run(7, 1500, run()).unwrap();
+        assert_eq!(at_once.segs, one_by_one.segs);
+        assert_eq!(at_once.live_bytes(), one_by_one.live_bytes());
+        assert_eq!(at_once.range(7, 0, 100), one_by_one.range(7, 0, 100));
+        assert_eq!(at_once.live_bytes(), 25 * 10);
     }
 
     /// Removing a run takes each segment's count down by what it held,

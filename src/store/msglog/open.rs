@@ -111,7 +111,7 @@ pub fn apply_move(
     for &seq in removes {
         index.remove(from, seq);
     }
-    for m in at {
+    let locs = at.iter().map(|m| {
         let loc = Loc {
             rec: pos,
             body: pos,
@@ -120,9 +120,13 @@ pub fn apply_move(
             body_len: m.body_len,
             timed: m.timed,
         };
-        index_insert(index, to, m.to_seq, loc)?;
-    }
-    Ok(())
+        (m.to_seq, loc)
+    });
+    index.insert_run(to, pos, locs).map_err(|_| {
+        corrupt(format!(
+            "a message of queue {to} in the record at {pos} cannot be indexed"
+        ))
+    })
 }
 
 /// Rebuilds the index, segment by segment in log order. A record that

@@ -198,6 +198,37 @@ impl Slots {
         }
     }
 
+    /// Inserts each of `run` as `insert` does, `on_old` told of each it
+    /// replaced. A seq above every one stored goes on the end of the
+    /// last chunk while it has room, with no lookup: a batch's messages,
+    /// in order, cost one lookup, not one each.
+    pub fn insert_run(
+        &mut self,
+        run: impl IntoIterator<Item = (u64, Loc)>,
+        mut on_old: impl FnMut(Loc),
+    ) -> Result<(), Unpackable> {
+        let mut last = self.chunks.last_entry();
+        for (seq, loc) in run {
+            if let Some(e) = last.as_mut() {
+                let base = *e.key();
+                let chunk = e.get_mut();
+                let off = seq.checked_sub(base).and_then(|o| u32::try_from(o).ok());
+                if let Some(off) = off.filter(|&off| {
+                    chunk.slots.len() < CHUNK && chunk.slots.last().is_none_or(|s| s.off < off)
+                }) {
+                    chunk.slots.push(Slot::pack(off, &loc).ok_or(Unpackable)?);
+                    chunk.live += 1;
+                    continue;
+                }
+            }
+            if let Some(old) = self.insert(seq, &loc)? {
+                on_old(old);
+            }
+            last = self.chunks.last_entry();
+        }
+        Ok(())
+    }
+
     /// A new chunk holding `seq` alone.
     fn start(&mut self, seq: u64, loc: &Loc) -> Result<(), Unpackable> {
         let slot = Slot::pack(0, loc).ok_or(Unpackable)?;
@@ -426,6 +457,27 @@ mod tests {
                         slots.remove_from(from, |l| gone.push(*l));
                         let want: Vec<Loc> = model.split_off(&from).into_values().collect();
                         assert_eq!(gone, want);
+                    }
+                    97 => {
+                        // A run: past the end, or over what is stored.
+                        let start = match r % 3 {
+                            0 => head + (r >> 8) % (tail - head + 1),
+                            _ => tail + 1,
+                        };
+                        let n = 1 + (r >> 20) % 600;
+                        let run: Vec<(u64, Loc)> = (start..start + n)
+                            .map(|seq| (seq, loc(r >> 12 ^ seq)))
+                            .collect();
+                        let mut olds = Vec::new();
+                        slots
+                            .insert_run(run.iter().copied(), |o| olds.push(o))
+                            .unwrap();
+                        let want: Vec<Loc> = run
+                            .into_iter()
+                            .filter_map(|(seq, l)| model.insert(seq, l))
+                            .collect();
+                        assert_eq!(olds, want);
+                        tail = tail.max(start + n - 1);
                     }
                     _ => {
                         let from = head + (r >> 8) % (tail - head + 1);
