@@ -154,7 +154,7 @@ impl Publisher {
         }
         if let (false, Some(s)) = (batch.is_empty(), &stream) {
             let (ids, msgs): (Vec<u64>, Vec<Message>) = batch.into_iter().unzip();
-            match s.push_batch(&self.queue, &msgs) {
+            match s.push_batch(&self.queue, msgs) {
                 Ok(true) => {
                     out.confirm.extend_from_slice(&ids);
                     moved = sequence.is_some();

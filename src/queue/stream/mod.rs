@@ -427,11 +427,16 @@ impl Stream {
     /// Appends `msgs` in order, as `push` appends each, with one write to
     /// the store for them all (the stream protocol's Publish), or one per
     /// part where they cross a multiple of `BATCH_ALIGN` offsets.
-    pub fn push_batch(&self, queue: &Arc<Queue>, msgs: &[Message]) -> store::Result<bool> {
+    pub fn push_batch(&self, queue: &Arc<Queue>, msgs: Vec<Message>) -> store::Result<bool> {
         self.append(queue, msgs.len(), |first, time| {
+            // Taken, not cloned: a clone of a body read into a `Vec`
+            // makes its buffer shared, an allocation per message.
             let msgs: Vec<Arc<Message>> = (first..)
                 .zip(msgs)
-                .map(|(offset, m)| stored_form(m, offset))
+                .map(|(offset, m)| match m.meta.amqp10 {
+                    true => Arc::new(m),
+                    false => stored_form(&m, offset),
+                })
                 .collect();
             let mut at = 0;
             while at < msgs.len() {

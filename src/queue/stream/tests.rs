@@ -194,8 +194,8 @@ async fn a_batch_takes_consecutive_offsets_and_reads_back_in_order() {
         let one = |b: &[u8]| Message::new(b"", b"s", &[0, 0], b, Meta::default().as_amqp10());
         q.push(&Arc::new(one(b"a"))).unwrap();
         let s = q.stream().unwrap();
-        let batch = [one(b"b"), one(b"c"), one(b"d")];
-        assert!(s.push_batch(&q, &batch).unwrap());
+        let batch = || vec![one(b"b"), one(b"c"), one(b"d")];
+        assert!(s.push_batch(&q, batch()).unwrap());
         assert_eq!(stored(&store, 7), 4, "clustered {clustered}");
         commits.send_replace(u64::MAX);
         assert_eq!(seen(&sink, 4).await, 4, "clustered {clustered}");
@@ -208,7 +208,7 @@ async fn a_batch_takes_consecutive_offsets_and_reads_back_in_order() {
         assert_eq!(read, [b"a", b"b", b"c", b"d"], "clustered {clustered}");
         s.delete();
         assert!(
-            !s.push_batch(&q, &batch).unwrap(),
+            !s.push_batch(&q, batch()).unwrap(),
             "a deleted stream takes none"
         );
     }
