@@ -7,7 +7,7 @@
 //! for a snapshot past `log_max_mb`.
 //!
 //! The purge is done here too, not by openraft: up to the last snapshot
-//! less `log_keep` entries, and on the leader never past what a live
+//! less `log_keep` entries holding at most `log_keep_mb`, and on the leader never past what a live
 //! member catching up still needs (catch_up.rs), as long as that holds
 //! less than `log_hold_mb`.
 
@@ -27,6 +27,8 @@ pub(super) struct Bounds {
     pub max_bytes: u64,
     /// Entries kept before the last snapshot.
     pub keep: u64,
+    /// Bytes of those entries kept at the most.
+    pub keep_bytes: u64,
     /// Bytes kept at the most for a member catching up.
     pub hold_bytes: u64,
 }
@@ -59,7 +61,9 @@ pub(super) async fn bound_log(cluster: Arc<Cluster>, bounds: Bounds) {
                 floor,
             )
         };
-        let mut upto = snapshot.saturating_sub(bounds.keep);
+        let mut upto = snapshot
+            .saturating_sub(bounds.keep)
+            .max(cluster.log.last_beyond(snapshot, bounds.keep_bytes));
         if let Some(floor) = floor.filter(|f| *f < upto) {
             let held = cluster.log.bytes_after(floor);
             if held <= bounds.hold_bytes {

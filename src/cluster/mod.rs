@@ -226,6 +226,7 @@ impl Cluster {
             compaction::Bounds {
                 max_bytes: cfg.log_max_mb.saturating_mul(1 << 20),
                 keep: cfg.log_keep,
+                keep_bytes: cfg.log_keep_mb.saturating_mul(1 << 20),
                 hold_bytes: cfg.log_hold_mb.saturating_mul(1 << 20),
             },
         ));

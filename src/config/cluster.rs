@@ -40,9 +40,13 @@ pub struct ClusterConfig {
     /// whatever their count (entries are up to 1 MiB: a count alone lets
     /// the log grow to gigabytes).
     pub log_max_mb: u64,
-    /// Log entries kept after a snapshot, for followers a little behind
+    /// Log entries kept before a snapshot, for followers a little behind
     /// (one further behind gets the snapshot).
     pub log_keep: u64,
+    /// MiB of those entries kept at the most (entries are up to 1 MiB:
+    /// a count alone kept up to a gigabyte on every member, and the
+    /// purged files new entries are written over came only that late).
+    pub log_keep_mb: u64,
     /// MiB of log entries the leader keeps, past `log_keep`, for a live
     /// member catching up (one installing a snapshot, or back from a
     /// partition): beyond it, the member gets a newer snapshot instead.
@@ -64,6 +68,7 @@ impl Default for ClusterConfig {
             snapshot_every: 20_000,
             log_max_mb: 512,
             log_keep: 1_000,
+            log_keep_mb: 64,
             log_hold_mb: 4_096,
             secret_file: None,
         }

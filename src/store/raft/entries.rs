@@ -482,6 +482,21 @@ impl Entries {
             .sum()
     }
 
+    /// The newest index at or before `index` whose purge, with every one
+    /// before it, leaves at most `bytes` of entries up to `index` on disk
+    /// (0: what is there holds no more).
+    pub fn last_beyond(&self, index: u64, bytes: u64) -> u64 {
+        let inner = self.inner.lock();
+        let mut held = 0u64;
+        for (&i, &size) in inner.sizes.range(..=index).rev() {
+            held = held.saturating_add(size);
+            if held > bytes {
+                return i;
+            }
+        }
+        0
+    }
+
     /// The indexes on disk, newest first.
     pub fn indexes_newest_first(&self) -> Vec<u64> {
         self.inner.lock().on_disk.keys().rev().copied().collect()
@@ -645,6 +660,23 @@ mod tests {
         let e = Entries::open(dir.path()).unwrap();
         assert_eq!(e.last().map(|l| l.index), Some(3));
         assert!(!p.exists());
+    }
+
+    /// What a purge up to `last_beyond` leaves before an index holds at
+    /// most the bytes asked for.
+    #[test]
+    fn last_beyond_keeps_at_most_the_bytes_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Entries::open(dir.path()).unwrap();
+        e.append((1..=5).map(|i| entry(i, &[0; 100])).collect())
+            .unwrap();
+        let one = e.bytes_after(4);
+        assert_eq!(e.bytes_after(0), 5 * one);
+        assert_eq!(e.last_beyond(4, 0), 4);
+        assert_eq!(e.last_beyond(4, 2 * one), 2);
+        assert_eq!(e.last_beyond(4, 2 * one - 1), 3);
+        assert_eq!(e.last_beyond(4, 4 * one), 0);
+        assert_eq!(e.last_beyond(5, 4 * one), 1);
     }
 
     /// An older build's file (the bincode of the entry) reads back, and

@@ -159,6 +159,12 @@ impl LogStore {
         self.log.bytes_after(index)
     }
 
+    /// The newest entry at or before `index` whose purge leaves at most
+    /// `bytes` of entries up to `index` (entries.rs; 0: none need go).
+    pub fn last_beyond(&self, index: u64, bytes: u64) -> u64 {
+        self.log.last_beyond(index, bytes)
+    }
+
     /// Entries in the log (metrics).
     pub fn len(&self) -> usize {
         self.log.len()
