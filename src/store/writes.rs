@@ -110,11 +110,11 @@ impl Store {
         self.submit_put(queue_id, seq, msg, false, deadline)
     }
     /// Writes messages `first`, `first + 1`, ... of a durable queue, all
-    /// stored at `time`, as `put_message` writes each (a stream's batch).
-    /// A single node writes them in one record (a MOVE with no source);
-    /// a replicated journal as puts of their own, which its members hold
-    /// back from their logs as they hold any put (a MOVE would write
-    /// every put held before it).
+    /// stored at `time`, as `put_message` writes each (a stream's batch),
+    /// as one operation: a MOVE with no source, one record in the message
+    /// log. A cluster ships it as one operation too; its members write it
+    /// at once, leaving the puts they hold back held (msglog
+    /// `move_records`).
     pub fn put_batch(
         &self,
         queue_id: u64,
@@ -122,12 +122,6 @@ impl Store {
         msgs: &[std::sync::Arc<Message>],
         time: u64,
     ) -> Result<()> {
-        if self.journal.applies_on_commit() {
-            for (seq, msg) in (first..).zip(msgs) {
-                self.put_message(queue_id, seq, msg, 0)?;
-            }
-            return Ok(());
-        }
         let moves: Vec<super::op::Moved<'_>> = (first..)
             .zip(msgs)
             .map(|(to_seq, msg)| super::op::Moved {

@@ -494,7 +494,14 @@ impl MessageLog {
             moves: at,
             removes: removes.to_vec(),
         });
-        let mut st = self.released()?;
+        // New messages (a stream's batch: no source, nothing removed)
+        // depend on no held put: those stay held. A move's source must be
+        // written before it.
+        let new = from == to && removes.is_empty() && moves.iter().all(|m| m.from_seq == 0);
+        let mut st = match new {
+            true => self.state.lock(),
+            false => self.released()?,
+        };
         let pos = self.append(&mut st, record::MOVE, &buf, &e)?;
         open::apply(&mut st.index, pos, &e)
     }

@@ -242,6 +242,47 @@ fn a_held_put_removed_before_the_commit_writes_nothing() {
     assert_eq!(seqs, [3, 4]);
 }
 
+/// New messages in one record (a stream's batch, applied on a member)
+/// are written at once and leave the puts held back held: another
+/// queue's put removed before the commit is still never written, nor its
+/// removal. A move with a source writes the held puts first.
+#[test]
+fn a_batch_of_new_messages_leaves_held_puts_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 1 << 20).hold_puts();
+    log.put(1, 1, &msg(b"acked soon"), false, 0, 7).unwrap();
+    let end = log.log.end();
+    let (a, b) = (msg(b"s1"), msg(b"s2"));
+    let batch = |seq: u64, m| Moved {
+        from_seq: 0,
+        to_seq: seq,
+        deadline: 0,
+        time: 9,
+        message: m,
+    };
+    log.move_records(2, 2, &[batch(1, &a), batch(2, &b)], &[])
+        .unwrap();
+    let written = log.log.end() - end;
+    assert!(written > 0, "the batch is written at once");
+    log.remove(1, 1).unwrap();
+    log.commit().unwrap();
+    assert_eq!(log.log.end() - end, written, "nothing but the batch");
+    let stored: Vec<(u64, u64)> = state(&log).keys().copied().collect();
+    assert_eq!(stored, [(2, 1), (2, 2)]);
+    // A move from another queue needs its source on disk first.
+    log.put(1, 2, &msg(b"moved"), false, 0, 7).unwrap();
+    let source = msg(b"moved");
+    let moved = Moved {
+        from_seq: 2,
+        ..batch(3, &source)
+    };
+    log.move_records(1, 2, &[moved], &[]).unwrap();
+    log.close().unwrap();
+    drop(log);
+    let stored: Vec<(u64, u64)> = state(&open(dir.path(), 1 << 20)).keys().copied().collect();
+    assert_eq!(stored, [(2, 1), (2, 2), (2, 3)]);
+}
+
 /// A stream's newest messages, held back on a member, are read from
 /// memory by a reader at the tail: nothing is written for it, and a read
 /// past them finds nothing without writing either.
