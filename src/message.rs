@@ -10,6 +10,7 @@ use crate::wire::props::{self, Field};
 use crate::wire::{table, TableError};
 
 pub mod amqp10;
+pub mod batch;
 
 /// A published message, in one buffer: the route (exchange and routing key
 /// as two short strings, as `basic.publish` carries them) at its start, the

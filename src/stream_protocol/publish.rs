@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use super::codes::*;
 use super::out::Out;
 use super::wire;
+use crate::message::batch::Batch;
 use crate::message::{amqp10, Message, Meta};
 use crate::queue::Queue;
 use crate::store::Store;
@@ -89,7 +90,22 @@ impl Publisher {
         // A stream's messages go to it in one append (store/writes.rs
         // `put_batch`), unless its queue deduplicates each.
         let batched = stream.is_some() && self.queue.dedup().is_none();
-        let mut batch: Vec<(u64, Message)> = Vec::new();
+        // A batch's messages share one buffer: its bodies (the rest of the
+        // frame at most) and a route and property list each.
+        let (mut ids, mut batch) = match batched {
+            true => {
+                // No more than the frame can hold (an id and a length
+                // each), whatever its count says.
+                let count = count.min(f.remaining() / 12);
+                let each = 2 + self.stream.len() + amqp10::STORED_PROPS.len();
+                let bytes = f.remaining() + count * each;
+                (
+                    Vec::with_capacity(count),
+                    Batch::with_capacity(bytes, count),
+                )
+            }
+            false => (Vec::new(), Batch::with_capacity(0, 0)),
+        };
         for _ in 0..count {
             let id = f.u64()?;
             // Version 2 labels each message with a filter value (or null;
@@ -127,15 +143,16 @@ impl Publisher {
             // Its property list is a headers table (as a restart reads it).
             let mut meta = Meta::default().with_delivery_mode(2).as_amqp10();
             meta.has_headers = true;
-            let msg = Message::new(b"", self.stream.as_bytes(), props, body, meta);
             if batched {
-                batch.push((id, msg));
+                batch.push(b"", self.stream.as_bytes(), props, body, meta);
+                ids.push(id);
                 if sequence.is_some() {
                     // A later copy of this id in the batch is a duplicate.
                     last = Some(id);
                 }
                 continue;
             }
+            let msg = Message::new(b"", self.stream.as_bytes(), props, body, meta);
             match self.queue.push(&Arc::new(msg)) {
                 Ok(p) if p.stored => {
                     out.confirm.push(id);
@@ -153,8 +170,7 @@ impl Publisher {
             }
         }
         if let (false, Some(s)) = (batch.is_empty(), &stream) {
-            let (ids, msgs): (Vec<u64>, Vec<Message>) = batch.into_iter().unzip();
-            match s.push_batch(&self.queue, msgs) {
+            match s.push_batch(&self.queue, batch.into_messages()) {
                 Ok(true) => {
                     out.confirm.extend_from_slice(&ids);
                     moved = sequence.is_some();

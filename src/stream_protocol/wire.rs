@@ -31,6 +31,11 @@ impl<'a> Fields<'a> {
         Ok(head)
     }
 
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+
     pub fn u8(&mut self) -> Result<u8, Malformed> {
         Ok(self.take(1)?[0])
     }

@@ -427,10 +427,14 @@ impl Stream {
     /// Appends `msgs` in order, as `push` appends each, with one write to
     /// the store for them all (the stream protocol's Publish), or one per
     /// part where they cross a multiple of `BATCH_ALIGN` offsets.
-    pub fn push_batch(&self, queue: &Arc<Queue>, msgs: Vec<Message>) -> store::Result<bool> {
+    pub fn push_batch<I>(&self, queue: &Arc<Queue>, msgs: I) -> store::Result<bool>
+    where
+        I: IntoIterator<Item = Message>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        let msgs = msgs.into_iter();
         self.append(queue, msgs.len(), |first, time| {
-            // Taken, not cloned: a clone of a body read into a `Vec`
-            // makes its buffer shared, an allocation per message.
+            // Taken, not cloned.
             let msgs: Vec<Arc<Message>> = (first..)
                 .zip(msgs)
                 .map(|(offset, m)| match m.meta.amqp10 {
