@@ -7,9 +7,9 @@
 //! for a snapshot past `log_max_mb`.
 //!
 //! The purge is done here too, not by openraft: up to the last snapshot
-//! less `log_keep` entries holding at most `log_keep_mb`, and on the leader never past what a live
-//! member catching up still needs (catch_up.rs), as long as that holds
-//! less than `log_hold_mb`.
+//! less `log_keep` entries holding at most `log_keep_mb`, and on the
+//! leader never past what a live member catching up still needs
+//! (catch_up.rs), as long as that holds less than `log_hold_mb`.
 
 use std::sync::Arc;
 use std::time::Duration;

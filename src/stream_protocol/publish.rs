@@ -91,14 +91,15 @@ impl Publisher {
         // `put_batch`), unless its queue deduplicates each.
         let batched = stream.is_some() && self.queue.dedup().is_none();
         // A batch's messages share one buffer: its bodies (the rest of the
-        // frame at most) and a route and property list each.
+        // frame at most) and a route and property list each. What is
+        // reserved is no more than the frame can hold (an id and a length
+        // a message) and twice the frame's bytes, whatever its count says:
+        // the buffer grows past that only as messages really come.
         let (mut ids, mut batch) = match batched {
             true => {
-                // No more than the frame can hold (an id and a length
-                // each), whatever its count says.
                 let count = count.min(f.remaining() / 12);
                 let each = 2 + self.stream.len() + amqp10::STORED_PROPS.len();
-                let bytes = f.remaining() + count * each;
+                let bytes = (f.remaining() + count * each).min(2 * f.remaining());
                 (
                     Vec::with_capacity(count),
                     Batch::with_capacity(bytes, count),
