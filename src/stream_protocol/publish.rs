@@ -1,12 +1,12 @@
 //! Publishers: a publish appends its messages to their stream as they
 //! came (their AMQP 1.0 bytes, message/amqp10.rs), together (one append
 //! and one store write for the frame's messages, `Stream::push_batch`,
-//! unless the stream's queue deduplicates each), and is confirmed once the group
-//! commit that covers the batch is done (on a cluster, committed on a
-//! majority). A publisher declared with a reference is deduplicated by
-//! publishing id, as RabbitMQ does: a message whose id is not above the
-//! highest stored for that reference on that stream is confirmed and not
-//! stored again. The highest id is recorded with the stream's tracked
+//! unless the stream's queue deduplicates each), and is confirmed once
+//! the group commit that covers the batch is done (on a cluster,
+//! committed on a majority). A publisher declared with a reference is
+//! deduplicated by publishing id, as RabbitMQ does: a message whose id is
+//! not above the highest stored for that reference on that stream is
+//! confirmed and not stored again. The highest id is recorded with the stream's tracked
 //! offsets (written before the commit that covers the batch), so it holds
 //! across reconnects, restarts and failovers, and QueryPublisherSequence
 //! reads it.

@@ -71,9 +71,9 @@ const SKIP_BUDGET: usize = 4096;
 /// `msg` as a stream keeps it at `offset`: an AMQP 1.0 message (the
 /// stream protocol's) as it came, its readers there have the offset in
 /// the chunk; any other with an `x-stream-offset` header.
-fn stored_form(msg: &Message, offset: u64) -> Arc<Message> {
+fn stored_form(msg: Message, offset: u64) -> Arc<Message> {
     match msg.meta.amqp10 {
-        true => Arc::new(msg.clone()),
+        true => Arc::new(msg),
         false => {
             Arc::new(msg.with_header("x-stream-offset", AMQPValue::LongLongInt(offset as i64)))
         }
@@ -416,7 +416,7 @@ impl Stream {
     /// to the readers waiting at the end.
     pub fn push(&self, queue: &Arc<Queue>, msg: &Message) -> store::Result<bool> {
         self.append(queue, 1, |first, _| {
-            let msg = stored_form(msg, first);
+            let msg = stored_form(msg.clone(), first);
             queue
                 .store
                 .put_message(queue.config.store_id, seq_of(first), &msg, 0)?;
@@ -434,13 +434,9 @@ impl Stream {
     {
         let msgs = msgs.into_iter();
         self.append(queue, msgs.len(), |first, time| {
-            // Taken, not cloned.
             let msgs: Vec<Arc<Message>> = (first..)
                 .zip(msgs)
-                .map(|(offset, m)| match m.meta.amqp10 {
-                    true => Arc::new(m),
-                    false => stored_form(&m, offset),
-                })
+                .map(|(offset, m)| stored_form(m, offset))
                 .collect();
             let mut at = 0;
             while at < msgs.len() {
