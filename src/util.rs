@@ -155,6 +155,25 @@ impl Drop for SourceSlot {
     }
 }
 
+/// `sendfile(2)`: writes up to `len` bytes of file `from` at `at` to
+/// socket `to` in the kernel; how many it wrote.
+pub fn sendfile(
+    to: std::os::fd::RawFd,
+    from: std::os::fd::RawFd,
+    at: u64,
+    len: usize,
+) -> std::io::Result<usize> {
+    let mut offset = libc::off_t::try_from(at)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "offset too large"))?;
+    // SAFETY: sendfile reads only the descriptors and the offset it is
+    // given, which lives through the call.
+    let n = unsafe { libc::sendfile(to, from, &mut offset, len) };
+    match n {
+        -1 => Err(std::io::Error::last_os_error()),
+        n => Ok(n as usize),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// Across second boundaries, a record's time never names a second

@@ -159,6 +159,31 @@ pub(super) fn append_record(
     out.extend_from_slice(msg.body());
 }
 
+/// The record of a persistent message stored at `time` (0: not
+/// recorded) with no deadline, from its parts: a stream batch's message
+/// (msglog's CHUNK) as a MOVE would have stored it.
+pub(super) fn stored_record(time: u64, route: (&[u8], &[u8]), props: &[u8], body: &[u8]) -> Bytes {
+    let (exchange, routing_key) = route;
+    let mut out =
+        BytesMut::with_capacity(28 + exchange.len() + routing_key.len() + props.len() + body.len());
+    let mut kind = PERSISTENT;
+    if time != 0 {
+        kind |= HAS_TIME;
+    }
+    out.put_u8(kind);
+    if time != 0 {
+        out.put_u64(time);
+    }
+    out.put_u8(exchange.len() as u8);
+    out.extend_from_slice(exchange);
+    out.put_u8(routing_key.len() as u8);
+    out.extend_from_slice(routing_key);
+    out.put_u32(props.len() as u32);
+    out.extend_from_slice(props);
+    out.extend_from_slice(body);
+    out.freeze()
+}
+
 /// Whether a record holds a transient (paged) message.
 pub(super) fn is_paged(raw: &[u8]) -> bool {
     raw.first().is_some_and(|&k| kind_of(k) == PAGED)
@@ -496,13 +521,15 @@ impl Store {
 
     /// Calls `f` with each message `load_range_within` reads, in order:
     /// from the segment log, as its record's bytes where the read left
-    /// them (msglog/range.rs).
+    /// them (msglog/range.rs); with `chunks`, whole stream batches as
+    /// they lie in the log's files (`Found::Chunk`).
     pub fn visit_range_within(
         &self,
         queue_id: u64,
         from: u64,
         n: usize,
         max_bytes: u64,
+        chunks: bool,
         mut f: impl FnMut(u64, super::Found<'_>) -> Result<()>,
     ) -> Result<()> {
         if let Some(log) = self
@@ -511,7 +538,7 @@ impl Store {
             .as_ref()
             .filter(|_| !self.applier.is_staging())
         {
-            return log.visit_range_within(queue_id, from, n, max_bytes, f);
+            return log.visit_range_within(queue_id, from, n, max_bytes, chunks, f);
         }
         for (seq, m) in self.load_range_within(queue_id, from, n, max_bytes)? {
             f(seq, super::Found::Message(m, 0))?;

@@ -47,7 +47,7 @@ pub use messages::encode_record_at;
 pub use messages::{
     decode_message, encode_message, record_parts, record_time, within_bytes, StoredMessage,
 };
-pub use msglog::Found;
+pub use msglog::{Found, StoredChunk};
 pub use op::{Applied, Moved, Op};
 pub use sync::{DiskSync, Flusher, LogSync, Syncer};
 pub use tenancy::{GlobalParameterDef, ParameterDef, VhostDef};

@@ -13,18 +13,25 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::codes::DELIVER;
+use super::out::Part;
 use crate::message::{amqp10, Message};
 use crate::store::{self, Found};
 
 /// The chunk header's magic and version (osiris: 5, 0).
 const MAGIC_VERSION: u8 = 0x50;
 
-/// A chunk being written: the osiris chunk header and its entries, all
-/// of a Deliver frame but its head (frame size, key, version,
-/// subscription, committed offset), so that readers of the same offsets
-/// can share it (`Chunk::frame`).
+/// A chunk being written: its entries, copied into a buffer or, for a
+/// stream batch stored whole, named where they lie in the log's file
+/// (`Found::Chunk`), all of a Deliver frame but its head (frame size,
+/// key, version, subscription, committed offset) and the chunk header,
+/// so that readers of the same offsets can share it (`Chunk::frame`).
 pub struct ChunkFrame {
+    /// Entries being copied (not in `parts` yet).
     o: BytesMut,
+    parts: Vec<Part>,
+    /// The CRC-32 of the entries in `parts`, and their bytes.
+    crc: crc32fast::Hasher,
+    len: u64,
     first: u64,
     entries: u16,
     /// The latest stored time of its messages (ms since the epoch; 0:
@@ -36,22 +43,13 @@ pub struct ChunkFrame {
 const HEADER: usize = 48;
 
 impl ChunkFrame {
-    /// A chunk with room for about `bytes` of entries.
+    /// A chunk with room for about `bytes` of copied entries.
     pub fn new(bytes: usize) -> Self {
-        let mut o = BytesMut::with_capacity(bytes + HEADER + 64);
-        o.put_u8(MAGIC_VERSION);
-        o.put_u8(0); // a user chunk
-        o.put_u16(0); // entries
-        o.put_u32(0); // records
-        o.put_i64(0); // the timestamp (`finish`)
-        o.put_u64(1); // epoch
-        o.put_u64(0); // the first offset
-        o.put_u32(0); // CRC
-        o.put_u32(0); // data length
-        o.put_u32(0); // trailer length
-        o.put_u32(0); // bloom filter size, reserved
         ChunkFrame {
-            o,
+            o: BytesMut::with_capacity(bytes + 64),
+            parts: Vec::new(),
+            crc: crc32fast::Hasher::new(),
+            len: 0,
             first: 0,
             entries: 0,
             time: 0,
@@ -61,7 +59,7 @@ impl ChunkFrame {
     /// Adds the message at `offset` (the next after the last), stored at
     /// `time` (ms since the epoch; 0: not recorded).
     pub fn push(&mut self, offset: u64, msg: &Message, time: u64) {
-        self.begin(offset, time);
+        self.begin(offset, 1, time);
         let o = &mut self.o;
         if amqp10::is_amqp10(msg) {
             put_entry(o, msg.body());
@@ -74,13 +72,18 @@ impl ChunkFrame {
         }
     }
 
-    /// Adds what a range read found at `offset`.
+    /// Adds what a range read found at `offset` (a stored chunk: its
+    /// messages from `offset` on).
     pub fn push_found(&mut self, offset: u64, found: Found<'_>) -> store::Result<()> {
         match found {
             Found::Message(m, time) => self.push(offset, &m, time),
+            Found::Entry { body, time, .. } => {
+                self.begin(offset, 1, time);
+                put_entry(&mut self.o, body);
+            }
             Found::Record(r) => match store::record_parts(r) {
                 Some((props, body)) if amqp10::is_stored_props(props) => {
-                    self.begin(offset, store::record_time(r));
+                    self.begin(offset, 1, store::record_time(r));
                     put_entry(&mut self.o, body);
                 }
                 _ => {
@@ -88,46 +91,70 @@ impl ChunkFrame {
                     self.push(offset, &m, store::record_time(r));
                 }
             },
+            Found::Chunk(c) => {
+                self.begin(offset, c.count as u16, c.time);
+                self.take_copied();
+                self.crc
+                    .combine(&crc32fast::Hasher::new_with_initial_len(c.crc, c.len));
+                self.len += c.len;
+                self.parts.push(Part::File(c));
+            }
         }
         Ok(())
     }
 
-    fn begin(&mut self, offset: u64, time: u64) {
+    fn begin(&mut self, offset: u64, n: u16, time: u64) {
         if self.entries == 0 {
             self.first = offset;
         }
-        self.entries += 1;
+        self.entries += n;
         self.time = self.time.max(time);
+    }
+
+    /// Moves the entries copied so far into `parts`; a buffer much larger
+    /// than what it holds (a reader at the end of its stream) keeps no
+    /// more memory than it needs, queued or shared.
+    fn take_copied(&mut self) {
+        if self.o.is_empty() {
+            return;
+        }
+        self.crc.update(&self.o);
+        self.len += self.o.len() as u64;
+        let bytes = if self.o.capacity() > 4 * self.o.len() + 4096 {
+            let b = Bytes::copy_from_slice(&self.o);
+            self.o.clear();
+            b
+        } else {
+            self.o.split().freeze()
+        };
+        self.parts.push(Part::Bytes(bytes));
     }
 
     /// The chunk, its header filled in.
     pub fn finish(mut self) -> Chunk {
-        let o = &mut self.o;
+        self.take_copied();
         let n = self.entries;
-        o[2..4].copy_from_slice(&n.to_be_bytes());
-        o[4..8].copy_from_slice(&u32::from(n).to_be_bytes());
         // Messages stored before records kept their time: now.
         let time = match self.time {
             0 => crate::util::record_ms(),
             t => t,
         };
-        o[8..16].copy_from_slice(&time.to_be_bytes());
-        o[24..32].copy_from_slice(&self.first.to_be_bytes());
-        let data = &o[HEADER..];
-        let crc = crc32fast::hash(data);
-        let len = data.len() as u32;
-        o[32..36].copy_from_slice(&crc.to_be_bytes());
-        o[36..40].copy_from_slice(&len.to_be_bytes());
-        // A chunk much smaller than the room it was given (a reader at
-        // the end of its stream) keeps no more memory than it needs,
-        // queued or shared.
-        let bytes = if self.o.capacity() > 4 * self.o.len() + 4096 {
-            Bytes::copy_from_slice(&self.o)
-        } else {
-            self.o.freeze()
-        };
+        let mut h = BytesMut::with_capacity(HEADER);
+        h.put_u8(MAGIC_VERSION);
+        h.put_u8(0); // a user chunk
+        h.put_u16(n);
+        h.put_u32(u32::from(n)); // records
+        h.put_u64(time);
+        h.put_u64(1); // epoch
+        h.put_u64(self.first);
+        h.put_u32(self.crc.finalize());
+        h.put_u32(self.len as u32);
+        h.put_u32(0); // trailer length
+        h.put_u32(0); // bloom filter size, reserved
         Chunk {
-            bytes,
+            header: h.freeze(),
+            parts: self.parts,
+            len: self.len,
             first: self.first,
             entries: n,
         }
@@ -143,15 +170,25 @@ fn put_entry(o: &mut BytesMut, body: &[u8]) {
 /// A finished chunk; cloning it shares its bytes.
 #[derive(Clone)]
 pub struct Chunk {
-    bytes: Bytes,
+    /// The chunk header (osiris's).
+    header: Bytes,
+    /// The entries, copied or where they lie in the log's files.
+    parts: Vec<Part>,
+    len: u64,
     pub first: u64,
     pub entries: u16,
 }
 
 impl Chunk {
-    /// Its length in bytes.
-    pub fn size(&self) -> usize {
-        self.bytes.len()
+    /// The bytes of its entries that were copied (not sent from a file).
+    pub fn copied(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                Part::Bytes(b) => b.len(),
+                Part::File(_) => 0,
+            })
+            .sum()
     }
 
     /// The offset of its last entry (its first with none).
@@ -159,13 +196,13 @@ impl Chunk {
         self.first + u64::from(self.entries.saturating_sub(1))
     }
 
-    /// Its Deliver frame to subscription `id` as (head, chunk): version 2
-    /// with `committed` (the last offset committed, which Deliver 2
-    /// names as the committed chunk id: every offset up to it is),
-    /// version 1 without.
-    pub fn frame(&self, id: u8, committed: Option<u64>) -> (Bytes, Bytes) {
-        let mut head = BytesMut::with_capacity(17);
-        let rest = 4 + 1 + if committed.is_some() { 8 } else { 0 } + self.bytes.len();
+    /// Its Deliver frame to subscription `id` as (head, entries), the
+    /// head with the chunk header: version 2 with `committed` (the last
+    /// offset committed, which Deliver 2 names as the committed chunk
+    /// id: every offset up to it is), version 1 without.
+    pub fn frame(&self, id: u8, committed: Option<u64>) -> (Bytes, Vec<Part>) {
+        let mut head = BytesMut::with_capacity(17 + HEADER);
+        let rest = 4 + 1 + if committed.is_some() { 8 } else { 0 } + HEADER + self.len as usize;
         head.put_u32(rest as u32);
         head.put_u16(DELIVER);
         head.put_u16(if committed.is_some() { 2 } else { 1 });
@@ -173,7 +210,8 @@ impl Chunk {
         if let Some(c) = committed {
             head.put_u64(c);
         }
-        (head.freeze(), self.bytes.clone())
+        head.put_slice(&self.header);
+        (head.freeze(), self.parts.clone())
     }
 }
 
@@ -187,13 +225,20 @@ pub fn chunk(id: u8, batch: &[(u64, Arc<Message>, u64)], committed: Option<u64>)
     for (offset, msg, time) in batch {
         c.push(*offset, msg, *time);
     }
-    c.finish().frame(id, committed)
+    let (head, parts) = c.finish().frame(id, committed);
+    // Only copied entries: one part at most.
+    let body = match parts.into_iter().next() {
+        Some(Part::Bytes(b)) => b,
+        _ => Bytes::new(),
+    };
+    (head, body)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::message::Meta;
+    use crate::store::StoredChunk;
     use rabbitmq_stream_protocol::codec::Decoder;
     use rabbitmq_stream_protocol::commands::deliver::DeliverCommand;
 
@@ -211,6 +256,23 @@ mod tests {
     /// A frame in one piece.
     fn whole((head, chunk): (Bytes, Bytes)) -> Vec<u8> {
         [&head[..], &chunk[..]].concat()
+    }
+
+    /// A chunk's frame in one piece, its file parts read.
+    fn frame_bytes((head, parts): (Bytes, Vec<Part>)) -> Vec<u8> {
+        use std::os::unix::fs::FileExt;
+        let mut out = head.to_vec();
+        for p in parts {
+            match p {
+                Part::Bytes(b) => out.extend_from_slice(&b),
+                Part::File(c) => {
+                    let mut buf = vec![0u8; c.len as usize];
+                    c.file.read_exact_at(&mut buf, c.at).unwrap();
+                    out.extend_from_slice(&buf);
+                }
+            }
+        }
+        out
     }
 
     #[test]
@@ -267,7 +329,10 @@ mod tests {
         }
         let (a, b) = (a.finish(), b.finish());
         assert_eq!((b.entries, b.last()), (2, 5));
-        let (a, b) = (whole(a.frame(1, Some(9))), whole(b.frame(1, Some(9))));
+        let (a, b) = (
+            frame_bytes(a.frame(1, Some(9))),
+            frame_bytes(b.frame(1, Some(9))),
+        );
         // All but the timestamp (after the committed offset, the magic,
         // the chunk type, and the counts).
         let ts = 4 + 4 + 1 + 8 + 2 + 6;
@@ -279,7 +344,7 @@ mod tests {
     /// from a record or as told; with none recorded, when it is built.
     #[test]
     fn a_chunk_is_stamped_with_its_newest_messages_time() {
-        let stamp = |c: Chunk| u64::from_be_bytes(c.bytes[8..16].try_into().unwrap());
+        let stamp = |c: Chunk| u64::from_be_bytes(c.header[8..16].try_into().unwrap());
         let m = stored();
         let mut c = ChunkFrame::new(0);
         c.push(0, &m, 1_700_000_000_005);
@@ -296,13 +361,62 @@ mod tests {
         assert!((before..=crate::util::record_ms()).contains(&built));
     }
 
+    /// A stored chunk's entries (sent from its file) join entries copied
+    /// before and after them in one chunk: the frame is what copying them
+    /// all makes, its count, data length and CRC included.
+    #[test]
+    fn a_stored_chunk_joins_copied_entries_as_if_all_were_copied() {
+        use std::io::Write;
+        let m = |i: u8| {
+            let body = [0x00, 0x53, 0x75, 0xa0, 3, b'm', b'-', b'0' + i];
+            Message::new(b"", b"s", amqp10::STORED_PROPS, &body, Meta::default())
+        };
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        let mut entries = Vec::new();
+        for i in 2..5 {
+            put_entry_vec(&mut entries, m(i).body());
+        }
+        // Something before the entries in the file, as a record's head.
+        file.write_all(b"record head").unwrap();
+        file.write_all(&entries).unwrap();
+        let stored = StoredChunk {
+            file: Arc::new(file.reopen().unwrap()),
+            at: 11,
+            len: entries.len() as u64,
+            crc: crc32fast::hash(&entries),
+            count: 3,
+            time: 1_700_000_000_001,
+        };
+        let (mut all, mut joined) = (ChunkFrame::new(0), ChunkFrame::new(0));
+        for i in 0..6 {
+            all.push(10 + u64::from(i), &m(i), 1_700_000_000_001);
+        }
+        joined.push(10, &m(0), 1_700_000_000_001);
+        joined.push(11, &m(1), 1_700_000_000_001);
+        joined.push_found(12, Found::Chunk(stored)).unwrap();
+        joined.push(15, &m(5), 1_700_000_000_001);
+        let joined = joined.finish();
+        assert_eq!((joined.first, joined.entries, joined.last()), (10, 6, 15));
+        assert_eq!(joined.copied(), 2 * 12 + 12);
+        let a = frame_bytes(all.finish().frame(1, None));
+        let b = frame_bytes(joined.frame(1, None));
+        assert_eq!(a, b);
+    }
+
+    fn put_entry_vec(o: &mut Vec<u8>, body: &[u8]) {
+        o.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        o.extend_from_slice(body);
+    }
+
     /// A small chunk built with a large budget keeps only what it needs.
     #[test]
     fn a_small_chunk_keeps_no_more_than_it_needs() {
         for (room, kept) in [(1 << 20, 4096), (0, 4096)] {
             let mut c = ChunkFrame::new(room);
             c.push(0, &stored(), 0);
-            let bytes = c.finish().bytes;
+            let Some(Part::Bytes(bytes)) = c.finish().parts.pop() else {
+                panic!("one copied part");
+            };
             assert!(bytes.len() < 100);
             let capacity = bytes.try_into_mut().expect("unshared").capacity();
             assert!(capacity < kept, "{capacity} bytes kept of {room}");

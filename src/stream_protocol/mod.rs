@@ -207,7 +207,7 @@ async fn run<R, W>(
     mut stop: watch::Receiver<bool>,
 ) where
     R: AsyncRead + Unpin + Send,
-    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    W: out::Sink,
 {
     let (out, writer) = out::start(wr, broker.config.send_timeout());
     let limit = Duration::from_millis(broker.config.handshake_timeout);

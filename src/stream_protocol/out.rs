@@ -7,12 +7,17 @@
 //! nothing for `send_timeout` is let go (the writer ends, and with it the
 //! connection), as on the AMQP port.
 
-use std::io::IoSlice;
+use std::fs::File;
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
+
+use crate::store::StoredChunk;
 
 /// Frames waiting for the writer, at most.
 const QUEUED: usize = 256;
@@ -20,25 +25,87 @@ const QUEUED: usize = 256;
 const WRITE_BATCH: usize = 256 << 10;
 /// Frames in one vectored write, at most (IOV_MAX is 1024).
 const MAX_SLICES: usize = 64;
+/// The most bytes of a file part copied at once where the socket takes
+/// no `sendfile` (TLS).
+const COPY_MAX: usize = 256 << 10;
+
+/// A part of a frame: bytes, or a stored chunk's entries where they lie
+/// in the log's file.
+#[derive(Clone)]
+pub enum Part {
+    Bytes(Bytes),
+    File(StoredChunk),
+}
+
+/// What follows a frame's first part.
+enum Body {
+    None,
+    Bytes(Bytes),
+    Parts(Vec<Part>),
+}
+
+/// A socket the writer writes to: file parts go with `sendfile(2)` where
+/// it is a TCP socket (no copy through this process), else read and
+/// written.
+pub trait Sink: AsyncWrite + Unpin + Send + 'static {
+    /// Writes some of the `len` bytes of `file` from `at`; how many.
+    fn send_file<'a>(
+        &'a mut self,
+        file: &'a File,
+        at: u64,
+        len: usize,
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        async move {
+            let mut buf = vec![0u8; len.min(COPY_MAX)];
+            file.read_exact_at(&mut buf, at)?;
+            self.write_all(&buf).await?;
+            Ok(buf.len())
+        }
+    }
+}
+
+impl Sink for tokio::net::tcp::OwnedWriteHalf {
+    async fn send_file(&mut self, file: &File, at: u64, len: usize) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let socket: &tokio::net::TcpStream = self.as_ref();
+        loop {
+            socket.writable().await?;
+            let sent = socket.try_io(tokio::io::Interest::WRITABLE, || {
+                crate::util::sendfile(socket.as_raw_fd(), file.as_raw_fd(), at, len)
+            });
+            match sent {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                sent => return sent,
+            }
+        }
+    }
+}
+
+impl<T: tokio::io::AsyncRead + AsyncWrite + Send + 'static> Sink for tokio::io::WriteHalf<T> {}
 
 /// The sending side; cloned by each task that writes.
 #[derive(Clone)]
 pub struct Out {
-    /// Each frame in one or two parts (the second empty for one).
-    tx: mpsc::Sender<(Bytes, Bytes)>,
+    /// Each frame: its first part and what follows it.
+    tx: mpsc::Sender<(Bytes, Body)>,
 }
 
 impl Out {
     /// Queues a frame; false once the writer is gone (the connection
     /// ended).
     pub async fn send(&self, frame: Bytes) -> bool {
-        self.tx.send((frame, Bytes::new())).await.is_ok()
+        self.tx.send((frame, Body::None)).await.is_ok()
     }
 
     /// Queues a frame made of `head` then `body` (a body shared with
     /// other connections goes out with no copy).
     pub async fn send_parts(&self, head: Bytes, body: Bytes) -> bool {
-        self.tx.send((head, body)).await.is_ok()
+        self.tx.send((head, Body::Bytes(body))).await.is_ok()
+    }
+
+    /// Queues a frame made of `head` then `parts` (a chunk, chunk.rs).
+    pub async fn send_chunk(&self, head: Bytes, parts: Vec<Part>) -> bool {
+        self.tx.send((head, Body::Parts(parts))).await.is_ok()
     }
 
     /// Queues the frames `write` puts into a buffer.
@@ -62,35 +129,30 @@ impl Out {
 /// Starts the writer of `w`; it ends when every `Out` is dropped (after
 /// writing what was queued), a write fails, or a write takes longer than
 /// `send_timeout`. Frames waiting together go in one vectored write
-/// where `w` takes one (TCP), else copied into one buffer (TLS).
-pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
-    mut w: W,
-    send_timeout: Duration,
-) -> (Out, tokio::task::JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::channel::<(Bytes, Bytes)>(QUEUED);
+/// where `w` takes one (TCP), else copied into one buffer (TLS); a file
+/// part goes on its own after what came before it (`Sink::send_file`).
+pub fn start<W: Sink>(mut w: W, send_timeout: Duration) -> (Out, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::channel::<(Bytes, Body)>(QUEUED);
     let task = tokio::spawn(async move {
-        let vectored = w.is_write_vectored();
-        let mut frames: Vec<Bytes> = Vec::with_capacity(MAX_SLICES);
-        let mut batch = BytesMut::new();
+        let mut frames = Frames {
+            vectored: w.is_write_vectored(),
+            frames: Vec::with_capacity(MAX_SLICES),
+            batch: BytesMut::new(),
+            limit: send_timeout,
+        };
         while let Some(first) = rx.recv().await {
-            let mut bytes = add(&mut frames, first);
-            while bytes < WRITE_BATCH && frames.len() + 2 <= MAX_SLICES {
-                match rx.try_recv() {
-                    Ok(f) => bytes += add(&mut frames, f),
-                    Err(_) => break,
+            let mut bytes = 0;
+            let mut next = Some(first);
+            while let Some(f) = next.take() {
+                bytes += match frames.add(&mut w, f).await {
+                    Some(n) => n,
+                    None => return,
+                };
+                if bytes < WRITE_BATCH && frames.frames.len() + 2 <= MAX_SLICES {
+                    next = rx.try_recv().ok();
                 }
             }
-            let written = if vectored || frames.len() == 1 {
-                write_frames(&mut w, &mut frames, send_timeout).await
-            } else {
-                batch.clear();
-                for f in frames.drain(..) {
-                    batch.extend_from_slice(&f);
-                }
-                write_all(&mut w, &batch, send_timeout).await
-            };
-            frames.clear();
-            if !written {
+            if !frames.write(&mut w).await {
                 return;
             }
             if rx.is_empty() && !within(send_timeout, w.flush()).await {
@@ -102,14 +164,93 @@ pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
     (Out { tx }, task)
 }
 
-/// Adds a frame's parts to `frames`; its length.
-fn add(frames: &mut Vec<Bytes>, (head, body): (Bytes, Bytes)) -> usize {
-    let len = head.len() + body.len();
-    frames.push(head);
-    if !body.is_empty() {
-        frames.push(body);
+/// Frames gathered for one write.
+struct Frames {
+    vectored: bool,
+    frames: Vec<Bytes>,
+    /// Where frames are copied for a socket that takes no vectored write.
+    batch: BytesMut,
+    limit: Duration,
+}
+
+impl Frames {
+    /// Adds a frame; its file parts are sent at once, after what was
+    /// gathered before them. Its length; None if a write failed.
+    async fn add<W: Sink>(&mut self, w: &mut W, (head, body): (Bytes, Body)) -> Option<usize> {
+        let mut len = head.len();
+        self.push(head);
+        match body {
+            Body::None => {}
+            Body::Bytes(b) => {
+                len += b.len();
+                self.push(b);
+            }
+            Body::Parts(parts) => {
+                for part in parts {
+                    match part {
+                        Part::Bytes(b) => {
+                            len += b.len();
+                            self.push(b);
+                        }
+                        Part::File(c) => {
+                            len += c.len as usize;
+                            if !self.write(w).await || !send_file(w, &c, self.limit).await {
+                                return None;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Some(len)
     }
-    len
+
+    fn push(&mut self, b: Bytes) {
+        if !b.is_empty() {
+            self.frames.push(b);
+        }
+    }
+
+    /// Writes what was gathered; false if a write failed.
+    async fn write<W: Sink>(&mut self, w: &mut W) -> bool {
+        let written = match self.frames.len() {
+            0 => true,
+            1 => write_frames(w, &mut self.frames, self.limit).await,
+            _ if self.vectored => write_frames(w, &mut self.frames, self.limit).await,
+            _ => {
+                self.batch.clear();
+                for f in &self.frames {
+                    self.batch.extend_from_slice(f);
+                }
+                write_all(w, &self.batch, self.limit).await
+            }
+        };
+        self.frames.clear();
+        written
+    }
+}
+
+/// Sends a stored chunk's entries from its file; false as `write_all`.
+async fn send_file<W: Sink>(w: &mut W, c: &StoredChunk, limit: Duration) -> bool {
+    let mut sent = 0u64;
+    while sent < c.len {
+        let left = (c.len - sent) as usize;
+        match tokio::time::timeout(limit, w.send_file(&c.file, c.at + sent, left)).await {
+            Ok(Ok(0)) => return false,
+            Ok(Ok(n)) => sent += n as u64,
+            Ok(Err(e)) => {
+                tracing::debug!("a stream chunk could not be sent from its file: {e}");
+                return false;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "a stream client read nothing for {limit:?}: closing its connection"
+                );
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// Writes all of `frames` with vectored writes; false as `write_all`.
@@ -242,6 +383,73 @@ mod tests {
         fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
             Poll::Ready(Ok(()))
         }
+    }
+
+    impl Sink for Trickle {}
+
+    /// A file holding `bytes` after a few others, and the part naming them.
+    fn file_part(bytes: &[u8]) -> (tempfile::NamedTempFile, Part) {
+        use std::io::Write;
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(b"before").unwrap();
+        f.write_all(bytes).unwrap();
+        let c = StoredChunk {
+            file: Arc::new(f.reopen().unwrap()),
+            at: 6,
+            len: bytes.len() as u64,
+            crc: 0,
+            count: 1,
+            time: 0,
+        };
+        (f, Part::File(c))
+    }
+
+    /// Frames with parts in a file, among frames without, reach the
+    /// socket whole and in order: read and written where it takes no
+    /// `sendfile` (short writes), sent from the file to a TCP socket.
+    #[tokio::test]
+    async fn file_parts_arrive_in_their_place() {
+        let big: Vec<u8> = (0..700_000u32).map(|i| (i % 251) as u8).collect();
+        let (_f, part) = file_part(&big);
+        let (big, part) = (&big, &part);
+        let frames = |out: Out| async move {
+            let mut want = Vec::new();
+            for i in 0..3u8 {
+                assert!(out.send(Bytes::from(vec![i; 5])).await);
+                want.extend_from_slice(&[i; 5]);
+                let parts = vec![Part::Bytes(Bytes::from_static(b"head")), part.clone()];
+                assert!(out.send_chunk(Bytes::from_static(b"frame"), parts).await);
+                want.extend_from_slice(b"framehead");
+                want.extend_from_slice(big);
+            }
+            want
+        };
+        for vectored in [true, false] {
+            let got = Arc::new(Mutex::new(Vec::new()));
+            let w = Trickle {
+                got: Arc::clone(&got),
+                vectored,
+            };
+            let (out, task) = start(w, Duration::from_secs(5));
+            let want = frames(out).await;
+            task.await.unwrap();
+            assert!(*got.lock().unwrap() == want, "vectored: {vectored}");
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = listener.local_addr().unwrap();
+        let reader = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let socket = tokio::net::TcpStream::connect(at).await.unwrap();
+        let (_rd, wr) = socket.into_split();
+        let (out, task) = start(wr, Duration::from_secs(5));
+        let want = frames(out).await;
+        task.await.unwrap();
+        assert!(reader.await.unwrap() == want, "over TCP");
     }
 
     /// Frames queued together reach the socket whole and in order

@@ -432,14 +432,14 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
         };
         let (n, last) = (c.entries, c.last());
         cursor = cursor.max(last + 1);
-        room = c.size();
+        room = c.copied();
         // Deliver 2 names what is committed: at least what is sent.
         let committed = v2.then(|| {
             let end = queue.stream().map_or(0, |s| s.readable_end(queue));
             end.saturating_sub(1).max(last)
         });
-        let (head, body) = c.frame(id, committed);
-        if !out.send_parts(head, body).await {
+        let (head, parts) = c.frame(id, committed);
+        if !out.send_chunk(head, parts).await {
             return;
         }
         permit.forget();
@@ -474,7 +474,7 @@ fn read_chunk(
     let unit = chunk_unit(s.average_body_len(), budget);
     let count = (unit - at % unit) as usize;
     let mut c = ChunkFrame::new(room.min(budget));
-    let full = s.visit(queue, Start::Offset(at), count, budget, |o, found| {
+    let full = s.visit(queue, Start::Offset(at), count, budget, true, |o, found| {
         c.push_found(o, found)
     })?;
     let c = c.finish();

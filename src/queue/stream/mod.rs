@@ -612,7 +612,7 @@ impl Stream {
         max_bytes: usize,
     ) -> store::Result<Vec<(u64, Arc<Message>, u64)>> {
         let mut all = Vec::new();
-        self.visit(queue, start, count, max_bytes, |o, found| {
+        self.visit(queue, start, count, max_bytes, false, |o, found| {
             let (m, time) = found.into_message()?;
             all.push((o, m, time));
             Ok(())
@@ -624,12 +624,15 @@ impl Stream {
     /// read back from the log as their records where the read left them,
     /// the newest as kept in memory; stops at the first error `f`
     /// returns. Whether it stopped for `max_bytes` (more was readable).
+    /// With `chunks`, whole stream batches in the log's files go to `f`
+    /// as they lie (`Found::Chunk`, given its first offset).
     pub fn visit(
         &self,
         queue: &Queue,
         start: Start,
         count: usize,
         max_bytes: usize,
+        chunks: bool,
         mut f: impl FnMut(u64, Found<'_>) -> store::Result<()>,
     ) -> store::Result<bool> {
         let start = self.seek(queue, start)?;
@@ -663,13 +666,20 @@ impl Stream {
                 seq_of(at),
                 want,
                 budget.left(),
+                chunks,
                 |seq, found| {
                     let o = seq.saturating_sub(1);
-                    last = Some(o);
-                    if full || o >= end {
+                    let n = match &found {
+                        Found::Chunk(c) => u64::from(c.count),
+                        _ => 1,
+                    };
+                    last = Some(o + n - 1);
+                    // A chunk goes whole or not at all.
+                    if full || o + n > end {
+                        full |= o < end;
                         return Ok(());
                     }
-                    if !budget.fits(body_len(&found)?) {
+                    if !budget.fits(found.body_len()?) {
                         full = true;
                         return Ok(());
                     }
@@ -1040,16 +1050,6 @@ impl Budget {
 
     fn left(&self) -> u64 {
         self.max.saturating_sub(self.bytes)
-    }
-}
-
-/// The body length of what a range read found.
-fn body_len(found: &Found<'_>) -> store::Result<u64> {
-    match found {
-        Found::Record(r) => store::record_parts(r)
-            .map(|(_, body)| body.len() as u64)
-            .ok_or_else(|| store::Error::Corrupt("message record".into())),
-        Found::Message(m, _) => Ok(m.body().len() as u64),
     }
 }
 

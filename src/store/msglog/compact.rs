@@ -134,7 +134,17 @@ impl MessageLog {
                             continue;
                         }
                         let (at, len) = (m.at as usize, m.len as usize);
-                        record::put_encoded(to, m.to_seq, &payload[at..at + len], &mut buf);
+                        // A CHUNK's entry is its message's bytes only.
+                        let chunked = match *kind {
+                            record::CHUNK => {
+                                Some(record::chunk_message(payload, at, len).ok_or_else(|| {
+                                    Error::Corrupt(format!("the chunk at {pos} does not parse"))
+                                })?)
+                            }
+                            _ => None,
+                        };
+                        let message = chunked.as_deref().unwrap_or(&payload[at..at + len]);
+                        record::put_encoded(to, m.to_seq, message, &mut buf);
                         self.relocate(&mut st, to, m.to_seq, &buf)?;
                     }
                 }

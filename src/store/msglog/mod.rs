@@ -48,7 +48,7 @@ use parking_lot::Mutex;
 
 use self::held::{Held, HeldPut};
 use self::index::{Index, Loc};
-pub use self::range::Found;
+pub use self::range::{Found, StoredChunk};
 use self::record::{Rec, PUT_MESSAGE_AT};
 use self::summary::{Entry, Summary, Writer};
 use super::messages::{decode_record, record_len, Decoded, StoredMessage};
@@ -144,6 +144,10 @@ struct Recent {
     /// Keeps the buffer (and so its address) while it is a key.
     _pin: Bytes,
 }
+
+/// The last record a run of reads read: its position, kind and payload
+/// (the messages of a MOVE or a CHUNK share one).
+type Last = Option<(u64, u8, Bytes)>;
 
 /// What `put_locked` needs of a put, borrowed.
 #[derive(Clone, Copy)]
@@ -484,7 +488,15 @@ impl MessageLog {
         removes: &[u64],
     ) -> Result<()> {
         let mut buf = BytesMut::new();
-        let at = record::moves(from, to, moves, removes, &mut buf);
+        // A stream protocol batch goes as the chunk its readers send.
+        let kind = match from == to && record::chunkable(moves, removes) {
+            true => record::CHUNK,
+            false => record::MOVE,
+        };
+        let at = match kind {
+            record::CHUNK => record::chunk(to, moves, &mut buf),
+            _ => record::moves(from, to, moves, removes, &mut buf),
+        };
         for m in &at {
             check_len(m.len as usize)?;
         }
@@ -502,7 +514,7 @@ impl MessageLog {
             true => self.state.lock(),
             false => self.released()?,
         };
-        let pos = self.append(&mut st, record::MOVE, &buf, &e)?;
+        let pos = self.append(&mut st, kind, &buf, &e)?;
         open::apply(&mut st.index, pos, &e)
     }
 
@@ -614,7 +626,7 @@ impl MessageLog {
         queue: u64,
         seq: u64,
         loc: Loc,
-        last: &mut Option<(u64, Bytes)>,
+        last: &mut Last,
     ) -> Result<Option<Decoded>> {
         let e = match self.read(loc, last) {
             Ok(found) => return Ok(Some(found)),
@@ -633,21 +645,26 @@ impl MessageLog {
 
     /// The message at `loc` with its deadline and time; `last` keeps the
     /// last record read (the messages of a MOVE share one).
-    fn read(&self, loc: Loc, last: &mut Option<(u64, Bytes)>) -> Result<Decoded> {
-        let payload = match last {
-            Some((pos, p)) if *pos == loc.body => p.clone(),
+    fn read(&self, loc: Loc, last: &mut Last) -> Result<Decoded> {
+        let (kind, payload) = match last {
+            Some((pos, kind, p)) if *pos == loc.body => (*kind, p.clone()),
             _ => {
                 let r = self.log.read(loc.body)?;
                 let p = Bytes::from(r.payload);
-                *last = Some((loc.body, p.clone()));
-                p
+                *last = Some((loc.body, r.kind, p.clone()));
+                (r.kind, p)
             }
         };
         let (at, end) = (loc.at as usize, loc.at as usize + loc.len as usize);
         if end > payload.len() {
             return Err(corrupt(format!("no message at {}+{at}", loc.body)));
         }
-        let mut d = decode_record(payload.slice(at..end))?;
+        let record = match kind {
+            record::CHUNK => record::chunk_message(&payload, at, loc.len as usize)
+                .ok_or_else(|| corrupt(format!("no chunk at {}", loc.body)))?,
+            _ => payload.slice(at..end),
+        };
+        let mut d = decode_record(record)?;
         if loc.rec != loc.body {
             let r = self.log.read(loc.rec)?;
             match record::parse(r.kind, &r.payload) {

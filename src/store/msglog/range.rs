@@ -5,22 +5,51 @@
 //! reader copies a body once, into the frame it sends, and decodes
 //! nothing it does not need to.
 
+use std::fs::File;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::index::Loc;
+use super::record::{self, CHUNK_HEAD_MAX};
 use super::{MessageLog, RECORD_HEADER};
-use crate::message::Message;
-use crate::store::messages::decode_record;
-use crate::store::Result;
+use crate::message::{amqp10, Message};
+use crate::store::messages::{decode_record, record_parts, stored_record};
+use crate::store::{Error, Result};
 
-/// One message of a range read.
+/// One message of a range read (or, asked for, a run of them).
 pub enum Found<'a> {
     /// Its message record (store/messages.rs), where the read left it.
     Record(&'a [u8]),
+    /// A stream batch's message (an entry of a CHUNK record): its AMQP 1.0
+    /// bytes, its routing key, and when it was stored, where the read
+    /// left them.
+    Entry {
+        body: &'a [u8],
+        route: &'a [u8],
+        time: u64,
+    },
     /// The message, read another way (held back, or moved while read),
     /// and when it was stored (ms since the epoch; 0: not recorded).
     Message(Arc<Message>, u64),
+    /// A whole CHUNK record's messages, from the first the call names on,
+    /// not read: where their entries lie in a segment file.
+    Chunk(StoredChunk),
+}
+
+/// A CHUNK record's entries as they lie in a segment file: what a stream
+/// protocol reader sends from the file (chunk.rs).
+#[derive(Clone)]
+pub struct StoredChunk {
+    pub file: Arc<File>,
+    /// Where the entries start in the file, and their bytes.
+    pub at: u64,
+    pub len: u64,
+    /// Their CRC-32 (a Deliver frame's chunk header names it).
+    pub crc: u32,
+    pub count: u32,
+    /// When its messages were stored (ms since the epoch).
+    pub time: u64,
 }
 
 impl Found<'_> {
@@ -32,8 +61,25 @@ impl Found<'_> {
                 let d = decode_record(Bytes::copy_from_slice(r))?;
                 (Arc::new(d.message), d.time)
             }
+            Found::Entry { body, route, time } => {
+                let r = stored_record(time, (b"", route), amqp10::STORED_PROPS, body);
+                (Arc::new(decode_record(r)?.message), time)
+            }
             Found::Message(m, time) => (m, time),
+            Found::Chunk(_) => return Err(Error::Corrupt("a chunk read as one message".into())),
         })
+    }
+
+    /// The bytes of its bodies (a chunk's: of its entries).
+    pub fn body_len(&self) -> Result<u64> {
+        match self {
+            Found::Record(r) => record_parts(r)
+                .map(|(_, body)| body.len() as u64)
+                .ok_or_else(|| Error::Corrupt("message record".into())),
+            Found::Entry { body, .. } => Ok(body.len() as u64),
+            Found::Message(m, _) => Ok(m.body().len() as u64),
+            Found::Chunk(c) => Ok(c.len),
+        }
     }
 }
 
@@ -53,7 +99,7 @@ impl MessageLog {
         max_bytes: u64,
     ) -> Result<Vec<(u64, Arc<Message>)>> {
         let mut out = Vec::new();
-        self.visit_range_within(queue, from, n, max_bytes, |seq, found| {
+        self.visit_range_within(queue, from, n, max_bytes, false, |seq, found| {
             out.push((seq, found.into_message()?.0));
             Ok(())
         })?;
@@ -61,13 +107,17 @@ impl MessageLog {
     }
 
     /// Calls `f` with each of the messages `range_within` reads, in
-    /// order; stops at the first error `f` returns.
+    /// order; stops at the first error `f` returns. With `chunks`, the
+    /// messages of a CHUNK record it reads all of, from its first on,
+    /// that lies whole in a segment file go to `f` as one
+    /// `Found::Chunk`, not read (`f` is given its first seq).
     pub fn visit_range_within(
         &self,
         queue: u64,
         from: u64,
         n: usize,
         max_bytes: u64,
+        chunks: bool,
         mut f: impl FnMut(u64, Found<'_>) -> Result<()>,
     ) -> Result<()> {
         if let Some(held) = self.held_from(queue, from, n, max_bytes) {
@@ -82,10 +132,68 @@ impl MessageLog {
             max_bytes,
         );
         locs.truncate(fit);
-        // The records holding them, read together (neighbours in a
-        // segment share a read). A message's bytes are in the record its
-        // `body` names (a REF's deadline, in the record `rec` names, is
-        // nothing to a range read).
+        if !chunks {
+            return self.visit_read(queue, &locs, &mut f);
+        }
+        // Runs of messages in one record; a CHUNK's whole run goes as it
+        // lies, the others are read together.
+        let mut unread = 0;
+        let mut i = 0;
+        while i < locs.len() {
+            let body = locs[i].1.body;
+            let run = locs[i..]
+                .iter()
+                .take_while(|(_, l)| l.body == body && l.rec == body)
+                .count()
+                .max(1);
+            if run > 1 {
+                if let Some(c) = self.stored_chunk(&locs[i..i + run]) {
+                    self.visit_read(queue, &locs[unread..i], &mut f)?;
+                    f(locs[i].0, Found::Chunk(c))?;
+                    unread = i + run;
+                }
+            }
+            i += run;
+        }
+        self.visit_read(queue, &locs[unread..], &mut f)
+    }
+
+    /// The CHUNK record the messages `run` (consecutive, all in the
+    /// record at `run[0]`'s position) are the whole of, as it lies in its
+    /// segment file; None if they are not that, or it is not in a file.
+    fn stored_chunk(&self, run: &[(u64, Loc)]) -> Option<StoredChunk> {
+        let (first, loc) = *run.first()?;
+        let h = self.log.record_head(loc.body, CHUNK_HEAD_MAX)?;
+        if h.kind != record::CHUNK {
+            return None;
+        }
+        let (head, _) = record::chunk_head(&h.head)?;
+        let whole = head.first_seq == first
+            && head.count as usize == run.len()
+            && run.last().map(|(seq, _)| *seq) == Some(first + run.len() as u64 - 1);
+        whole.then(|| StoredChunk {
+            at: h.payload_at + head.entries_at as u64,
+            len: (h.len - head.entries_at) as u64,
+            file: h.file,
+            crc: head.crc,
+            count: head.count,
+            time: head.time,
+        })
+    }
+
+    /// Calls `f` with the messages at `locs`, their records read together
+    /// (neighbours in a segment share a read). A message's bytes are in
+    /// the record its `body` names (a REF's deadline, in the record `rec`
+    /// names, is nothing to a range read).
+    fn visit_read(
+        &self,
+        queue: u64,
+        locs: &[(u64, Loc)],
+        f: &mut impl FnMut(u64, Found<'_>) -> Result<()>,
+    ) -> Result<()> {
+        if locs.is_empty() {
+            return Ok(());
+        }
         let mut bodies: Vec<(u64, u64)> = locs
             .iter()
             .map(|(_, l)| {
@@ -105,15 +213,25 @@ impl MessageLog {
         });
         let (positions, ends): (Vec<u64>, Vec<u64>) = bodies.into_iter().unzip();
         let spans = self.log.read_spans(&positions, &ends);
-        for (seq, loc) in locs {
+        for &(seq, loc) in locs {
             let (at, end) = (loc.at as usize, loc.at as usize + loc.len as usize);
-            let record = positions
+            let found = positions
                 .binary_search(&loc.body)
                 .ok()
                 .and_then(|i| spans.get(i))
-                .and_then(|(_, payload)| payload.get(at..end));
-            match record {
-                Some(r) => f(seq, Found::Record(r))?,
+                .and_then(|(kind, payload)| match kind {
+                    record::CHUNK => {
+                        let (head, route) = record::chunk_head(payload)?;
+                        Some(Found::Entry {
+                            body: payload.get(at..end)?,
+                            route,
+                            time: head.time,
+                        })
+                    }
+                    _ => payload.get(at..end).map(Found::Record),
+                });
+            match found {
+                Some(found) => f(seq, found)?,
                 // One that cannot be read that way is read as before,
                 // which also finds one that compaction moved.
                 None => {

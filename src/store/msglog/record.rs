@@ -18,11 +18,19 @@
 //!   leaves each message in exactly one of the queues. A MOVE with no
 //!   source (`from` = `to`, every seq in `from` 0, no removes) is a batch
 //!   of puts: a stream's batch (`Store::put_batch`), one record for all.
+//! - CHUNK: queue id, first seq, time, CRC, count, routing key (a short
+//!   string), then the messages as osiris chunk entries (a length, then
+//!   the message's AMQP 1.0 bytes): a stream protocol Publish frame's
+//!   messages that carry nothing else (no filter value, the default
+//!   exchange, the stream's name as routing key). The CRC is the CRC-32
+//!   of the entries, as a Deliver frame's chunk header names it, so a
+//!   reader sends whole records from the file as they lie (`chunk_head`).
+//!   To the index it is a MOVE with no source.
 
 use bytes::{BufMut, BytesMut};
 
-use crate::message::Message;
-use crate::store::messages::{append_record, record_meta};
+use crate::message::{amqp10, Message};
+use crate::store::messages::{append_record, record_meta, stored_record};
 use crate::store::op::Moved;
 
 pub const PUT: u8 = 1;
@@ -30,6 +38,12 @@ pub const REF: u8 = 2;
 pub const ACK: u8 = 3;
 pub const PURGE: u8 = 4;
 pub const MOVE: u8 = 5;
+pub const CHUNK: u8 = 6;
+
+/// Where a CHUNK's routing key starts in its payload.
+const CHUNK_ROUTE_AT: usize = 33;
+/// The most entries a CHUNK holds (osiris counts them in 16 bits).
+pub const CHUNK_MAX: usize = u16::MAX as usize;
 
 /// Where the message of a PUT starts in its payload.
 pub const PUT_MESSAGE_AT: u32 = 16;
@@ -167,6 +181,116 @@ pub fn moves(
     at
 }
 
+/// Whether `moved` (a MOVE's, `from` = `to`) can be written as a CHUNK:
+/// new messages at consecutive seqs, stored at one time, with no
+/// deadline, each a stream protocol message with nothing beside its
+/// AMQP 1.0 bytes, all with one routing key.
+pub fn chunkable(moved: &[Moved<'_>], removes: &[u64]) -> bool {
+    let Some(first) = moved.first() else {
+        return false;
+    };
+    let rk = first.message.routing_key();
+    removes.is_empty()
+        && moved.len() <= CHUNK_MAX
+        && (first.to_seq..).zip(moved).all(|(seq, m)| {
+            m.to_seq == seq
+                && m.from_seq == 0
+                && m.deadline == 0
+                && m.time == first.time
+                && m.message.exchange().is_empty()
+                && m.message.routing_key() == rk
+                && m.message.properties() == amqp10::STORED_PROPS
+                && u32::try_from(m.message.body().len()).is_ok()
+        })
+}
+
+/// A CHUNK's payload for `moved` (`chunkable`) into `out`; where each
+/// message lies in it, as a MOVE's.
+pub fn chunk(queue: u64, moved: &[Moved<'_>], out: &mut BytesMut) -> Vec<MovedAt> {
+    out.clear();
+    let Some(first) = moved.first() else {
+        return Vec::new();
+    };
+    let rk = first.message.routing_key();
+    let bytes: usize = moved.iter().map(|m| 4 + m.message.body().len()).sum();
+    out.reserve(CHUNK_ROUTE_AT + rk.len() + bytes);
+    out.put_u64(queue);
+    out.put_u64(first.to_seq);
+    out.put_u64(first.time);
+    out.put_u32(0); // the CRC, below
+    out.put_u32(moved.len() as u32);
+    out.put_u8(rk.len() as u8);
+    out.put_slice(rk);
+    let entries = out.len();
+    let mut at = Vec::with_capacity(moved.len());
+    for m in moved {
+        let body = m.message.body();
+        out.put_u32(body.len() as u32);
+        at.push(MovedAt {
+            from_seq: 0,
+            to_seq: m.to_seq,
+            at: out.len() as u32,
+            len: body.len() as u32,
+            body_len: body.len() as u32,
+            timed: false,
+        });
+        out.put_slice(body);
+    }
+    let crc = crc32fast::hash(&out[entries..]);
+    out[24..28].copy_from_slice(&crc.to_be_bytes());
+    at
+}
+
+/// What a CHUNK's payload says before its entries: read off the first
+/// bytes of its payload, which hold them all (`CHUNK_HEAD_MAX`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkHead {
+    pub queue: u64,
+    pub first_seq: u64,
+    pub time: u64,
+    /// The CRC-32 of the entries.
+    pub crc: u32,
+    pub count: u32,
+    /// Where the entries start in the payload.
+    pub entries_at: usize,
+}
+
+/// The most bytes of a CHUNK's payload before its entries.
+pub const CHUNK_HEAD_MAX: usize = CHUNK_ROUTE_AT + 255;
+
+/// A CHUNK's head and routing key, off the start of its payload.
+pub fn chunk_head(p: &[u8]) -> Option<(ChunkHead, &[u8])> {
+    let mut r = Reader::new(p);
+    let (queue, first_seq, time, crc, count) = (r.u64()?, r.u64()?, r.u64()?, r.u32()?, r.u32()?);
+    let rk_len = r.u8()? as usize;
+    let rk = r.take(rk_len)?;
+    Some((
+        ChunkHead {
+            queue,
+            first_seq,
+            time,
+            crc,
+            count,
+            entries_at: r.at,
+        },
+        rk,
+    ))
+}
+
+/// The message record (store/messages.rs) of the CHUNK entry whose bytes
+/// lie at `at..at + len` of `payload`, as a MOVE would have stored it;
+/// None if the payload is not a CHUNK's.
+pub fn chunk_message(payload: &[u8], at: usize, len: usize) -> Option<bytes::Bytes> {
+    let (head, rk) = chunk_head(payload)?;
+    let body = payload.get(at..at.checked_add(len)?)?;
+    Some(stored_record(
+        head.time,
+        (b"", rk),
+        amqp10::STORED_PROPS,
+        body,
+    ))
+}
+
 /// Reads a record's payload; None if it does not parse (a record of a
 /// kind this build does not know, or a short one).
 pub fn parse(kind: u8, p: &[u8]) -> Option<Rec> {
@@ -227,6 +351,31 @@ pub fn parse(kind: u8, p: &[u8]) -> Option<Rec> {
                 to,
                 moves,
                 removes,
+            }
+        }
+        CHUNK => {
+            let (head, _) = chunk_head(p)?;
+            r.at = head.entries_at;
+            let n = head.count as usize;
+            let mut moves = Vec::with_capacity(n.min(p.len() / 4));
+            for seq in (head.first_seq..).take(n) {
+                let len = r.u32()?;
+                let at = r.at as u32;
+                r.take(len as usize)?;
+                moves.push(MovedAt {
+                    from_seq: 0,
+                    to_seq: seq,
+                    at,
+                    len,
+                    body_len: len,
+                    timed: false,
+                });
+            }
+            Rec::Move {
+                from: head.queue,
+                to: head.queue,
+                moves,
+                removes: Vec::new(),
             }
         }
         _ => return None,

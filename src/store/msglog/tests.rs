@@ -765,16 +765,40 @@ fn a_damaged_or_missing_summary_reads_its_segment_instead() {
 /// publish, `Store::put_batch`) is one record; its messages read back in
 /// order after a reopen, from the records and from the summaries, and
 /// compaction moves the ones left as any others.
+///
+/// A stream protocol batch (messages of nothing but their AMQP 1.0 bytes)
+/// is a CHUNK record; its messages read back as a PUT's would, and a
+/// range read of whole ones names where their entries lie in the file,
+/// with their CRC.
 #[test]
 fn a_batch_of_puts_is_one_record_and_reads_back_after_reopen_and_compaction() {
+    a_batch_reads_back(false);
+    a_batch_reads_back(true);
+}
+
+/// A stream protocol publisher's message with `body`.
+fn stream_msg(body: &[u8]) -> Message {
+    let mut meta = Meta::default().with_delivery_mode(2).as_amqp10();
+    meta.has_headers = true;
+    Message::new(
+        b"",
+        b"events",
+        crate::message::amqp10::STORED_PROPS,
+        body,
+        meta,
+    )
+}
+
+fn a_batch_reads_back(chunked: bool) {
     let dir = tempfile::tempdir().unwrap();
     let seg = 16 * 1024;
     let log = open(dir.path(), seg);
     let mut model = State::new();
     let mut seq = 0u64;
+    let make = if chunked { stream_msg } else { msg };
     for batch in 0..60u64 {
         let bodies: Vec<Vec<u8>> = (0..10).map(|i| vec![(batch * 10 + i) as u8; 100]).collect();
-        let msgs: Vec<Message> = bodies.iter().map(|b| msg(b)).collect();
+        let msgs: Vec<Message> = bodies.iter().map(|b| make(b)).collect();
         let moves: Vec<Moved<'_>> = msgs
             .iter()
             .map(|m| {
@@ -793,18 +817,70 @@ fn a_batch_of_puts_is_one_record_and_reads_back_after_reopen_and_compaction() {
             model.insert((1, m.to_seq), (body, 0, m.time));
         }
         if batch == 0 {
-            let mut records = 0;
+            let mut kinds = Vec::new();
             log.log
-                .scan(log.segments()[0], |_, _| {
-                    records += 1;
+                .scan(log.segments()[0], |_, r| {
+                    kinds.push(r.kind);
                     true
                 })
                 .unwrap();
-            assert_eq!(records, 1, "ten messages, one record");
+            let kind = if chunked { record::CHUNK } else { record::MOVE };
+            assert_eq!(kinds, [kind], "ten messages, one record");
+            // Each reads back as a PUT of it would.
+            let other = MessageLog::temporary().unwrap();
+            for m in &moves {
+                other.put(1, m.to_seq, m.message, false, 0, m.time).unwrap();
+                let (a, b) = (
+                    log.get(1, m.to_seq).unwrap(),
+                    other.get(1, m.to_seq).unwrap(),
+                );
+                let parts = |m: Option<Message>| {
+                    let m = m.unwrap();
+                    let p = [m.exchange(), m.routing_key(), m.properties(), m.body()]
+                        .map(<[u8]>::to_vec);
+                    (p, m.meta)
+                };
+                assert_eq!(parts(a), parts(b));
+            }
         }
     }
     assert_eq!(state(&log), model);
     check_meta(&log);
+    log.flush().unwrap();
+    // Whole batches in the file go as they lie, the rest as read.
+    let mut got = Vec::new();
+    log.visit_range_within(1, 5, 30, u64::MAX, true, |seq, found| {
+        match found {
+            Found::Chunk(c) => {
+                let mut data = vec![0u8; c.len as usize];
+                std::os::unix::fs::FileExt::read_exact_at(&*c.file, &mut data, c.at).unwrap();
+                assert_eq!(
+                    crc32fast::hash(&data),
+                    c.crc,
+                    "the CRC of the chunk at {seq}"
+                );
+                assert_eq!((data.len(), c.count), (10 * 104, 10));
+                got.push((seq, "chunk"));
+            }
+            Found::Entry { body, route, time } => {
+                assert_eq!((route, time), (&b"events"[..], model[&(1, seq)].2));
+                assert_eq!(body, &model[&(1, seq)].0[..]);
+                got.push((seq, "entry"));
+            }
+            Found::Record(_) | Found::Message(..) => got.push((seq, "message")),
+        }
+        Ok(())
+    })
+    .unwrap();
+    let want: Vec<(u64, &str)> = match chunked {
+        true => (5..=10)
+            .map(|s| (s, "entry"))
+            .chain([(11, "chunk"), (21, "chunk")])
+            .chain((31..=34).map(|s| (s, "entry")))
+            .collect(),
+        false => (5..=34).map(|s| (s, "message")).collect(),
+    };
+    assert_eq!(got, want);
     log.commit().unwrap();
     drop(log);
     // Finished segments from their summaries, the last from its records.

@@ -4,6 +4,7 @@
 //! a run of neighbours; one read each was three syscalls a record, and a
 //! copy each was as much CPU again as the read).
 
+use std::fs::File;
 use std::io;
 use std::ops::Range;
 use std::sync::Arc;
@@ -78,7 +79,59 @@ impl Drop for Spans {
     }
 }
 
+/// The head of a record that lies whole in a segment file
+/// (`SegmentLog::record_head`).
+pub struct RecordHead {
+    pub kind: u8,
+    /// Its payload's length.
+    pub len: usize,
+    /// The first bytes of its payload (as many as asked, at most).
+    pub head: Vec<u8>,
+    /// The segment's file, and where the payload starts in it.
+    pub file: Arc<File>,
+    pub payload_at: u64,
+}
+
 impl SegmentLog {
+    /// The kind, length and first `n` bytes of the payload of the record
+    /// at `pos`, and where the payload lies in its segment's file, so
+    /// that it can be sent from the file as it lies; None if the record
+    /// is not whole in a file yet (appended and not written) or cannot be
+    /// read. Its CRC is not checked: nothing reads it here.
+    pub fn record_head(&self, pos: u64, n: usize) -> Option<RecordHead> {
+        let (base, file, seg_end) = {
+            let inner = self.inner.lock();
+            if pos >= inner.written {
+                return None;
+            }
+            let next = inner
+                .segments
+                .range(pos + 1..)
+                .next()
+                .map_or(inner.written, |(&b, _)| b);
+            let (&base, file) = inner.segments.range(..=pos).next_back()?;
+            (base, Arc::clone(file), next.min(inner.written))
+        };
+        let at = pos - base + MAGIC.len() as u64;
+        let mut buf = vec![0u8; HEADER + n];
+        let got = read_full_at(&file, &mut buf, at).ok()?;
+        let h = buf.get(..HEADER)?;
+        let len = u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize;
+        if pos + (HEADER + len) as u64 > seg_end {
+            return None;
+        }
+        let kind = h[8];
+        buf.truncate(got.min(HEADER + len));
+        buf.drain(..HEADER);
+        Some(RecordHead {
+            kind,
+            len,
+            head: buf,
+            file,
+            payload_at: at + HEADER as u64,
+        })
+    }
+
     /// The records at `positions` (ascending), each as `read` gives it:
     /// the records of one segment that lie within `SPAN_BYTES` of the
     /// first of them are read with one pread. `ends` gives, per position,

@@ -116,11 +116,18 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, out: Out, sub:
             let from = cursor + 1;
             let read = move || {
                 let mut batch = Vec::new();
-                store.visit_range_within(queue, from, CHUNK_MESSAGES, budget, |seq, found| {
-                    let (m, time) = found.into_message()?;
-                    batch.push((seq, m, time));
-                    Ok(())
-                })?;
+                store.visit_range_within(
+                    queue,
+                    from,
+                    CHUNK_MESSAGES,
+                    budget,
+                    false,
+                    |seq, found| {
+                        let (m, time) = found.into_message()?;
+                        batch.push((seq, m, time));
+                        Ok(())
+                    },
+                )?;
                 Ok::<_, crate::store::Error>(batch)
             };
             let batch = match blocking(read).await {
