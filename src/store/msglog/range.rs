@@ -17,6 +17,13 @@ use crate::message::{amqp10, Message};
 use crate::store::messages::{decode_record, record_parts, stored_record};
 use crate::store::{Error, Result};
 
+/// A CHUNK record's entries are named where they lie in the file only
+/// from this many bytes on: sending a smaller one from the file (a read
+/// of its head and a `sendfile` of its own) cost more than reading it
+/// with its neighbours and copying it (100 messages of 16 bytes a
+/// record: 0.18 us of broker CPU a delivery against 0.13).
+const CHUNK_SENT_MIN: u64 = 16 << 10;
+
 /// One message of a range read (or, asked for, a run of them).
 pub enum Found<'a> {
     /// Its message record (store/messages.rs), where the read left it.
@@ -109,8 +116,9 @@ impl MessageLog {
     /// Calls `f` with each of the messages `range_within` reads, in
     /// order; stops at the first error `f` returns. With `chunks`, the
     /// messages of a CHUNK record it reads all of, from its first on,
-    /// that lies whole in a segment file go to `f` as one
-    /// `Found::Chunk`, not read (`f` is given its first seq).
+    /// that lies whole in a segment file (and holds `CHUNK_SENT_MIN`
+    /// bytes at least) go to `f` as one `Found::Chunk`, not read (`f` is
+    /// given its first seq).
     pub fn visit_range_within(
         &self,
         queue: u64,
@@ -146,7 +154,11 @@ impl MessageLog {
                 .take_while(|(_, l)| l.body == body && l.rec == body)
                 .count()
                 .max(1);
-            if run > 1 {
+            let bytes: u64 = locs[i..i + run]
+                .iter()
+                .map(|(_, l)| 4 + u64::from(l.body_len))
+                .sum();
+            if run > 1 && bytes >= CHUNK_SENT_MIN {
                 if let Some(c) = self.stored_chunk(&locs[i..i + run]) {
                     self.visit_read(queue, &locs[unread..i], &mut f)?;
                     f(locs[i].0, Found::Chunk(c))?;

@@ -791,13 +791,15 @@ fn stream_msg(body: &[u8]) -> Message {
 
 fn a_batch_reads_back(chunked: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let seg = 16 * 1024;
+    let seg = 64 * 1024;
     let log = open(dir.path(), seg);
     let mut model = State::new();
     let mut seq = 0u64;
     let make = if chunked { stream_msg } else { msg };
     for batch in 0..60u64 {
-        let bodies: Vec<Vec<u8>> = (0..10).map(|i| vec![(batch * 10 + i) as u8; 100]).collect();
+        let bodies: Vec<Vec<u8>> = (0..10)
+            .map(|i| vec![(batch * 10 + i) as u8; 2000])
+            .collect();
         let msgs: Vec<Message> = bodies.iter().map(|b| make(b)).collect();
         let moves: Vec<Moved<'_>> = msgs
             .iter()
@@ -859,7 +861,7 @@ fn a_batch_reads_back(chunked: bool) {
                     c.crc,
                     "the CRC of the chunk at {seq}"
                 );
-                assert_eq!((data.len(), c.count), (10 * 104, 10));
+                assert_eq!((data.len(), c.count), (10 * 2004, 10));
                 got.push((seq, "chunk"));
             }
             Found::Entry { body, route, time } => {
