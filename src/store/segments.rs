@@ -111,6 +111,23 @@ fn header(kind: u8, payload: &[u8]) -> [u8; HEADER] {
     out
 }
 
+/// `header`, for a payload whose bytes from `at` on have the CRC-32
+/// `tail_crc`.
+fn header_with_tail(kind: u8, payload: &[u8], at: usize, tail_crc: u32) -> [u8; HEADER] {
+    let len = (payload.len() as u32).to_be_bytes();
+    let mut h = crc32fast::Hasher::new();
+    h.update(&len);
+    h.update(&[kind]);
+    h.update(&payload[..at]);
+    let tail = (payload.len() - at) as u64;
+    h.combine(&crc32fast::Hasher::new_with_initial_len(tail_crc, tail));
+    let mut out = [0u8; HEADER];
+    out[..4].copy_from_slice(&h.finalize().to_be_bytes());
+    out[4..8].copy_from_slice(&len);
+    out[8] = kind;
+    out
+}
+
 impl SegmentLog {
     /// Opens (or creates) the log in `dir`, cutting off a torn tail.
     pub fn open(dir: &Path) -> io::Result<SegmentLog> {
@@ -278,12 +295,29 @@ impl SegmentLog {
     /// next `flush` or `sync` (or once `BUFFER_MAX` bytes wait), and is
     /// durable once a `sync` that began after this call returns.
     pub fn append(&self, kind: u8, payload: &[u8]) -> io::Result<u64> {
+        self.append_known(kind, payload, None)
+    }
+
+    /// The same, for a payload whose bytes from `tail.0` on have the
+    /// CRC-32 `tail.1` (a stream batch's entries, msglog's CHUNK): the
+    /// record's CRC is combined from it, not computed over them again.
+    pub fn append_known(
+        &self,
+        kind: u8,
+        payload: &[u8],
+        tail: Option<(usize, u32)>,
+    ) -> io::Result<u64> {
         if payload.len() > MAX_PAYLOAD {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("a record of {} bytes is too large", payload.len()),
             ));
         }
+        // Outside the lock.
+        let head = match tail {
+            Some((at, crc)) if at <= payload.len() => header_with_tail(kind, payload, at, crc),
+            _ => header(kind, payload),
+        };
         let mut inner = self.inner.lock();
         let size = (HEADER + payload.len()) as u64;
         let pos = inner.written + inner.buffer.len() as u64;
@@ -296,7 +330,7 @@ impl SegmentLog {
         if inner.buffer.len() + size as usize > BUFFER_MAX {
             self.write_buffer(&mut inner)?;
         }
-        inner.buffer.extend_from_slice(&header(kind, payload));
+        inner.buffer.extend_from_slice(&head);
         inner.buffer.extend_from_slice(payload);
         Ok(pos)
     }

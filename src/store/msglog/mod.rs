@@ -275,8 +275,21 @@ impl MessageLog {
     /// Appends a record (its entry `e`) under the state lock `st`, so that
     /// its segment's summary sees every record in order.
     fn append(&self, st: &mut State, kind: u8, payload: &[u8], e: &Entry) -> Result<u64> {
+        self.append_known(st, kind, payload, None, e)
+    }
+
+    /// `append`, for a payload whose bytes from `tail.0` on have the
+    /// CRC-32 `tail.1` (`SegmentLog::append_known`).
+    fn append_known(
+        &self,
+        st: &mut State,
+        kind: u8,
+        payload: &[u8],
+        tail: Option<(usize, u32)>,
+        e: &Entry,
+    ) -> Result<u64> {
         let base = self.log.next_base(payload.len());
-        match self.log.append(kind, payload) {
+        match self.log.append_known(kind, payload, tail) {
             Ok(pos) => {
                 st.index.segment(base);
                 st.note(base, pos, e);
@@ -514,7 +527,12 @@ impl MessageLog {
             true => self.state.lock(),
             false => self.released()?,
         };
-        let pos = self.append(&mut st, kind, &buf, &e)?;
+        // A CHUNK's entries have their CRC in its head.
+        let tail = (kind == record::CHUNK)
+            .then(|| record::chunk_head(&buf))
+            .flatten()
+            .map(|(h, _)| (h.entries_at, h.crc));
+        let pos = self.append_known(&mut st, kind, &buf, tail, &e)?;
         open::apply(&mut st.index, pos, &e)
     }
 

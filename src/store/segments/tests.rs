@@ -350,3 +350,26 @@ fn records_read_together_are_the_records_read_one_by_one() {
     let inside = log.read_many(&[positions[3] + 2], &[positions[3] + 50]);
     assert!(inside[0].is_err());
 }
+
+/// A record whose tail's CRC is given gets the header computing it all
+/// makes, wherever the tail starts, and reads back.
+#[test]
+fn a_record_with_its_tails_crc_given_reads_back() {
+    let p: Vec<u8> = (0..5000u32).map(|i| (i * 31 % 251) as u8).collect();
+    for at in [0, 1, 33, 4096, 4999, 5000] {
+        let tail = crc32fast::hash(&p[at..]);
+        assert_eq!(
+            header_with_tail(6, &p, at, tail),
+            header(6, &p),
+            "tail from {at}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = SegmentLog::open_with(dir.path(), 1 << 20).unwrap();
+    let pos = log
+        .append_known(6, &p, Some((33, crc32fast::hash(&p[33..]))))
+        .unwrap();
+    log.flush().unwrap();
+    let r = log.read(pos).unwrap();
+    assert_eq!((r.kind, r.payload), (6, p));
+}
