@@ -215,17 +215,35 @@ impl Chunk {
     }
 }
 
-/// A Deliver frame of subscription `id` holding `batch` (consecutive
-/// offsets) as one chunk, as (head, chunk) (`Chunk::frame`).
-/// Each message with when it was stored (ms since the epoch; 0: not
-/// recorded).
-pub fn chunk(id: u8, batch: &[(u64, Arc<Message>, u64)], committed: Option<u64>) -> (Bytes, Bytes) {
+/// The chunk of the first run of consecutive offsets in `pending` (each
+/// message with when it was stored), taken out of it: a filtered
+/// reader's (a chunk's offsets have no gaps).
+pub fn take_run(pending: &mut Vec<(u64, Arc<Message>, u64)>) -> Chunk {
+    let run = pending
+        .windows(2)
+        .position(|w| w[1].0 != w[0].0 + 1)
+        .map_or(pending.len(), |i| i + 1);
+    let c = chunk_of(&pending[..run]);
+    pending.drain(..run);
+    c
+}
+
+/// The chunk of `batch` (consecutive offsets), each message with when
+/// it was stored (ms since the epoch; 0: not recorded).
+fn chunk_of(batch: &[(u64, Arc<Message>, u64)]) -> Chunk {
     let size: usize = batch.iter().map(|(_, m, _)| m.body().len() + 256).sum();
     let mut c = ChunkFrame::new(size);
     for (offset, msg, time) in batch {
         c.push(*offset, msg, *time);
     }
-    let (head, parts) = c.finish().frame(id, committed);
+    c.finish()
+}
+
+/// A Deliver frame of subscription `id` holding `batch` as one chunk, as
+/// (head, chunk) in one piece (`Chunk::frame`).
+#[cfg(test)]
+fn chunk(id: u8, batch: &[(u64, Arc<Message>, u64)], committed: Option<u64>) -> (Bytes, Bytes) {
+    let (head, parts) = chunk_of(batch).frame(id, committed);
     // Only copied entries: one part at most.
     let body = match parts.into_iter().next() {
         Some(Part::Bytes(b)) => b,

@@ -27,7 +27,7 @@ const WRITE_BATCH: usize = 256 << 10;
 const MAX_SLICES: usize = 64;
 /// The most bytes of a file part copied at once where the socket takes
 /// no `sendfile` (TLS).
-const COPY_MAX: usize = 256 << 10;
+const COPY_MAX: usize = 64 << 10;
 
 /// A part of a frame: bytes, or a stored chunk's entries where they lie
 /// in the log's file.
@@ -49,23 +49,33 @@ enum Body {
 /// written.
 pub trait Sink: AsyncWrite + Unpin + Send + 'static {
     /// Writes some of the `len` bytes of `file` from `at`; how many.
+    /// `buf` is the writer's, kept for copies (a new one each time cost a
+    /// page fault for every page of it).
     fn send_file<'a>(
         &'a mut self,
         file: &'a File,
-        at: u64,
-        len: usize,
+        (at, len): (u64, usize),
+        buf: &'a mut Vec<u8>,
     ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
         async move {
-            let mut buf = vec![0u8; len.min(COPY_MAX)];
-            file.read_exact_at(&mut buf, at)?;
-            self.write_all(&buf).await?;
-            Ok(buf.len())
+            let n = len.min(COPY_MAX);
+            if buf.len() < n {
+                buf.resize(n, 0);
+            }
+            file.read_exact_at(&mut buf[..n], at)?;
+            self.write_all(&buf[..n]).await?;
+            Ok(n)
         }
     }
 }
 
 impl Sink for tokio::net::tcp::OwnedWriteHalf {
-    async fn send_file(&mut self, file: &File, at: u64, len: usize) -> io::Result<usize> {
+    async fn send_file(
+        &mut self,
+        file: &File,
+        (at, len): (u64, usize),
+        _: &mut Vec<u8>,
+    ) -> io::Result<usize> {
         use std::os::fd::AsRawFd;
         let socket: &tokio::net::TcpStream = self.as_ref();
         loop {
@@ -138,6 +148,7 @@ pub fn start<W: Sink>(mut w: W, send_timeout: Duration) -> (Out, tokio::task::Jo
             vectored: w.is_write_vectored(),
             frames: Vec::with_capacity(MAX_SLICES),
             batch: BytesMut::new(),
+            copy: Vec::new(),
             limit: send_timeout,
         };
         while let Some(first) = rx.recv().await {
@@ -170,6 +181,8 @@ struct Frames {
     frames: Vec<Bytes>,
     /// Where frames are copied for a socket that takes no vectored write.
     batch: BytesMut,
+    /// Where file parts are read for a socket that takes no `sendfile`.
+    copy: Vec<u8>,
     limit: Duration,
 }
 
@@ -194,7 +207,9 @@ impl Frames {
                         }
                         Part::File(c) => {
                             len += c.len as usize;
-                            if !self.write(w).await || !send_file(w, &c, self.limit).await {
+                            if !self.write(w).await
+                                || !send_file(w, &c, self.limit, &mut self.copy).await
+                            {
                                 return None;
                             }
                         }
@@ -231,11 +246,16 @@ impl Frames {
 }
 
 /// Sends a stored chunk's entries from its file; false as `write_all`.
-async fn send_file<W: Sink>(w: &mut W, c: &StoredChunk, limit: Duration) -> bool {
+async fn send_file<W: Sink>(
+    w: &mut W,
+    c: &StoredChunk,
+    limit: Duration,
+    copy: &mut Vec<u8>,
+) -> bool {
     let mut sent = 0u64;
     while sent < c.len {
-        let left = (c.len - sent) as usize;
-        match tokio::time::timeout(limit, w.send_file(&c.file, c.at + sent, left)).await {
+        let part = (c.at + sent, (c.len - sent) as usize);
+        match tokio::time::timeout(limit, w.send_file(&c.file, part, copy)).await {
             Ok(Ok(0)) => return false,
             Ok(Ok(n)) => sent += n as u64,
             Ok(Err(e)) => {
@@ -387,6 +407,16 @@ mod tests {
 
     impl Sink for Trickle {}
 
+    /// A trickling socket, and what it got.
+    fn trickle(vectored: bool) -> (Trickle, Arc<Mutex<Vec<u8>>>) {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let w = Trickle {
+            got: Arc::clone(&got),
+            vectored,
+        };
+        (w, got)
+    }
+
     /// A file holding `bytes` after a few others, and the part naming them.
     fn file_part(bytes: &[u8]) -> (tempfile::NamedTempFile, Part) {
         use std::io::Write;
@@ -425,11 +455,7 @@ mod tests {
             want
         };
         for vectored in [true, false] {
-            let got = Arc::new(Mutex::new(Vec::new()));
-            let w = Trickle {
-                got: Arc::clone(&got),
-                vectored,
-            };
+            let (w, got) = trickle(vectored);
             let (out, task) = start(w, Duration::from_secs(5));
             let want = frames(out).await;
             task.await.unwrap();
@@ -457,11 +483,7 @@ mod tests {
     #[tokio::test]
     async fn frames_arrive_whole_and_in_order_through_short_writes() {
         for vectored in [true, false] {
-            let got = Arc::new(Mutex::new(Vec::new()));
-            let w = Trickle {
-                got: Arc::clone(&got),
-                vectored,
-            };
+            let (w, got) = trickle(vectored);
             let (out, task) = start(w, Duration::from_secs(5));
             let mut want = Vec::new();
             // Empty frames among them (the first is one).

@@ -342,7 +342,7 @@ async fn read(r: Reader, credit: Arc<Semaphore>) {
                 return;
             };
             if !pending.is_empty() {
-                break next_run(&mut pending);
+                break super::chunk::take_run(&mut pending);
             }
             // A chunk another reader made is taken here: no hop to a
             // blocking thread for a lookup.
@@ -489,24 +489,6 @@ fn read_chunk(
 fn shared_chunk(s: &Stream, at: u64, budget: usize) -> Option<Chunk> {
     let c = s.shared.get(at, budget as u64)?;
     c.downcast_ref::<Chunk>().cloned()
-}
-
-/// The chunk of the first run of consecutive offsets in `pending`, taken
-/// out of it.
-fn next_run(pending: &mut Vec<(u64, Arc<Message>, u64)>) -> Chunk {
-    let run = pending
-        .windows(2)
-        .position(|w| w[1].0 != w[0].0 + 1)
-        .map_or(pending.len(), |i| i + 1);
-    let bytes = pending[..run]
-        .iter()
-        .map(|(_, m, _)| m.body().len() + 256)
-        .sum();
-    let mut c = ChunkFrame::new(bytes);
-    for (offset, msg, time) in pending.drain(..run) {
-        c.push(offset, &msg, time);
-    }
-    c.finish()
 }
 
 /// Tells the client its stream is no more.

@@ -362,8 +362,6 @@ async fn readers_of_one_stream_share_its_chunks_and_each_reads_all_in_order() {
 /// a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunks_sent_from_the_log_check_as_clients_check_them() {
-    use rabbitmq_stream_protocol::codec::Decoder;
-    use rabbitmq_stream_protocol::commands::deliver::DeliverCommand;
     let mut b = start_streams().await;
     let env = env(&b).await;
     env.stream_creator().create("stored").await.unwrap();
@@ -377,37 +375,8 @@ async fn chunks_sent_from_the_log_check_as_clients_check_them() {
         }
         for start in [0u64, 750] {
             let mut s = raw_open(&b).await;
-            let mut sub = vec![0, 0, 0, 9, 1];
-            sub.extend(string("stored"));
-            sub.extend([0, 4]); // an offset
-            sub.extend(start.to_be_bytes());
-            sub.extend([0, 100]); // credit
-            sub.extend([0, 0, 0, 0]);
-            send_frame(&mut s, 7, &sub).await;
-            let ok = read_until(&mut s, 0x8007).await;
-            assert_eq!(&ok[..6], &[0, 0, 0, 9, 0, 1], "subscribed");
-            let mut next = start;
-            while next < 1300 {
-                let d = read_until(&mut s, 8).await;
-                let chunk = &d[1..];
-                let entries = u16::from_be_bytes(chunk[2..4].try_into().unwrap());
-                let first = u64::from_be_bytes(chunk[24..32].try_into().unwrap());
-                let crc = u32::from_be_bytes(chunk[32..36].try_into().unwrap());
-                let len = u32::from_be_bytes(chunk[36..40].try_into().unwrap());
-                let data = &chunk[48..];
-                let at = format!("restarted {restarted}, from {start}: the chunk at {first}");
-                assert_eq!(first, next, "{at}");
-                assert_eq!(data.len(), len as usize, "{at}: its data length");
-                assert_eq!(crc32fast::hash(data), crc, "{at}: its CRC");
-                let (rest, deliver) = DeliverCommand::decode(&d).expect("decodes");
-                assert!(rest.is_empty(), "{at}: nothing after its entries");
-                assert_eq!(deliver.messages.len(), usize::from(entries), "{at}");
-                for (i, m) in deliver.messages.iter().enumerate() {
-                    let o = first + i as u64;
-                    assert_eq!(m.data(), Some(&big(o)[..]), "{at}: offset {o}");
-                }
-                next = first + u64::from(entries);
-            }
+            subscribe_at(&mut s, "stored", start).await;
+            read_checked_chunks(&mut s, start, 1300, big).await;
         }
     }
 }

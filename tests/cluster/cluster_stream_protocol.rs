@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use cluster_support::Cluster;
 use common::streams::{
-    ask_deliver_v2, raw_open_at, raw_open_beating, read_until, read_versioned, send_frame, string,
+    ask_deliver_v2, raw_open_at, raw_open_beating, read_checked_chunks, read_until, read_versioned,
+    send_frame, string, subscribe_at,
 };
 use futures::StreamExt;
 use rabbitmq_stream_client::types::{Message, StreamMetadata};
@@ -267,6 +268,39 @@ async fn every_member_serves_and_replicas_read_their_own_copies() {
             }
         }
     }
+    cluster.assert_no_panics();
+}
+
+/// A follower serves stored batches (100 messages of 1 KiB each, more
+/// than it copies) from its own copy as the leader does: whole, read from
+/// its file onto the connection it carries, each Deliver frame's chunk
+/// with the entry count, data length and CRC a client that checks them
+/// finds, from the first offset and from inside a batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_sends_stored_batches_as_clients_check_them() {
+    let cluster = Cluster::start(3);
+    let (leader, _) = cluster.wait_leader(0, Duration::from_secs(30)).await;
+    create_when_ready(&cluster, leader, "batches").await;
+    let big = |i: u64| format!("{i:08}").repeat(128).into_bytes();
+    let env = try_env(&cluster, leader).await.unwrap();
+    let producer = env.producer().build("batches").await.unwrap();
+    for from in (0..300).step_by(100) {
+        let batch = (from..from + 100)
+            .map(|i| Message::builder().body(big(i)).build())
+            .collect();
+        let statuses = producer.batch_send_with_confirm(batch).await.unwrap();
+        assert!(statuses.iter().all(|s| s.confirmed()));
+    }
+    producer.close().await.unwrap();
+    let before = served_by_followers(&cluster, leader).await;
+    for (i, start) in [(1, 0u64), (2, 150)] {
+        let follower = (leader + i) % 3;
+        let mut s = raw_open_at(port_of(&cluster, follower)).await;
+        subscribe_at(&mut s, "batches", start).await;
+        read_checked_chunks(&mut s, start, 300, big).await;
+    }
+    let served = served_by_followers(&cluster, leader).await - before;
+    assert!(served >= 450, "the followers served {served} of 450");
     cluster.assert_no_panics();
 }
 

@@ -200,3 +200,52 @@ pub fn key_of(m: &Message) -> String {
     let body = m.data().unwrap_or_default();
     String::from_utf8_lossy(body.get(1..2).unwrap_or_default()).into_owned()
 }
+
+/// Subscribes (subscription 1, correlation 9) to `stream` from `offset`
+/// with 100 credits, on a raw connection.
+pub async fn subscribe_at(s: &mut tokio::net::TcpStream, stream: &str, offset: u64) {
+    let mut sub = vec![0, 0, 0, 9, 1];
+    sub.extend(string(stream));
+    sub.extend([0, 4]); // an offset
+    sub.extend(offset.to_be_bytes());
+    sub.extend([0, 100]); // credit
+    sub.extend([0, 0, 0, 0]);
+    send_frame(s, 7, &sub).await;
+    let ok = read_until(s, 0x8007).await;
+    assert_eq!(&ok[..6], &[0, 0, 0, 9, 0, 1], "subscribed");
+}
+
+/// Reads Deliver frames (version 1) until offset `end`, from `next` on,
+/// checking each as a client that verifies chunks does: the chunk
+/// starts at the next offset, its data length and CRC-32 are its
+/// entries', and each entry is the body `body` gives its offset.
+pub async fn read_checked_chunks(
+    s: &mut tokio::net::TcpStream,
+    mut next: u64,
+    end: u64,
+    body: impl Fn(u64) -> Vec<u8>,
+) {
+    use rabbitmq_stream_protocol::codec::Decoder;
+    use rabbitmq_stream_protocol::commands::deliver::DeliverCommand;
+    while next < end {
+        let d = read_until(s, 8).await;
+        let chunk = &d[1..];
+        let entries = u16::from_be_bytes(chunk[2..4].try_into().unwrap());
+        let first = u64::from_be_bytes(chunk[24..32].try_into().unwrap());
+        let crc = u32::from_be_bytes(chunk[32..36].try_into().unwrap());
+        let len = u32::from_be_bytes(chunk[36..40].try_into().unwrap());
+        let data = &chunk[48..];
+        let at = format!("the chunk at {first}");
+        assert_eq!(first, next, "{at}");
+        assert_eq!(data.len(), len as usize, "{at}: its data length");
+        assert_eq!(crc32fast::hash(data), crc, "{at}: its CRC");
+        let (rest, deliver) = DeliverCommand::decode(&d).expect("decodes");
+        assert!(rest.is_empty(), "{at}: nothing after its entries");
+        assert_eq!(deliver.messages.len(), usize::from(entries), "{at}");
+        for (i, m) in deliver.messages.iter().enumerate() {
+            let o = first + i as u64;
+            assert_eq!(m.data(), Some(&body(o)[..]), "{at}: offset {o}");
+        }
+        next = first + u64::from(entries);
+    }
+}

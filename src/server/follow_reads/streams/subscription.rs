@@ -6,6 +6,7 @@
 //! waits for the next applied entry; a stream deleted under it ends it
 //! with a MetadataUpdate, as on the leader.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,7 +19,8 @@ use crate::message::Message;
 use crate::queue::stream::{offset_of, Filter, Start};
 use crate::server::follow_reads::reader::{blocking, start_offset, CATCH_UP, STILL_THERE};
 use crate::server::follow_reads::Reads;
-use crate::stream_protocol::chunk;
+use crate::store::{Found, Store};
+use crate::stream_protocol::chunk::{self, Chunk, ChunkFrame};
 use crate::stream_protocol::codes::{INTERNAL_ERROR, OK, SUBSCRIBE};
 use crate::stream_protocol::out::Out;
 use crate::stream_protocol::subscribe::{self, Subscribe, CHUNK_MESSAGES};
@@ -94,8 +96,8 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, out: Out, sub:
     }
     // Bodies in one chunk, about, as the leader's.
     let budget = (sub.frame_max as u64).saturating_sub(1024).max(1024);
-    // Each with when it was stored (the chunk's timestamp).
-    let mut pending: Vec<(u64, Arc<Message>, u64)> = Vec::new();
+    // Read and not sent yet, in order.
+    let mut ready: VecDeque<Chunk> = VecDeque::new();
     let mut checked = Instant::now();
     loop {
         // Without credit it still notices its stream go.
@@ -110,42 +112,22 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, out: Out, sub:
             }
         };
         let Ok(permit) = permit else { return };
-        while pending.is_empty() {
+        while ready.is_empty() {
             applied.borrow_and_update();
             let store = Arc::clone(&reads.store);
-            let from = cursor + 1;
-            let read = move || {
-                let mut batch = Vec::new();
-                store.visit_range_within(
-                    queue,
-                    from,
-                    CHUNK_MESSAGES,
-                    budget,
-                    false,
-                    |seq, found| {
-                        let (m, time) = found.into_message()?;
-                        batch.push((seq, m, time));
-                        Ok(())
-                    },
-                )?;
-                Ok::<_, crate::store::Error>(batch)
-            };
-            let batch = match blocking(read).await {
-                Ok(b) => b,
+            let (from, filter) = (cursor + 1, sub.plan.filter.clone());
+            let read = move || read_chunks(&store, queue, from, budget, filter.as_deref());
+            let (last, chunks) = match blocking(read).await {
+                Ok(read) => read,
                 Err(e) => {
                     warn!(stream = %sub.stream, vhost = %sub.vhost, "a follower's subscription stops: {e}");
                     return gone(&shared, &out, &sub).await;
                 }
             };
-            if let Some(&(last, ..)) = batch.last() {
+            if let Some(last) = last {
                 // The cursor is the next offset: the last seq read.
                 cursor = last;
-                let wanted = |m: &Message| sub.plan.filter.as_ref().is_none_or(|f| f.matches(m));
-                pending = batch
-                    .into_iter()
-                    .filter(|(_, m, _)| wanted(m))
-                    .map(|(seq, m, time)| (offset_of(seq), m, time))
-                    .collect();
+                ready.extend(chunks);
                 continue;
             }
             // At the end: is the stream still there (now and then), else
@@ -161,27 +143,64 @@ pub(super) async fn serve(shared: Arc<Shared>, reads: Arc<Reads>, out: Out, sub:
                 _ = tokio::time::sleep(STILL_THERE) => {}
             }
         }
-        // A chunk's offsets have no gaps: each run of them is one.
-        let run = pending
-            .windows(2)
-            .position(|w| w[1].0 != w[0].0 + 1)
-            .map_or(pending.len(), |i| i + 1);
+        let Some(c) = ready.pop_front() else { continue };
         // Deliver 2 names what is committed: here, all that is applied,
         // which is at least what was read.
         let committed = sub.v2.then_some(cursor.saturating_sub(1));
-        let (head, body) = chunk::chunk(sub.id, &pending[..run], committed);
-        pending.drain(..run);
+        let (head, parts) = c.frame(sub.id, committed);
         // Counted as it goes out (a client may ask the metrics once it
         // has the chunk).
         reads
             .cluster
             .stream_reads
-            .fetch_add(run as u64, Ordering::Relaxed);
-        if !out.send_parts(head, body).await {
+            .fetch_add(u64::from(c.entries), Ordering::Relaxed);
+        if !out.send_chunk(head, parts).await {
             return;
         }
         permit.forget();
     }
+}
+
+/// Reads `queue` from seq `from` on: the last seq read (None: nothing
+/// was there) and its chunks. Unfiltered, one chunk: entries copied from
+/// the read's buffer or named where a stored batch lies in the file
+/// (chunk.rs), nothing decoded. Filtered, a chunk per run of consecutive
+/// offsets the filter keeps (a chunk's offsets have no gaps).
+fn read_chunks(
+    store: &Store,
+    queue: u64,
+    from: u64,
+    budget: u64,
+    filter: Option<&Filter>,
+) -> crate::store::Result<(Option<u64>, Vec<Chunk>)> {
+    let mut last = None;
+    let Some(filter) = filter else {
+        let mut c = ChunkFrame::new(64 << 10);
+        store.visit_range_within(queue, from, CHUNK_MESSAGES, budget, true, |seq, found| {
+            let n = match &found {
+                Found::Chunk(c) => u64::from(c.count),
+                _ => 1,
+            };
+            last = Some(seq + n - 1);
+            c.push_found(offset_of(seq), found)
+        })?;
+        let c = c.finish();
+        return Ok((last, (c.entries > 0).then_some(c).into_iter().collect()));
+    };
+    let mut kept: Vec<(u64, Arc<Message>, u64)> = Vec::new();
+    store.visit_range_within(queue, from, CHUNK_MESSAGES, budget, false, |seq, found| {
+        last = Some(seq);
+        let (m, time) = found.into_message()?;
+        if filter.matches(&m) {
+            kept.push((offset_of(seq), m, time));
+        }
+        Ok(())
+    })?;
+    let mut chunks = Vec::new();
+    while !kept.is_empty() {
+        chunks.push(chunk::take_run(&mut kept));
+    }
+    Ok((last, chunks))
 }
 
 /// The subscription is no more here (if it is still the one under its id).
