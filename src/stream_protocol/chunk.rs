@@ -139,7 +139,8 @@ impl ChunkFrame {
             0 => crate::util::record_ms(),
             t => t,
         };
-        let mut h = BytesMut::with_capacity(HEADER);
+        let mut header = [0u8; HEADER];
+        let mut h = &mut header[..];
         h.put_u8(MAGIC_VERSION);
         h.put_u8(0); // a user chunk
         h.put_u16(n);
@@ -152,7 +153,7 @@ impl ChunkFrame {
         h.put_u32(0); // trailer length
         h.put_u32(0); // bloom filter size, reserved
         Chunk {
-            header: h.freeze(),
+            header,
             parts: self.parts,
             len: self.len,
             first: self.first,
@@ -171,7 +172,7 @@ fn put_entry(o: &mut BytesMut, body: &[u8]) {
 #[derive(Clone)]
 pub struct Chunk {
     /// The chunk header (osiris's).
-    header: Bytes,
+    header: [u8; HEADER],
     /// The entries, copied or where they lie in the log's files.
     parts: Vec<Part>,
     len: u64,
