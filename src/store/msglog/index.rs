@@ -90,32 +90,26 @@ impl Index {
         &mut self,
         queue: u64,
         rec: u64,
-        run: impl IntoIterator<Item = (u64, Loc)>,
+        run: &[(u64, Loc)],
     ) -> Result<(), Unpackable> {
         let Index {
             queues,
             segs,
             live_bytes,
         } = self;
-        let (mut added, mut bytes, mut last) = (0u64, 0u64, 0u64);
         let mut gone = Vec::new();
         let slots = queues.entry(queue).or_default();
-        let done = slots.insert_run(
-            run.into_iter().inspect(|(_, loc)| {
-                last = u64::from(loc.len);
-                added += 1;
-                bytes += last;
-            }),
-            |old| gone.push(old),
-        );
+        let done = slots.insert_run(run, |old| gone.push(old));
         if slots.is_empty() {
             queues.remove(&queue);
         }
-        if done.is_err() {
-            // The one refused was counted, and is not kept.
-            added -= 1;
-            bytes -= last;
-        }
+        // Those before a refused one are kept.
+        let kept = match done {
+            Ok(()) => run,
+            Err((n, _)) => &run[..n],
+        };
+        let added = kept.len() as u64;
+        let bytes: u64 = kept.iter().map(|(_, l)| u64::from(l.len)).sum();
         // As `count` does for each: all are in the record at `rec`.
         if let Some((_, seg)) = segs.range_mut(..=rec).next_back() {
             seg.entries += added;
@@ -124,7 +118,7 @@ impl Index {
         for old in gone {
             self.count(&old, false);
         }
-        done
+        done.map_err(|(_, e)| e)
     }
 
     /// Forgets message `seq` of `queue`; whether it was stored.
@@ -274,7 +268,9 @@ mod tests {
             one_by_one.insert(7, seq, l).unwrap();
         }
         let mut at_once = build();
-        at_once.insert_run(7, 1500, run()).unwrap();
+        at_once
+            .insert_run(7, 1500, &run().collect::<Vec<_>>())
+            .unwrap();
         assert_eq!(at_once.segs, one_by_one.segs);
         assert_eq!(at_once.live_bytes(), one_by_one.live_bytes());
         assert_eq!(at_once.range(7, 0, 100), one_by_one.range(7, 0, 100));

@@ -111,18 +111,21 @@ pub fn apply_move(
     for &seq in removes {
         index.remove(from, seq);
     }
-    let locs = at.iter().map(|m| {
-        let loc = Loc {
-            rec: pos,
-            body: pos,
-            at: m.at,
-            len: m.len,
-            body_len: m.body_len,
-            timed: m.timed,
-        };
-        (m.to_seq, loc)
-    });
-    index.insert_run(to, pos, locs).map_err(|_| {
+    let locs: Vec<(u64, Loc)> = at
+        .iter()
+        .map(|m| {
+            let loc = Loc {
+                rec: pos,
+                body: pos,
+                at: m.at,
+                len: m.len,
+                body_len: m.body_len,
+                timed: m.timed,
+            };
+            (m.to_seq, loc)
+        })
+        .collect();
+    index.insert_run(to, pos, &locs).map_err(|_| {
         corrupt(format!(
             "a message of queue {to} in the record at {pos} cannot be indexed"
         ))

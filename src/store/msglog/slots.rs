@@ -15,6 +15,14 @@
 //! fixed place in its own record; a REF's body is a PUT of the same
 //! segment (a u32 back); a MOVE's messages lie at an offset of its own
 //! payload (a u32). The length keeps the kind in its two top bits.
+//!
+//! A stream protocol batch (a CHUNK record) is one chunk of its own, a
+//! `Run`: its messages lie one after the other in one record, each behind
+//! a 4-byte length, so each costs only where it starts (4 bytes) and the
+//! record's place is kept once. A run is written when its batch lands
+//! above every stored seq; anything that would change one of its messages
+//! but the first (a put over it, a removal inside it) first turns it into
+//! slots.
 
 use std::collections::BTreeMap;
 
@@ -124,10 +132,151 @@ impl Chunk {
     }
 }
 
+/// The messages of one record at consecutive seqs from the run's key,
+/// each right after the one before and its 4-byte length (a CHUNK's
+/// entries): `Loc { rec, body: rec, at, len, body_len: len, timed: false }`.
+struct Run {
+    rec: u64,
+    /// Where each message starts in the record.
+    ats: Box<[u32]>,
+    /// The last message's length.
+    last_len: u32,
+    /// Messages gone from the front.
+    skip: usize,
+}
+
+impl Run {
+    /// `run` as a run, if it is one: two messages at least, consecutive
+    /// seqs, each right after the one before in one record, with no
+    /// deadline and nothing beside its body.
+    fn of(run: &[(u64, Loc)]) -> Option<Run> {
+        let (first, last) = (run.first()?, run.last()?);
+        if run.len() < 2 {
+            return None;
+        }
+        let rec = first.1.rec;
+        let fits = |(_, l): &(u64, Loc)| {
+            l.rec == rec && l.body == rec && !l.timed && l.len == l.body_len && l.len <= MAX_LEN
+        };
+        let packed = run.iter().all(fits)
+            && run.windows(2).all(|w| {
+                let (a, b) = (&w[0], &w[1]);
+                b.0 == a.0 + 1
+                    && a.1.at.checked_add(a.1.len).and_then(|e| e.checked_add(4)) == Some(b.1.at)
+            });
+        packed.then(|| Run {
+            rec,
+            ats: run.iter().map(|(_, l)| l.at).collect(),
+            last_len: last.1.len,
+            skip: 0,
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.ats.len()
+    }
+
+    fn live(&self) -> usize {
+        self.ats.len() - self.skip
+    }
+
+    /// Message `k` from the run's key.
+    fn loc(&self, k: usize) -> Loc {
+        let at = self.ats[k];
+        let len = match self.ats.get(k + 1) {
+            Some(next) => next - at - 4,
+            None => self.last_len,
+        };
+        Loc {
+            rec: self.rec,
+            body: self.rec,
+            at,
+            len,
+            body_len: len,
+            timed: false,
+        }
+    }
+
+    /// Keeps the first `n` messages (`skip` < `n` < `len`).
+    fn truncate(&mut self, n: usize) {
+        self.last_len = self.loc(n - 1).len;
+        self.ats = self.ats[..n].into();
+    }
+}
+
+/// A chunk of slots, or a run.
+enum Part {
+    Slots(Chunk),
+    Run(Run),
+}
+
+impl Part {
+    #[cfg(test)]
+    fn live(&self) -> usize {
+        match self {
+            Part::Slots(c) => c.live,
+            Part::Run(r) => r.live(),
+        }
+    }
+
+    /// Its live messages from offset `from` on, in order (at most `n`
+    /// of them pushed onto `out`, each seq `base` + its offset); false
+    /// once `out` holds `n`.
+    fn range(&self, base: u64, from: u64, n: usize, out: &mut Vec<(u64, Loc)>) -> bool {
+        match self {
+            Part::Slots(chunk) => {
+                let at = u32::try_from(from).map_or(chunk.slots.len(), |skip| {
+                    chunk.find(skip).unwrap_or_else(|i| i)
+                });
+                for s in chunk.slots[at..].iter().filter(|s| s.live()) {
+                    if out.len() >= n {
+                        return false;
+                    }
+                    out.push((base + u64::from(s.off), s.loc()));
+                }
+            }
+            Part::Run(r) => {
+                let at = usize::try_from(from).map_or(r.len(), |f| f.max(r.skip));
+                for k in at..r.len() {
+                    if out.len() >= n {
+                        return false;
+                    }
+                    out.push((base + k as u64, r.loc(k)));
+                }
+            }
+        }
+        true
+    }
+
+    /// Calls `f` with each live message's `Loc`, in order.
+    fn each(&self, mut f: impl FnMut(&Loc)) {
+        match self {
+            Part::Slots(c) => c
+                .slots
+                .iter()
+                .filter(|s| s.live())
+                .for_each(|s| f(&s.loc())),
+            Part::Run(r) => (r.skip..r.len()).for_each(|k| f(&r.loc(k))),
+        }
+    }
+
+    /// The offsets of its first and last live message.
+    fn ends(&self) -> Option<(u64, u64)> {
+        match self {
+            Part::Slots(c) => {
+                let first = c.slots.iter().find(|s| s.live())?.off;
+                let last = c.slots.iter().rev().find(|s| s.live())?.off;
+                Some((u64::from(first), u64::from(last)))
+            }
+            Part::Run(r) => (r.live() > 0).then(|| (r.skip as u64, r.len() as u64 - 1)),
+        }
+    }
+}
+
 /// One queue's stored messages: seq to `Loc`.
 #[derive(Default)]
 pub struct Slots {
-    chunks: BTreeMap<u64, Chunk>,
+    chunks: BTreeMap<u64, Part>,
 }
 
 /// A `Loc` too long to keep (see `MAX_LEN`).
@@ -141,8 +290,19 @@ impl Slots {
 
     /// Message `seq` is at `loc`; where it was before, if it was stored.
     pub fn insert(&mut self, seq: u64, loc: &Loc) -> Result<Option<Loc>, Unpackable> {
-        let Some((&base, chunk)) = self.chunks.range_mut(..=seq).next_back() else {
+        let Some((&base, part)) = self.chunks.range_mut(..=seq).next_back() else {
             return self.start(seq, loc).map(|()| None);
+        };
+        let chunk = match part {
+            Part::Slots(chunk) => chunk,
+            // Past a run's end: a chunk of its own.
+            Part::Run(r) if seq - base >= r.len() as u64 => {
+                return self.start(seq, loc).map(|()| None);
+            }
+            Part::Run(_) => {
+                self.unpack(base);
+                return self.insert(seq, loc);
+            }
         };
         let Ok(off) = u32::try_from(seq - base) else {
             return self.start(seq, loc).map(|()| None);
@@ -192,36 +352,50 @@ impl Slots {
                     moved.slots.insert(i - CHUNK / 2, s);
                     moved.live += 1;
                 }
-                self.chunks.insert(base + u64::from(shift), moved);
+                self.chunks
+                    .insert(base + u64::from(shift), Part::Slots(moved));
                 Ok(None)
             }
         }
     }
 
-    /// Inserts each of `run` as `insert` does, `on_old` told of each it
-    /// replaced. A seq above every one stored goes on the end of the
-    /// last chunk while it has room, with no lookup: a batch's messages,
-    /// in order, cost one lookup, not one each.
+    /// Inserts each of `run` (in seq order) as `insert` does, `on_old`
+    /// told of each it replaced; on a message it cannot keep, how many
+    /// went in before it. A record's messages that make a `Run` and lie
+    /// above every stored seq go in as one. Otherwise a seq above every
+    /// one stored goes on the end of the last chunk while it has room,
+    /// with no lookup: a batch's messages, in order, cost one lookup, not
+    /// one each.
     pub fn insert_run(
         &mut self,
-        run: impl IntoIterator<Item = (u64, Loc)>,
+        run: &[(u64, Loc)],
         mut on_old: impl FnMut(Loc),
-    ) -> Result<(), Unpackable> {
-        let mut last = self.chunks.last_entry();
-        for (seq, loc) in run {
-            if let Some(e) = last.as_mut() {
-                let base = *e.key();
-                let chunk = e.get_mut();
-                let off = seq.checked_sub(base).and_then(|o| u32::try_from(o).ok());
-                if let Some(off) = off.filter(|&off| {
-                    chunk.slots.len() < CHUNK && chunk.slots.last().is_none_or(|s| s.off < off)
-                }) {
-                    chunk.slots.push(Slot::pack(off, &loc).ok_or(Unpackable)?);
-                    chunk.live += 1;
-                    continue;
+    ) -> Result<(), (usize, Unpackable)> {
+        if let Some(&(first, _)) = run.first() {
+            if self.last().is_none_or(|last| last < first) {
+                if let Some(packed) = Run::of(run) {
+                    self.chunks.insert(first, Part::Run(packed));
+                    return Ok(());
                 }
             }
-            if let Some(old) = self.insert(seq, &loc)? {
+        }
+        let mut last = self.chunks.last_entry();
+        for (done, &(seq, loc)) in run.iter().enumerate() {
+            if let Some(e) = last.as_mut() {
+                let base = *e.key();
+                if let Part::Slots(chunk) = e.get_mut() {
+                    let off = seq.checked_sub(base).and_then(|o| u32::try_from(o).ok());
+                    if let Some(off) = off.filter(|&off| {
+                        chunk.slots.len() < CHUNK && chunk.slots.last().is_none_or(|s| s.off < off)
+                    }) {
+                        let slot = Slot::pack(off, &loc).ok_or((done, Unpackable))?;
+                        chunk.slots.push(slot);
+                        chunk.live += 1;
+                        continue;
+                    }
+                }
+            }
+            if let Some(old) = self.insert(seq, &loc).map_err(|e| (done, e))? {
                 on_old(old);
             }
             last = self.chunks.last_entry();
@@ -229,18 +403,66 @@ impl Slots {
         Ok(())
     }
 
+    /// The last stored message's seq.
+    fn last(&self) -> Option<u64> {
+        self.chunks
+            .iter()
+            .rev()
+            .find_map(|(&base, part)| Some(base + part.ends()?.1))
+    }
+
     /// A new chunk holding `seq` alone.
     fn start(&mut self, seq: u64, loc: &Loc) -> Result<(), Unpackable> {
         let slot = Slot::pack(0, loc).ok_or(Unpackable)?;
         let mut slots = Vec::with_capacity(4);
         slots.push(slot);
-        self.chunks.insert(seq, Chunk { slots, live: 1 });
+        self.chunks
+            .insert(seq, Part::Slots(Chunk { slots, live: 1 }));
         Ok(())
+    }
+
+    /// Turns the run at `base` into chunks of slots (a run's messages
+    /// always pack: `Run::of`).
+    fn unpack(&mut self, base: u64) {
+        let Some(Part::Run(r)) = self.chunks.remove(&base) else {
+            return;
+        };
+        let mut k = r.skip;
+        while k < r.len() {
+            let end = (k + CHUNK).min(r.len());
+            let slots: Vec<Slot> = (k..end)
+                .filter_map(|i| Slot::pack((i - k) as u32, &r.loc(i)))
+                .collect();
+            let live = slots.len();
+            self.chunks
+                .insert(base + k as u64, Part::Slots(Chunk { slots, live }));
+            k = end;
+        }
     }
 
     /// Forgets message `seq`; where it was, if it was stored.
     pub fn remove(&mut self, seq: u64) -> Option<Loc> {
-        let (&base, chunk) = self.chunks.range_mut(..=seq).next_back()?;
+        let (&base, part) = self.chunks.range_mut(..=seq).next_back()?;
+        let chunk = match part {
+            Part::Slots(chunk) => chunk,
+            Part::Run(r) => {
+                let k = usize::try_from(seq - base).ok().filter(|&k| k < r.len())?;
+                if k < r.skip {
+                    return None;
+                }
+                if k > r.skip {
+                    self.unpack(base);
+                    return self.remove(seq);
+                }
+                // The first: the usual way a stream's head goes.
+                let loc = r.loc(k);
+                r.skip += 1;
+                if r.live() == 0 {
+                    self.chunks.remove(&base);
+                }
+                return Some(loc);
+            }
+        };
         let off = u32::try_from(seq - base).ok()?;
         let i = chunk.find(off).ok()?;
         let slot = &mut chunk.slots[i];
@@ -263,22 +485,22 @@ impl Slots {
     }
 
     /// Moves the chunk at `base` into the one before it, if that has room
-    /// and every offset still fits.
+    /// and every offset still fits (neither is a run).
     fn merge_back(&mut self, base: u64) {
-        let Some((&prev, before)) = self.chunks.range(..base).next_back() else {
+        let Some((&prev, Part::Slots(before))) = self.chunks.range(..base).next_back() else {
             return;
         };
-        let Some(this) = self.chunks.get(&base) else {
+        let Some(Part::Slots(this)) = self.chunks.get(&base) else {
             return;
         };
         let last = base + u64::from(this.slots.last().map_or(0, |s| s.off));
         if before.slots.len() + this.slots.len() > CHUNK || last - prev > u64::from(u32::MAX) {
             return;
         }
-        let Some(this) = self.chunks.remove(&base) else {
+        let Some(Part::Slots(this)) = self.chunks.remove(&base) else {
             return;
         };
-        let Some(before) = self.chunks.get_mut(&prev) else {
+        let Some(Part::Slots(before)) = self.chunks.get_mut(&prev) else {
             return;
         };
         let shift = (base - prev) as u32;
@@ -292,47 +514,60 @@ impl Slots {
     /// Forgets every message from `from` on, telling `gone` where each
     /// was, in seq order.
     pub fn remove_from(&mut self, from: u64, mut gone: impl FnMut(&Loc)) {
-        if let Some((&base, chunk)) = self.chunks.range_mut(..from).next_back() {
-            // An offset too large for a slot: every slot is below `from`.
-            let at = u32::try_from(from - base).map_or(chunk.slots.len(), |cut| {
-                chunk.find(cut).unwrap_or_else(|i| i)
-            });
-            for s in chunk.slots.drain(at..).filter(Slot::live) {
-                chunk.live -= 1;
-                gone(&s.loc());
-            }
-            if chunk.live == 0 {
+        if let Some((&base, part)) = self.chunks.range_mut(..from).next_back() {
+            let left = match part {
+                Part::Slots(chunk) => {
+                    // An offset too large for a slot: every slot is below `from`.
+                    let at = u32::try_from(from - base).map_or(chunk.slots.len(), |cut| {
+                        chunk.find(cut).unwrap_or_else(|i| i)
+                    });
+                    for s in chunk.slots.drain(at..).filter(Slot::live) {
+                        chunk.live -= 1;
+                        gone(&s.loc());
+                    }
+                    chunk.live
+                }
+                Part::Run(r) => {
+                    let cut = usize::try_from(from - base).map_or(r.len(), |c| c.min(r.len()));
+                    (cut.max(r.skip)..r.len()).for_each(|k| gone(&r.loc(k)));
+                    if cut > r.skip && cut < r.len() {
+                        r.truncate(cut);
+                    }
+                    cut.saturating_sub(r.skip)
+                }
+            };
+            if left == 0 {
                 self.chunks.remove(&base);
             }
         }
-        for (_, chunk) in self.chunks.split_off(&from) {
-            chunk
-                .slots
-                .iter()
-                .filter(|s| s.live())
-                .for_each(|s| gone(&s.loc()));
+        for (_, part) in self.chunks.split_off(&from) {
+            part.each(&mut gone);
         }
     }
 
     /// Where message `seq` lies.
     pub fn get(&self, seq: u64) -> Option<Loc> {
-        let (&base, chunk) = self.chunks.range(..=seq).next_back()?;
-        let off = u32::try_from(seq - base).ok()?;
-        let slot = chunk.slots.get(chunk.find(off).ok()?)?;
-        slot.live().then(|| slot.loc())
+        let (&base, part) = self.chunks.range(..=seq).next_back()?;
+        match part {
+            Part::Slots(chunk) => {
+                let off = u32::try_from(seq - base).ok()?;
+                let slot = chunk.slots.get(chunk.find(off).ok()?)?;
+                slot.live().then(|| slot.loc())
+            }
+            Part::Run(r) => {
+                let k = usize::try_from(seq - base).ok()?;
+                (k >= r.skip && k < r.len()).then(|| r.loc(k))
+            }
+        }
     }
 
     /// The first and the last stored message's seq.
     pub fn bounds(&self) -> Option<(u64, u64)> {
-        let first = self.chunks.iter().find_map(|(&base, chunk)| {
-            let s = chunk.slots.iter().find(|s| s.live())?;
-            Some(base + u64::from(s.off))
-        })?;
-        let last = self.chunks.iter().rev().find_map(|(&base, chunk)| {
-            let s = chunk.slots.iter().rev().find(|s| s.live())?;
-            Some(base + u64::from(s.off))
-        })?;
-        Some((first, last))
+        let first = self
+            .chunks
+            .iter()
+            .find_map(|(&base, part)| Some(base + part.ends()?.0))?;
+        Some((first, self.last()?))
     }
 
     /// Up to `n` messages from `from` on, in order, into `out`.
@@ -342,15 +577,9 @@ impl Slots {
             .range(..=from)
             .next_back()
             .map_or(from, |(b, _)| *b);
-        for (&base, chunk) in self.chunks.range(start..) {
-            let at = u32::try_from(from.saturating_sub(base)).map_or(chunk.slots.len(), |skip| {
-                chunk.find(skip).unwrap_or_else(|i| i)
-            });
-            for s in chunk.slots[at..].iter().filter(|s| s.live()) {
-                if out.len() >= n {
-                    return;
-                }
-                out.push((base + u64::from(s.off), s.loc()));
+        for (&base, part) in self.chunks.range(start..) {
+            if !part.range(base, from.saturating_sub(base), n, out) {
+                return;
             }
         }
     }
@@ -360,17 +589,29 @@ impl Slots {
     pub fn memory(&self) -> usize {
         self.chunks
             .values()
-            .map(|c| {
-                c.slots.capacity() * std::mem::size_of::<Slot>()
-                    + std::mem::size_of::<(u64, Chunk)>()
+            .map(|part| {
+                std::mem::size_of::<(u64, Part)>()
+                    + match part {
+                        Part::Slots(c) => c.slots.capacity() * std::mem::size_of::<Slot>(),
+                        Part::Run(r) => r.len() * std::mem::size_of::<u32>(),
+                    }
             })
             .sum()
+    }
+
+    /// Runs kept (tests).
+    #[cfg(test)]
+    fn runs(&self) -> usize {
+        self.chunks
+            .values()
+            .filter(|p| matches!(p, Part::Run(_)))
+            .count()
     }
 
     /// Live messages (tests).
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.chunks.values().map(|c| c.live).sum()
+        self.chunks.values().map(Part::live).sum()
     }
 }
 
@@ -407,6 +648,27 @@ mod tests {
         }
     }
 
+    /// `n` messages from `seq` on as a CHUNK record at `rec` holds them:
+    /// each right after the one before and its 4-byte length.
+    fn entries(rec: u64, seq: u64, n: u64) -> Vec<(u64, Loc)> {
+        let mut at = 41;
+        (seq..seq + n)
+            .map(|seq| {
+                let len = (seq.wrapping_mul(2_654_435_761) % 3000) as u32;
+                let l = Loc {
+                    rec,
+                    body: rec,
+                    at,
+                    len,
+                    body_len: len,
+                    timed: false,
+                };
+                at += len + 4;
+                (seq, l)
+            })
+            .collect()
+    }
+
     /// Random inserts, removals, purges and reads against a BTreeMap: seqs
     /// in order, out of order, far apart (past a u32 offset) and again
     /// after they went.
@@ -419,6 +681,7 @@ mod tests {
             x ^= x << 17;
             x
         };
+        let mut runs = 0;
         for round in 0..20 {
             let mut slots = Slots::default();
             let mut model = BTreeMap::new();
@@ -465,13 +728,15 @@ mod tests {
                             _ => tail + 1,
                         };
                         let n = 1 + (r >> 20) % 600;
-                        let run: Vec<(u64, Loc)> = (start..start + n)
-                            .map(|seq| (seq, loc(r >> 12 ^ seq)))
-                            .collect();
+                        let run: Vec<(u64, Loc)> = match (r >> 30) % 3 {
+                            0 => (start..start + n)
+                                .map(|seq| (seq, loc(r >> 12 ^ seq)))
+                                .collect(),
+                            // A CHUNK's entries: a run.
+                            _ => entries(r >> 8, start, n),
+                        };
                         let mut olds = Vec::new();
-                        slots
-                            .insert_run(run.iter().copied(), |o| olds.push(o))
-                            .unwrap();
+                        slots.insert_run(&run, |o| olds.push(o)).unwrap();
                         let want: Vec<Loc> = run
                             .into_iter()
                             .filter_map(|(seq, l)| model.insert(seq, l))
@@ -494,8 +759,10 @@ mod tests {
                 assert_eq!(slots.is_empty(), model.is_empty());
                 let ends = model.keys().next().zip(model.keys().next_back());
                 assert_eq!(slots.bounds(), ends.map(|(a, b)| (*a, *b)));
+                runs = runs.max(slots.runs());
             }
         }
+        assert!(runs > 2, "runs were made: {runs}");
     }
 
     /// A backlog costs about 24 bytes a message, and acking it at the
@@ -525,6 +792,50 @@ mod tests {
         }
         assert_eq!(slots.len(), 1000);
         assert!(slots.memory() < 1000 * 100, "{}", slots.memory());
+    }
+
+    /// A stream's batches cost about 4 bytes a message, and go as they
+    /// came in at the head; changing a message inside one keeps every
+    /// other where it was.
+    #[test]
+    fn a_streams_batches_are_small() {
+        let mut slots = Slots::default();
+        let (batches, n) = (10_000u64, 100u64);
+        for b in 0..batches {
+            let run = entries(b << 20, 1 + b * n, n);
+            slots
+                .insert_run(&run, |_| panic!("nothing replaced"))
+                .unwrap();
+        }
+        let per = slots.memory() as f64 / (batches * n) as f64;
+        assert!(per < 5.0, "{per} bytes a message");
+        assert_eq!(slots.bounds(), Some((1, batches * n)));
+        let want = entries(7 << 20, 701, n);
+        assert_eq!(slots.get(750), Some(want[49].1));
+        for seq in 1..=batches * n / 2 {
+            assert!(slots.remove(seq).is_some());
+        }
+        assert!(slots.memory() as f64 / (batches * n) as f64 <= per / 2.0 + 0.1);
+        // A put over a batch's message, and a removal inside another.
+        let other = entries(1, 1, 1)[0].1;
+        let before = slots.get(800_001);
+        assert_eq!(
+            slots.insert(800_050, &other).unwrap(),
+            Some(entries(8000 << 20, 800_001, n)[49].1)
+        );
+        assert_eq!(slots.get(800_050), Some(other));
+        assert_eq!(slots.get(800_001), before);
+        assert!(slots.remove(900_010).is_some());
+        assert_eq!(slots.get(900_010), None);
+        assert_eq!(slots.len(), (batches * n / 2) as usize - 1);
+        let mut got = Vec::new();
+        slots.range(900_001, 20, &mut got);
+        let want: Vec<(u64, Loc)> = entries(9000 << 20, 900_001, n)
+            .into_iter()
+            .filter(|(seq, _)| *seq != 900_010)
+            .take(20)
+            .collect();
+        assert_eq!(got, want);
     }
 
     /// A slot at the largest offset, and `from` past what an offset can
