@@ -80,7 +80,7 @@ pub enum Rec {
 }
 
 /// One move of a MOVE record, and where its message lies in the payload.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MovedAt {
     pub from_seq: u64,
     pub to_seq: u64,

@@ -21,7 +21,11 @@
 //! deadline (u8); a REF: its payload and the body's length; an ACK, a
 //! PURGE: its payload; a MOVE: from, to, its moves (from seq, to seq,
 //! where in the payload and how long, the body's length, timed), its
-//! removes.
+//! removes. A MOVE of new messages at consecutive seqs, each right after
+//! the one before and its 4-byte length (a CHUNK's, a stream protocol
+//! batch) is written as a CHUNK entry instead: the queue, the first seq,
+//! the count, where the first starts, then each one's length as a LEB128
+//! varint (a byte or two a message where the MOVE's form took 29).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -189,6 +193,20 @@ impl Summary {
                 to,
                 moves,
                 removes,
+            }) if from == to && removes.is_empty() && dense(moves) => {
+                head(b, record::CHUNK);
+                b.extend_from_slice(&record::pair(*to, moves[0].to_seq));
+                b.extend_from_slice(&(moves.len() as u32).to_be_bytes());
+                b.extend_from_slice(&moves[0].at.to_be_bytes());
+                for m in moves {
+                    put_varint(b, m.len);
+                }
+            }
+            Entry::Other(Rec::Move {
+                from,
+                to,
+                moves,
+                removes,
             }) => {
                 head(b, record::MOVE);
                 b.extend_from_slice(&record::pair(*from, *to));
@@ -207,6 +225,42 @@ impl Summary {
             }
         }
     }
+}
+
+/// Whether `moves` are new messages at consecutive seqs, each right after
+/// the one before and its 4-byte length, with nothing beside its body:
+/// what a CHUNK entry says (`Summary::add`).
+fn dense(moves: &[MovedAt]) -> bool {
+    !moves.is_empty()
+        && u32::try_from(moves.len()).is_ok()
+        && moves
+            .iter()
+            .all(|m| m.from_seq == 0 && !m.timed && m.len == m.body_len)
+        && moves.windows(2).all(|w| {
+            w[1].to_seq == w[0].to_seq.wrapping_add(1)
+                && w[0].at.checked_add(w[0].len).and_then(|e| e.checked_add(4)) == Some(w[1].at)
+        })
+}
+
+fn put_varint(b: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        b.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    b.push(v as u8);
+}
+
+fn varint(r: &mut Reader<'_>) -> Option<u32> {
+    let mut v = 0u32;
+    for shift in (0..35).step_by(7) {
+        let byte = r.u8()?;
+        let bits = u32::from(byte & 0x7f);
+        v |= bits.checked_shl(shift).filter(|s| s >> shift == bits)?;
+        if byte & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
 }
 
 /// Writes summaries a piece at a time into temporary files, and renames
@@ -391,6 +445,33 @@ pub fn each(summary: &[u8], mut f: impl FnMut(u64, Entry) -> bool) -> Option<()>
                     removes,
                 })
             }
+            record::CHUNK => {
+                let (queue, first) = (r.u64()?, r.u64()?);
+                let n = r.u32()? as usize;
+                let mut at = r.u32()?;
+                // Each length takes a byte at least.
+                let mut moves = Vec::with_capacity(n.min(summary.len()));
+                for k in 0..n {
+                    let len = varint(&mut r)?;
+                    moves.push(MovedAt {
+                        from_seq: 0,
+                        to_seq: first.checked_add(k as u64)?,
+                        at,
+                        len,
+                        body_len: len,
+                        timed: false,
+                    });
+                    if k + 1 < n {
+                        at = at.checked_add(len)?.checked_add(4)?;
+                    }
+                }
+                Entry::Other(Rec::Move {
+                    from: queue,
+                    to: queue,
+                    moves,
+                    removes: Vec::new(),
+                })
+            }
             _ => return None,
         };
         if !f(pos, e) {
@@ -405,5 +486,104 @@ pub fn remove(dir: &Path, base: u64) -> io::Result<()> {
     match fs::remove_file(path(dir, base)) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn moved(to_seq: u64, at: u32, len: u32) -> MovedAt {
+        MovedAt {
+            from_seq: 0,
+            to_seq,
+            at,
+            len,
+            body_len: len,
+            timed: false,
+        }
+    }
+
+    /// Entries come back from a summary as they went in; a stream batch's
+    /// takes a byte or so a message.
+    #[test]
+    fn entries_read_back_as_written() {
+        let mut at = 40;
+        let lens = [0u32, 1, 127, 128, 16_383, 16_384, 1 << 21, 20];
+        let batch: Vec<MovedAt> = (0..lens.len())
+            .map(|k| {
+                let m = moved(1000 + k as u64, at, lens[k]);
+                at += lens[k] + 4;
+                m
+            })
+            .collect();
+        let small: Vec<MovedAt> = (0..100)
+            .map(|k| moved(5000 + k, 37 + 24 * k as u32, 20))
+            .collect();
+        let mut gap = batch.clone();
+        gap[3].to_seq += 1;
+        let mut timed = small.clone();
+        timed[0].timed = true;
+        let mv = |from, to, moves: &Vec<MovedAt>, removes: Vec<u64>| {
+            Entry::Other(Rec::Move {
+                from,
+                to,
+                moves: moves.clone(),
+                removes,
+            })
+        };
+        let entries = vec![
+            mv(7, 7, &batch, vec![]),
+            mv(7, 7, &gap, vec![]),
+            mv(7, 7, &timed, vec![]),
+            mv(3, 7, &small, vec![]),
+            mv(7, 7, &small, vec![9]),
+            Entry::Other(Rec::Ack { queue: 7, seq: 5 }),
+            mv(7, 7, &small, vec![]),
+        ];
+        let mut s = Summary::new(0);
+        let mut sizes = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            let before = s.bytes.len();
+            s.add(100 * i as u64, e);
+            sizes.push(s.bytes.len() - before);
+        }
+        // Kind, position, queue, seq, count, where the first starts, and
+        // a byte a length under 128.
+        assert_eq!(sizes[6], 1 + 8 + 16 + 4 + 4 + 100);
+        assert!(sizes[3] > 29 * 100, "{sizes:?}");
+        let mut file = MAGIC.to_vec();
+        file.extend_from_slice(&0u64.to_be_bytes());
+        file.extend_from_slice(&s.bytes);
+        let mut back = Vec::new();
+        each(&file, |pos, e| {
+            back.push((pos, e));
+            true
+        })
+        .unwrap();
+        let want: Vec<(u64, Entry)> = entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| (100 * i as u64, e))
+            .collect();
+        assert_eq!(back, want);
+        // A length cut short does not parse.
+        let cut = &file[..file.len() - 101];
+        assert!(each(cut, |_, _| true).is_none());
+    }
+
+    #[test]
+    fn varints_round_trip_and_refuse_overflow() {
+        for v in [0, 1, 127, 128, 300, 1 << 21, u32::MAX] {
+            let mut b = Vec::new();
+            put_varint(&mut b, v);
+            let mut r = Reader::new(&b);
+            assert_eq!(varint(&mut r), Some(v));
+            assert!(r.done());
+        }
+        let over = [0xff, 0xff, 0xff, 0xff, 0x1f];
+        assert_eq!(varint(&mut Reader::new(&over)), None);
+        let long = [0x80, 0x80, 0x80, 0x80, 0x80, 0x01];
+        assert_eq!(varint(&mut Reader::new(&long)), None);
     }
 }
