@@ -5,6 +5,8 @@
 # stream from the first offset with 1 and with 10 readers; messages of 16 B and 1 KiB. Brokers
 # alternate per run (RabbitMQ, Warren, RabbitMQ, Warren ...); the table has the medians of ROUNDS
 # runs: rates, the ratio Warren/RabbitMQ, and each broker's CPU time per message (from /proc).
+# Then, once per size, what a stream of FOOT_COUNT messages (10M; 0 skips it) takes: its bytes
+# on disk and in the broker's RSS (each one's growth over the phase), per message.
 #
 #   perf/stream.sh                       # ROUNDS=3 COUNT=1000000 SIZES="16 1024"
 #   ROUNDS=1 COUNT=200000 perf/stream.sh # a quick look
@@ -119,6 +121,32 @@ for size in $SIZES; do
     done
 done
 
+# footprint BROKER SIZE: publish FOOT_COUNT messages into a stream that stays; how much the data
+# dir and the RSS grew, in bytes per message (the stream is deleted after).
+FOOT_COUNT=${FOOT_COUNT:-10000000}
+footprint() {
+    local b=$1 size=$2 port pid dir d0 d1 r0 r1
+    if [ "$b" = rabbitmq ]; then port=$RMQ_STREAM_PORT pid=$RMQ_PID dir=$WORK/rmq/mnesia; else port=$WARREN_STREAM_PORT pid=$WARREN_PID dir=$WORK/warren; fi
+    d0=$(du -sb "$dir" | cut -f1)
+    r0=$(awk '/VmRSS/ {print $2 * 1024}' "/proc/$pid/status")
+    "$PERF" --port "$port" --count "$FOOT_COUNT" --size "$size" --readers "" --keep \
+        --stream "foot-$size" >/dev/null 2>>"$WORK/perf.log" || { say "$b footprint $size failed"; return 1; }
+    sleep 5 # what is buffered reaches the disk
+    d1=$(du -sb "$dir" | cut -f1)
+    r1=$(awk '/VmRSS/ {print $2 * 1024}' "/proc/$pid/status")
+    echo "$b $size $(( (d1 - d0) / FOOT_COUNT )) $(( (r1 - r0) / FOOT_COUNT ))" >>"$WORK/footprint"
+    # Deleted by a run that creates it again, reads nothing and publishes nothing.
+    "$PERF" --port "$port" --count 0 --readers "" --stream "foot-$size" >/dev/null 2>>"$WORK/perf.log"
+}
+if [ "$FOOT_COUNT" -gt 0 ]; then
+    for size in $SIZES; do
+        for b in rabbitmq warren; do
+            say "$b, $size B, footprint of $FOOT_COUNT messages"
+            footprint "$b" "$size"
+        done
+    done
+fi
+
 # median BROKER SIZE FIELD: the median over the rounds of one JSON field (jq-less: python3).
 median() {
     python3 - "$WORK" "$1" "$2" "$3" <<'EOF'
@@ -152,3 +180,21 @@ for size in $SIZES; do
     done
 done
 echo "(rates: Warren/RabbitMQ, higher is better; CPU: RabbitMQ/Warren, higher is better)"
+if [ -s "$WORK/footprint" ]; then
+    printf '\n%-34s %14s %14s %8s\n' "a stream of $FOOT_COUNT messages" "RabbitMQ" "Warren" "ratio"
+    python3 -c '
+import sys
+v = {}
+for line in sys.stdin:
+    b, size, disk, rss = line.split()
+    v.setdefault(size, {})[b] = (int(disk), int(rss))
+for size, by in v.items():
+    for col, what in ((0, "disk"), (1, "RSS")):
+        r = by.get("rabbitmq", (None, None))[col]
+        w = by.get("warren", (None, None))[col]
+        ratio = f"{r / w:7.2f}x" if r and w and r > 0 and w > 0 else "    n/a"
+        name = f"{what} per message, {size} B (bytes)"
+        print(f"{name:<34} {str(r):>14} {str(w):>14} {ratio}")
+' <"$WORK/footprint"
+    echo "(footprint ratio: RabbitMQ/Warren, higher is better)"
+fi

@@ -6,7 +6,7 @@
 //! bytes in batches of `--batch` with confirms (`--window` messages
 //! unconfirmed at most), then reads the whole stream from the first
 //! offset with each reader count of `--readers` (each reader reads every
-//! message), and deletes the stream. With `--pid`, the broker's CPU time
+//! message), and deletes the stream (unless `--keep`). With `--pid`, the broker's CPU time
 //! (utime + stime from /proc) is measured over each phase. Prints one JSON
 //! object: per phase the message rate and the broker's CPU per message.
 
@@ -51,6 +51,9 @@ struct Args {
     /// The stream's name.
     #[arg(long, default_value = "perf-stream")]
     stream: String,
+    /// Leaves the stream in place at the end (to measure what it takes).
+    #[arg(long)]
+    keep: bool,
 }
 
 /// The broker's CPU time so far (user + system), in microseconds.
@@ -194,9 +197,11 @@ async fn main() -> anyhow::Result<()> {
         let n: usize = r.trim().parse()?;
         out.insert(format!("read{n}"), read(&env, &a, n).await?);
     }
-    env.delete_stream(&a.stream)
-        .await
-        .map_err(|e| anyhow::anyhow!("delete: {e:?}"))?;
+    if !a.keep {
+        env.delete_stream(&a.stream)
+            .await
+            .map_err(|e| anyhow::anyhow!("delete: {e:?}"))?;
+    }
     println!("{}", serde_json::Value::Object(out));
     Ok(())
 }
