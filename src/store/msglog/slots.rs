@@ -161,7 +161,7 @@ impl Run {
         let packed = run.iter().all(fits)
             && run.windows(2).all(|w| {
                 let (a, b) = (&w[0], &w[1]);
-                b.0 == a.0 + 1
+                a.0.checked_add(1) == Some(b.0)
                     && a.1.at.checked_add(a.1.len).and_then(|e| e.checked_add(4)) == Some(b.1.at)
             });
         packed.then(|| Run {
@@ -372,7 +372,7 @@ impl Slots {
         mut on_old: impl FnMut(Loc),
     ) -> Result<(), (usize, Unpackable)> {
         if let Some(&(first, _)) = run.first() {
-            if self.last().is_none_or(|last| last < first) {
+            if self.top().is_none_or(|top| top < first) {
                 if let Some(packed) = Run::of(run) {
                     self.chunks.insert(first, Part::Run(packed));
                     return Ok(());
@@ -401,6 +401,17 @@ impl Slots {
             last = self.chunks.last_entry();
         }
         Ok(())
+    }
+
+    /// The highest seq any chunk holds a slot for, gone or not: a run
+    /// starts above it, so every chunk's slots stay below the next
+    /// chunk's key.
+    fn top(&self) -> Option<u64> {
+        let (&base, part) = self.chunks.last_key_value()?;
+        Some(match part {
+            Part::Slots(c) => base + u64::from(c.slots.last().map_or(0, |s| s.off)),
+            Part::Run(r) => base + r.len() as u64 - 1,
+        })
     }
 
     /// The last stored message's seq.
@@ -722,9 +733,12 @@ mod tests {
                         assert_eq!(gone, want);
                     }
                     97 => {
-                        // A run: past the end, or over what is stored.
+                        // A run: past the end, past the last stored
+                        // (over the slots of gone ones), or over what is
+                        // stored.
                         let start = match r % 3 {
                             0 => head + (r >> 8) % (tail - head + 1),
+                            1 => model.keys().next_back().map_or(tail, |l| l + 1),
                             _ => tail + 1,
                         };
                         let n = 1 + (r >> 20) % 600;
@@ -836,6 +850,43 @@ mod tests {
             .take(20)
             .collect();
         assert_eq!(got, want);
+    }
+
+    /// A batch that lands past the last stored message but over the
+    /// slots of gone ones (a chunk sweeps only once half of it is gone)
+    /// keeps each seq in one place: later reads, removals and puts there
+    /// find it.
+    #[test]
+    fn a_batch_over_gone_slots_keeps_each_seq_in_one_place() {
+        let mut slots = Slots::default();
+        let mut model = BTreeMap::new();
+        for seq in 100..=109 {
+            slots.insert(seq, &loc(seq)).unwrap();
+            model.insert(seq, loc(seq));
+        }
+        for seq in 105..=109 {
+            assert_eq!(slots.remove(seq), model.remove(&seq));
+        }
+        let batch = entries(1 << 30, 105, 10);
+        slots
+            .insert_run(&batch, |_| panic!("nothing replaced"))
+            .unwrap();
+        model.extend(batch.iter().copied());
+        for seq in 106..=111 {
+            assert_eq!(slots.remove(seq), model.remove(&seq));
+        }
+        for seq in 100..=115 {
+            assert_eq!(slots.get(seq), model.get(&seq).copied(), "{seq}");
+        }
+        let other = loc(7);
+        assert_eq!(slots.insert(105, &other).unwrap(), model.insert(105, other));
+        let mut got = Vec::new();
+        slots.range(0, 100, &mut got);
+        let want: Vec<(u64, Loc)> = model.iter().map(|(s, l)| (*s, *l)).collect();
+        assert_eq!(got, want);
+        assert_eq!(slots.remove(105), model.remove(&105));
+        assert_eq!(slots.get(105), None);
+        assert_eq!(slots.len(), model.len());
     }
 
     /// A slot at the largest offset, and `from` past what an offset can

@@ -237,7 +237,7 @@ fn dense(moves: &[MovedAt]) -> bool {
             .iter()
             .all(|m| m.from_seq == 0 && !m.timed && m.len == m.body_len)
         && moves.windows(2).all(|w| {
-            w[1].to_seq == w[0].to_seq.wrapping_add(1)
+            w[0].to_seq.checked_add(1) == Some(w[1].to_seq)
                 && w[0].at.checked_add(w[0].len).and_then(|e| e.checked_add(4)) == Some(w[1].at)
         })
 }
@@ -449,8 +449,9 @@ pub fn each(summary: &[u8], mut f: impl FnMut(u64, Entry) -> bool) -> Option<()>
                 let (queue, first) = (r.u64()?, r.u64()?);
                 let n = r.u32()? as usize;
                 let mut at = r.u32()?;
-                // Each length takes a byte at least.
-                let mut moves = Vec::with_capacity(n.min(summary.len()));
+                // Each length takes a byte at least; a batch holds at most
+                // a CHUNK's count.
+                let mut moves = Vec::with_capacity(n.min(summary.len()).min(record::CHUNK_MAX));
                 for k in 0..n {
                     let len = varint(&mut r)?;
                     moves.push(MovedAt {
