@@ -20,9 +20,10 @@
 //! `Run`: its messages lie one after the other in one record, each behind
 //! a 4-byte length, so each costs only where it starts (4 bytes) and the
 //! record's place is kept once. A run is written when its batch lands
-//! above every stored seq; anything that would change one of its messages
-//! but the first (a put over it, a removal inside it) first turns it into
-//! slots.
+//! above every seq the queue has a slot for (a gone message's too, until
+//! its chunk is swept: each chunk's slots stay below the next one's key);
+//! anything that would change one of its messages but the first (a put
+//! over it, a removal inside it) first turns it into slots.
 
 use std::collections::BTreeMap;
 
@@ -362,7 +363,7 @@ impl Slots {
     /// Inserts each of `run` (in seq order) as `insert` does, `on_old`
     /// told of each it replaced; on a message it cannot keep, how many
     /// went in before it. A record's messages that make a `Run` and lie
-    /// above every stored seq go in as one. Otherwise a seq above every
+    /// above every slot (`top`) go in as one. Otherwise a seq above every
     /// one stored goes on the end of the last chunk while it has room,
     /// with no lookup: a batch's messages, in order, cost one lookup, not
     /// one each.
