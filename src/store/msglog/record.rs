@@ -204,6 +204,12 @@ pub fn chunkable(moved: &[Moved<'_>], removes: &[u64]) -> bool {
         })
 }
 
+/// Where the CHUNK entry after one at `at` holding `len` bytes starts
+/// (an entry is a u32 length, then the bytes); None past a u32.
+pub fn chunk_next_at(at: u32, len: u32) -> Option<u32> {
+    at.checked_add(len)?.checked_add(4)
+}
+
 /// A CHUNK's payload for `moved` (`chunkable`) into `out`; where each
 /// message lies in it, as a MOVE's.
 pub fn chunk(queue: u64, moved: &[Moved<'_>], out: &mut BytesMut) -> Vec<MovedAt> {

@@ -28,7 +28,7 @@
 use std::collections::BTreeMap;
 
 use super::index::Loc;
-use super::record::PUT_MESSAGE_AT;
+use super::record::{chunk_next_at, PUT_MESSAGE_AT};
 
 /// Slots per chunk, at the most.
 const CHUNK: usize = 1024;
@@ -162,8 +162,7 @@ impl Run {
         let packed = run.iter().all(fits)
             && run.windows(2).all(|w| {
                 let (a, b) = (&w[0], &w[1]);
-                a.0.checked_add(1) == Some(b.0)
-                    && a.1.at.checked_add(a.1.len).and_then(|e| e.checked_add(4)) == Some(b.1.at)
+                a.0.checked_add(1) == Some(b.0) && chunk_next_at(a.1.at, a.1.len) == Some(b.1.at)
             });
         packed.then(|| Run {
             rec,
@@ -185,6 +184,7 @@ impl Run {
     fn loc(&self, k: usize) -> Loc {
         let at = self.ats[k];
         let len = match self.ats.get(k + 1) {
+            // The length before the next entry's bytes (`chunk_next_at`).
             Some(next) => next - at - 4,
             None => self.last_len,
         };

@@ -238,7 +238,7 @@ fn dense(moves: &[MovedAt]) -> bool {
             .all(|m| m.from_seq == 0 && !m.timed && m.len == m.body_len)
         && moves.windows(2).all(|w| {
             w[0].to_seq.checked_add(1) == Some(w[1].to_seq)
-                && w[0].at.checked_add(w[0].len).and_then(|e| e.checked_add(4)) == Some(w[1].at)
+                && record::chunk_next_at(w[0].at, w[0].len) == Some(w[1].at)
         })
 }
 
@@ -463,7 +463,7 @@ pub fn each(summary: &[u8], mut f: impl FnMut(u64, Entry) -> bool) -> Option<()>
                         timed: false,
                     });
                     if k + 1 < n {
-                        at = at.checked_add(len)?.checked_add(4)?;
+                        at = record::chunk_next_at(at, len)?;
                     }
                 }
                 Entry::Other(Rec::Move {
